@@ -1,0 +1,66 @@
+"""sesstree: store LLM-agent conversations the way git stores commits.
+
+Every event is a content-addressed node pointing to its parent; sessions are named refs into one
+shared DAG, so forks are O(1), shared prefixes are stored once, and every ref move is logged.
+"""
+
+from __future__ import annotations
+
+from .errors import (
+    AgentError,
+    AmbiguousPrefixError,
+    ConflictError,
+    InputError,
+    InvalidEventError,
+    InvalidRefNameError,
+    MaxTurnsExceeded,
+    ProviderError,
+    RefExistsError,
+    RevisionError,
+    SesstreeError,
+    StoreCorruptError,
+    StoreError,
+    StoreFormatError,
+    StoreLockedError,
+    StoreNotFoundError,
+    UnknownRevisionError,
+)
+from .events import Derived, Problem, derive_messages, register_event_type
+from .node import Node, NodeId, make_node
+from .repo import Diff, SessionInfo, Store, open_store
+from .session import Session
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "AgentError",
+    "AmbiguousPrefixError",
+    "ConflictError",
+    "Derived",
+    "Diff",
+    "InputError",
+    "InvalidEventError",
+    "InvalidRefNameError",
+    "MaxTurnsExceeded",
+    "Node",
+    "NodeId",
+    "Problem",
+    "ProviderError",
+    "RefExistsError",
+    "RevisionError",
+    "Session",
+    "SessionInfo",
+    "SesstreeError",
+    "Store",
+    "StoreCorruptError",
+    "StoreError",
+    "StoreFormatError",
+    "StoreLockedError",
+    "StoreNotFoundError",
+    "UnknownRevisionError",
+    "__version__",
+    "derive_messages",
+    "make_node",
+    "open_store",
+    "register_event_type",
+]

@@ -1,0 +1,130 @@
+"""Every error sesstree raises, in one flat hierarchy.
+
+::
+
+    SesstreeError
+    ├── StoreError
+    │   ├── StoreNotFoundError      no store at the path, or none found upwards
+    │   ├── StoreCorruptError       the store file is damaged or not a store
+    │   ├── StoreLockedError        another process holds the write lock too long
+    │   └── StoreFormatError        written by a newer sesstree
+    ├── RevisionError
+    │   ├── UnknownRevisionError    no ref, tag or node matches
+    │   └── AmbiguousPrefixError    an id prefix matches several nodes
+    ├── InvalidRefNameError         a name that cannot be a ref (``../x``, ``-x``, empty)
+    ├── RefExistsError              creating a ref that already exists
+    ├── ConflictError               compare-and-set lost: the ref moved under the writer
+    ├── InvalidEventError           an unknown event type or data that is not JSON
+    ├── InputError                  a malformed input file (names file and line)
+    └── AgentError
+        ├── ProviderError           the model endpoint failed or answered garbage
+        └── MaxTurnsExceeded        the loop ran out of turns without an answer
+
+A CLI user sees the message of any of these as one line; none of them is a bug in sesstree.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "AgentError",
+    "AmbiguousPrefixError",
+    "ConflictError",
+    "InputError",
+    "InvalidEventError",
+    "InvalidRefNameError",
+    "MaxTurnsExceeded",
+    "ProviderError",
+    "RefExistsError",
+    "RevisionError",
+    "SesstreeError",
+    "StoreCorruptError",
+    "StoreError",
+    "StoreFormatError",
+    "StoreLockedError",
+    "StoreNotFoundError",
+    "UnknownRevisionError",
+]
+
+
+class SesstreeError(Exception):
+    """Base of every error sesstree raises on purpose."""
+
+
+class StoreError(SesstreeError):
+    """The store itself cannot be used."""
+
+
+class StoreNotFoundError(StoreError):
+    """No store at the given path, or none found in this folder or its parents."""
+
+
+class StoreCorruptError(StoreError):
+    """The store file is damaged or is not a sesstree store. Nothing was written to it."""
+
+
+class StoreLockedError(StoreError):
+    """Another process held the store's write lock for longer than the timeout."""
+
+
+class StoreFormatError(StoreError):
+    """The store was written by a newer sesstree whose format this one does not know."""
+
+
+class RevisionError(SesstreeError):
+    """A revision (ref name, ``REF~N``, id prefix) could not be resolved to one node."""
+
+
+class UnknownRevisionError(RevisionError):
+    """No session, tag or node matches the revision."""
+
+
+class AmbiguousPrefixError(RevisionError):
+    """An id prefix matches more than one node."""
+
+
+class InvalidRefNameError(SesstreeError):
+    """A name that cannot be used for a session or tag."""
+
+
+class RefExistsError(SesstreeError):
+    """A session or tag of that name already exists."""
+
+
+class ConflictError(SesstreeError):
+    """A compare-and-set lost: the ref no longer points where the writer expected.
+
+    Nothing was written. Call :meth:`sesstree.Session.refresh` to see the new head, then
+    append again, or append with ``rebase=True`` to put the event on whatever the head is now.
+    """
+
+
+class InvalidEventError(SesstreeError):
+    """An event type that is not registered, or data that is not a JSON value."""
+
+
+class InputError(SesstreeError):
+    """A malformed input file. The message names the file and the line."""
+
+    def __init__(self, message: str, *, path: str | None = None, line: int | None = None) -> None:
+        where = ""
+        if path is not None:
+            where = f"{path}:{line}: " if line is not None else f"{path}: "
+        super().__init__(where + message)
+        self.path = path
+        self.line = line
+
+
+class AgentError(SesstreeError):
+    """The agent loop could not finish a turn."""
+
+
+class ProviderError(AgentError):
+    """The model endpoint failed, after retries, or answered with something unusable."""
+
+    def __init__(self, message: str, *, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class MaxTurnsExceeded(AgentError):
+    """The loop used all its turns without a final answer. The turn is recorded as ended."""

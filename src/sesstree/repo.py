@@ -1,0 +1,375 @@
+"""The store: sessions and tags as refs into one DAG, HEAD, revisions, log and diff.
+
+Everything here works through the :class:`~sesstree.store.base.Backend` seam, so it behaves the
+same on every backend. Maintenance (gc, fsck, stats) lives in :mod:`sesstree.maintenance`.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+import msgspec
+
+from .errors import (
+    AmbiguousPrefixError,
+    InvalidEventError,
+    RefExistsError,
+    StoreNotFoundError,
+    UnknownRevisionError,
+)
+from .events import Derived, derive_messages, is_registered
+from .node import Node, NodeId, check_ref_name, encode_data, node_id_from_encoded
+from .store.base import Backend, Chain, RawNode, Ref, RefUpdate, ReflogEntry
+from .store.memory import MemoryBackend
+from .store.sqlite import SqliteBackend
+
+if TYPE_CHECKING:
+    from .session import Session
+
+__all__ = ["STORE_FILE", "Diff", "SessionInfo", "Store", "open_store"]
+
+STORE_FILE = "store.db"
+SESSIONS = "sessions/"
+TAGS = "tags/"
+_HEX = re.compile(r"^[0-9a-f]{4,64}$")
+_SUFFIX = re.compile(r"(~\d*|\^+)$")
+
+
+class SessionInfo(msgspec.Struct, frozen=True):
+    """One session as ``sess branch`` lists it."""
+
+    name: str
+    head: NodeId
+    length: int
+    moved: float
+
+
+class Diff(msgspec.Struct, frozen=True):
+    """Two revisions, their last common node and what each added after it (oldest first)."""
+
+    base: NodeId | None
+    only_a: list[Node]
+    only_b: list[Node]
+
+
+def open_store(
+    path: str | os.PathLike[str],
+    *,
+    durability: Literal["default", "durable"] = "default",
+    create: bool = True,
+    timeout: float = 10.0,
+) -> Store:
+    """Open (and by default create) the store in folder ``path``; ``":memory:"`` for a throwaway one.
+
+    ``durability="default"``: an acknowledged append survives the process being killed.
+    ``durability="durable"``: it also survives power loss (an fsync per commit).
+    For bulk writes, group appends in ``with store.batch():``.
+
+    Raises:
+        StoreNotFoundError: no store there and ``create`` is false.
+        StoreCorruptError, StoreFormatError, StoreLockedError: the file cannot be used as it is.
+    """
+    if str(path) == ":memory:":
+        return Store(MemoryBackend())
+    folder = Path(path)
+    if folder.is_file():
+        file = folder
+    else:
+        if not folder.exists():
+            if not create:
+                raise StoreNotFoundError(f"no store at {folder}")
+            folder.mkdir(parents=True)
+        file = folder / STORE_FILE
+    backend = SqliteBackend(file, create=create, durable=durability == "durable", timeout=timeout)
+    return Store(backend)
+
+
+class Store:
+    """A session store: one DAG of events, with sessions and tags as named refs into it."""
+
+    def __init__(self, backend: Backend) -> None:
+        self.backend = backend
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Close the backend; the store cannot be used afterwards."""
+        self.backend.close()
+
+    @contextmanager
+    def batch(self) -> Iterator[None]:
+        """Group writes into one transaction: fast for bulk writes, all-or-nothing.
+
+        Appends inside the block are acknowledged (and durable) when the block exits; each ref
+        moved gets one reflog entry for the whole batch.
+        """
+        with self.backend.batch():
+            yield
+
+    # -- sessions ----------------------------------------------------------------------------
+
+    def session(self, name: str) -> Session:
+        """The handle of session ``name``: a new name starts empty, a known one has its history.
+
+        Raises:
+            InvalidRefNameError: ``name`` cannot name a session.
+        """
+        from .session import Session
+
+        return Session(self, check_ref_name(name))
+
+    def sessions(self) -> list[SessionInfo]:
+        """Every session, sorted by name."""
+        out = []
+        for ref in self.backend.list_refs(SESSIONS):
+            node = self.backend.get(ref.target)
+            out.append(SessionInfo(ref.name[len(SESSIONS):], ref.target,
+                                   node.depth if node else 0, ref.moved))
+        return out
+
+    def session_head(self, name: str) -> NodeId | None:
+        """Where session ``name`` points, or None if it has no events yet."""
+        ref = self.backend.get_ref(SESSIONS + name)
+        return None if ref is None else ref.target
+
+    def has_session(self, name: str) -> bool:
+        """True if a session of that name exists (has at least one event)."""
+        return self.backend.get_ref(SESSIONS + name) is not None
+
+    def fork(self, new: str, start: str | NodeId | None = None) -> Session:
+        """Create session ``new`` at revision ``start`` (default HEAD). O(1): one ref, no copy.
+
+        Raises:
+            RefExistsError: ``new`` exists.
+            UnknownRevisionError, AmbiguousPrefixError: ``start`` does not name one node.
+        """
+        check_ref_name(new)
+        target = self.resolve(start if start is not None else "HEAD")
+        if self.has_session(new):
+            raise RefExistsError(f"session {new!r} already exists")
+        self._move(SESSIONS + new, None, target, f"branch: created from {start or 'HEAD'}")
+        return self.session(new)
+
+    def delete_session(self, name: str) -> NodeId:
+        """Delete session ``name``; its reflog stays, so ``sess branch NAME ID`` restores it."""
+        target = self._require_session(name)
+        self._move(SESSIONS + name, target, None, "branch: deleted")
+        if self.backend.get_meta("HEAD") == "ref: " + SESSIONS + name:
+            self.backend.set_meta("HEAD", target)
+        self.backend.set_meta("session:" + name, None)
+        return target
+
+    def rename_session(self, old: str, new: str) -> None:
+        """Rename a session, carrying its reflog, metadata and HEAD along."""
+        check_ref_name(new)
+        target = self._require_session(old)
+        if self.has_session(new):
+            raise RefExistsError(f"session {new!r} already exists")
+        self.backend.rename_ref(SESSIONS + old, SESSIONS + new, target,
+                                f"branch: renamed {old} to {new}")
+        meta = self.backend.get_meta("session:" + old)
+        if meta is not None:
+            self.backend.set_meta("session:" + new, meta)
+            self.backend.set_meta("session:" + old, None)
+        if self.backend.get_meta("HEAD") == "ref: " + SESSIONS + old:
+            self.backend.set_meta("HEAD", "ref: " + SESSIONS + new)
+
+    def reset(self, name: str, rev: str | NodeId, reason: str | None = None) -> NodeId:
+        """Move session ``name`` to ``rev`` (rewind or fast-forward); logged, so undoable."""
+        target = self.resolve(rev)
+        old = self._require_session(name)
+        self._move(SESSIONS + name, old, target, reason or f"reset: moving to {rev}")
+        return target
+
+    def _require_session(self, name: str) -> NodeId:
+        head = self.session_head(name)
+        if head is None:
+            raise UnknownRevisionError(f"no session named {name!r}")
+        return head
+
+    def _move(self, ref: str, old: NodeId | None, new: NodeId | None, reason: str) -> None:
+        self.backend.commit([], [RefUpdate(ref, old, new, reason)])
+
+    def get_session_meta(self, name: str) -> dict[str, Any] | None:
+        """The metadata stored with a session (``NAME.meta.json`` on import/export), or None."""
+        raw = self.backend.get_meta("session:" + name)
+        return None if raw is None else msgspec.json.decode(raw)  # type: ignore[no-any-return]
+
+    def set_session_meta(self, name: str, meta: dict[str, Any] | None) -> None:
+        """Store (or with None drop) a session's metadata. Not hashed, not part of any node."""
+        self.backend.set_meta("session:" + name,
+                              None if meta is None else msgspec.json.encode(meta).decode())
+
+    # -- tags and HEAD -----------------------------------------------------------------------
+
+    def tag(self, name: str, rev: str | NodeId = "HEAD") -> NodeId:
+        """Name the node at ``rev``. Raises RefExistsError if the tag exists."""
+        check_ref_name(name)
+        target = self.resolve(rev)
+        if self.backend.get_ref(TAGS + name) is not None:
+            raise RefExistsError(f"tag {name!r} already exists")
+        self._move(TAGS + name, None, target, f"tag: {rev}")
+        return target
+
+    def tags(self) -> list[Ref]:
+        """Every tag, with the short name (no ``tags/``)."""
+        return [Ref(r.name[len(TAGS):], r.target, r.moved) for r in self.backend.list_refs(TAGS)]
+
+    def head(self) -> tuple[str | None, NodeId | None]:
+        """``(session name, node)`` of HEAD; name is None when detached, node None when empty."""
+        raw = self.backend.get_meta("HEAD") or "ref: " + SESSIONS + "main"
+        if raw.startswith("ref: "):
+            name = raw[5 + len(SESSIONS):]
+            return name, self.session_head(name)
+        return None, NodeId(raw)
+
+    def checkout(self, rev: str) -> tuple[str | None, NodeId]:
+        """Point HEAD at a session (by name) or, detached, at any other revision's node."""
+        name = rev[len(SESSIONS):] if rev.startswith(SESSIONS) else rev
+        if _SUFFIX.search(rev) is None and self.has_session(name):
+            self.backend.set_meta("HEAD", "ref: " + SESSIONS + name)
+            return name, self._require_session(name)
+        target = self.resolve(rev)
+        self.backend.set_meta("HEAD", target)
+        return None, target
+
+    def set_head_session(self, name: str) -> None:
+        """Point HEAD at session ``name``, which may not exist yet (its first append creates it)."""
+        self.backend.set_meta("HEAD", "ref: " + SESSIONS + check_ref_name(name))
+
+    # -- revisions ---------------------------------------------------------------------------
+
+    def resolve(self, rev: str | NodeId) -> NodeId:
+        """The node a revision names: ``HEAD``, a session or tag (``~N``/``^`` allowed), an id prefix.
+
+        Raises:
+            UnknownRevisionError: nothing matches, or ``~N`` goes past the root.
+            AmbiguousPrefixError: the id prefix matches several nodes.
+        """
+        rev = str(rev).strip()
+        back = 0
+        base = rev
+        while (m := _SUFFIX.search(base)) is not None and m.start() > 0:
+            step = m.group(0)
+            back += len(step) if step.startswith("^") else int(step[1:] or 1)
+            base = base[: m.start()]
+        node = self._resolve_base(base, rev)
+        if back == 0:
+            return node
+        chain = self.backend.chain(node, limit=back + 1)
+        if len(chain.ids) <= back:
+            raise UnknownRevisionError(
+                f"{rev}: {base} has only {len(chain.ids)} events, cannot go back {back}"
+            )
+        return chain.ids[0]
+
+    def _resolve_base(self, base: str, rev: str) -> NodeId:
+        if base == "HEAD" or base == "@":
+            name, node = self.head()
+            if node is None:
+                raise UnknownRevisionError(f"HEAD ({name}) has no events yet")
+            return node
+        for ref in (base, SESSIONS + base, TAGS + base):
+            found = self.backend.get_ref(ref)
+            if found is not None:
+                return found.target
+        prefix = base.lower()
+        if _HEX.match(prefix):
+            matches = self.backend.resolve_prefix(prefix, limit=6)
+            if len(matches) == 1:
+                return matches[0]
+            if len(matches) > 1:
+                shown = ", ".join(m[:12] for m in matches[:5])
+                raise AmbiguousPrefixError(f"id prefix {base!r} is ambiguous: {shown}...")
+        raise UnknownRevisionError(f"unknown revision {rev!r}: no session, tag or node id matches")
+
+    # -- reading -----------------------------------------------------------------------------
+
+    def chain(self, rev: str | NodeId, limit: int | None = None) -> Chain:
+        """The events from the root to ``rev`` (only the newest ``limit``), oldest first."""
+        return self.backend.chain(self.resolve(rev), limit)
+
+    def log(self, rev: str | NodeId = "HEAD", limit: int | None = None) -> list[Node]:
+        """Nodes walking back from ``rev``, newest first."""
+        chain = self.chain(rev, limit)
+        nodes = _nodes_of(chain)
+        nodes.reverse()
+        return nodes
+
+    def show(self, rev: str | NodeId) -> Node:
+        """One node in full."""
+        stored = self.backend.get(self.resolve(rev))
+        assert stored is not None
+        return Node(stored.id, stored.parent, stored.type, msgspec.msgpack.decode(stored.encoded))
+
+    def depth(self, rev: str | NodeId) -> int:
+        """How many events lead to ``rev``, itself included."""
+        stored = self.backend.get(self.resolve(rev))
+        return stored.depth if stored else 0
+
+    def derive(self, rev: str | NodeId = "HEAD") -> Derived:
+        """The derived chat messages at ``rev`` and the problems worked around."""
+        chain = self.chain(rev)
+        return derive_messages(chain.types, chain.datas, chain.ids)
+
+    def messages(self, rev: str | NodeId = "HEAD") -> list[dict[str, Any]]:
+        """The OpenAI-style chat messages a model would be sent at ``rev``."""
+        return self.derive(rev).messages
+
+    def diff(self, a: str | NodeId, b: str | NodeId) -> Diff:
+        """The last common node of two revisions and what each added since."""
+        ca, cb = self.chain(a), self.chain(b)
+        k = 0
+        for x, y in zip(ca.ids, cb.ids):
+            if x != y:
+                break
+            k += 1
+        return Diff(
+            ca.ids[k - 1] if k else None,
+            _nodes_of(ca)[k:],
+            _nodes_of(cb)[k:],
+        )
+
+    def reflog(self, name: str | None = None) -> list[ReflogEntry]:
+        """Every move of session ``name`` (a tag with ``tags/NAME``), or of every ref."""
+        if name is None:
+            return self.backend.reflog()
+        ref = name if name.startswith((SESSIONS, TAGS)) else SESSIONS + name
+        return self.backend.reflog(ref)
+
+    # -- writing -----------------------------------------------------------------------------
+
+    def write(
+        self, nodes: Sequence[Node], updates: Sequence[RefUpdate] = ()
+    ) -> None:
+        """Store nodes (parents first, idempotent) and apply ref updates, atomically.
+
+        The low-level write that importers use for whole trees. Session handles use
+        :meth:`Session.append`.
+        """
+        self.backend.commit([raw_node(n) for n in nodes], updates)
+
+
+def raw_node(node: Node) -> RawNode:
+    """Encode a node for a backend, checking its type and its id."""
+    if not is_registered(node.type):
+        raise InvalidEventError(f"unknown event type {node.type!r}: register it first")
+    encoded = encode_data(node.data)
+    if node_id_from_encoded(node.parent, node.type, encoded) != node.id:
+        raise InvalidEventError(f"node {node.id[:12]} does not hash to its id")
+    return RawNode(node.id, node.parent, node.type, encoded)
+
+
+def _nodes_of(chain: Chain) -> list[Node]:
+    ids = chain.ids
+    parents: list[NodeId | None] = [chain.base, *ids[:-1]]
+    return [Node(i, p, t, d) for i, p, t, d in zip(ids, parents, chain.types, chain.datas)]

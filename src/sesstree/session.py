@@ -1,0 +1,196 @@
+"""The agent-facing handle on one session: append, messages, fork, rewind, subscribe."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from .errors import ConflictError, InvalidEventError, UnknownRevisionError
+from .events import Derived, derive_messages, is_registered, message_type
+from .node import Node, NodeId, encode_data, node_id_from_encoded
+from .store.base import RawNode, RefUpdate
+
+if TYPE_CHECKING:
+    from .repo import Store
+
+__all__ = ["Session"]
+
+Subscriber = Callable[[Node], None]
+
+
+class Session:
+    """A named, growing path through the store's DAG; what an agent reads and writes.
+
+    Get one with :meth:`Store.session`. The handle remembers the head it last saw: an append
+    is a compare-and-set against it, so two writers can never silently interleave. The events
+    read so far are cached in the handle, so ``messages()`` after an append costs no I/O.
+    """
+
+    def __init__(self, store: Store, name: str) -> None:
+        self.store = store
+        self.name = name
+        self.ref = "sessions/" + name
+        self._subscribers: list[Subscriber] = []
+        self._head: NodeId | None = None
+        self._ids: list[NodeId] = []
+        self._types: list[str] = []
+        self._datas: list[Any] = []
+        self.refresh()
+
+    def __repr__(self) -> str:
+        head = self._head[:12] if self._head else "empty"
+        return f"<Session {self.name} at {head}, {len(self._ids)} events>"
+
+    @property
+    def head(self) -> NodeId | None:
+        """The id of the newest event as this handle last saw it; None for an empty session."""
+        return self._head
+
+    def __len__(self) -> int:
+        return len(self._ids)
+
+    def refresh(self) -> None:
+        """Re-read the session from the store (after another writer moved it)."""
+        head = self.store.session_head(self.name)
+        self._load(head)
+
+    def _load(self, head: NodeId | None) -> None:
+        self._head = head
+        if head is None:
+            self._ids, self._types, self._datas = [], [], []
+            return
+        chain = self.store.backend.chain(head)
+        self._ids, self._types, self._datas = chain.ids, chain.types, chain.datas
+
+    # -- writing -----------------------------------------------------------------------------
+
+    def append(self, type: str, data: Any, *, rebase: bool = False) -> Node:
+        """Append one event and move the session to it, atomically, with a reflog entry.
+
+        When this returns, the event is stored (durable as the store's durability says; inside
+        ``store.batch()``, when the batch ends).
+
+        Raises:
+            InvalidEventError: ``type`` is not registered or ``data`` is not a JSON value.
+            ConflictError: another writer moved the session since this handle last saw it
+                (nothing was written). With ``rebase=True`` the event is put on the session's
+                current head instead, once.
+        """
+        if not is_registered(type):
+            raise InvalidEventError(
+                f"unknown event type {type!r}: use the vocabulary or register_event_type()"
+            )
+        encoded = encode_data(data)
+        try:
+            node = self._commit(type, data, encoded)
+        except ConflictError:
+            if not rebase:
+                raise
+            self.refresh()
+            node = self._commit(type, data, encoded)
+        for subscriber in list(self._subscribers):
+            subscriber(node)
+        return node
+
+    def _commit(self, type: str, data: Any, encoded: bytes) -> Node:
+        parent = self._head
+        id = node_id_from_encoded(parent, type, encoded)
+        self.store.backend.commit(
+            [RawNode(id, parent, type, encoded)],
+            [RefUpdate(self.ref, parent, id, f"append: {type}")],
+        )
+        self._head = id
+        self._ids.append(id)
+        self._types.append(type)
+        self._datas.append(data)
+        return Node(id, parent, type, data)
+
+    def add_message(self, message: dict[str, Any]) -> Node:
+        """Append an OpenAI chat message; its role picks the event type, every key is kept."""
+        return self.append(message_type(message), message)
+
+    def extend(self, events: list[tuple[str, Any]]) -> list[Node]:
+        """Append several ``(type, data)`` events in one transaction."""
+        with self.store.batch():
+            return [self.append(t, d) for t, d in events]
+
+    # -- reading -----------------------------------------------------------------------------
+
+    def events(self) -> list[Node]:
+        """Every event of the session, oldest first."""
+        parents: list[NodeId | None] = [None, *self._ids[:-1]]
+        return [
+            Node(i, p, t, d)
+            for i, p, t, d in zip(self._ids, parents, self._types, self._datas)
+        ]
+
+    def derive(self) -> Derived:
+        """The derived messages and any orphaned tool call or result that was worked around."""
+        return derive_messages(self._types, self._datas, self._ids)
+
+    def messages(self) -> list[dict[str, Any]]:
+        """The OpenAI-style chat messages a model would be sent now."""
+        return self.derive().messages
+
+    # -- moving ------------------------------------------------------------------------------
+
+    def fork(self, name: str) -> Session:
+        """A new session at this one's head, O(1); this one is unchanged.
+
+        Raises:
+            RefExistsError: ``name`` exists.
+            UnknownRevisionError: this session has no events yet.
+        """
+        if self._head is None:
+            raise UnknownRevisionError(f"session {self.name!r} has no events to fork")
+        return self.store.fork(name, self._head)
+
+    def rewind(self, n: int = 1) -> NodeId | None:
+        """Move the session back ``n`` events; the reflog keeps where it was, so it is undoable.
+
+        A session cannot be rewound to nothing: ``n`` must be less than its length, else
+        UnknownRevisionError, as ``sess reset NAME NAME~N`` would raise.
+        """
+        if n < 0:
+            raise ValueError("n must be >= 0")
+        if n == 0:
+            return self._head
+        if n >= len(self._ids):
+            raise UnknownRevisionError(
+                f"cannot rewind {self.name} by {n}: it has {len(self._ids)} events"
+            )
+        target = self._ids[-1 - n]
+        self.store.backend.commit(
+            [], [RefUpdate(self.ref, self._head, target, f"rewind: {n} events")]
+        )
+        self._head = target
+        del self._ids[-n:], self._types[-n:], self._datas[-n:]
+        return target
+
+    def reset(self, rev: str | NodeId) -> NodeId:
+        """Move the session to any revision (rewind, fast-forward, or another path); logged."""
+        target = self.store.resolve(rev)
+        self.store.backend.commit([], [RefUpdate(self.ref, self._head, target, f"reset: {rev}")])
+        self._load(target)
+        return target
+
+    # -- observing ---------------------------------------------------------------------------
+
+    def subscribe(self, callback: Subscriber) -> Callable[[], None]:
+        """Call ``callback(node)`` after each event this handle appends; returns an unsubscribe."""
+        self._subscribers.append(callback)
+
+        def unsubscribe() -> None:
+            if callback in self._subscribers:
+                self._subscribers.remove(callback)
+
+        return unsubscribe
+
+    def flush(self) -> None:
+        """A durability point: returns once everything appended so far is committed.
+
+        Outside a batch every append is committed when it returns, so this only checks that
+        the store still has this session where the handle left it.
+        """
+        if self._head is not None and self.store.session_head(self.name) is None:
+            raise ConflictError(f"session {self.name} was deleted")

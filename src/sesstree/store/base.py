@@ -1,0 +1,148 @@
+"""The storage seam: what a backend must do, and nothing more.
+
+A backend is an object store (nodes, put idempotently, read by id or as a chain from a head)
+plus a ref store whose refs change only by compare-and-set, each change logged in the reflog
+in the same atomic step. Everything else (revisions, log, gc, fsck, stats) is built on top in
+:mod:`sesstree.repo` and works the same on every backend.
+
+Nodes cross this seam with their data already canonically encoded (:class:`RawNode`), so a
+backend never re-encodes, and the hash is computed once, above it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from contextlib import AbstractContextManager
+from typing import Any, Protocol
+
+import msgspec
+
+from ..node import NodeId
+
+__all__ = ["Backend", "Chain", "RawNode", "Ref", "RefUpdate", "ReflogEntry", "StoredNode"]
+
+
+class RawNode(msgspec.Struct, frozen=True, gc=False):
+    """A node on its way into a backend: id computed, data canonically encoded."""
+
+    id: NodeId
+    parent: NodeId | None
+    type: str
+    encoded: bytes
+
+
+class StoredNode(msgspec.Struct, frozen=True, gc=False):
+    """A node as a backend holds it, with its depth (1 for a root)."""
+
+    id: NodeId
+    parent: NodeId | None
+    depth: int
+    type: str
+    encoded: bytes
+
+
+class Chain(msgspec.Struct, gc=False):
+    """A stretch of one path through the DAG, oldest first, with data decoded."""
+
+    ids: list[NodeId]
+    types: list[str]
+    datas: list[Any]
+    #: Depth of the first node: 1 when the chain starts at a root.
+    start_depth: int
+    #: Parent of the first node: None when the chain starts at a root.
+    base: NodeId | None = None
+
+
+class Ref(msgspec.Struct, frozen=True):
+    """A named pointer: ``sessions/NAME`` or ``tags/NAME``."""
+
+    name: str
+    target: NodeId
+    moved: float
+
+
+class RefUpdate(msgspec.Struct, frozen=True):
+    """One compare-and-set: move ``name`` from ``old`` to ``new`` (None: absent), logged."""
+
+    name: str
+    old: NodeId | None
+    new: NodeId | None
+    reason: str
+
+
+class ReflogEntry(msgspec.Struct, frozen=True):
+    """One move of a ref. ``old`` is None for a creation, ``new`` None for a deletion."""
+
+    ref: str
+    old: NodeId | None
+    new: NodeId | None
+    time: float
+    reason: str
+
+
+class Backend(Protocol):
+    """What every backend implements. The conformance suite in ``tests/`` checks it."""
+
+    def commit(self, nodes: Sequence[RawNode], updates: Sequence[RefUpdate]) -> None:
+        """Atomically store ``nodes`` (idempotent) and apply every ref update with its reflog.
+
+        A node's parent must be stored already or come earlier in ``nodes``. If any update's
+        ``old`` differs from the ref's current target, raise ConflictError and write nothing.
+        Inside :meth:`batch`, the work joins the batch and is durable when the batch ends.
+        """
+
+    def batch(self) -> AbstractContextManager[None]:
+        """Group commits: one transaction, acknowledged (and durable) when the block exits."""
+
+    def get(self, id: NodeId) -> StoredNode | None:
+        """One node, or None."""
+
+    def has(self, ids: Sequence[NodeId]) -> set[NodeId]:
+        """The subset of ``ids`` that are stored."""
+
+    def chain(self, head: NodeId, limit: int | None = None) -> Chain:
+        """The path that ends at ``head``, oldest first; only the newest ``limit`` if given."""
+
+    def resolve_prefix(self, prefix: str, limit: int = 2) -> list[NodeId]:
+        """Up to ``limit`` ids that start with the lowercase hex ``prefix``."""
+
+    def get_ref(self, name: str) -> Ref | None:
+        """The ref, or None."""
+
+    def list_refs(self, prefix: str) -> list[Ref]:
+        """Every ref whose name starts with ``prefix``, sorted by name."""
+
+    def reflog(self, name: str | None = None) -> list[ReflogEntry]:
+        """Moves of one ref (or of all), oldest first."""
+
+    def rename_ref(self, old: str, new: str, target: NodeId, reason: str) -> None:
+        """Atomically move ref ``old`` (at ``target``) to ``new`` (absent), carrying its reflog."""
+
+    def get_meta(self, key: str) -> str | None:
+        """A small setting (HEAD, session metadata), or None."""
+
+    def set_meta(self, key: str, value: str | None) -> None:
+        """Set or (with None) delete a setting."""
+
+    def iter_nodes(self) -> Iterator[StoredNode]:
+        """Every stored node, parents before children."""
+
+    def count_nodes(self) -> int:
+        """How many nodes are stored."""
+
+    def delete_nodes(self, ids: Sequence[NodeId]) -> int:
+        """Remove nodes (gc only: the caller ensures nothing reaches them). Returns the count."""
+
+    def check(self) -> list[str]:
+        """Backend-level faults (storage integrity, derived indexes, payload hashes)."""
+
+    def physical_bytes(self) -> int:
+        """Bytes the store takes on disk (0 in memory)."""
+
+    def close(self) -> None:
+        """Release files and locks."""
+
+
+def describe(value: Any) -> str:
+    """A short human form of an id or None, for messages."""
+    return "nothing" if value is None else str(value)[:12]

@@ -1,0 +1,165 @@
+"""An in-memory backend: the reference implementation the conformance suite also runs on."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+
+import msgspec
+
+from ..errors import ConflictError
+from ..node import NodeId
+from .base import Chain, RawNode, Ref, RefUpdate, ReflogEntry, StoredNode, describe
+
+__all__ = ["MemoryBackend"]
+
+_decode = msgspec.msgpack.Decoder().decode
+
+
+class MemoryBackend:
+    """Nodes, refs and reflog in dicts. Thread-safe; gone when the process ends."""
+
+    def __init__(self) -> None:
+        self._nodes: dict[NodeId, StoredNode] = {}
+        self._refs: dict[str, Ref] = {}
+        self._reflog: list[ReflogEntry] = []
+        self._meta: dict[str, str] = {}
+        self._lock = threading.RLock()
+        self._batch_depth = 0
+        self._snapshot: tuple[dict[NodeId, StoredNode], dict[str, Ref], int] | None = None
+
+    def commit(self, nodes: Sequence[RawNode], updates: Sequence[RefUpdate]) -> None:
+        with self._lock:
+            for u in updates:
+                current = self._refs.get(u.name)
+                if (current.target if current else None) != u.old:
+                    raise ConflictError(
+                        f"{u.name} moved: expected {describe(u.old)}, "
+                        f"found {describe(current.target if current else None)}"
+                    )
+            staged: dict[NodeId, StoredNode] = {}
+            for n in nodes:
+                if n.id in self._nodes or n.id in staged:
+                    continue
+                depth = 1
+                if n.parent is not None:
+                    parent = self._nodes.get(n.parent) or staged.get(n.parent)
+                    if parent is None:
+                        raise ConflictError(f"parent {n.parent[:12]} of {n.id[:12]} is not stored")
+                    depth = parent.depth + 1
+                staged[n.id] = StoredNode(n.id, n.parent, depth, n.type, n.encoded)
+            for u in updates:
+                if u.new is not None and u.new not in self._nodes and u.new not in staged:
+                    raise ConflictError(f"{u.name}: target {u.new[:12]} is not stored")
+            self._nodes.update(staged)
+            now = time.time()
+            for u in updates:
+                if u.new is None:
+                    self._refs.pop(u.name, None)
+                else:
+                    self._refs[u.name] = Ref(u.name, u.new, now)
+                self._reflog.append(ReflogEntry(u.name, u.old, u.new, now, u.reason))
+
+    @contextmanager
+    def batch(self) -> Iterator[None]:
+        with self._lock:
+            if self._batch_depth == 0:
+                self._snapshot = (dict(self._nodes), dict(self._refs), len(self._reflog))
+            self._batch_depth += 1
+            try:
+                yield
+            except BaseException:
+                if self._batch_depth == 1 and self._snapshot is not None:
+                    nodes, refs, n = self._snapshot
+                    self._nodes, self._refs = nodes, refs
+                    del self._reflog[n:]
+                raise
+            finally:
+                self._batch_depth -= 1
+                if self._batch_depth == 0:
+                    self._snapshot = None
+
+    def get(self, id: NodeId) -> StoredNode | None:
+        return self._nodes.get(id)
+
+    def has(self, ids: Sequence[NodeId]) -> set[NodeId]:
+        return {i for i in ids if i in self._nodes}
+
+    def chain(self, head: NodeId, limit: int | None = None) -> Chain:
+        ids: list[NodeId] = []
+        types: list[str] = []
+        raws: list[bytes] = []
+        node = self._nodes.get(head)
+        if node is None:
+            raise KeyError(head)
+        start_depth = node.depth
+        base: NodeId | None = None
+        while node is not None and (limit is None or len(ids) < limit):
+            ids.append(node.id)
+            types.append(node.type)
+            raws.append(node.encoded)
+            start_depth = node.depth
+            base = node.parent
+            node = self._nodes.get(node.parent) if node.parent is not None else None
+        ids.reverse()
+        types.reverse()
+        raws.reverse()
+        return Chain(ids, types, [_decode(r) for r in raws], start_depth, base)
+
+    def resolve_prefix(self, prefix: str, limit: int = 2) -> list[NodeId]:
+        found: list[NodeId] = []
+        for i in self._nodes:
+            if i.startswith(prefix):
+                found.append(i)
+                if len(found) >= limit:
+                    break
+        return found
+
+    def get_ref(self, name: str) -> Ref | None:
+        return self._refs.get(name)
+
+    def list_refs(self, prefix: str) -> list[Ref]:
+        return sorted((r for r in self._refs.values() if r.name.startswith(prefix)),
+                      key=lambda r: r.name)
+
+    def reflog(self, name: str | None = None) -> list[ReflogEntry]:
+        return [e for e in self._reflog if name is None or e.ref == name]
+
+    def rename_ref(self, old: str, new: str, target: NodeId, reason: str) -> None:
+        with self._lock:
+            self.commit([], [RefUpdate(old, target, None, reason), RefUpdate(new, None, target, reason)])
+            self._reflog = [
+                ReflogEntry(new, e.old, e.new, e.time, e.reason) if e.ref == old else e
+                for e in self._reflog
+            ]
+
+    def get_meta(self, key: str) -> str | None:
+        return self._meta.get(key)
+
+    def set_meta(self, key: str, value: str | None) -> None:
+        if value is None:
+            self._meta.pop(key, None)
+        else:
+            self._meta[key] = value
+
+    def iter_nodes(self) -> Iterator[StoredNode]:
+        # Insertion order of a dict is parents-first, as nodes are only stored after parents.
+        yield from list(self._nodes.values())
+
+    def count_nodes(self) -> int:
+        return len(self._nodes)
+
+    def delete_nodes(self, ids: Sequence[NodeId]) -> int:
+        with self._lock:
+            return sum(self._nodes.pop(i, None) is not None for i in ids)
+
+    def check(self) -> list[str]:
+        return []
+
+    def physical_bytes(self) -> int:
+        return 0
+
+    def close(self) -> None:
+        pass
