@@ -131,28 +131,58 @@ def _summary(data: Any) -> dict[str, Any]:
 
 
 def derive_messages(
-    types: Sequence[str], datas: Sequence[Any], ids: Sequence[str] | None = None
+    types: Sequence[str],
+    datas: Sequence[Any],
+    ids: Sequence[str] | None = None,
+    *,
+    repair: bool = True,
 ) -> Derived:
     """Derive the chat messages from a session's events, oldest first.
 
     ``ids`` (hex node ids) are needed only to honour a compaction marker's ``first_kept``.
+    With ``repair=False`` tool calls are not paired (export writes what was stored).
     """
     out: list[dict[str, Any]] = []
+    append = out.append
     # Index in `out` of the first message derived from each node, for compaction.
     starts: dict[str, int] | None = {} if ids is not None else None
+    # Tool calls still waiting for their result; None once pairing needs the slow path.
+    waiting: set[Any] | None = set()
     for i, type in enumerate(types):
         data = datas[i]
         if starts is not None and ids is not None:
             starts[ids[i]] = len(out)
         if type in MESSAGE_TYPES:
-            if isinstance(data, dict):
-                if "role" not in data and type in _DEFAULT_ROLE:
-                    data = {"role": _DEFAULT_ROLE[type], **data}
-                out.append(data)
+            if not isinstance(data, dict):
+                continue
+            if "role" not in data and type in _DEFAULT_ROLE:
+                data = {"role": _DEFAULT_ROLE[type], **data}
+            append(data)
+            if waiting is not None:
+                # Inline check that results directly follow their calls, so a well-formed
+                # history needs no second pass.
+                if type == "tool/result":
+                    call = data.get("tool_call_id")
+                    if call in waiting:
+                        waiting.discard(call)
+                    else:
+                        waiting = None
+                elif waiting:
+                    waiting = None
+                elif "tool_calls" in data:
+                    calls = data["tool_calls"]
+                    if isinstance(calls, list) and all(isinstance(c, dict) for c in calls):
+                        waiting = {c.get("id") for c in calls}
+                    else:
+                        waiting = None
         elif type == "context/message":
-            out.append(_tagged("context", data))
+            append(_tagged("context", data))
+            if waiting:
+                waiting = None
         elif type == "steering/message":
-            out.append(_tagged("steering", data))
+            append(_tagged("steering", data))
+            if waiting:
+                waiting = None
         elif type == "compaction/marker":
             keep_from = len(out)
             first_kept = data.get("first_kept") if isinstance(data, dict) else None
@@ -163,11 +193,15 @@ def derive_messages(
             out[:keep_from] = [_summary(data)]
             if starts is not None:
                 starts = {node: pos - keep_from + 1 for node, pos in starts.items()}
+            waiting = None
         elif type in _registry:
             render = _registry[type]
             message = render(data) if render is not None else None
             if message is not None:
-                out.append(message)
+                append(message)
+                waiting = None
+    if not repair or (waiting is not None and not waiting):
+        return Derived(out, [])
     return _pair_tool_calls(out)
 
 
@@ -179,17 +213,12 @@ def _call_ids(message: dict[str, Any]) -> list[str]:
 
 
 def _pair_tool_calls(messages: list[dict[str, Any]]) -> Derived:
-    """Check every tool call has its result right after its assistant message.
-
-    Fast path: a well-formed history is returned as it is, with no copy.
-    """
+    """Pair every tool call with its result right after its assistant message."""
     problems: list[Problem] = []
     results: dict[str, int] = {}
     for i, m in enumerate(messages):
         if m.get("role") == "tool":
             results.setdefault(str(m.get("tool_call_id")), i)
-    if not results and not any("tool_calls" in m for m in messages):
-        return Derived(messages, problems)
     out: list[dict[str, Any]] = []
     used: set[int] = set()
     i = 0

@@ -24,11 +24,12 @@ from .errors import (
 )
 from .events import Derived, derive_messages, is_registered
 from .node import Node, NodeId, check_ref_name, encode_data, node_id_from_encoded
-from .store.base import Backend, Chain, RawNode, Ref, RefUpdate, ReflogEntry
+from .store.base import Backend, Chain, RawNode, Ref, ReflogEntry, RefUpdate
 from .store.memory import MemoryBackend
 from .store.sqlite import SqliteBackend
 
 if TYPE_CHECKING:
+    from .maintenance import GcResult, Stats
     from .session import Session
 
 __all__ = ["STORE_FILE", "Diff", "SessionInfo", "Store", "open_store"]
@@ -38,6 +39,7 @@ SESSIONS = "sessions/"
 TAGS = "tags/"
 _HEX = re.compile(r"^[0-9a-f]{4,64}$")
 _SUFFIX = re.compile(r"(~\d*|\^+)$")
+_REFLOG_REV = re.compile(r"^(.*)@\{(\d+)\}$")
 
 
 class SessionInfo(msgspec.Struct, frozen=True):
@@ -202,7 +204,10 @@ class Store:
     def get_session_meta(self, name: str) -> dict[str, Any] | None:
         """The metadata stored with a session (``NAME.meta.json`` on import/export), or None."""
         raw = self.backend.get_meta("session:" + name)
-        return None if raw is None else msgspec.json.decode(raw)  # type: ignore[no-any-return]
+        if raw is None:
+            return None
+        meta: dict[str, Any] = msgspec.json.decode(raw)
+        return meta
 
     def set_session_meta(self, name: str, meta: dict[str, Any] | None) -> None:
         """Store (or with None drop) a session's metadata. Not hashed, not part of any node."""
@@ -273,6 +278,8 @@ class Store:
         return chain.ids[0]
 
     def _resolve_base(self, base: str, rev: str) -> NodeId:
+        if (m := _REFLOG_REV.match(base)) is not None:
+            return self._from_reflog(m.group(1), int(m.group(2)), rev)
         if base == "HEAD" or base == "@":
             name, node = self.head()
             if node is None:
@@ -291,6 +298,21 @@ class Store:
                 shown = ", ".join(m[:12] for m in matches[:5])
                 raise AmbiguousPrefixError(f"id prefix {base!r} is ambiguous: {shown}...")
         raise UnknownRevisionError(f"unknown revision {rev!r}: no session, tag or node id matches")
+
+    def _from_reflog(self, name: str, n: int, rev: str) -> NodeId:
+        """``NAME@{N}``: where the ref pointed N moves ago (0 = now), deleted refs included."""
+        if name in ("HEAD", "@", ""):
+            head_name, _ = self.head()
+            if head_name is None:
+                raise UnknownRevisionError(f"{rev}: HEAD is detached and has no reflog")
+            name = head_name
+        entries = self.reflog(name)
+        if n >= len(entries):
+            raise UnknownRevisionError(f"{rev}: the reflog of {name} has only {len(entries)} entries")
+        target = entries[-1 - n].new
+        if target is None:
+            raise UnknownRevisionError(f"{rev} is the deletion of {name}; try {name}@{{{n + 1}}}")
+        return target
 
     # -- reading -----------------------------------------------------------------------------
 
@@ -319,7 +341,8 @@ class Store:
     def derive(self, rev: str | NodeId = "HEAD") -> Derived:
         """The derived chat messages at ``rev`` and the problems worked around."""
         chain = self.chain(rev)
-        return derive_messages(chain.types, chain.datas, chain.ids)
+        ids = chain.ids if "compaction/marker" in chain.types else None
+        return derive_messages(chain.types, chain.datas, ids)
 
     def messages(self, rev: str | NodeId = "HEAD") -> list[dict[str, Any]]:
         """The OpenAI-style chat messages a model would be sent at ``rev``."""
@@ -329,7 +352,7 @@ class Store:
         """The last common node of two revisions and what each added since."""
         ca, cb = self.chain(a), self.chain(b)
         k = 0
-        for x, y in zip(ca.ids, cb.ids):
+        for x, y in zip(ca.ids, cb.ids, strict=False):
             if x != y:
                 break
             k += 1
@@ -345,6 +368,26 @@ class Store:
             return self.backend.reflog()
         ref = name if name.startswith((SESSIONS, TAGS)) else SESSIONS + name
         return self.backend.reflog(ref)
+
+    # -- maintenance -------------------------------------------------------------------------
+
+    def fsck(self) -> list[str]:
+        """Every fault in the store (empty when sound). See :func:`sesstree.maintenance.fsck`."""
+        from .maintenance import fsck
+
+        return fsck(self)
+
+    def gc(self, *, dry_run: bool = False) -> GcResult:
+        """Remove what nothing reaches. See :func:`sesstree.maintenance.gc`."""
+        from .maintenance import gc
+
+        return gc(self, dry_run=dry_run)
+
+    def stats(self) -> Stats:
+        """Nodes, refs, logical and physical bytes. See :func:`sesstree.maintenance.stats`."""
+        from .maintenance import stats
+
+        return stats(self)
 
     # -- writing -----------------------------------------------------------------------------
 
@@ -372,4 +415,5 @@ def raw_node(node: Node) -> RawNode:
 def _nodes_of(chain: Chain) -> list[Node]:
     ids = chain.ids
     parents: list[NodeId | None] = [chain.base, *ids[:-1]]
-    return [Node(i, p, t, d) for i, p, t, d in zip(ids, parents, chain.types, chain.datas)]
+    return [Node(i, p, t, d) for i, p, t, d in zip(ids, parents, chain.types, chain.datas, strict=True)]
+

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 from .errors import ConflictError, InvalidEventError, UnknownRevisionError
 from .events import Derived, derive_messages, is_registered, message_type
 from .node import Node, NodeId, encode_data, node_id_from_encoded
-from .store.base import RawNode, RefUpdate
+from .store.base import Chain, RawNode, RefUpdate
 
 if TYPE_CHECKING:
     from .repo import Store
@@ -32,14 +32,17 @@ class Session:
         self.ref = "sessions/" + name
         self._subscribers: list[Subscriber] = []
         self._head: NodeId | None = None
-        self._ids: list[NodeId] = []
+        # The events are read on first use, so that a handle (and a fork) costs O(1).
+        self._loaded = False
+        self._chain: Chain | None = None
+        self._new_ids: list[NodeId] = []  # ids appended since the chain was read
         self._types: list[str] = []
         self._datas: list[Any] = []
         self.refresh()
 
     def __repr__(self) -> str:
         head = self._head[:12] if self._head else "empty"
-        return f"<Session {self.name} at {head}, {len(self._ids)} events>"
+        return f"<Session {self.name} at {head}>"
 
     @property
     def head(self) -> NodeId | None:
@@ -47,20 +50,36 @@ class Session:
         return self._head
 
     def __len__(self) -> int:
-        return len(self._ids)
+        if self._loaded:
+            return len(self._types)
+        stored = self.store.backend.get(self._head) if self._head is not None else None
+        return stored.depth if stored is not None else 0
 
     def refresh(self) -> None:
-        """Re-read the session from the store (after another writer moved it)."""
-        head = self.store.session_head(self.name)
-        self._load(head)
+        """Re-read where the session points (after another writer moved it)."""
+        self._set_head(self.store.session_head(self.name))
 
-    def _load(self, head: NodeId | None) -> None:
+    def _set_head(self, head: NodeId | None) -> None:
         self._head = head
-        if head is None:
-            self._ids, self._types, self._datas = [], [], []
+        self._loaded = False
+        self._chain = None
+        self._new_ids, self._types, self._datas = [], [], []
+
+    def _ensure_loaded(self) -> None:
+        if self._loaded:
             return
-        chain = self.store.backend.chain(head)
-        self._ids, self._types, self._datas = chain.ids, chain.types, chain.datas
+        if self._head is not None:
+            self._chain = self.store.backend.chain(self._head)
+            self._types, self._datas = self._chain.types, self._chain.datas
+        self._loaded = True
+
+    def _ids(self) -> list[NodeId]:
+        """Every id, oldest first (built on demand: a load does not need them)."""
+        self._ensure_loaded()
+        if self._chain is None:
+            return list(self._new_ids)
+        ids = self._chain.ids + self._new_ids
+        return ids
 
     # -- writing -----------------------------------------------------------------------------
 
@@ -100,9 +119,10 @@ class Session:
             [RefUpdate(self.ref, parent, id, f"append: {type}")],
         )
         self._head = id
-        self._ids.append(id)
-        self._types.append(type)
-        self._datas.append(data)
+        if self._loaded:
+            self._new_ids.append(id)
+            self._types.append(type)
+            self._datas.append(data)
         return Node(id, parent, type, data)
 
     def add_message(self, message: dict[str, Any]) -> Node:
@@ -118,15 +138,15 @@ class Session:
 
     def events(self) -> list[Node]:
         """Every event of the session, oldest first."""
-        parents: list[NodeId | None] = [None, *self._ids[:-1]]
-        return [
-            Node(i, p, t, d)
-            for i, p, t, d in zip(self._ids, parents, self._types, self._datas)
-        ]
+        ids = self._ids()
+        parents: list[NodeId | None] = [None, *ids[:-1]]
+        return [Node(i, p, t, d) for i, p, t, d in zip(ids, parents, self._types, self._datas, strict=True)]
 
     def derive(self) -> Derived:
         """The derived messages and any orphaned tool call or result that was worked around."""
-        return derive_messages(self._types, self._datas, self._ids)
+        self._ensure_loaded()
+        ids = self._ids() if "compaction/marker" in self._types else None
+        return derive_messages(self._types, self._datas, ids)
 
     def messages(self) -> list[dict[str, Any]]:
         """The OpenAI-style chat messages a model would be sent now."""
@@ -155,23 +175,19 @@ class Session:
             raise ValueError("n must be >= 0")
         if n == 0:
             return self._head
-        if n >= len(self._ids):
-            raise UnknownRevisionError(
-                f"cannot rewind {self.name} by {n}: it has {len(self._ids)} events"
-            )
-        target = self._ids[-1 - n]
-        self.store.backend.commit(
-            [], [RefUpdate(self.ref, self._head, target, f"rewind: {n} events")]
-        )
-        self._head = target
-        del self._ids[-n:], self._types[-n:], self._datas[-n:]
+        ids = self._ids()
+        if n >= len(ids):
+            raise UnknownRevisionError(f"cannot rewind {self.name} by {n}: it has {len(ids)} events")
+        target = ids[-1 - n]
+        self.store.backend.commit([], [RefUpdate(self.ref, self._head, target, f"rewind: {n} events")])
+        self._set_head(target)
         return target
 
     def reset(self, rev: str | NodeId) -> NodeId:
         """Move the session to any revision (rewind, fast-forward, or another path); logged."""
         target = self.store.resolve(rev)
         self.store.backend.commit([], [RefUpdate(self.ref, self._head, target, f"reset: {rev}")])
-        self._load(target)
+        self._set_head(target)
         return target
 
     # -- observing ---------------------------------------------------------------------------

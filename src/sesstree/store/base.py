@@ -41,16 +41,44 @@ class StoredNode(msgspec.Struct, frozen=True, gc=False):
     encoded: bytes
 
 
-class Chain(msgspec.Struct, gc=False):
-    """A stretch of one path through the DAG, oldest first, with data decoded."""
+class Chain:
+    """A stretch of one path through the DAG, oldest first, with data decoded.
 
-    ids: list[NodeId]
-    types: list[str]
-    datas: list[Any]
-    #: Depth of the first node: 1 when the chain starts at a root.
-    start_depth: int
-    #: Parent of the first node: None when the chain starts at a root.
-    base: NodeId | None = None
+    Ids are turned into hex only when asked for (``ids``): loading a session's messages does
+    not need them, and for a long session that is a measurable share of the load.
+    """
+
+    __slots__ = ("_ids", "_packed", "base", "datas", "start_depth", "types")
+
+    def __init__(
+        self,
+        types: list[str],
+        datas: list[Any],
+        start_depth: int,
+        base: NodeId | None = None,
+        *,
+        ids: list[NodeId] | None = None,
+        packed_ids: bytes | None = None,
+    ) -> None:
+        self.types = types
+        self.datas = datas
+        #: Depth of the first node: 1 when the chain starts at a root.
+        self.start_depth = start_depth
+        #: Parent of the first node: None when the chain starts at a root.
+        self.base = base
+        self._ids = ids
+        self._packed = packed_ids
+
+    @property
+    def ids(self) -> list[NodeId]:
+        """The hex ids, oldest first."""
+        if self._ids is None:
+            packed = self._packed or b""
+            self._ids = [NodeId(packed[i : i + 32].hex()) for i in range(0, len(packed), 32)]
+        return self._ids
+
+    def __len__(self) -> int:
+        return len(self.types)
 
 
 class Ref(msgspec.Struct, frozen=True):

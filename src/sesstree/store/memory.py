@@ -11,7 +11,7 @@ import msgspec
 
 from ..errors import ConflictError
 from ..node import NodeId
-from .base import Chain, RawNode, Ref, RefUpdate, ReflogEntry, StoredNode, describe
+from .base import Chain, RawNode, Ref, ReflogEntry, RefUpdate, StoredNode, describe
 
 __all__ = ["MemoryBackend"]
 
@@ -106,7 +106,7 @@ class MemoryBackend:
         ids.reverse()
         types.reverse()
         raws.reverse()
-        return Chain(ids, types, [_decode(r) for r in raws], start_depth, base)
+        return Chain(types, [_decode(r) for r in raws], start_depth, base, ids=ids)
 
     def resolve_prefix(self, prefix: str, limit: int = 2) -> list[NodeId]:
         found: list[NodeId] = []

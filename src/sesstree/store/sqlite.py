@@ -9,8 +9,11 @@ Layout and why:
   of the range to read. ``fsck`` recomputes it.
 - Data larger than ``BLOB_MIN`` bytes lives once in ``blobs``, keyed by its blake3 hash, so the
   same 200 KB tool result in a thousand sessions is stored once.
-- ``refs`` change only by compare-and-set; triggers write the reflog row in the same statement,
-  so a ref can never move without its log entry.
+- There is no separate table of refs: the ``reflog`` is the truth, clustered by ``(ref, n)``,
+  and a ref's value is its newest entry. Moving a ref *is* writing its log entry, so a ref can
+  never move without one, and the compare-and-set is one ``INSERT ... WHERE newest IS old``.
+  An append therefore touches three pages (node row, id index, the ref's log), which is what
+  makes a committed append cheap.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import msgspec
 from blake3 import blake3
@@ -36,69 +39,125 @@ from ..errors import (
     StoreNotFoundError,
 )
 from ..node import ID_VERSION, NodeId
-from .base import Chain, RawNode, Ref, RefUpdate, ReflogEntry, StoredNode, describe
+from .base import Chain, RawNode, Ref, ReflogEntry, RefUpdate, StoredNode, describe
 
 __all__ = ["FORMAT_VERSION", "SqliteBackend"]
 
 FORMAT_VERSION = 1
 BLOB_MIN = 1024
+PAGE_SIZE = 4096
+# Checkpoint every ~40 MB of WAL instead of 4 MB: fewer checkpoints (each one fsyncs) make
+# committed appends cheaper; the WAL file is reused, so it stays at about this size.
+WAL_PAGES = 10_000
 _CACHE_MAX = 200_000
 
 _SCHEMA = [
-    s.strip() + ("; END" if "TRIGGER" in s else "")
-    for s in """
-CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID;
-CREATE TABLE blobs(bid INTEGER PRIMARY KEY, hash BLOB NOT NULL UNIQUE, data BLOB NOT NULL);
-CREATE TABLE nodes(
-    seq INTEGER PRIMARY KEY,
-    id BLOB NOT NULL UNIQUE,
-    parent INTEGER,
-    depth INTEGER NOT NULL,
-    type TEXT NOT NULL,
-    data BLOB,
-    bid INTEGER
-);
-CREATE TABLE refs(
-    name TEXT PRIMARY KEY,
-    seq INTEGER NOT NULL,
-    moved REAL NOT NULL,
-    reason TEXT NOT NULL
-) WITHOUT ROWID;
-CREATE TABLE reflog(
-    n INTEGER PRIMARY KEY,
-    ref TEXT NOT NULL,
-    old INTEGER,
-    new INTEGER,
-    time REAL NOT NULL,
-    reason TEXT NOT NULL
-);
-CREATE INDEX reflog_ref ON reflog(ref);
-CREATE TRIGGER refs_created AFTER INSERT ON refs BEGIN
-    INSERT INTO reflog(ref, old, new, time, reason)
-    VALUES (new.name, NULL, new.seq, new.moved, new.reason);
-END;
-CREATE TRIGGER refs_moved AFTER UPDATE ON refs BEGIN
-    INSERT INTO reflog(ref, old, new, time, reason)
-    VALUES (new.name, old.seq, new.seq, new.moved, new.reason);
-END;
-""".replace("END;", "").split(";")
-    if s.strip()
+    "CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID",
+    "CREATE TABLE blobs(bid INTEGER PRIMARY KEY, hash BLOB NOT NULL UNIQUE, data BLOB NOT NULL)",
+    """CREATE TABLE nodes(
+        seq INTEGER PRIMARY KEY,
+        id BLOB NOT NULL UNIQUE,
+        parent INTEGER,
+        depth INTEGER NOT NULL,
+        type TEXT NOT NULL,
+        data BLOB,
+        bid INTEGER
+    )""",
+    """CREATE TABLE reflog(
+        ref TEXT NOT NULL,
+        n INTEGER NOT NULL,
+        old INTEGER,
+        new INTEGER,
+        time REAL NOT NULL,
+        reason TEXT NOT NULL,
+        PRIMARY KEY (ref, n)
+    ) WITHOUT ROWID""",
 ]
 
-_NODE_COLS = "n.seq, n.id, n.parent, n.type, coalesce(n.data, (SELECT data FROM blobs WHERE bid = n.bid))"
+_NEWEST = "SELECT new FROM reflog WHERE ref = ?1 ORDER BY n DESC LIMIT 1"
+# Compare-and-set and log in one statement: the row is written only if the newest entry of the
+# ref points where the writer expects (?2); `IS` makes "absent" (NULL) compare equal to None.
+_CAS = (
+    "INSERT INTO reflog(ref, n, old, new, time, reason) "
+    "SELECT ?1, coalesce((SELECT n FROM reflog WHERE ref = ?1 ORDER BY n DESC LIMIT 1), 0) + 1,"
+    " ?2, ?3, ?4, ?5 "
+    f"WHERE ({_NEWEST}) IS ?2"
+)
+# The common append (one small node on top of the ref's head) as one statement: a temporary
+# INSTEAD OF trigger on a temporary view does the node insert and the compare-and-set. One
+# statement means one implicit transaction and no BEGIN/COMMIT round trips; it is created per
+# connection, so the file's schema is unchanged. ?-parameters: ref, parent id, id, type, data,
+# time, reason. A lost CAS raises "sesstree-conflict", which rolls the statement back.
+_APPEND_TEMP = [
+    "CREATE TEMP VIEW append_one(ref, parent, id, type, data, time, reason) AS "
+    "SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL",
+    """CREATE TEMP TRIGGER append_one_do INSTEAD OF INSERT ON append_one BEGIN
+        INSERT OR IGNORE INTO nodes(id, parent, depth, type, data)
+        SELECT NEW.id, p.seq, coalesce(p.depth, 0) + 1, NEW.type, NEW.data
+        FROM (SELECT 1) LEFT JOIN main.nodes p ON p.id = NEW.parent
+        WHERE NEW.parent IS NULL OR p.seq IS NOT NULL;
+        INSERT INTO reflog(ref, n, old, new, time, reason)
+        SELECT NEW.ref,
+               coalesce((SELECT n FROM main.reflog WHERE ref = NEW.ref ORDER BY n DESC LIMIT 1), 0) + 1,
+               p.seq, c.seq, NEW.time, NEW.reason
+        FROM main.nodes c LEFT JOIN main.nodes p ON p.id = NEW.parent
+        WHERE c.id = NEW.id AND (NEW.parent IS NULL OR p.seq IS NOT NULL)
+          AND (SELECT new FROM main.reflog WHERE ref = NEW.ref ORDER BY n DESC LIMIT 1) IS p.seq;
+        SELECT RAISE(ABORT, 'sesstree-conflict') WHERE changes() = 0;
+    END""",
+]
+_APPEND_ONE = "INSERT INTO temp.append_one VALUES (?, ?, ?, ?, ?, ?, ?)"
+_INSERT_NODE = (
+    "INSERT OR IGNORE INTO nodes(id, parent, depth, type, data, bid) VALUES (?, ?, ?, ?, ?, ?)"
+)
+_NODE_COLS = (
+    "n.seq, n.id, n.parent, n.type, coalesce(n.data, (SELECT data FROM blobs WHERE bid = n.bid))"
+)
+# The newest entry of every ref whose name starts with ?1 (?2 = its length), found with one
+# index seek per ref name instead of a scan of the whole log.
+_LIST_REFS = """
+WITH RECURSIVE names(ref) AS (
+    SELECT (SELECT ref FROM reflog WHERE ref >= ?1 ORDER BY ref LIMIT 1)
+    UNION ALL
+    SELECT (SELECT ref FROM reflog WHERE ref > names.ref ORDER BY ref LIMIT 1)
+    FROM names WHERE names.ref IS NOT NULL AND substr(names.ref, 1, ?2) = ?1
+)
+SELECT l.ref, d.id, l.time FROM names
+JOIN reflog l ON l.ref = names.ref
+    AND l.n = (SELECT n FROM reflog WHERE ref = names.ref ORDER BY n DESC LIMIT 1)
+JOIN nodes d ON d.seq = l.new
+WHERE substr(names.ref, 1, ?2) = ?1
+ORDER BY l.ref
+"""
+# The newest row in (?1, ?2] whose parent is not the row just before it: where a run breaks.
+_RUN_BREAK = (
+    "SELECT seq FROM nodes WHERE seq > ?1 AND seq <= ?2 AND parent IS NOT seq - 1 "
+    "ORDER BY seq DESC LIMIT 1"
+)
+_PAYLOAD = "coalesce(n.data, (SELECT b.data FROM blobs b WHERE b.bid = n.bid))"
+# A rowid range is scanned in ascending order, so the aggregates concatenate oldest first.
+_READ_RUN = (
+    "SELECT CAST(group_concat(n.id, x'') AS BLOB), group_concat(n.type, char(31)), "
+    f"CAST(group_concat({_PAYLOAD}, x'') AS BLOB) FROM nodes n WHERE n.seq BETWEEN ?1 AND ?2"
+)
+_WALK_ROWS = (
+    f"SELECT n.seq, n.parent, n.id, n.type, {_PAYLOAD} FROM nodes n "
+    "WHERE n.seq BETWEEN ? AND ? ORDER BY n.seq DESC"
+)
+#: Runs shorter than this mean interleaved writers: reading row by row is then cheaper.
+_MIN_RUN = 16
 _msgpack = msgspec.msgpack.Decoder()
 
 
-def _decode_many(raws: list[bytes]) -> list[Any]:
-    """Decode many msgpack values in one call by framing them as one array."""
-    n = len(raws)
+def _decode_many(data: bytes, n: int) -> list[Any]:
+    """Decode ``n`` concatenated msgpack values in one call by framing them as one array."""
     if n < 16:
         head = bytes([0x90 | n])
     elif n < 0x10000:
         head = b"\xdc" + struct.pack(">H", n)
     else:
         head = b"\xdd" + struct.pack(">I", n)
-    result: list[Any] = _msgpack.decode(head + b"".join(raws))
+    result: list[Any] = _msgpack.decode(head + data)
     return result
 
 
@@ -129,9 +188,9 @@ class SqliteBackend:
         self._lock = threading.RLock()
         self._batch_depth = 0
         self._pending: dict[str, _Pending] = {}
-        self._txn_new: list[bytes] = []
+        self._txn_new: list[NodeId] = []
         # id -> (seq, depth) of nodes known to be stored: saves a lookup per append.
-        self._known: dict[bytes, tuple[int, int]] = {}
+        self._known: dict[NodeId, tuple[int, int]] = {}
         try:
             self._open(exists and self.path.stat().st_size > 0, durable)
         except BaseException:
@@ -157,13 +216,18 @@ class SqliteBackend:
                     )
                 if version < 1:
                     raise StoreCorruptError(f"{self.path} has no valid format version")
+            if not exists:
+                db.execute(f"PRAGMA page_size={PAGE_SIZE}")
             mode = db.execute("PRAGMA journal_mode=WAL").fetchone()[0]
             if str(mode).lower() != "wal":
                 raise StoreLockedError(f"cannot switch {self.path} to WAL mode (is it in use?)")
             db.execute(f"PRAGMA synchronous={'FULL' if durable else 'NORMAL'}")
             db.execute("PRAGMA cache_size=-65536")
+            db.execute(f"PRAGMA wal_autocheckpoint={WAL_PAGES}")
             db.execute("PRAGMA mmap_size=268435456")
             db.execute("PRAGMA temp_store=MEMORY")
+            for statement in _APPEND_TEMP:
+                db.execute(statement)
             if not exists:
                 db.execute("BEGIN IMMEDIATE")
                 try:
@@ -184,24 +248,40 @@ class SqliteBackend:
     def _errors(self) -> Iterator[None]:
         try:
             yield
-        except sqlite3.OperationalError as exc:
-            text = str(exc)
+        except sqlite3.Error as exc:
+            self._translate(exc)
+
+    def _translate(self, exc: sqlite3.Error) -> NoReturn:
+        """Raise the sesstree error an SQLite error means."""
+        text = str(exc)
+        if isinstance(exc, sqlite3.OperationalError):
             if "locked" in text or "busy" in text:
-                raise StoreLockedError(f"store {self.path} is locked by another process: {text}") from None
+                raise StoreLockedError(
+                    f"store {self.path} is locked by another process: {text}"
+                ) from None
             if "malformed" in text or "not a database" in text or "no such" in text:
                 raise StoreCorruptError(f"store {self.path} is damaged: {text}") from None
-            raise
-        except sqlite3.DatabaseError as exc:
+            raise exc
+        if isinstance(exc, sqlite3.DatabaseError) and not isinstance(exc, sqlite3.IntegrityError):
             raise StoreCorruptError(f"store {self.path} is damaged: {exc}") from None
+        raise exc
 
     # -- writing -----------------------------------------------------------------------------
 
+    def _rollback(self) -> None:
+        if self._db.in_transaction:
+            self._db.execute("ROLLBACK")
+        for key in self._txn_new:
+            self._known.pop(key, None)
+        self._txn_new.clear()
+        self._pending.clear()
+
     @contextmanager
     def _write(self) -> Iterator[None]:
-        """One transaction, or the open batch's."""
+        """One transaction, or the one already open (a batch, or an outer write)."""
         with self._lock, self._errors():
             if self._batch_depth or self._db.in_transaction:
-                yield  # nested in our own transaction (the lock is held by this thread)
+                yield
                 return
             self._db.execute("BEGIN IMMEDIATE")
             try:
@@ -211,14 +291,6 @@ class SqliteBackend:
             except BaseException:
                 self._rollback()
                 raise
-
-    def _rollback(self) -> None:
-        if self._db.in_transaction:
-            self._db.execute("ROLLBACK")
-        for key in self._txn_new:
-            self._known.pop(key, None)
-        self._txn_new.clear()
-        self._pending.clear()
 
     @contextmanager
     def batch(self) -> Iterator[None]:
@@ -244,35 +316,40 @@ class SqliteBackend:
         now = time.time()
         for name, p in self._pending.items():
             reason = p.reason if p.count == 1 else f"{p.reason} (batch of {p.count} moves)"
-            self._apply(name, p.old, p.new, reason, now, check=False)
+            if not self._log(name, p.old, p.new, reason, now):
+                raise ConflictError(f"{name} moved during the batch")  # pragma: no cover
         self._pending.clear()
 
+    def _log(self, name: str, old: int | None, new: int | None, reason: str, now: float) -> bool:
+        """The compare-and-set: move ``name`` from ``old`` to ``new`` and log it, or do nothing."""
+        return self._db.execute(_CAS, (name, old, new, now, reason)).rowcount == 1
+
     def _seq_of(self, id: NodeId) -> tuple[int, int] | None:
-        key = bytes.fromhex(id)
-        known = self._known.get(key)
+        known = self._known.get(id)
         if known is None:
-            row = self._db.execute("SELECT seq, depth FROM nodes WHERE id = ?", (key,)).fetchone()
+            row = self._db.execute(
+                "SELECT seq, depth FROM nodes WHERE id = ?", (bytes.fromhex(id),)
+            ).fetchone()
             if row is None:
                 return None
             known = (row[0], row[1])
-            self._remember(key, known)
+            self._remember(id, known)
         return known
 
-    def _remember(self, key: bytes, value: tuple[int, int]) -> None:
+    def _remember(self, id: NodeId, value: tuple[int, int]) -> None:
         if len(self._known) >= _CACHE_MAX:
             self._known.clear()
-        self._known[key] = value
+        self._known[id] = value
 
     def _ref_seq(self, name: str) -> int | None:
         pending = self._pending.get(name)
         if pending is not None:
             return pending.new
-        row = self._db.execute("SELECT seq FROM refs WHERE name = ?", (name,)).fetchone()
-        return None if row is None else int(row[0])
+        row = self._db.execute(_NEWEST, (name,)).fetchone()
+        return None if row is None or row[0] is None else int(row[0])
 
     def _insert(self, node: RawNode) -> tuple[int, int]:
-        key = bytes.fromhex(node.id)
-        known = self._known.get(key)
+        known = self._known.get(node.id)
         if known is not None:
             return known
         parent_seq: int | None = None
@@ -287,82 +364,108 @@ class SqliteBackend:
         db = self._db
         if len(node.encoded) > BLOB_MIN:
             digest = blake3(node.encoded).digest()
-            cur = db.execute("INSERT OR IGNORE INTO blobs(hash, data) VALUES (?, ?)", (digest, data))
+            cur = db.execute(
+                "INSERT OR IGNORE INTO blobs(hash, data) VALUES (?, ?)", (digest, node.encoded)
+            )
             if cur.rowcount == 1:
                 bid = cur.lastrowid
             else:
                 bid = db.execute("SELECT bid FROM blobs WHERE hash = ?", (digest,)).fetchone()[0]
             data = None
-        cur = db.execute(
-            "INSERT OR IGNORE INTO nodes(id, parent, depth, type, data, bid) VALUES (?,?,?,?,?,?)",
-            (key, parent_seq, depth, node.type, data, bid),
-        )
+        key = bytes.fromhex(node.id)
+        cur = db.execute(_INSERT_NODE, (key, parent_seq, depth, node.type, data, bid))
         if cur.rowcount == 1:
             assert cur.lastrowid is not None
             value = (cur.lastrowid, depth)
-            self._txn_new.append(key)
+            self._txn_new.append(node.id)
         else:
             row = db.execute("SELECT seq, depth FROM nodes WHERE id = ?", (key,)).fetchone()
             value = (row[0], row[1])
-        self._remember(key, value)
+        self._remember(node.id, value)
         return value
 
-    def _apply(
-        self, name: str, old: int | None, new: int | None, reason: str, now: float, *, check: bool
-    ) -> bool:
-        db = self._db
-        if new is None:
-            cur = db.execute("DELETE FROM refs WHERE name = ? AND seq IS ?", (name, old))
-            if cur.rowcount == 1 or not check:
-                db.execute(
-                    "INSERT INTO reflog(ref, old, new, time, reason) VALUES (?, ?, NULL, ?, ?)",
-                    (name, old, now, reason),
-                )
-            return cur.rowcount == 1
-        if old is None:
-            cur = db.execute(
-                "INSERT OR IGNORE INTO refs(name, seq, moved, reason) VALUES (?, ?, ?, ?)",
-                (name, new, now, reason),
-            )
-        else:
-            cur = db.execute(
-                "UPDATE refs SET seq = ?, moved = ?, reason = ? WHERE name = ? AND seq = ?",
-                (new, now, reason, name, old),
-            )
-        return cur.rowcount == 1
-
     def commit(self, nodes: Sequence[RawNode], updates: Sequence[RefUpdate]) -> None:
-        with self._write():
-            batched = self._batch_depth > 0
-            olds: list[int | None] = []
-            for u in updates:
-                old = self._seq_of(u.old) if u.old is not None else None
-                if u.old is not None and old is None:
-                    raise ConflictError(f"{u.name}: expected node {u.old[:12]} is not stored")
-                olds.append(old[0] if old else None)
-            if batched:
-                # Check every CAS before writing anything: a lost CAS must not spoil the batch.
-                for u, old_seq in zip(updates, olds):
-                    if self._ref_seq(u.name) != old_seq:
+        with self._lock:
+            if self._batch_depth:
+                with self._errors():
+                    self._commit_batched(nodes, updates)
+                return
+            db = self._db
+            if (
+                len(nodes) == 1 and len(updates) == 1 and self._append_one(nodes[0], updates[0])
+            ):
+                return
+            try:
+                db.execute("BEGIN IMMEDIATE")
+                for n in nodes:
+                    self._insert(n)
+                now = time.time()
+                for u in updates:
+                    old, new = self._seqs(u)
+                    if not self._log(u.name, old, new, u.reason, now):
                         raise self._conflict(u)
-            for n in nodes:
-                self._insert(n)
-            now = time.time()
-            for u, old_seq in zip(updates, olds):
-                new_seq = None
-                if u.new is not None:
-                    found = self._seq_of(u.new)
-                    if found is None:
-                        raise ConflictError(f"{u.name}: target {u.new[:12]} is not stored")
-                    new_seq = found[0]
-                if batched:
-                    p = self._pending.get(u.name)
-                    if p is None:
-                        self._pending[u.name] = _Pending(old_seq, new_seq, 1, u.reason)
-                    else:
-                        p.new, p.count, p.reason = new_seq, p.count + 1, u.reason
-                elif not self._apply(u.name, old_seq, new_seq, u.reason, now, check=True):
-                    raise self._conflict(u)
+                db.execute("COMMIT")
+                self._txn_new.clear()
+            except sqlite3.Error as exc:
+                self._rollback()
+                self._translate(exc)
+            except BaseException:
+                self._rollback()
+                raise
+
+    def _append_one(self, node: RawNode, u: RefUpdate) -> bool:
+        """The hot path of every append, in one statement. False if it does not apply."""
+        if u.new != node.id or u.old != node.parent or len(node.encoded) > BLOB_MIN:
+            return False
+        try:
+            self._db.execute(_APPEND_ONE, (
+                u.name, bytes.fromhex(node.parent) if node.parent is not None else None,
+                bytes.fromhex(node.id), node.type, node.encoded, time.time(), u.reason,
+            ))
+        except sqlite3.IntegrityError as exc:
+            if "sesstree-conflict" not in str(exc):
+                raise
+            if node.parent is not None and self._seq_of(node.parent) is None:
+                raise ConflictError(
+                    f"parent {node.parent[:12]} of {node.id[:12]} is not stored"
+                ) from None
+            raise self._conflict(u) from None
+        except sqlite3.Error as exc:
+            self._translate(exc)
+        return True
+
+    def _seqs(self, u: RefUpdate) -> tuple[int | None, int | None]:
+        old = new = None
+        if u.old is not None:
+            found = self._seq_of(u.old)
+            if found is None:
+                raise self._conflict(u)
+            old = found[0]
+        if u.new is not None:
+            found = self._seq_of(u.new)
+            if found is None:
+                raise ConflictError(f"{u.name}: target {u.new[:12]} is not stored")
+            new = found[0]
+        return old, new
+
+    def _commit_batched(self, nodes: Sequence[RawNode], updates: Sequence[RefUpdate]) -> None:
+        # Check every CAS before writing anything: a lost CAS must not spoil the batch.
+        # Ref moves are logged once per ref when the batch commits.
+        for u in updates:
+            expected = self._seq_of(u.old) if u.old is not None else None
+            if u.old is not None and expected is None:
+                raise self._conflict(u)
+            if self._ref_seq(u.name) != (expected[0] if expected else None):
+                raise self._conflict(u)
+        for n in nodes:
+            self._insert(n)
+        for u in updates:
+            old, new = self._seqs(u)
+            p = self._pending.get(u.name)
+            if p is None:
+                self._pending[u.name] = _Pending(old, new, 1, u.reason)
+            else:
+                p.new, p.count, p.reason = new, p.count + 1, u.reason
 
     def _conflict(self, u: RefUpdate) -> ConflictError:
         current = self._ref_seq(u.name)
@@ -375,12 +478,22 @@ class SqliteBackend:
         )
 
     def rename_ref(self, old: str, new: str, target: NodeId, reason: str) -> None:
-        """Atomically move ``old`` to ``new`` (which must not exist), carrying its reflog."""
         with self._write():
-            self.commit([], [RefUpdate(old, target, None, reason), RefUpdate(new, None, target, reason)])
             if self._batch_depth:
                 self._flush_pending()
-            self._db.execute("UPDATE reflog SET ref = ? WHERE ref = ?", (new, old))
+            seq = self._seq_of(target)
+            if seq is None or self._ref_seq(old) != seq[0]:
+                raise self._conflict(RefUpdate(old, target, None, reason))
+            if self._ref_seq(new) is not None:
+                raise self._conflict(RefUpdate(new, None, target, reason))
+            # The log of `old` moves over, after whatever `new` had before (a deleted session).
+            row = self._db.execute(
+                "SELECT coalesce(max(n), 0) FROM reflog WHERE ref = ?", (new,)
+            ).fetchone()
+            self._db.execute(
+                "UPDATE reflog SET ref = ?, n = n + ? WHERE ref = ?", (new, row[0], old)
+            )
+            self._log(new, seq[0], seq[0], reason, time.time())
 
     # -- reading -----------------------------------------------------------------------------
 
@@ -390,16 +503,14 @@ class SqliteBackend:
         row = self._db.execute("SELECT id FROM nodes WHERE seq = ?", (seq,)).fetchone()
         return NodeId(row[0].hex()) if row else None
 
-    def _stored(self, row: Any) -> StoredNode:
-        parent = self._id_of_seq(row[2])
-        return StoredNode(NodeId(row[1].hex()), parent, row[5], row[3], row[4])
-
     def get(self, id: NodeId) -> StoredNode | None:
         with self._lock, self._errors():
             row = self._db.execute(
                 f"SELECT {_NODE_COLS}, n.depth FROM nodes n WHERE n.id = ?", (bytes.fromhex(id),)
             ).fetchone()
-            return None if row is None else self._stored(row)
+            if row is None:
+                return None
+            return StoredNode(NodeId(row[1].hex()), self._id_of_seq(row[2]), row[5], row[3], row[4])
 
     def has(self, ids: Sequence[NodeId]) -> set[NodeId]:
         with self._lock, self._errors():
@@ -413,29 +524,71 @@ class SqliteBackend:
             cur: int | None = found[0]
             depth = found[1]
             need = depth if limit is None else min(limit, depth)
-            rows: list[Any] = []
-            query = f"SELECT {_NODE_COLS} FROM nodes n WHERE n.seq BETWEEN ? AND ? ORDER BY n.seq DESC"
-            while cur is not None and len(rows) < need:
-                # Parents always have smaller seqs, so one descending pass over a range picks
-                # the path out of whatever else was written in between.
-                lo = cur - (need - len(rows)) + 1
-                before = len(rows)
-                for row in self._db.execute(query, (lo, cur)):
-                    if row[0] == cur:
-                        rows.append(row)
-                        cur = row[2]
-                        if len(rows) >= need:
-                            break
-                if len(rows) == before:
-                    raise StoreCorruptError(f"store {self.path} is damaged: node row {cur} is missing")
-            rows.reverse()
+            # Pieces of the path, newest first: (packed ids, types joined by \x1f, data) each.
+            pieces: list[tuple[bytes, list[str], bytes]] = []
+            got = 0
+            base: int | None = None
+            while cur is not None and got < need:
+                start, base = self._run_start(cur, need - got)
+                if cur - start + 1 < _MIN_RUN and need - got > _MIN_RUN:
+                    # Short runs: writers interleaved here. Walk row by row instead.
+                    piece, got_now, base = self._walk_rows(cur, need - got)
+                else:
+                    piece, got_now = self._read_run(start, cur), cur - start + 1
+                pieces.append(piece)
+                got += got_now
+                cur = base
+            if got < need:
+                raise StoreCorruptError(
+                    f"store {self.path} is damaged: the path to {head[:12]} is shorter than its depth"
+                )
+            pieces.reverse()
+            data = b"".join(p[2] for p in pieces)
+            types = [t for p in pieces for t in p[1]]
             return Chain(
-                [NodeId(r[1].hex()) for r in rows],
-                [r[3] for r in rows],
-                _decode_many([r[4] for r in rows]),
+                types,
+                _decode_many(data, len(types)),
                 depth - need + 1,
-                self._id_of_seq(rows[0][2]) if rows else None,
+                self._id_of_seq(base),
+                packed_ids=b"".join(p[0] for p in pieces),
             )
+
+    def _run_start(self, cur: int, most: int) -> tuple[int, int | None]:
+        """The oldest node of the unbroken run of rows that ends at ``cur`` (at most ``most``
+        long) in which each row's parent is the row before it, and that node's parent."""
+        lo = cur - most + 1
+        row = self._db.execute(_RUN_BREAK, (lo, cur)).fetchone()
+        start = lo if row is None else int(row[0])
+        parent = self._db.execute("SELECT parent FROM nodes WHERE seq = ?", (start,)).fetchone()
+        if parent is None:
+            raise StoreCorruptError(f"store {self.path} is damaged: node row {start} is missing")
+        return start, parent[0]
+
+    def _read_run(self, lo: int, hi: int) -> tuple[bytes, list[str], bytes]:
+        """Rows ``lo..hi`` in one statement: SQLite concatenates, Python decodes once."""
+        row = self._db.execute(_READ_RUN, (lo, hi)).fetchone()
+        types = (row[1] or "").split("\x1f")
+        if len(types) != hi - lo + 1 or len(row[0] or b"") != 32 * len(types):
+            raise StoreCorruptError(f"store {self.path} is damaged: rows {lo}..{hi} are incomplete")
+        return row[0], types, row[2] or b""
+
+    def _walk_rows(self, cur: int, need: int) -> tuple[tuple[bytes, list[str], bytes], int, int | None]:
+        rows: list[Any] = []
+        next_seq: int | None = cur
+        while next_seq is not None and len(rows) < need:
+            lo = next_seq - (need - len(rows)) + 1
+            before = len(rows)
+            for row in self._db.execute(_WALK_ROWS, (lo, next_seq)):
+                if row[0] == next_seq:
+                    rows.append(row)
+                    next_seq = row[1]
+                    if len(rows) >= need:
+                        break
+            if len(rows) == before:
+                raise StoreCorruptError(f"store {self.path} is damaged: node row {next_seq} is missing")
+        rows.reverse()
+        piece = (b"".join(r[2] for r in rows), [r[3] for r in rows], b"".join(r[4] for r in rows))
+        return piece, len(rows), next_seq
 
     def resolve_prefix(self, prefix: str, limit: int = 2) -> list[NodeId]:
         lo = bytes.fromhex((prefix + "0" * 64)[:64])
@@ -453,18 +606,17 @@ class SqliteBackend:
                 target = self._id_of_seq(pending.new)
                 return None if target is None else Ref(name, target, time.time())
             row = self._db.execute(
-                "SELECT n.id, r.moved FROM refs r JOIN nodes n ON n.seq = r.seq WHERE r.name = ?",
+                "SELECT d.id, l.time FROM reflog l LEFT JOIN nodes d ON d.seq = l.new "
+                "WHERE l.ref = ? ORDER BY l.n DESC LIMIT 1",
                 (name,),
             ).fetchone()
-            return None if row is None else Ref(name, NodeId(row[0].hex()), row[1])
+            if row is None or row[0] is None:
+                return None
+            return Ref(name, NodeId(row[0].hex()), row[1])
 
     def list_refs(self, prefix: str) -> list[Ref]:
         with self._lock, self._errors():
-            rows = self._db.execute(
-                "SELECT r.name, n.id, r.moved FROM refs r JOIN nodes n ON n.seq = r.seq "
-                "WHERE substr(r.name, 1, ?) = ? ORDER BY r.name",
-                (len(prefix), prefix),
-            ).fetchall()
+            rows = self._db.execute(_LIST_REFS, (prefix, len(prefix))).fetchall()
             refs = {r[0]: Ref(r[0], NodeId(r[1].hex()), r[2]) for r in rows}
             for name in [n for n in self._pending if n.startswith(prefix)]:
                 ref = self.get_ref(name)
@@ -481,7 +633,7 @@ class SqliteBackend:
         )
         with self._lock, self._errors():
             if name is None:
-                rows = self._db.execute(sql + " ORDER BY l.n").fetchall()
+                rows = self._db.execute(sql + " ORDER BY l.time, l.ref, l.n").fetchall()
             else:
                 rows = self._db.execute(sql + " WHERE l.ref = ? ORDER BY l.n", (name,)).fetchall()
         return [
@@ -551,13 +703,9 @@ class SqliteBackend:
             for what, sql in checks.items():
                 for (key,) in db.execute(sql + " LIMIT 20"):
                     faults.append(f"{what}: {key.hex()[:12]}")
-            for name, seq in db.execute(
-                "SELECT name, seq FROM refs WHERE seq NOT IN (SELECT seq FROM nodes)"
-            ):
-                faults.append(f"ref {name} points at a missing node (row {seq})")
             for ref, n in db.execute(
-                "SELECT ref, n FROM reflog WHERE (old IS NOT NULL AND old NOT IN (SELECT seq FROM nodes))"
-                " OR (new IS NOT NULL AND new NOT IN (SELECT seq FROM nodes))"
+                "SELECT ref, n FROM reflog WHERE (old IS NOT NULL AND old NOT IN "
+                "(SELECT seq FROM nodes)) OR (new IS NOT NULL AND new NOT IN (SELECT seq FROM nodes))"
             ):
                 faults.append(f"reflog entry {n} of {ref} points at a missing node")
             for digest, data in db.execute("SELECT hash, data FROM blobs"):

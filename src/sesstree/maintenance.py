@@ -1,0 +1,134 @@
+"""Keeping a store honest: fsck, gc and stats."""
+
+from __future__ import annotations
+
+import msgspec
+
+from .node import NodeId, node_id_from_encoded
+from .repo import SESSIONS, TAGS, Store
+from .store.base import StoredNode
+
+__all__ = ["GcResult", "Stats", "fsck", "gc", "stats"]
+
+_json = msgspec.json.Encoder()
+_msgpack = msgspec.msgpack.Decoder()
+
+
+class Stats(msgspec.Struct, frozen=True):
+    """What the store holds and what it saves.
+
+    ``logical_bytes`` is what the sessions would take as separate JSONL files, one line per
+    event (as the seed's file-per-session store keeps them); ``physical_bytes`` is what the
+    store takes on disk.
+    """
+
+    nodes: int
+    sessions: int
+    tags: int
+    reflog_entries: int
+    logical_bytes: int
+    physical_bytes: int
+
+    @property
+    def ratio(self) -> float:
+        """logical / physical; 0 when nothing is on disk."""
+        return self.logical_bytes / self.physical_bytes if self.physical_bytes else 0.0
+
+
+class GcResult(msgspec.Struct, frozen=True):
+    """Nodes no ref, tag, HEAD or reflog entry reaches, and whether they were removed."""
+
+    unreachable: list[NodeId]
+    removed: int
+    kept: int
+
+
+def fsck(store: Store) -> list[str]:
+    """Every fault found: re-hash every node, check parents, refs, reflog, HEAD and indexes.
+
+    An empty list means the store is sound.
+    """
+    backend = store.backend
+    faults = list(backend.check())
+    seen: dict[NodeId, int] = {}
+    for node in backend.iter_nodes():
+        if node_id_from_encoded(node.parent, node.type, node.encoded) != node.id:
+            faults.append(f"node {node.id[:12]} does not hash to its id (content damaged)")
+        expected = 1
+        if node.parent is not None:
+            if node.parent not in seen:
+                faults.append(f"node {node.id[:12]} has a missing parent {node.parent[:12]}")
+            else:
+                expected = seen[node.parent] + 1
+        if node.depth != expected:
+            faults.append(f"node {node.id[:12]} has depth {node.depth}, expected {expected}")
+        seen[node.id] = node.depth
+    for ref in backend.list_refs(""):
+        if ref.target not in seen:
+            faults.append(f"ref {ref.name} points at missing node {ref.target[:12]}")
+    for entry in backend.reflog():
+        for target in (entry.old, entry.new):
+            if target is not None and target not in seen:
+                faults.append(f"reflog of {entry.ref} names missing node {target[:12]}")
+    raw_head = backend.get_meta("HEAD")
+    if raw_head is not None and not raw_head.startswith("ref: ") and raw_head not in seen:
+        faults.append(f"HEAD points at missing node {raw_head[:12]}")
+    return list(dict.fromkeys(faults))
+
+
+def _reachable(store: Store, nodes: list[StoredNode]) -> set[NodeId]:
+    backend = store.backend
+    parent = {n.id: n.parent for n in nodes}
+    roots: set[NodeId] = {r.target for r in backend.list_refs("")}
+    for entry in backend.reflog():
+        roots.update(t for t in (entry.old, entry.new) if t is not None)
+    raw_head = backend.get_meta("HEAD")
+    if raw_head is not None and not raw_head.startswith("ref: "):
+        roots.add(NodeId(raw_head))
+    live: set[NodeId] = set()
+    for root in roots:
+        cur: NodeId | None = root
+        while cur is not None and cur not in live:
+            live.add(cur)
+            cur = parent.get(cur)
+    return live
+
+
+def gc(store: Store, *, dry_run: bool = False) -> GcResult:
+    """Remove nodes (and payloads) that no ref, tag, HEAD or reflog entry reaches.
+
+    Reflog entries keep their nodes alive, so a rewind, reset or deleted session can always
+    be undone; gc only removes what was written and never named (an aborted import, say).
+    """
+    with store.batch():
+        nodes = list(store.backend.iter_nodes())
+        live = _reachable(store, nodes)
+        dead = [n.id for n in reversed(nodes) if n.id not in live]
+        removed = 0 if dry_run else store.backend.delete_nodes(dead)
+    return GcResult(dead, removed, len(nodes) - len(dead))
+
+
+def stats(store: Store) -> Stats:
+    """Count nodes and refs and compare the store's size with a JSONL file per session."""
+    backend = store.backend
+    checkpoint = getattr(backend, "checkpoint", None)
+    if checkpoint is not None:
+        checkpoint()
+    line: dict[NodeId, int] = {}
+    total: dict[NodeId, int] = {}
+    for node in backend.iter_nodes():
+        # Cumulative size of the path ending here: one JSONL line per event.
+        size = len(_json.encode(_msgpack.decode(node.encoded))) + 1
+        line[node.id] = size
+        total[node.id] = size + (total.get(node.parent, 0) if node.parent is not None else 0)
+    sessions = backend.list_refs(SESSIONS)
+    tags = backend.list_refs(TAGS)
+    logical = sum(total.get(r.target, 0) for r in sessions)
+    return Stats(
+        nodes=len(line),
+        sessions=len(sessions),
+        tags=len(tags),
+        reflog_entries=len(backend.reflog()),
+        logical_bytes=logical,
+        physical_bytes=backend.physical_bytes(),
+    )
