@@ -1,0 +1,546 @@
+"""The ``sess`` command line: git-shaped, thin over the Python API.
+
+Output is for people by default; ``--json`` gives stable machine output. A user error prints
+one line (``error: ...``) and exits 1; it never shows a traceback.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any, NoReturn
+
+import click
+import msgspec
+
+from .agent.command import run
+from .errors import InputError, SesstreeError, StoreNotFoundError, UnknownRevisionError
+from .events import is_registered
+from .fmt import relative_time, short, summary, to_jsonable
+from .graph import GraphNode, draw_graph
+from .node import Node, NodeId
+from .repo import SESSIONS, STORE_FILE, TAGS, Store, open_store
+
+__all__ = ["StoreLocator", "cli", "main"]
+
+STORE_DIR = ".sess"
+_json = msgspec.json.Encoder()
+
+
+class StoreLocator:
+    """Finds the store as git finds ``.git``: ``--store``, then ``SESS_STORE``, then ``.sess/``
+    in this folder or a parent."""
+
+    def __init__(self, option: str | None) -> None:
+        self.option = option
+        self._store: Store | None = None
+
+    def find(self) -> Path:
+        """The store folder. Raises StoreNotFoundError."""
+        explicit = self.option or os.environ.get("SESS_STORE")
+        if explicit:
+            path = Path(explicit)
+            if not (path / STORE_FILE).exists() and not path.is_file():
+                raise StoreNotFoundError(f"no store at {path} (create one with 'sess init')")
+            return path
+        here = Path.cwd().resolve()
+        for folder in (here, *here.parents):
+            if (folder / STORE_DIR / STORE_FILE).exists():
+                return folder / STORE_DIR
+        raise StoreNotFoundError(
+            "no store found in this folder or any parent (run 'sess init', or pass --store "
+            "or set SESS_STORE)"
+        )
+
+    def open(self) -> Store:
+        """Open the store once per command."""
+        if self._store is None:
+            self._store = open_store(self.find(), create=False)
+        return self._store
+
+    def close(self) -> None:
+        """Close the store if it was opened."""
+        if self._store is not None:
+            self._store.close()
+            self._store = None
+
+
+class _Group(click.Group):
+    """Turns sesstree's own errors into one line and exit code 1."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except SesstreeError as exc:
+            raise click.ClickException(str(exc)) from None
+        except BrokenPipeError:  # `sess log | head`
+            sys.stderr.close()
+            ctx.exit(0)
+        finally:
+            if isinstance(ctx.obj, StoreLocator):
+                ctx.obj.close()
+
+
+@click.group(cls=_Group)
+@click.option("--store", "store_path", metavar="PATH", help="Store folder (default: SESS_STORE, "
+              "then .sess/ here or in a parent).")
+@click.version_option(package_name="sesstree")
+@click.pass_context
+def cli(ctx: click.Context, store_path: str | None) -> None:
+    """Store agent sessions the way git stores commits."""
+    ctx.obj = StoreLocator(store_path)
+
+
+pass_store = click.make_pass_decorator(StoreLocator)
+
+
+def _emit_json(value: Any) -> None:
+    click.echo(_json.encode(value).decode())
+
+
+def _fail(message: str) -> NoReturn:
+    raise click.ClickException(message)
+
+
+# -- setup and status ------------------------------------------------------------------------
+
+
+@cli.command()
+@click.argument("path", required=False, type=click.Path(file_okay=False, path_type=Path))
+@click.pass_context
+def init(ctx: click.Context, path: Path | None) -> None:
+    """Create a store in PATH/.sess (default: this folder), or at --store."""
+    locator = ctx.find_object(StoreLocator)
+    explicit = locator.option if locator else None
+    folder = Path(explicit) if explicit and path is None else (path or Path.cwd()) / STORE_DIR
+    existed = (folder / STORE_FILE).exists()
+    open_store(folder).close()
+    state = "Reinitialized existing" if existed else "Initialized empty"
+    click.echo(f"{state} sesstree store in {folder.resolve()}")
+
+
+@cli.command()
+@click.option("--json", "as_json", is_flag=True, help="Machine output.")
+@pass_store
+def status(locator: StoreLocator, as_json: bool) -> None:
+    """Show the current session (HEAD), its head id and length."""
+    store = locator.open()
+    name, node = store.head()
+    length = store.depth(node) if node else 0
+    if as_json:
+        _emit_json({"session": name, "detached": name is None, "head": node, "length": length})
+        return
+    if name is None:
+        click.echo(f"HEAD detached at {short(node)} ({length} events)")
+    elif node is None:
+        click.echo(f"On session {name}\nNo events yet")
+    else:
+        click.echo(f"On session {name}\nhead {short(node)} ({length} events)")
+
+
+# -- sessions --------------------------------------------------------------------------------
+
+
+@cli.command()
+@click.argument("names", nargs=-1)
+@click.option("-d", "--delete", is_flag=True, help="Delete session NAME (its reflog is kept).")
+@click.option("-m", "--move", is_flag=True, help="Rename session OLD to NEW.")
+@click.option("--json", "as_json", is_flag=True, help="Machine output.")
+@pass_store
+def branch(locator: StoreLocator, names: tuple[str, ...], delete: bool, move: bool,
+           as_json: bool) -> None:
+    """List sessions, or fork one: `branch NEW [START]` points NEW at START (default HEAD)."""
+    store = locator.open()
+    if delete:
+        if len(names) != 1:
+            _fail("usage: sess branch -d NAME")
+        old = store.delete_session(names[0])
+        click.echo(f"Deleted session {names[0]} (was {short(old)})")
+        return
+    if move:
+        if len(names) != 2:
+            _fail("usage: sess branch -m OLD NEW")
+        store.rename_session(names[0], names[1])
+        click.echo(f"Renamed session {names[0]} to {names[1]}")
+        return
+    if names:
+        if len(names) > 2:
+            _fail("usage: sess branch NEW [START]")
+        session = store.fork(names[0], names[1] if len(names) > 1 else None)
+        click.echo(f"Created session {session.name} at {short(session.head)}")
+        return
+    current, _ = store.head()
+    infos = store.sessions()
+    if as_json:
+        _emit_json([{"name": i.name, "head": i.head, "length": i.length, "moved": i.moved,
+                     "current": i.name == current} for i in infos])
+        return
+    width = max((len(i.name) for i in infos), default=0)
+    for i in infos:
+        mark = "*" if i.name == current else " "
+        click.echo(f"{mark} {i.name:<{width}}  {short(i.head)}  {i.length:>6} events  "
+                   f"{relative_time(i.moved)}")
+
+
+@cli.command()
+@click.argument("rev", required=False)
+@click.option("-b", "new", metavar="NEW", help="Create session NEW at REV (default HEAD) and switch.")
+@pass_store
+def checkout(locator: StoreLocator, rev: str | None, new: str | None) -> None:
+    """Switch HEAD to a session, or (detached) to any other revision."""
+    store = locator.open()
+    if new is not None:
+        store.fork(new, rev)
+        store.set_head_session(new)
+        click.echo(f"Switched to a new session {new}")
+        return
+    if rev is None:
+        _fail("usage: sess checkout REV | sess checkout -b NEW [START]")
+    name, node = store.checkout(rev)
+    if name is not None:
+        click.echo(f"Switched to session {name}")
+    else:
+        click.echo(f"HEAD is now detached at {short(node)}")
+
+
+@cli.command()
+@click.argument("session")
+@click.argument("rev")
+@pass_store
+def reset(locator: StoreLocator, session: str, rev: str) -> None:
+    """Move SESSION to REV (rewind or fast-forward); logged, so `sess reflog` can undo it."""
+    store = locator.open()
+    old = store.session_head(session)
+    target = store.reset(session, rev)
+    click.echo(f"{session}: {short(old)} -> {short(target)} ({store.depth(target)} events)")
+
+
+@cli.command()
+@click.argument("name", required=False)
+@click.argument("rev", required=False)
+@click.option("--json", "as_json", is_flag=True, help="Machine output.")
+@pass_store
+def tag(locator: StoreLocator, name: str | None, rev: str | None, as_json: bool) -> None:
+    """Name the node at REV (default HEAD), or list tags."""
+    store = locator.open()
+    if name is not None:
+        target = store.tag(name, rev or "HEAD")
+        click.echo(f"Tagged {short(target)} as {name}")
+        return
+    tags = store.tags()
+    if as_json:
+        _emit_json([{"name": t.name, "target": t.target, "moved": t.moved} for t in tags])
+        return
+    for t in tags:
+        click.echo(f"{t.name}  {short(t.target)}")
+
+
+# -- reading ---------------------------------------------------------------------------------
+
+
+def _ref_labels(store: Store) -> dict[NodeId, list[str]]:
+    labels: dict[NodeId, list[str]] = {}
+    head_name, head = store.head()
+    for ref in store.backend.list_refs(""):
+        name = ref.name
+        if name.startswith(SESSIONS):
+            name = name[len(SESSIONS):]
+            if name == head_name:
+                name = "HEAD -> " + name
+        elif name.startswith(TAGS):
+            name = "tag: " + name[len(TAGS):]
+        labels.setdefault(ref.target, []).append(name)
+    if head_name is None and head is not None:
+        labels.setdefault(head, []).insert(0, "HEAD")
+    return labels
+
+
+def _label(node: Node, labels: dict[NodeId, list[str]]) -> str:
+    refs = labels.get(node.id)
+    names = f"({', '.join(refs)}) " if refs else ""
+    return f"{short(node.id)} {names}{summary(node, 64)}"
+
+
+@cli.command()
+@click.argument("rev", required=False, default="HEAD")
+@click.option("-n", "limit", type=click.IntRange(min=1), help="Show at most N events.")
+@click.option("--oneline", is_flag=True, help="One short line per event.")
+@click.option("--reverse", is_flag=True, help="Oldest first.")
+@click.option("--graph", is_flag=True, help="Draw the tree of sessions and where they fork.")
+@click.option("--all", "all_refs", is_flag=True, help="With --graph: every session and tag.")
+@click.option("--json", "as_json", is_flag=True, help="Machine output.")
+@pass_store
+def log(locator: StoreLocator, rev: str, limit: int | None, oneline: bool, reverse: bool,
+        graph: bool, all_refs: bool, as_json: bool) -> None:
+    """Walk back from REV (default HEAD): id, type and a one-line summary, newest first."""
+    store = locator.open()
+    if graph:
+        _log_graph(store, rev, all_refs, limit)
+        return
+    nodes = store.log(rev, limit)
+    if reverse:
+        nodes.reverse()
+    if as_json:
+        _emit_json([to_jsonable(n) for n in nodes])
+        return
+    labels = _ref_labels(store)
+    width = max((len(n.type) for n in nodes), default=0)
+    for n in nodes:
+        if oneline:
+            click.echo(_label(n, labels))
+        else:
+            refs = labels.get(n.id)
+            names = f" ({', '.join(refs)})" if refs else ""
+            click.echo(f"{short(n.id)}  {n.type:<{width}}  {summary(n)}{names}")
+
+
+def _log_graph(store: Store, rev: str, all_refs: bool, limit: int | None) -> None:
+    labels = _ref_labels(store)
+    if all_refs:
+        targets = {r.target for r in store.backend.list_refs("")}
+        _, head = store.head()
+        if head is not None:
+            targets.add(head)
+        stored = list(store.backend.iter_nodes())
+        parent = {n.id: n.parent for n in stored}
+        keep: set[NodeId] = set()
+        for t in targets:
+            cur: NodeId | None = t
+            while cur is not None and cur not in keep:
+                keep.add(cur)
+                cur = parent.get(cur)
+        nodes = [Node(n.id, n.parent, n.type, msgspec.msgpack.decode(n.encoded))
+                 for n in stored if n.id in keep]
+    else:
+        nodes = store.log(rev)
+        nodes.reverse()
+    drawn = [GraphNode(n.id, n.parent, _label(n, labels)) for n in nodes]
+    for line in draw_graph(drawn, limit):
+        click.echo(line)
+
+
+@cli.command()
+@click.argument("rev", default="HEAD", required=False)
+@click.option("--json", "as_json", is_flag=True, help="Machine output.")
+@pass_store
+def show(locator: StoreLocator, rev: str, as_json: bool) -> None:
+    """Show one node in full."""
+    store = locator.open()
+    node = store.show(rev)
+    if as_json:
+        _emit_json({**to_jsonable(node), "depth": store.depth(node.id)})
+        return
+    labels = _ref_labels(store).get(node.id)
+    click.echo(f"node    {node.id}")
+    click.echo(f"parent  {node.parent or '(root)'}")
+    click.echo(f"type    {node.type}")
+    click.echo(f"depth   {store.depth(node.id)}")
+    if labels:
+        click.echo(f"refs    {', '.join(labels)}")
+    click.echo("")
+    click.echo(json.dumps(node.data, indent=2, ensure_ascii=False))
+
+
+@cli.command()
+@click.argument("rev", default="HEAD", required=False)
+@click.option("--json", "fmt", flag_value="json", help="One JSON array.")
+@click.option("--jsonl", "fmt", flag_value="jsonl", help="One message per line.")
+@pass_store
+def messages(locator: StoreLocator, rev: str, fmt: str | None) -> None:
+    """Print the chat messages derived from REV, as a model would be sent them."""
+    store = locator.open()
+    derived = store.derive(rev)
+    for p in derived.problems:
+        click.echo(f"warning: {p.kind} {p.tool_call_id}: {p.detail}", err=True)
+    if fmt == "json":
+        _emit_json(derived.messages)
+    elif fmt == "jsonl":
+        for m in derived.messages:
+            _emit_json(m)
+    else:
+        for m in derived.messages:
+            click.echo(summary(Node(NodeId(""), None, "", m), 200))
+
+
+@cli.command()
+@click.argument("args", nargs=-1, required=True)
+@pass_store
+def append(locator: StoreLocator, args: tuple[str, ...]) -> None:
+    """Append one event: `append [SESSION] TYPE [JSON|-]` (JSON from stdin if absent or -).
+
+    SESSION defaults to the HEAD session; it is created if it does not exist.
+    """
+    store = locator.open()
+    if len(args) > 3:
+        _fail("usage: sess append [SESSION] TYPE [JSON|-]")
+    if len(args) == 3 or (len(args) == 2 and not is_registered(args[0])):
+        target, type, payload = args[0], args[1], (args[2] if len(args) == 3 else "-")
+    else:
+        target, type, payload = None, args[0], (args[1] if len(args) == 2 else "-")
+    if not is_registered(type):
+        _fail(f"unknown event type {type!r}")
+    text = sys.stdin.read() if payload == "-" else payload
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        source = "stdin" if payload == "-" else "argument"
+        raise InputError(f"malformed JSON in {source}: {exc.msg} at line {exc.lineno} "
+                         f"column {exc.colno}") from None
+    if target is None or target == "HEAD":
+        name, node = store.head()
+        if name is None:
+            _fail(f"HEAD is detached at {short(node)}; create a session with "
+                  "'sess checkout -b NAME'")
+        target = name
+    if target.startswith(SESSIONS):
+        target = target[len(SESSIONS):]
+    session = store.session(target)
+    appended = session.append(type, data)
+    click.echo(f"{short(appended.id)} {target} ({len(session)} events)")
+
+
+@cli.command()
+@click.argument("name", required=False)
+@click.option("--json", "as_json", is_flag=True, help="Machine output.")
+@pass_store
+def reflog(locator: StoreLocator, name: str | None, as_json: bool) -> None:
+    """Every move of a session's ref (default: the HEAD session), newest first."""
+    store = locator.open()
+    if name is None:
+        name, _ = store.head()
+        if name is None:
+            _fail("HEAD is detached; name a session")
+    entries = store.reflog(name)
+    if not entries and not store.has_session(name):
+        raise UnknownRevisionError(f"no session named {name!r} and no reflog for it")
+    entries.reverse()
+    if as_json:
+        _emit_json([msgspec.to_builtins(e) for e in entries])
+        return
+    for i, e in enumerate(entries):
+        ref = e.ref[len(SESSIONS):] if e.ref.startswith(SESSIONS) else e.ref
+        click.echo(f"{short(e.new)} {ref}@{{{i}}}: {e.reason} (from {short(e.old)}, "
+                   f"{relative_time(e.time)})")
+
+
+@cli.command()
+@click.argument("a")
+@click.argument("b")
+@click.option("--json", "as_json", is_flag=True, help="Machine output.")
+@pass_store
+def diff(locator: StoreLocator, a: str, b: str, as_json: bool) -> None:
+    """Show the common ancestor of A and B and what each added after it."""
+    store = locator.open()
+    d = store.diff(a, b)
+    if as_json:
+        _emit_json({"base": d.base, "a": [to_jsonable(n) for n in d.only_a],
+                    "b": [to_jsonable(n) for n in d.only_b]})
+        return
+    if d.base is None:
+        click.echo("no common ancestor")
+    else:
+        click.echo(f"common ancestor {short(d.base)} ({store.depth(d.base)} events)")
+    for rev, nodes in ((a, d.only_a), (b, d.only_b)):
+        click.echo(f"only in {rev} ({len(nodes)}):")
+        for n in nodes:
+            click.echo(f"  {short(n.id)}  {n.type:<18} {summary(n, 60)}")
+
+
+# -- import, export, maintenance -------------------------------------------------------------
+
+
+@cli.command("import")
+@click.argument("files", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.option("--as", "name", metavar="NAME", help="Session name (default: from the source).")
+@click.option("--format", "fmt", default="auto", show_default=True, help="Input format.")
+@click.option("-r", "--recursive", is_flag=True, help="Import every file under a folder.")
+@click.option("--json", "as_json", is_flag=True, help="Machine output.")
+@pass_store
+def import_(locator: StoreLocator, files: tuple[Path, ...], name: str | None, fmt: str,
+            recursive: bool, as_json: bool) -> None:
+    """Import transcripts (seed JSONL: one message per line, optional NAME.meta.json)."""
+    from .interop import import_files
+
+    store = locator.open()
+    results = import_files(store, list(files), name=name, format=fmt, recursive=recursive)
+    if as_json:
+        _emit_json([msgspec.to_builtins(r) for r in results])
+        return
+    failed = 0
+    for r in results:
+        for problem in r.problems:
+            click.echo(f"warning: {problem}", err=True)
+        if r.outcome == "failed":
+            failed += 1
+            click.echo(f"{r.source}: failed", err=True)
+            continue
+        click.echo(f"{r.session}: {r.outcome}, {r.events} events ({r.new_nodes} new) "
+                   f"from {r.source}")
+    if failed:
+        _fail(f"{failed} of {len(results)} file(s) could not be imported")
+
+
+@cli.command()
+@click.argument("rev", default="HEAD", required=False)
+@click.option("-o", "out", type=click.Path(dir_okay=False, path_type=Path),
+              help="Output file (default: NAME.jsonl here).")
+@click.option("--format", "fmt", default="seed", show_default=True, help="Output format.")
+@pass_store
+def export(locator: StoreLocator, rev: str, out: Path | None, fmt: str) -> None:
+    """Write a session back out (seed format: NAME.jsonl + NAME.meta.json)."""
+    from .interop import export_session
+
+    store = locator.open()
+    for path in export_session(store, rev, out=out, format=fmt):
+        click.echo(f"wrote {path}")
+
+
+@cli.command()
+@click.option("--json", "as_json", is_flag=True, help="Machine output.")
+@pass_store
+def stats(locator: StoreLocator, as_json: bool) -> None:
+    """Nodes, refs, and bytes: as separate JSONL files (logical) against on disk (physical)."""
+    s = locator.open().stats()
+    if as_json:
+        _emit_json({**msgspec.to_builtins(s), "ratio": round(s.ratio, 3)})
+        return
+    click.echo(f"nodes           {s.nodes}")
+    click.echo(f"sessions        {s.sessions}")
+    click.echo(f"tags            {s.tags}")
+    click.echo(f"reflog entries  {s.reflog_entries}")
+    click.echo(f"logical bytes   {s.logical_bytes}  (as one JSONL file per session)")
+    click.echo(f"physical bytes  {s.physical_bytes}  (on disk)")
+    click.echo(f"ratio           {s.ratio:.1f}x")
+
+
+@cli.command()
+@pass_store
+def fsck(locator: StoreLocator) -> None:
+    """Re-hash every node and check parents, refs, reflog and indexes; exit 1 on any fault."""
+    store = locator.open()
+    faults = store.fsck()
+    for fault in faults:
+        click.echo(f"fault: {fault}")
+    if faults:
+        _fail(f"{len(faults)} fault(s) found")
+    click.echo(f"ok: {store.backend.count_nodes()} nodes, every id, parent and ref checked")
+
+
+@cli.command()
+@click.option("--dry-run", is_flag=True, help="Only say what would be removed.")
+@pass_store
+def gc(locator: StoreLocator, dry_run: bool) -> None:
+    """Remove nodes that no session, tag, HEAD or reflog entry reaches."""
+    result = locator.open().gc(dry_run=dry_run)
+    verb = "would remove" if dry_run else "removed"
+    click.echo(f"{verb} {len(result.unreachable)} unreachable nodes; {result.kept} kept")
+
+
+cli.add_command(run)
+
+
+def main() -> None:
+    """Entry point of the ``sess`` console script."""
+    cli(prog_name="sess")
