@@ -6,6 +6,7 @@ shared DAG, so forks are O(1), shared prefixes are stored once, and every ref mo
 
 from __future__ import annotations
 
+from .agent import Agent, OpenAIProvider, Tool, tool
 from .errors import (
     AgentError,
     AmbiguousPrefixError,
@@ -33,6 +34,7 @@ from .session import Session
 __version__ = "0.1.0"
 
 __all__ = [
+    "Agent",
     "AgentError",
     "AmbiguousPrefixError",
     "ConflictError",
@@ -44,6 +46,7 @@ __all__ = [
     "MaxTurnsExceeded",
     "Node",
     "NodeId",
+    "OpenAIProvider",
     "Problem",
     "ProviderError",
     "RefExistsError",
@@ -57,10 +60,12 @@ __all__ = [
     "StoreFormatError",
     "StoreLockedError",
     "StoreNotFoundError",
+    "Tool",
     "UnknownRevisionError",
     "__version__",
     "derive_messages",
     "make_node",
     "open_store",
     "register_event_type",
+    "tool",
 ]
