@@ -1,0 +1,186 @@
+"""Import and export: the seed JSONL format, OpenAI chat messages, and other agent tools' files.
+
+``import_files`` detects each file's format from its content (``format=`` forces one) and
+returns one :class:`ImportResult` per session landed. ``export_session`` writes a session out.
+See ``docs/formats.md`` for what each format maps to.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from ..errors import InputError
+from ..repo import Store
+from .claude import import_claude, looks_like_claude
+from .codex import import_codex, looks_like_codex
+from .common import ImportResult
+from .export import export_openai, export_records
+from .openai import import_openai_json, looks_like_messages
+from .pi import import_pi, looks_like_pi
+from .seed import export_seed, import_seed
+
+__all__ = [
+    "EXPORT_FORMATS",
+    "FORMATS",
+    "ImportResult",
+    "detect_format",
+    "export_session",
+    "import_file",
+    "import_files",
+]
+
+#: Formats ``sess import --format`` accepts; "auto" detects from the content. ``openai`` is a
+#: JSON array (or ``{"messages": [...]}``) of chat messages, or JSONL like ``seed``.
+FORMATS = ("auto", "seed", "openai", "claude", "pi", "codex")
+#: Formats ``sess export --format`` writes.
+EXPORT_FORMATS = ("seed", "jsonl", "openai", "claude", "pi")
+
+# Folders hold these; anything else (and seed ``.meta.json`` sidecars) is not a transcript.
+_SUFFIXES = (".jsonl", ".json")
+_SNIFF_BYTES = 1 << 16
+_decoder = msgspec.json.Decoder()
+
+
+def _first_records(path: Path, limit: int = 8) -> list[Any]:
+    with path.open("rb") as f:
+        head = f.read(_SNIFF_BYTES)
+    out = []
+    for line in head.split(b"\n")[:-1] if len(head) == _SNIFF_BYTES else head.split(b"\n"):
+        if not line.strip():
+            continue
+        try:
+            out.append(_decoder.decode(line))
+        except msgspec.DecodeError:
+            continue
+        if len(out) >= limit:
+            break
+    return out
+
+
+def detect_format(path: Path) -> str | None:
+    """The format of a file from its content: seed, openai, claude, pi, codex, or None."""
+    try:
+        with path.open("rb") as f:
+            start = f.read(64).lstrip()
+    except OSError as exc:
+        raise InputError(f"cannot read: {exc.strerror}", path=str(path)) from None
+    if start.startswith(b"["):
+        return "openai"
+    try:
+        records = _first_records(path)
+    except OSError as exc:
+        raise InputError(f"cannot read: {exc.strerror}", path=str(path)) from None
+    if start.startswith(b"{") and len(records) <= 1 and path.name.endswith(".json"):
+        try:
+            whole = msgspec.json.decode(path.read_bytes())
+        except msgspec.DecodeError:
+            return None
+        return "openai" if looks_like_messages(whole) else None
+    objects = [r for r in records if isinstance(r, dict)]
+    if not objects:
+        return None
+    if looks_like_pi(objects[0]):
+        return "pi"
+    if any(looks_like_codex(r) for r in objects):
+        return "codex"
+    if any(looks_like_claude(r) for r in objects):
+        return "claude"
+    if all("role" in r for r in objects):
+        return "seed"
+    return None
+
+
+def import_file(
+    store: Store, path: Path, *, name: str | None = None, format: str = "auto"
+) -> list[ImportResult]:
+    """Import one file; one result per session landed (a tree file lands one per leaf).
+
+    Raises:
+        InputError: the file cannot be read, its format is unknown, or (seed and openai JSON,
+            which are strict) it is malformed.
+    """
+    fmt = detect_format(path) if format == "auto" else format
+    if fmt is None:
+        raise InputError("format not recognised; use --format", path=str(path))
+    if fmt == "openai" and path.name.endswith(".jsonl"):
+        fmt = "seed"
+    if fmt == "seed":
+        return [import_seed(store, path, name)]
+    if fmt == "openai":
+        return [import_openai_json(store, path, name)]
+    if fmt == "claude":
+        return import_claude(store, path, name)
+    if fmt == "pi":
+        return import_pi(store, path, name)
+    if fmt == "codex":
+        return import_codex(store, path, name)
+    raise InputError(f"unknown format {fmt!r}; expected one of {', '.join(FORMATS)}")
+
+
+def import_files(
+    store: Store,
+    paths: list[Path],
+    *,
+    name: str | None = None,
+    format: str = "auto",
+    recursive: bool = False,
+) -> list[ImportResult]:
+    """Import every file (or folder, with ``recursive``); one result per session landed.
+
+    A file named on the command line that cannot be imported raises InputError. In a folder,
+    files of no known format are passed over and a file that fails is reported as a result
+    with outcome ``failed``, so one bad transcript does not stop the rest.
+    """
+    if format not in FORMATS:
+        raise InputError(f"unknown format {format!r}; expected one of {', '.join(FORMATS)}")
+    named: list[Path] = []
+    found: list[Path] = []
+    for p in paths:
+        if p.is_dir():
+            if not recursive:
+                raise InputError("is a folder; use --recursive", path=str(p))
+            found.extend(sorted(
+                q for q in p.rglob("*")
+                if q.is_file() and q.name.endswith(_SUFFIXES) and not q.name.endswith(".meta.json")
+            ))
+        elif not p.exists():
+            raise InputError("no such file", path=str(p))
+        else:
+            named.append(p)
+    if name is not None and len(named) + len(found) > 1:
+        raise InputError("--as names one session; give one file")
+    results: list[ImportResult] = []
+    for f in named:
+        results.extend(import_file(store, f, name=name, format=format))
+    for f in found:
+        fmt = detect_format(f) if format == "auto" else format
+        if fmt is None:
+            continue
+        try:
+            results.extend(import_file(store, f, name=name, format=fmt))
+        except InputError as exc:
+            results.append(ImportResult(str(f.resolve()), "", "failed", 0, 0,
+                                        problems=[str(exc)]))
+    return results
+
+
+def export_session(
+    store: Store, rev: str, *, out: Path | None = None, format: str = "seed"
+) -> list[Path]:
+    """Write a session out in ``format`` (one of :data:`EXPORT_FORMATS`); returns the files.
+
+    ``seed``/``jsonl``: the stored messages, one per line, plus ``NAME.meta.json``.
+    ``openai``: the messages a model would be sent, as a JSON array (JSONL if ``out`` ends in
+    ``.jsonl``). ``claude``/``pi``: the tool's own file, rebuilt from the imported records.
+    """
+    if format in ("seed", "jsonl"):
+        return list(export_seed(store, rev, out))
+    if format == "openai":
+        return [export_openai(store, rev, out)]
+    if format in ("claude", "pi"):
+        return [export_records(store, rev, format, out)]
+    raise InputError(f"unknown export format {format!r}; expected one of "
+                     f"{', '.join(EXPORT_FORMATS)}")

@@ -1,0 +1,187 @@
+"""Claude Code transcripts (``~/.claude/projects/<dir>/<session id>.jsonl``).
+
+Entries link by ``uuid``/``parentUuid``. Each entry becomes its raw record as a
+``claude/<type>`` event (everything but the file's own ``sessionId``, which goes to the session
+metadata: a resumed copy of a session differs from the original in that field only, so leaving
+it out of the hashed data lets the copy collapse onto the original) followed by the vocabulary
+events the model was sent:
+
+- a user entry: ``user/message`` for its text and images, one ``tool/result`` per
+  ``tool_result`` block; a compaction summary (``isCompactSummary``) a ``compaction/marker``;
+- an assistant entry: ``assistant/message`` with its text and ``tool_use`` blocks as
+  ``tool_calls`` (thinking blocks are kept in the raw record only: they are not resent);
+- anything else (``system``, ``summary``, ``file-history-snapshot``, ``queue-operation``,
+  ``last-prompt``, kinds a newer version invents): the raw record only.
+
+A compaction starts a new root in the file (``parentUuid`` null, or ``logicalParentUuid`` on a
+``compact_boundary``); it is linked under the entry it continues, so a session stays one path.
+Records without a ``uuid`` are spliced in after the entry before them; those before the first
+entry form a chain of their own.
+"""
+
+from __future__ import annotations
+
+import collections
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from ..repo import Store
+from .common import ImportResult
+from .jsonl import Record, read_records, record_type, ref_safe
+from .tree import Entry, build_tree, land_tree
+
+__all__ = ["claude_message_events", "import_claude", "looks_like_claude"]
+
+_json = msgspec.json.Encoder()
+
+_KNOWN = ("user", "assistant", "system", "summary", "file-history-snapshot", "queue-operation",
+          "last-prompt")
+for _kind in _KNOWN:
+    record_type("claude", _kind)
+
+
+def looks_like_claude(record: dict[str, Any]) -> bool:
+    """True for a record of a Claude Code transcript."""
+    kind = record.get("type")
+    if "parentUuid" in record or ("uuid" in record and "sessionId" in record):
+        return True
+    return (kind in ("summary", "last-prompt") and "leafUuid" in record) or (
+        kind in ("file-history-snapshot", "queue-operation") and "payload" not in record)
+
+
+def _text_of(block: Any) -> str:
+    if isinstance(block, str):
+        return block
+    if isinstance(block, dict):
+        if block.get("type") == "text":
+            return str(block.get("text", ""))
+        if block.get("type") == "image":
+            return "[image]"
+    if isinstance(block, list):
+        return "\n".join(_text_of(b) for b in block)
+    return _json.encode(block).decode()
+
+
+def _image_part(block: dict[str, Any]) -> dict[str, Any]:
+    src = block.get("source")
+    if isinstance(src, dict) and src.get("type") == "base64":
+        url = f"data:{src.get('media_type', 'image/png')};base64,{src.get('data', '')}"
+    elif isinstance(src, dict) and "url" in src:
+        url = str(src["url"])
+    else:
+        url = ""
+    return {"type": "image_url", "image_url": {"url": url}}
+
+
+def claude_message_events(message: Any, role: str) -> list[tuple[str, Any]]:
+    """The vocabulary events for one Claude API message (content string or blocks)."""
+    content = message.get("content") if isinstance(message, dict) else None
+    if isinstance(content, str) or content is None:
+        etype = "assistant/message" if role == "assistant" else "user/message"
+        return [(etype, {"role": role, "content": content or ""})]
+    if not isinstance(content, list):
+        return []
+    events: list[tuple[str, Any]] = []
+    parts: list[dict[str, Any]] = []
+    calls: list[dict[str, Any]] = []
+    for block in content:
+        if not isinstance(block, dict):
+            continue
+        kind = block.get("type")
+        if kind == "text":
+            parts.append({"type": "text", "text": str(block.get("text", ""))})
+        elif kind == "image":
+            parts.append(_image_part(block))
+        elif kind == "tool_use":
+            calls.append({"id": str(block.get("id")), "type": "function", "function": {
+                "name": str(block.get("name")),
+                "arguments": _json.encode(block.get("input", {})).decode()}})
+        elif kind == "tool_result":
+            text = _text_of(block.get("content", ""))
+            if block.get("is_error"):
+                text = text or "error"
+            events.append(("tool/result", {"role": "tool",
+                                           "tool_call_id": str(block.get("tool_use_id")),
+                                           "content": text}))
+        # thinking, redacted_thinking, documents: kept in the raw record, not resent as chat
+    if role == "assistant":
+        if parts or calls:
+            msg: dict[str, Any] = {"role": "assistant", "content": _flatten(parts)}
+            if calls:
+                msg["tool_calls"] = calls
+            events.append(("assistant/message", msg))
+    elif parts:
+        events.append(("user/message", {"role": "user", "content": _flatten(parts)}))
+    return events
+
+
+def _flatten(parts: list[dict[str, Any]]) -> Any:
+    """Text-only content as one string, as chat APIs take it; mixed content as parts."""
+    if not parts:
+        return None
+    if all(p["type"] == "text" for p in parts):
+        return "\n".join(p["text"] for p in parts)
+    return parts
+
+
+def _entry_events(rec: dict[str, Any], raw: dict[str, Any]) -> list[tuple[str, Any]]:
+    kind = rec.get("type")
+    events: list[tuple[str, Any]] = [(record_type("claude", kind), raw)]
+    message = rec.get("message")
+    if kind not in ("user", "assistant") or not isinstance(message, dict):
+        return events
+    if rec.get("isCompactSummary"):
+        events.append(("compaction/marker", {"summary": _text_of(message.get("content", ""))}))
+    else:
+        events.extend(claude_message_events(message, str(kind)))
+    return events
+
+
+def _session_id(records: list[Record], path: Path) -> str:
+    ids = collections.Counter(
+        r.data["sessionId"] for r in records if isinstance(r.data.get("sessionId"), str)
+    )
+    stem = path.name.removesuffix(".jsonl")
+    if stem in ids:
+        return stem
+    return ids.most_common(1)[0][0] if ids else stem
+
+
+def import_claude(store: Store, path: Path, name: str | None = None) -> list[ImportResult]:
+    """Import one Claude Code transcript: one session per leaf, the main one named ``name``."""
+    problems: list[str] = []
+    records = read_records(path, problems)
+    session_id = _session_id(records, path)
+    entries: list[Entry] = []
+    last_key: str | None = None  # the previous record of the file, for splicing
+    last_main: str | None = None  # the previous main-line entry, for compaction roots
+    for r in records:
+        rec = r.data
+        uuid = rec.get("uuid")
+        raw = rec
+        if isinstance(uuid, str) and rec.get("sessionId") == session_id:
+            raw = {k: v for k, v in rec.items() if k != "sessionId"}
+        side = bool(rec.get("isSidechain"))
+        events = _entry_events(rec, raw)
+        if not isinstance(uuid, str):
+            key = f"@{r.line}"
+            entries.append(Entry(r.line, key, last_key, events, splice=last_key is not None))
+            last_key = key
+            continue
+        parent = rec.get("parentUuid")
+        parent = parent if isinstance(parent, str) else None
+        compaction = rec.get("isCompactSummary") or rec.get("subtype") == "compact_boundary"
+        if parent is None and compaction and not side and last_main is not None:
+            logical = rec.get("logicalParentUuid")
+            parent = logical if isinstance(logical, str) else last_main
+        entries.append(Entry(r.line, uuid, parent, events, side=side))
+        last_key = uuid
+        if not side:
+            last_main = uuid
+    tree = build_tree(entries, path)
+    base = name or ref_safe(path.name.removesuffix(".jsonl"))
+    meta = {"format": "claude", "sessionId": session_id, "source": str(path)}
+    return land_tree(store, tree, path=path, base=base, explicit=name is not None, meta=meta,
+                     problems=problems)

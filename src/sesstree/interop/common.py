@@ -1,0 +1,91 @@
+"""What every importer shares: landing a history on a session without ever losing one."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import msgspec
+
+from ..node import Node, NodeId
+from ..repo import Store
+from ..store.base import RefUpdate
+
+__all__ = ["ImportResult", "land"]
+
+
+class ImportResult(msgspec.Struct):
+    """What importing one history did."""
+
+    source: str
+    session: str
+    #: created, fast-forward, up to date, ahead (the session already has more), rewritten
+    outcome: str
+    events: int
+    new_nodes: int
+    head: NodeId | None = None
+    problems: list[str] = msgspec.field(default_factory=list)
+
+
+def _source_key(name: str) -> str:
+    return "import-source:" + name
+
+
+def land(
+    store: Store,
+    name: str,
+    nodes: Sequence[Node],
+    *,
+    source: str,
+    explicit_name: bool,
+    leaf: NodeId | None = None,
+) -> ImportResult:
+    """Store ``nodes`` (parents first) and point session ``name`` at ``leaf`` (default: the last).
+
+    - a new session is created;
+    - a session the history extends is fast-forwarded (only the new nodes are written);
+    - a session that already contains the history is left alone ("ahead" or "up to date");
+    - a session whose history differs is moved to the new path, the old head kept in the
+      reflog, but only if it came from the same source or the name was given explicitly;
+      otherwise the history lands on a fresh name (``name-2``, ...): an import never takes
+      over a session that belongs to something else.
+
+    Everything happens in one transaction.
+    """
+    if not nodes:
+        return ImportResult(source, name, "empty", 0, 0)
+    target = leaf if leaf is not None else nodes[-1].id
+    backend = store.backend
+    with store.batch():
+        new = len(nodes) - len(backend.has([n.id for n in nodes]))
+        store.write(nodes)
+        path = store.backend.chain(target).ids
+        head = store.session_head(name)
+        outcome = "created"
+        if head is not None:
+            if head == target:
+                outcome = "up to date"
+            elif head in set(path):
+                outcome = "fast-forward"
+            elif target in set(backend.chain(head).ids):
+                outcome = "ahead"
+            elif explicit_name or backend.get_meta(_source_key(name)) == source:
+                outcome = "rewritten"
+            else:
+                name = _free_name(store, name)
+                head = None
+        if outcome in ("created", "fast-forward", "rewritten"):
+            reason = {
+                "created": f"import: {source}",
+                "fast-forward": f"import: {source} grew",
+                "rewritten": f"import: {source} was edited; previous head kept in this reflog",
+            }[outcome]
+            backend.commit([], [RefUpdate("sessions/" + name, head, target, reason)])
+            backend.set_meta(_source_key(name), source)
+    return ImportResult(source, name, outcome, len(path), new, target)
+
+
+def _free_name(store: Store, name: str) -> str:
+    n = 2
+    while store.has_session(f"{name}-{n}"):
+        n += 1
+    return f"{name}-{n}"

@@ -1,0 +1,112 @@
+"""Reading the JSONL transcripts of other tools tolerantly, and naming what comes out of them.
+
+Those files are written while the tool runs: a crash can truncate the last line, and a torn
+write can glue two records onto one line. Dropping the whole file for that would lose a
+transcript the user cannot get back, so a bad line is reported (file and line) and skipped,
+and two or more objects glued onto one line are all recovered and reported.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from ..errors import InputError
+from ..events import is_registered, register_event_type
+
+__all__ = ["Record", "read_records", "record_type", "ref_safe"]
+
+_decoder = msgspec.json.Decoder()
+_raw = json.JSONDecoder()
+
+
+class Record(msgspec.Struct, frozen=True):
+    """One JSON object of a transcript and the (1-based) line it came from."""
+
+    line: int
+    data: dict[str, Any]
+
+
+def read_records(path: Path, problems: list[str]) -> list[Record]:
+    """Every JSON object of a JSONL file, in order; bad lines are reported in ``problems``."""
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise InputError(f"cannot read: {exc.strerror}", path=str(path)) from None
+    out: list[Record] = []
+    for number, line in enumerate(raw.split(b"\n"), 1):
+        if not line.strip():
+            continue
+        try:
+            value = _decoder.decode(line)
+        except msgspec.DecodeError as exc:
+            recovered = _glued(line)
+            if recovered:
+                problems.append(
+                    f"{path}:{number}: {len(recovered)} JSON objects on one line; "
+                    "all were imported"
+                )
+                out.extend(Record(number, v) for v in recovered)
+            else:
+                what = "truncated line" if "truncated" in str(exc) else "malformed JSON"
+                problems.append(f"{path}:{number}: {what}; skipped")
+            continue
+        if isinstance(value, dict):
+            out.append(Record(number, value))
+        else:
+            problems.append(f"{path}:{number}: not a JSON object; skipped")
+    return out
+
+
+def _glued(line: bytes) -> list[dict[str, Any]]:
+    """The objects of a line holding several JSON objects back to back, or [] if it does not."""
+    try:
+        text = line.decode()
+    except UnicodeDecodeError:
+        return []
+    found: list[dict[str, Any]] = []
+    pos = 0
+    text = text.strip()
+    while pos < len(text):
+        try:
+            value, end = _raw.raw_decode(text, pos)
+        except json.JSONDecodeError:
+            return []
+        if not isinstance(value, dict):
+            return []
+        found.append(value)
+        pos = end
+        while pos < len(text) and text[pos] in " \t\r":
+            pos += 1
+    return found if len(found) > 1 else []
+
+
+_UNSAFE = re.compile(r"[^A-Za-z0-9._/-]+")
+
+
+def ref_safe(text: str) -> str:
+    """``text`` made usable as a session name (spaces and odd characters become ``-``)."""
+    name = _UNSAFE.sub("-", text).strip("-./")
+    name = re.sub(r"\.\.+", ".", re.sub(r"//+", "/", name))
+    name = "/".join(p.lstrip(".").removesuffix(".lock") or "x" for p in name.split("/"))
+    return name[:120] or "imported"
+
+
+_TYPE_PART = re.compile(r"[^a-z0-9_.-]+")
+
+
+def record_type(namespace: str, kind: Any) -> str:
+    """The extension event type that keeps a raw record, e.g. ``claude/file-history-snapshot``.
+
+    Record kinds a newer tool version invents are registered on the fly, so an unknown record
+    is kept rather than dropped.
+    """
+    part = _TYPE_PART.sub("_", str(kind).lower()).strip("_.-") if kind is not None else ""
+    name = f"{namespace}/{part or 'record'}"
+    if not is_registered(name):
+        register_event_type(name)
+    return name

@@ -1,0 +1,96 @@
+"""The seed format: one OpenAI chat message per line (``NAME.jsonl``), plus ``NAME.meta.json``.
+
+Import is strict: a malformed or truncated line is an error naming the file and the line, and
+nothing of that file is imported, because dropping a message would change the conversation the
+model sees. Every key of every message is kept, unknown roles included.
+"""
+
+from __future__ import annotations
+
+import datetime
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from ..errors import InputError
+from ..events import derive_messages, message_type
+from ..node import Node, check_ref_name, make_node
+from ..repo import Store
+from .common import ImportResult, land
+
+__all__ = ["export_seed", "import_seed", "read_seed"]
+
+_json = msgspec.json.Decoder()
+
+
+def read_seed(path: Path) -> list[dict[str, Any]]:
+    """The messages of a seed JSONL file. Raises InputError naming the file and line."""
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise InputError(f"cannot read: {exc.strerror}", path=str(path)) from None
+    messages: list[dict[str, Any]] = []
+    for number, line in enumerate(raw.split(b"\n"), 1):
+        if not line.strip():
+            continue
+        try:
+            message = _json.decode(line)
+        except msgspec.DecodeError as exc:
+            detail = "truncated line" if "truncated" in str(exc) else f"malformed JSON ({exc})"
+            raise InputError(detail, path=str(path), line=number) from None
+        if not isinstance(message, dict):
+            raise InputError(
+                f"expected a JSON object (one message), got {type(message).__name__}",
+                path=str(path), line=number,
+            )
+        messages.append(message)
+    return messages
+
+
+def import_seed(store: Store, path: Path, name: str | None = None) -> ImportResult:
+    """Import one seed file into session ``name`` (default: the file name without ``.jsonl``)."""
+    messages = read_seed(path)
+    meta_path = path.with_name(path.name.removesuffix(".jsonl") + ".meta.json")
+    meta = None
+    if meta_path.exists():
+        try:
+            meta = msgspec.json.decode(meta_path.read_bytes())
+        except msgspec.DecodeError as exc:
+            raise InputError(f"malformed JSON ({exc})", path=str(meta_path)) from None
+    session = name or path.name.removesuffix(".jsonl")
+    check_ref_name(session)  # before anything is written
+    nodes: list[Node] = []
+    parent = None
+    for message in messages:
+        node = make_node(parent, message_type(message), message)
+        nodes.append(node)
+        parent = node.id
+    result = land(store, session, nodes, source=str(path.resolve()), explicit_name=name is not None)
+    if meta is not None and result.outcome != "empty":
+        store.set_session_meta(result.session, meta)
+    return result
+
+
+def export_seed(store: Store, rev: str, out: Path | None = None) -> tuple[Path, Path]:
+    """Write ``NAME.jsonl`` and ``NAME.meta.json`` for revision ``rev``; returns both paths.
+
+    The lines are the session's messages as stored, in order (context and steering events as
+    the tagged user messages the model saw); a session imported from a seed file comes back
+    equal to it, every key and unknown role kept.
+    """
+    head_name, _ = store.head()
+    name = head_name if rev == "HEAD" and head_name else rev.split("~")[0].split("^")[0]
+    chain = store.chain(rev)
+    messages = derive_messages(chain.types, chain.datas, chain.ids, repair=False).messages
+    jsonl = out if out is not None else Path(f"{name.replace('/', '_')}.jsonl")
+    meta_path = jsonl.with_name(jsonl.name.removesuffix(".jsonl") + ".meta.json")
+    meta = store.get_session_meta(name) if store.has_session(name) else None
+    if meta is None:
+        now = datetime.datetime.now(datetime.timezone.utc).isoformat()
+        meta = {"id": name, "head": chain.ids[-1] if chain.ids else None,
+                "messages": len(messages), "exportedAt": now}
+    encoder = msgspec.json.Encoder()
+    jsonl.write_bytes(b"".join(encoder.encode(m) + b"\n" for m in messages))
+    meta_path.write_bytes(encoder.encode(meta) + b"\n")
+    return jsonl, meta_path

@@ -1,0 +1,35 @@
+"""Shared fixtures of the importer tests: a real SQLite store, the fixtures and the samples."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from sesstree import Store, open_store
+
+DATA = Path(__file__).parent / "data"
+SAMPLES = Path(__file__).parents[2] / ".." / "shared" / "interop-samples"
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[Store]:
+    s = open_store(tmp_path / "s")
+    yield s
+    s.close()
+
+
+@pytest.fixture
+def data(tmp_path: Path) -> Path:
+    """A writable copy of the hand-made fixtures (tests grow and edit them)."""
+    return Path(shutil.copytree(DATA, tmp_path / "data"))
+
+
+@pytest.fixture
+def samples() -> Path:
+    """The real sample files of shared/; skipped where they are not beside the clone."""
+    if not SAMPLES.is_dir():
+        pytest.skip("shared/interop-samples is not beside the clone")
+    return SAMPLES

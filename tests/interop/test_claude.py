@@ -1,0 +1,124 @@
+"""Claude Code transcripts: trees, compaction, dangling parents, orphan calls, growth, dedup."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from sesstree import Store
+from sesstree.interop import detect_format, export_session, import_files
+
+
+def test_tree_branches_become_sessions(store: Store, data: Path) -> None:
+    path = data / "claude_tree.jsonl"
+    assert detect_format(path) == "claude"
+    results = import_files(store, [path])
+    names = [r.session for r in results]
+    assert names[0] == "claude_tree"
+    main = store.messages("claude_tree")
+    # main line ends at the last main-line record: u1 a1 r1 a3 u2 (+ last-prompt spliced in)
+    assert [m.get("content") for m in main] == [
+        "hi", "let me look", "file a", "second answer", "thanks"]
+    assert main[1]["tool_calls"][0]["function"] == {"name": "Read", "arguments": '{"path":"a"}'}
+    assert main[2] == {"role": "tool", "tool_call_id": "t1", "content": "file a"}
+    branches = {r.session: store.messages(r.session) for r in results[1:]}
+    contents = sorted(str([m["content"] for m in ms]) for ms in branches.values())
+    # the other answer, the orphaned entry, the sidechain, and the leading summary line
+    assert any("first answer" in c for c in contents)
+    assert any("orphaned" in c for c in contents)
+    assert any("sub task" in c for c in contents)
+    assert len(results) == 5
+    assert any("parent nope is not in this file" in p for p in results[0].problems)
+
+
+def test_every_record_is_kept_and_exports_back(store: Store, data: Path, tmp_path: Path) -> None:
+    path = data / "claude_tree.jsonl"
+    import_files(store, [path])
+    types = store.chain("claude_tree").types
+    assert types.count("claude/user") == 3 and "claude/last-prompt" in types
+    raw = next(d for d in store.chain("claude_tree").datas if d.get("uuid") == "a1")
+    assert "sessionId" not in raw and raw["uuid"] == "a1"
+    assert raw["message"]["content"][0]["type"] == "thinking"  # not resent, not lost
+    out = export_session(store, "claude_tree", out=tmp_path / "o.jsonl", format="claude")[0]
+    lines = [json.loads(x) for x in out.read_text().splitlines()]
+    source = {x["uuid"]: x for x in map(json.loads, path.read_text().splitlines()) if "uuid" in x}
+    for line in lines:
+        if "uuid" in line:
+            assert line == source[line["uuid"]]
+
+
+def test_compaction_links_roots_and_replaces_history(store: Store, data: Path) -> None:
+    results = import_files(store, [data / "claude_compact.jsonl"])
+    assert len(results) == 1  # the compaction root is linked, not a second session
+    messages = store.messages("claude_compact")
+    assert messages[0]["content"] == "<summary>\nSummary of the long talk\n</summary>"
+    assert messages[-1]["content"] == "go on"
+    types = store.chain("claude_compact").types
+    assert "claude/brand-new-kind" in types and "claude/file-history-snapshot" in types
+    # the unanswered call before the compaction is summarised away: nothing to repair
+    assert results[0].problems == []
+
+
+def test_orphan_tool_call_is_reported_not_fatal(store: Store, data: Path) -> None:
+    path = data / "claude_compact.jsonl"
+    path.write_text("".join(path.read_text().splitlines(keepends=True)[:2]))
+    result = import_files(store, [path])[0]
+    assert result.outcome == "created"
+    assert any("tool call with no result: t9" in p for p in result.problems)
+    assert store.messages("claude_compact")[-1]["tool_call_id"] == "t9"
+
+
+def test_reimport_writes_nothing_and_growth_appends(store: Store, data: Path) -> None:
+    path = data / "claude_compact.jsonl"
+    first = import_files(store, [path])
+    again = import_files(store, [path])
+    assert [r.outcome for r in again] == ["up to date"] and again[0].new_nodes == 0
+    with path.open("a") as f:
+        f.write(json.dumps({"parentUuid": "u2", "isSidechain": False, "sessionId": "c1",
+                            "type": "assistant", "uuid": "a9", "timestamp": "t",
+                            "message": {"role": "assistant", "content": "ok"}}) + "\n")
+    grown = import_files(store, [path])
+    assert grown[0].outcome == "fast-forward"
+    assert grown[0].new_nodes == 2  # the raw record and its message
+    assert store.session_head("claude_compact") != first[0].head
+
+
+def test_resumed_copy_collapses_onto_original(store: Store, data: Path, tmp_path: Path) -> None:
+    original = data / "claude_compact.jsonl"
+    copy = tmp_path / "resumed.jsonl"
+    lines = [json.loads(x) for x in original.read_text().splitlines()]
+    # a resume copies the entries under a new session id and goes on from there
+    copied = [{**x, "sessionId": "c2"} if "uuid" in x else x for x in lines]
+    copied.append({"parentUuid": "u2", "isSidechain": False, "sessionId": "c2", "type": "user",
+                   "uuid": "n1", "timestamp": "t", "message": {"role": "user", "content": "new"}})
+    copy.write_text("".join(json.dumps(x) + "\n" for x in copied))
+    import_files(store, [original])
+    before = store.backend.count_nodes()
+    result = import_files(store, [copy])[0]
+    assert result.new_nodes == 2 and store.backend.count_nodes() == before + 2
+
+
+def test_name_collision_never_overwrites(store: Store, data: Path, tmp_path: Path) -> None:
+    import_files(store, [data / "claude_compact.jsonl"])
+    other = tmp_path / "other" / "claude_compact.jsonl"
+    other.parent.mkdir()
+    other.write_text((data / "claude_tree.jsonl").read_text())
+    result = import_files(store, [other])[0]
+    assert result.session == "claude_compact-2"
+    assert store.messages("claude_compact")[-1]["content"] == "go on"
+
+
+def test_real_samples(store: Store, samples: Path) -> None:
+    folder = samples / "claude-code"
+    results = import_files(store, [folder], recursive=True)
+    by_file: dict[str, list[str]] = {}
+    for r in results:
+        by_file.setdefault(Path(r.source).name[37:45], []).append(r.session)
+    assert len(by_file["9b92ce83"]) == 2  # the in-file branch
+    f67 = next(r for r in results if "f67ab274" in r.session)
+    assert f67.events == 1453 and len(by_file["f67ab274"]) == 1  # 3 roots, one path
+    chain = store.chain(f67.session)
+    assert chain.types.count("compaction/marker") == 2
+    f61 = next(r for r in results if "f6108699" in r.session)
+    assert any("tool call with no result" in p for p in f61.problems)
+    assert all(store.messages(r.session) is not None for r in results)
