@@ -1,0 +1,80 @@
+"""Shared fixtures: a store on every backend, always closed (ResourceWarnings are errors)."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from sesstree import Store, open_store
+from sesstree import events as events_module
+
+HELPERS = Path(__file__).parent / "helpers"
+sys.path.insert(0, str(HELPERS))
+
+BACKENDS = ["memory", "sqlite"]
+
+
+def _open(kind: str, folder: Path) -> Store:
+    return open_store(":memory:") if kind == "memory" else open_store(folder)
+
+
+@pytest.fixture(params=BACKENDS)
+def backend_kind(request: pytest.FixtureRequest) -> str:
+    """The name of the backend under test."""
+    return str(request.param)
+
+
+@pytest.fixture
+def store(backend_kind: str, tmp_path: Path) -> Iterator[Store]:
+    """A fresh store on each backend, closed after the test."""
+    s = _open(backend_kind, tmp_path / "s")
+    try:
+        yield s
+    finally:
+        s.close()
+
+
+@pytest.fixture
+def make_store(tmp_path: Path) -> Iterator[Callable[..., Store]]:
+    """Open extra stores (``make_store("sqlite", path)``); every one is closed afterwards."""
+    opened: list[Store] = []
+
+    def make(kind: str = "sqlite", folder: Path | None = None, **kw: object) -> Store:
+        if kind == "memory":
+            s = open_store(":memory:")
+        else:
+            s = open_store(folder if folder is not None else tmp_path / f"s{len(opened)}", **kw)  # type: ignore[arg-type]
+        opened.append(s)
+        return s
+
+    yield make
+    for s in opened:
+        s.close()
+
+
+@pytest.fixture
+def sqlite_store(tmp_path: Path) -> Iterator[Store]:
+    """A fresh SQLite store."""
+    s = open_store(tmp_path / "s")
+    try:
+        yield s
+    finally:
+        s.close()
+
+
+@pytest.fixture
+def registry() -> Iterator[Callable[..., None]]:
+    """Register extension event types for one test; they are forgotten afterwards."""
+    added: list[str] = []
+
+    def register(name: str, render: Callable[..., object] | None = None) -> None:
+        events_module.register_event_type(name, render)  # type: ignore[arg-type]
+        added.append(name)
+
+    yield register
+    for name in added:
+        events_module._registry.pop(name, None)
+

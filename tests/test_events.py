@@ -1,0 +1,270 @@
+"""Deriving chat messages from events (DESIGN.md), through sessions on every backend."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from core_testkit import assistant, user
+
+from sesstree import InvalidEventError, Store, derive_messages
+from sesstree.events import ORPHAN_RESULT, VOCABULARY, is_registered, message_type
+
+
+def call(cid: str, name: str = "talk_to") -> dict[str, Any]:
+    return {"id": cid, "type": "function", "function": {"name": name, "arguments": "{}"}}
+
+
+def calls(*cids: str) -> dict[str, Any]:
+    return {"role": "assistant", "content": None, "tool_calls": [call(c) for c in cids]}
+
+
+def result(cid: str, content: str = "ok") -> dict[str, Any]:
+    return {"role": "tool", "tool_call_id": cid, "content": content}
+
+
+def test_plain_messages_sent_unchanged(store: Store) -> None:
+    q = store.session("q")
+    msgs = [
+        {"role": "system", "content": "You are a guide."},
+        user("hi", name="bob"),
+        assistant("hello", refusal=None, extra={"k": [1, 2]}),
+    ]
+    for m in msgs:
+        q.add_message(m)
+    assert [e.type for e in q.events()] == ["system/message", "user/message", "assistant/message"]
+    assert q.messages() == msgs
+    assert store.messages("q") == msgs
+    assert store.session("q").messages() == msgs
+    assert q.derive().problems == []
+
+
+def test_role_filled_in_for_typed_events_without_one(store: Store) -> None:
+    q = store.session("q")
+    q.append("user/message", {"content": "no role"})
+    q.append("assistant/message", {"content": "neither"})
+    assert q.messages() == [{"role": "user", "content": "no role"},
+                            {"role": "assistant", "content": "neither"}]
+    assert q.events()[0].data == {"content": "no role"}  # stored as given
+
+
+def test_chunks_and_run_records_not_sent(store: Store) -> None:
+    q = store.session("q")
+    q.append("turn/start", {"turn": 1})
+    q.add_message(user("go"))
+    q.append("step/start", {"step": 1})
+    q.append("assistant/chunk", {"delta": "he"})
+    q.append("assistant/chunk", {"delta": "llo"})
+    q.add_message(assistant("hello"))
+    q.append("usage", {"prompt_tokens": 10, "completion_tokens": 2})
+    q.append("error", {"message": "transient"})
+    q.append("step/end", {})
+    q.append("turn/end", {"reason": "stop"})
+    assert q.messages() == [user("go"), assistant("hello")]
+    assert len(q.events()) == 10
+
+
+def test_context_and_steering_become_tagged_user_messages(store: Store) -> None:
+    q = store.session("q")
+    q.add_message(user("go"))
+    q.append("context/message", {"content": "The mayor is out."})
+    q.append("steering/message", {"content": "Be brief."})
+    q.append("context/message", {"content": {"gold": 12}})
+    q.append("steering/message", "plain string")
+    out = q.messages()
+    assert out[0] == user("go")
+    assert out[1] == {"role": "user", "content": "<context>\nThe mayor is out.\n</context>"}
+    assert out[2] == {"role": "user", "content": "<steering>\nBe brief.\n</steering>"}
+    assert out[3]["role"] == "user"
+    assert out[3]["content"].startswith("<context>\n") and '"gold":12' in out[3]["content"]
+    assert out[4] == {"role": "user", "content": "<steering>\nplain string\n</steering>"}
+
+
+def test_compaction_marker_replaces_everything_before(store: Store) -> None:
+    q = store.session("q")
+    q.add_message(user("a"))
+    q.add_message(assistant("b"))
+    q.append("compaction/marker", {"summary": "the user said a, we said b"})
+    q.add_message(user("c"))
+    assert q.messages() == [
+        {"role": "user", "content": "<summary>\nthe user said a, we said b\n</summary>"},
+        user("c"),
+    ]
+    assert len(q.events()) == 4  # nothing is lost from the history itself
+
+
+def test_compaction_marker_with_first_kept(store: Store) -> None:
+    q = store.session("q")
+    q.add_message(user("a"))
+    q.add_message(assistant("b"))
+    keep = q.add_message(user("c"))
+    q.add_message(assistant("d"))
+    q.append("compaction/marker", {"summary": "S", "first_kept": keep.id[:12]})
+    q.add_message(user("e"))
+    summary = {"role": "user", "content": "<summary>\nS\n</summary>"}
+    assert q.messages() == [summary, user("c"), assistant("d"), user("e")]
+    # a second compaction keeps working on the positions after the first
+    q.append("compaction/marker", {"summary": "T", "first_kept": q.events()[-1].id})
+    assert q.messages() == [{"role": "user", "content": "<summary>\nT\n</summary>"}, user("e")]
+
+
+def test_tool_calls_paired_in_order(store: Store) -> None:
+    q = store.session("q")
+    q.add_message(user("go"))
+    q.add_message(calls("c1", "c2"))
+    q.append("tool/call", {"id": "c1"})  # a record of the run, not sent
+    q.add_message(result("c1", "r1"))
+    q.add_message(result("c2", "r2"))
+    q.add_message(assistant("done"))
+    d = q.derive()
+    assert d.problems == []
+    assert d.messages == [user("go"), calls("c1", "c2"), result("c1", "r1"), result("c2", "r2"),
+                          assistant("done")]
+
+
+def test_out_of_order_results_moved_forward(store: Store) -> None:
+    q = store.session("q")
+    q.add_message(calls("c1", "c2"))
+    q.add_message(result("c2", "r2"))
+    q.add_message(user("interjection"))
+    q.add_message(result("c1", "r1"))
+    d = q.derive()
+    assert d.problems == []
+    assert d.messages == [calls("c1", "c2"), result("c2", "r2"), result("c1", "r1"),
+                          user("interjection")]
+    # the stored history is untouched
+    assert [e.data for e in q.events()][2] == user("interjection")
+
+
+def test_orphan_call_reported_and_given_a_result(store: Store) -> None:
+    q = store.session("q")
+    q.add_message(calls("c1", "c2"))
+    q.add_message(result("c1"))
+    q.add_message(user("next"))
+    d = q.derive()
+    assert [(p.kind, p.tool_call_id) for p in d.problems] == [("orphan-call", "c2")]
+    assert d.messages == [
+        calls("c1", "c2"),
+        result("c1"),
+        {"role": "tool", "tool_call_id": "c2", "content": ORPHAN_RESULT},
+        user("next"),
+    ]
+    q.add_message(assistant("the session is still usable"))
+    assert q.messages()[-1] == assistant("the session is still usable")
+
+
+def test_orphan_result_reported_and_kept(store: Store) -> None:
+    q = store.session("q")
+    q.add_message(user("go"))
+    q.add_message(result("ghost", "boo"))
+    q.add_message(calls("c1"))
+    q.add_message(result("c1"))
+    q.add_message(result("c1", "twice"))
+    d = q.derive()
+    assert [(p.kind, p.tool_call_id) for p in d.problems] == [
+        ("orphan-result", "ghost"), ("orphan-result", "c1")]
+    assert d.messages == [user("go"), result("ghost", "boo"), calls("c1"), result("c1"),
+                          result("c1", "twice")]
+
+
+def test_unknown_roles_and_extra_keys_untouched(store: Store) -> None:
+    q = store.session("q")
+    odd = [
+        {"role": "critic", "content": "meh", "score": 3},
+        {"role": "developer", "content": "rules", "x": {"nested": [None, True]}},
+        {"content": "no role at all"},
+        user("u", metadata={"b": 1, "a": 2}, cache_control={"type": "ephemeral"}),
+        {"role": "assistant", "content": [{"type": "text", "text": "parts"}], "reasoning": "r"},
+    ]
+    for m in odd:
+        q.add_message(m)
+    assert [e.type for e in q.events()] == [
+        "message", "message", "message", "user/message", "assistant/message"]
+    assert q.messages() == odd
+    assert store.session("q").messages() == odd
+
+
+def test_message_type_by_role() -> None:
+    assert message_type({"role": "system"}) == "system/message"
+    assert message_type({"role": "tool"}) == "tool/result"
+    assert message_type({"role": "wizard"}) == "message"
+    assert message_type({"role": 3}) == "message"
+    with pytest.raises(InvalidEventError):
+        message_type(["not", "a", "dict"])
+
+
+def test_registered_type_with_renderer(store: Store, registry: Callable[..., None]) -> None:
+    registry("myapp/note", lambda d: {"role": "user", "content": "note: " + d["text"]})
+    registry("myapp/silent-render", lambda d: None)
+    q = store.session("q")
+    q.add_message(user("a"))
+    q.append("myapp/note", {"text": "remember the key"})
+    q.append("myapp/silent-render", {"x": 1})
+    assert q.messages() == [user("a"), {"role": "user", "content": "note: remember the key"}]
+    assert [e.type for e in store.session("q").events()][1:] == [
+        "myapp/note", "myapp/silent-render"]
+
+
+def test_registered_type_without_renderer(store: Store, registry: Callable[..., None]) -> None:
+    registry("myapp/bookmark")
+    q = store.session("q")
+    q.add_message(user("a"))
+    q.append("myapp/bookmark", {"label": "here"})
+    assert q.messages() == [user("a")]
+    assert store.show("q").data == {"label": "here"}
+
+
+def test_unregistered_type_refused(store: Store) -> None:
+    q = store.session("q")
+    q.add_message(user("a"))
+    head, nodes = q.head, store.backend.count_nodes()
+    for bad in ("myapp/never-registered", "user", "", "User/Message"):
+        with pytest.raises(InvalidEventError):
+            q.append(bad, {"x": 1})
+    assert q.head == head == store.session_head("q")
+    assert store.backend.count_nodes() == nodes
+
+
+def test_non_json_data_refused_on_append(store: Store) -> None:
+    q = store.session("q")
+    with pytest.raises(InvalidEventError):
+        q.append("usage", {"x": object()})
+    with pytest.raises(InvalidEventError):
+        q.add_message({"role": "user", 1: "int key"})  # type: ignore[dict-item]
+    assert not store.has_session("q")
+    assert store.backend.count_nodes() == 0
+
+
+def test_register_rules(registry: Callable[..., None]) -> None:
+    for builtin in sorted(VOCABULARY)[:3]:
+        with pytest.raises(InvalidEventError):
+            registry(builtin)
+    for bad in ("nonamespace", "Upper/case", "a/", "/b", "a b/c", "-a/b"):
+        with pytest.raises(InvalidEventError):
+            registry(bad)
+    assert not is_registered("myapp/later")
+    registry("myapp/later")
+    assert is_registered("myapp/later")
+    registry("myapp/later", lambda d: {"role": "user", "content": "again"})  # replaces
+    assert derive_messages(["myapp/later"], [{}]).messages == [{"role": "user", "content": "again"}]
+
+
+def test_derive_without_repair_keeps_stored_order() -> None:
+    types = ["assistant/message", "user/message", "tool/result"]
+    datas = [calls("c1"), user("x"), result("c1")]
+    raw = derive_messages(types, datas, repair=False)
+    assert raw.messages == datas and raw.problems == []
+    repaired = derive_messages(types, datas)
+    assert repaired.messages == [calls("c1"), result("c1"), user("x")]
+
+
+def test_derive_returns_messages_for_every_builtin(store: Store) -> None:
+    """Every built-in type can be appended and derivation never crashes on odd data."""
+    q = store.session("q")
+    for t in sorted(VOCABULARY):
+        for data in ({"content": "x"}, "str", 3, None, [1]):
+            q.append(t, data)
+    d = q.derive()
+    assert isinstance(d.messages, list)
+    assert all(isinstance(m, dict) for m in d.messages)

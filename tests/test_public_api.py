@@ -1,0 +1,66 @@
+"""The public surface: ``__all__`` is exactly what the package exports (as httpx checks)."""
+
+from __future__ import annotations
+
+import types
+
+import sesstree
+from sesstree import errors
+
+INCLUDED_DUNDERS = {"__version__"}
+CORE = {
+    "open_store", "Store", "Session", "SessionInfo", "Diff", "Node", "NodeId", "make_node",
+    "Derived", "Problem", "derive_messages", "register_event_type",
+    "SesstreeError", "StoreError", "StoreNotFoundError", "StoreCorruptError", "StoreLockedError",
+    "StoreFormatError", "RevisionError", "UnknownRevisionError", "AmbiguousPrefixError",
+    "InvalidRefNameError", "RefExistsError", "ConflictError", "InvalidEventError", "InputError",
+    "__version__",
+}
+
+
+def public_names(module: types.ModuleType) -> set[str]:
+    """What a module actually exposes: no private names, submodules or ``__future__`` flags."""
+    return {
+        name for name, value in vars(module).items()
+        if (not name.startswith("_") or name in INCLUDED_DUNDERS)
+        and not isinstance(value, types.ModuleType)
+        and name != "annotations"
+    }
+
+
+def test_all_equals_the_public_names() -> None:
+    assert set(sesstree.__all__) == public_names(sesstree)
+    assert len(sesstree.__all__) == len(set(sesstree.__all__)), "duplicates in __all__"
+
+
+def test_all_is_sorted() -> None:
+    assert sesstree.__all__ == sorted(sesstree.__all__)
+
+
+def test_core_names_present() -> None:
+    assert set(sesstree.__all__) >= CORE
+    for name in CORE:
+        assert getattr(sesstree, name) is not None
+
+
+def test_every_error_exported_and_in_one_tree() -> None:
+    for name in errors.__all__:
+        cls = getattr(errors, name)
+        assert issubclass(cls, errors.SesstreeError)
+        assert getattr(sesstree, name) is cls
+        assert cls.__doc__, f"{name} has no docstring"
+        assert name in (errors.__doc__ or ""), f"{name} is not drawn in the errors docstring"
+    assert set(errors.__all__) == public_names(errors)
+
+
+def test_version_matches_metadata() -> None:
+    from importlib.metadata import version
+
+    assert sesstree.__version__ == version("sesstree")
+
+
+def test_public_callables_documented() -> None:
+    for name in sesstree.__all__:
+        value = getattr(sesstree, name)
+        if callable(value) and not isinstance(value, type(sesstree.NodeId)):
+            assert value.__doc__, f"{name} has no docstring"
