@@ -414,6 +414,6 @@ def raw_node(node: Node) -> RawNode:
 
 def _nodes_of(chain: Chain) -> list[Node]:
     ids = chain.ids
-    parents: list[NodeId | None] = [chain.base, *ids[:-1]]
+    parents: list[NodeId | None] = [chain.base, *ids][: len(ids)]
     return [Node(i, p, t, d) for i, p, t, d in zip(ids, parents, chain.types, chain.datas, strict=True)]
 

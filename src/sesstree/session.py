@@ -139,7 +139,7 @@ class Session:
     def events(self) -> list[Node]:
         """Every event of the session, oldest first."""
         ids = self._ids()
-        parents: list[NodeId | None] = [None, *ids[:-1]]
+        parents: list[NodeId | None] = [None, *ids][: len(ids)]
         return [Node(i, p, t, d) for i, p, t, d in zip(ids, parents, self._types, self._datas, strict=True)]
 
     def derive(self) -> Derived:
