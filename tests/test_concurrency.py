@@ -148,8 +148,7 @@ def test_threads_share_one_store(store: Store) -> None:
     check_no_dangling(store)
 
 
-@pytest.mark.xfail(strict=True, reason="BUG store/sqlite.py: the _known id->seq cache outlives "
-                   "another connection's gc, so a ref is pointed at a deleted row")
+# Guards a past bug: the id->row cache outlived another connection's gc.
 def test_gc_by_another_connection_does_not_leave_a_dangling_ref(tmp_path: Path) -> None:
     """A writer that cached a node's row must not point a ref at it after another
     connection's gc removed it (written, never named, then written again and named)."""

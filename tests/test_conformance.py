@@ -270,11 +270,7 @@ def test_batch_with_conflict_inside_keeps_the_rest(store: Store) -> None:
     assert store.fsck() == []
 
 
-def test_batch_one_reflog_entry_per_ref(store: Store, backend_kind: str,
-                                        request: pytest.FixtureRequest) -> None:
-    if backend_kind == "memory":
-        request.applymarker(pytest.mark.xfail(
-            strict=True, reason="BUG memory backend logs every move of a batch, not one"))
+def test_batch_one_reflog_entry_per_ref(store: Store) -> None:
     q = store.session("q")
     first = q.add_message(user("0")).id
     with store.batch():
@@ -653,12 +649,8 @@ def test_reopen_sees_everything(tmp_path: Path, make_store: Any) -> None:
     assert t.fsck() == []
 
 
-def test_batch_rolls_back_settings_too(store: Store, backend_kind: str,
-                                      request: pytest.FixtureRequest) -> None:
+def test_batch_rolls_back_settings_too(store: Store) -> None:
     """Metadata and HEAD written inside a failed batch go with it (an import is all-or-nothing)."""
-    if backend_kind == "memory":
-        request.applymarker(pytest.mark.xfail(
-            strict=True, reason="BUG memory backend batch snapshot leaves out _meta"))
     grow(store, "q", 1)
     with pytest.raises(RuntimeError), store.batch():
         store.set_session_meta("q", {"title": "half-done"})

@@ -194,11 +194,7 @@ def test_day1_day2_fork_flow(store: Store, tmp_path: Path) -> None:
     assert store.backend.count_nodes() == len(QUEST) + 1
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG interop/seed.py export_seed writes U+2028/U+2029/U+0085 raw; the seed's "
-    "Python loader (str.splitlines) splits the line there",
-)
+# Guards a past bug: U+2028/U+2029/U+0085 were written raw and str.splitlines split there.
 def test_export_line_separators_load_with_the_seed_loader(store: Store, tmp_path: Path) -> None:
     messages = [{"role": "user", "content": "a\u2028b\u2029c\x85d"}]
     src = write_quest(tmp_path / "in", "quest-1", messages)

@@ -10,6 +10,7 @@ Changing anything here changes every id: the test vectors in ``tests/test_node.p
 
 from __future__ import annotations
 
+import math
 import re
 from typing import Any, NewType
 
@@ -49,8 +50,35 @@ class Node(msgspec.Struct, frozen=True, gc=False):
     data: Any
 
 
+def _check_json(value: Any, depth: int = 0) -> None:
+    """Refuse what msgpack would take but JSON cannot hold: bytes, sets, NaN, datetimes, ...
+
+    Sets are the dangerous one: their order differs between processes, so the same data
+    would hash differently.
+    """
+    kind = type(value)
+    if kind is str or kind is int or kind is bool or value is None:
+        return
+    if depth > 500:
+        raise InvalidEventError("event data is nested more than 500 levels deep")
+    if kind is dict:
+        for key, item in value.items():
+            if type(key) is not str:
+                raise InvalidEventError(f"event data has a non-string key {key!r}")
+            _check_json(item, depth + 1)
+    elif kind is list or kind is tuple:
+        for item in value:
+            _check_json(item, depth + 1)
+    elif kind is float:
+        if not math.isfinite(value):
+            raise InvalidEventError(f"event data holds {value!r}, which JSON cannot hold")
+    else:
+        raise InvalidEventError(f"event data is not a JSON value: {kind.__name__} found")
+
+
 def encode_data(data: Any) -> bytes:
     """Canonical msgpack of a JSON value (sorted keys). Raises InvalidEventError otherwise."""
+    _check_json(data)
     try:
         return _canonical.encode(data)
     except (TypeError, OverflowError, ValueError) as exc:

@@ -72,6 +72,19 @@ def import_seed(store: Store, path: Path, name: str | None = None) -> ImportResu
     return result
 
 
+# Line breaks to Python's str.splitlines (which the seed's loader uses) that JSON leaves raw;
+# they can only occur inside strings, where an escape means the same.
+_LINE_BREAKS = {"\u2028": b"\\u2028", "\u2029": b"\\u2029", "\u0085": b"\\u0085"}
+
+
+def _one_line(encoded: bytes) -> bytes:
+    for char, escape in _LINE_BREAKS.items():
+        raw = char.encode()
+        if raw in encoded:
+            encoded = encoded.replace(raw, escape)
+    return encoded
+
+
 def export_seed(store: Store, rev: str, out: Path | None = None) -> tuple[Path, Path]:
     """Write ``NAME.jsonl`` and ``NAME.meta.json`` for revision ``rev``; returns both paths.
 
@@ -91,6 +104,6 @@ def export_seed(store: Store, rev: str, out: Path | None = None) -> tuple[Path, 
         meta = {"id": name, "head": chain.ids[-1] if chain.ids else None,
                 "messages": len(messages), "exportedAt": now}
     encoder = msgspec.json.Encoder()
-    jsonl.write_bytes(b"".join(encoder.encode(m) + b"\n" for m in messages))
+    jsonl.write_bytes(b"".join(_one_line(encoder.encode(m)) + b"\n" for m in messages))
     meta_path.write_bytes(encoder.encode(meta) + b"\n")
     return jsonl, meta_path

@@ -28,7 +28,10 @@ class MemoryBackend:
         self._meta: dict[str, str] = {}
         self._lock = threading.RLock()
         self._batch_depth = 0
-        self._snapshot: tuple[dict[NodeId, StoredNode], dict[str, Ref], int] | None = None
+        self._snapshot: (
+            tuple[dict[NodeId, StoredNode], dict[str, Ref], int, dict[str, str]] | None
+        ) = None
+        self._pending: dict[str, tuple[NodeId | None, int, str]] = {}
 
     def commit(self, nodes: Sequence[RawNode], updates: Sequence[RefUpdate]) -> None:
         with self._lock:
@@ -60,26 +63,45 @@ class MemoryBackend:
                     self._refs.pop(u.name, None)
                 else:
                     self._refs[u.name] = Ref(u.name, u.new, now)
-                self._reflog.append(ReflogEntry(u.name, u.old, u.new, now, u.reason))
+                if self._batch_depth:
+                    # As on disk: one reflog entry per ref for the whole batch.
+                    first, count, _ = self._pending.get(u.name, (u.old, 0, ""))
+                    self._pending[u.name] = (first, count + 1, u.reason)
+                else:
+                    self._reflog.append(ReflogEntry(u.name, u.old, u.new, now, u.reason))
 
     @contextmanager
     def batch(self) -> Iterator[None]:
         with self._lock:
             if self._batch_depth == 0:
-                self._snapshot = (dict(self._nodes), dict(self._refs), len(self._reflog))
+                self._snapshot = (
+                    dict(self._nodes), dict(self._refs), len(self._reflog), dict(self._meta)
+                )
             self._batch_depth += 1
             try:
                 yield
+                if self._batch_depth == 1:
+                    self._flush_pending()
             except BaseException:
                 if self._batch_depth == 1 and self._snapshot is not None:
-                    nodes, refs, n = self._snapshot
-                    self._nodes, self._refs = nodes, refs
+                    nodes, refs, n, meta = self._snapshot
+                    self._nodes, self._refs, self._meta = nodes, refs, meta
                     del self._reflog[n:]
+                    self._pending.clear()
                 raise
             finally:
                 self._batch_depth -= 1
                 if self._batch_depth == 0:
                     self._snapshot = None
+
+    def _flush_pending(self) -> None:
+        now = time.time()
+        for name, (old, count, reason) in self._pending.items():
+            ref = self._refs.get(name)
+            new = ref.target if ref is not None else None
+            text = reason if count == 1 else f"{reason} (batch of {count} moves)"
+            self._reflog.append(ReflogEntry(name, old, new, now, text))
+        self._pending.clear()
 
     def get(self, id: NodeId) -> StoredNode | None:
         return self._nodes.get(id)
@@ -129,11 +151,18 @@ class MemoryBackend:
 
     def rename_ref(self, old: str, new: str, target: NodeId, reason: str) -> None:
         with self._lock:
-            self.commit([], [RefUpdate(old, target, None, reason), RefUpdate(new, None, target, reason)])
+            current, taken = self._refs.get(old), self._refs.get(new)
+            if current is None or current.target != target or taken is not None:
+                raise ConflictError(f"cannot rename {old} to {new}: one of them moved")
+            # As on disk: the log of `old` moves over and one entry records the rename.
             self._reflog = [
                 ReflogEntry(new, e.old, e.new, e.time, e.reason) if e.ref == old else e
                 for e in self._reflog
             ]
+            del self._refs[old]
+            now = time.time()
+            self._refs[new] = Ref(new, target, now)
+            self._reflog.append(ReflogEntry(new, target, target, now, reason))
 
     def get_meta(self, key: str) -> str | None:
         return self._meta.get(key)

@@ -191,6 +191,9 @@ class SqliteBackend:
         self._txn_new: list[NodeId] = []
         # id -> (seq, depth) of nodes known to be stored: saves a lookup per append.
         self._known: dict[NodeId, tuple[int, int]] = {}
+        # PRAGMA data_version when the cache was last known good: it changes when another
+        # connection commits (a gc there may have removed rows the cache still names).
+        self._data_version = -1
         try:
             self._open(exists and self.path.stat().st_size > 0, durable)
         except BaseException:
@@ -285,6 +288,7 @@ class SqliteBackend:
                 return
             self._db.execute("BEGIN IMMEDIATE")
             try:
+                self._sync_cache()
                 yield
                 self._db.execute("COMMIT")
                 self._txn_new.clear()
@@ -298,6 +302,7 @@ class SqliteBackend:
             outer = self._batch_depth == 0
             if outer:
                 self._db.execute("BEGIN IMMEDIATE")
+                self._sync_cache()
             self._batch_depth += 1
             try:
                 yield
@@ -335,6 +340,13 @@ class SqliteBackend:
             known = (row[0], row[1])
             self._remember(id, known)
         return known
+
+    def _sync_cache(self) -> None:
+        """Forget cached row numbers if another connection has committed since we looked."""
+        version = self._db.execute("PRAGMA data_version").fetchone()[0]
+        if version != self._data_version:
+            self._known.clear()
+            self._data_version = version
 
     def _remember(self, id: NodeId, value: tuple[int, int]) -> None:
         if len(self._known) >= _CACHE_MAX:
@@ -397,6 +409,7 @@ class SqliteBackend:
                 return
             try:
                 db.execute("BEGIN IMMEDIATE")
+                self._sync_cache()
                 for n in nodes:
                     self._insert(n)
                 now = time.time()
@@ -514,10 +527,14 @@ class SqliteBackend:
 
     def has(self, ids: Sequence[NodeId]) -> set[NodeId]:
         with self._lock, self._errors():
+            if not self._db.in_transaction:
+                self._sync_cache()
             return {i for i in ids if self._seq_of(i) is not None}
 
     def chain(self, head: NodeId, limit: int | None = None) -> Chain:
         with self._lock, self._errors():
+            if not self._db.in_transaction:
+                self._sync_cache()
             found = self._seq_of(head)
             if found is None:
                 raise KeyError(head)
