@@ -40,6 +40,19 @@ from ..errors import (
 )
 from ..node import ID_VERSION, NodeId
 from .base import Chain, RawNode, Ref, ReflogEntry, RefUpdate, StoredNode, describe
+from .sqlite_sql import (
+    APPEND_ONE,
+    APPEND_TEMP,
+    CAS,
+    INSERT_NODE,
+    LIST_REFS,
+    NEWEST,
+    NODE_COLS,
+    READ_RUN,
+    RUN_BREAK,
+    SCHEMA,
+    WALK_ROWS,
+)
 
 __all__ = ["FORMAT_VERSION", "SqliteBackend"]
 
@@ -50,100 +63,6 @@ PAGE_SIZE = 4096
 # committed appends cheaper; the WAL file is reused, so it stays at about this size.
 WAL_PAGES = 10_000
 _CACHE_MAX = 200_000
-
-_SCHEMA = [
-    "CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID",
-    "CREATE TABLE blobs(bid INTEGER PRIMARY KEY, hash BLOB NOT NULL UNIQUE, data BLOB NOT NULL)",
-    """CREATE TABLE nodes(
-        seq INTEGER PRIMARY KEY,
-        id BLOB NOT NULL UNIQUE,
-        parent INTEGER,
-        depth INTEGER NOT NULL,
-        type TEXT NOT NULL,
-        data BLOB,
-        bid INTEGER
-    )""",
-    """CREATE TABLE reflog(
-        ref TEXT NOT NULL,
-        n INTEGER NOT NULL,
-        old INTEGER,
-        new INTEGER,
-        time REAL NOT NULL,
-        reason TEXT NOT NULL,
-        PRIMARY KEY (ref, n)
-    ) WITHOUT ROWID""",
-]
-
-_NEWEST = "SELECT new FROM reflog WHERE ref = ?1 ORDER BY n DESC LIMIT 1"
-# Compare-and-set and log in one statement: the row is written only if the newest entry of the
-# ref points where the writer expects (?2); `IS` makes "absent" (NULL) compare equal to None.
-_CAS = (
-    "INSERT INTO reflog(ref, n, old, new, time, reason) "
-    "SELECT ?1, coalesce((SELECT n FROM reflog WHERE ref = ?1 ORDER BY n DESC LIMIT 1), 0) + 1,"
-    " ?2, ?3, ?4, ?5 "
-    f"WHERE ({_NEWEST}) IS ?2"
-)
-# The common append (one small node on top of the ref's head) as one statement: a temporary
-# INSTEAD OF trigger on a temporary view does the node insert and the compare-and-set. One
-# statement means one implicit transaction and no BEGIN/COMMIT round trips; it is created per
-# connection, so the file's schema is unchanged. ?-parameters: ref, parent id, id, type, data,
-# time, reason. A lost CAS raises "sesstree-conflict", which rolls the statement back.
-_APPEND_TEMP = [
-    "CREATE TEMP VIEW append_one(ref, parent, id, type, data, time, reason) AS "
-    "SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL",
-    """CREATE TEMP TRIGGER append_one_do INSTEAD OF INSERT ON append_one BEGIN
-        INSERT OR IGNORE INTO nodes(id, parent, depth, type, data)
-        SELECT NEW.id, p.seq, coalesce(p.depth, 0) + 1, NEW.type, NEW.data
-        FROM (SELECT 1) LEFT JOIN main.nodes p ON p.id = NEW.parent
-        WHERE NEW.parent IS NULL OR p.seq IS NOT NULL;
-        INSERT INTO reflog(ref, n, old, new, time, reason)
-        SELECT NEW.ref,
-               coalesce((SELECT n FROM main.reflog WHERE ref = NEW.ref ORDER BY n DESC LIMIT 1), 0) + 1,
-               p.seq, c.seq, NEW.time, NEW.reason
-        FROM main.nodes c LEFT JOIN main.nodes p ON p.id = NEW.parent
-        WHERE c.id = NEW.id AND (NEW.parent IS NULL OR p.seq IS NOT NULL)
-          AND (SELECT new FROM main.reflog WHERE ref = NEW.ref ORDER BY n DESC LIMIT 1) IS p.seq;
-        SELECT RAISE(ABORT, 'sesstree-conflict') WHERE changes() = 0;
-    END""",
-]
-_APPEND_ONE = "INSERT INTO temp.append_one VALUES (?, ?, ?, ?, ?, ?, ?)"
-_INSERT_NODE = (
-    "INSERT OR IGNORE INTO nodes(id, parent, depth, type, data, bid) VALUES (?, ?, ?, ?, ?, ?)"
-)
-_NODE_COLS = (
-    "n.seq, n.id, n.parent, n.type, coalesce(n.data, (SELECT data FROM blobs WHERE bid = n.bid))"
-)
-# The newest entry of every ref whose name starts with ?1 (?2 = its length), found with one
-# index seek per ref name instead of a scan of the whole log.
-_LIST_REFS = """
-WITH RECURSIVE names(ref) AS (
-    SELECT (SELECT ref FROM reflog WHERE ref >= ?1 ORDER BY ref LIMIT 1)
-    UNION ALL
-    SELECT (SELECT ref FROM reflog WHERE ref > names.ref ORDER BY ref LIMIT 1)
-    FROM names WHERE names.ref IS NOT NULL AND substr(names.ref, 1, ?2) = ?1
-)
-SELECT l.ref, d.id, l.time FROM names
-JOIN reflog l ON l.ref = names.ref
-    AND l.n = (SELECT n FROM reflog WHERE ref = names.ref ORDER BY n DESC LIMIT 1)
-JOIN nodes d ON d.seq = l.new
-WHERE substr(names.ref, 1, ?2) = ?1
-ORDER BY l.ref
-"""
-# The newest row in (?1, ?2] whose parent is not the row just before it: where a run breaks.
-_RUN_BREAK = (
-    "SELECT seq FROM nodes WHERE seq > ?1 AND seq <= ?2 AND parent IS NOT seq - 1 "
-    "ORDER BY seq DESC LIMIT 1"
-)
-_PAYLOAD = "coalesce(n.data, (SELECT b.data FROM blobs b WHERE b.bid = n.bid))"
-# A rowid range is scanned in ascending order, so the aggregates concatenate oldest first.
-_READ_RUN = (
-    "SELECT CAST(group_concat(n.id, x'') AS BLOB), group_concat(n.type, char(31)), "
-    f"CAST(group_concat({_PAYLOAD}, x'') AS BLOB) FROM nodes n WHERE n.seq BETWEEN ?1 AND ?2"
-)
-_WALK_ROWS = (
-    f"SELECT n.seq, n.parent, n.id, n.type, {_PAYLOAD} FROM nodes n "
-    "WHERE n.seq BETWEEN ? AND ? ORDER BY n.seq DESC"
-)
 #: Runs shorter than this mean interleaved writers: reading row by row is then cheaper.
 _MIN_RUN = 16
 _msgpack = msgspec.msgpack.Decoder()
@@ -229,14 +148,14 @@ class SqliteBackend:
             db.execute(f"PRAGMA wal_autocheckpoint={WAL_PAGES}")
             db.execute("PRAGMA mmap_size=268435456")
             db.execute("PRAGMA temp_store=MEMORY")
-            for statement in _APPEND_TEMP:
+            for statement in APPEND_TEMP:
                 db.execute(statement)
             if not exists:
                 db.execute("BEGIN IMMEDIATE")
                 try:
                     tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master")}
                     if "meta" not in tables:
-                        for statement in _SCHEMA:
+                        for statement in SCHEMA:
                             db.execute(statement)
                         db.executemany(
                             "INSERT INTO meta VALUES (?, ?)",
@@ -327,7 +246,7 @@ class SqliteBackend:
 
     def _log(self, name: str, old: int | None, new: int | None, reason: str, now: float) -> bool:
         """The compare-and-set: move ``name`` from ``old`` to ``new`` and log it, or do nothing."""
-        return self._db.execute(_CAS, (name, old, new, now, reason)).rowcount == 1
+        return self._db.execute(CAS, (name, old, new, now, reason)).rowcount == 1
 
     def _seq_of(self, id: NodeId) -> tuple[int, int] | None:
         known = self._known.get(id)
@@ -357,7 +276,7 @@ class SqliteBackend:
         pending = self._pending.get(name)
         if pending is not None:
             return pending.new
-        row = self._db.execute(_NEWEST, (name,)).fetchone()
+        row = self._db.execute(NEWEST, (name,)).fetchone()
         return None if row is None or row[0] is None else int(row[0])
 
     def _insert(self, node: RawNode) -> tuple[int, int]:
@@ -385,7 +304,7 @@ class SqliteBackend:
                 bid = db.execute("SELECT bid FROM blobs WHERE hash = ?", (digest,)).fetchone()[0]
             data = None
         key = bytes.fromhex(node.id)
-        cur = db.execute(_INSERT_NODE, (key, parent_seq, depth, node.type, data, bid))
+        cur = db.execute(INSERT_NODE, (key, parent_seq, depth, node.type, data, bid))
         if cur.rowcount == 1:
             assert cur.lastrowid is not None
             value = (cur.lastrowid, depth)
@@ -431,7 +350,7 @@ class SqliteBackend:
         if u.new != node.id or u.old != node.parent or len(node.encoded) > BLOB_MIN:
             return False
         try:
-            self._db.execute(_APPEND_ONE, (
+            self._db.execute(APPEND_ONE, (
                 u.name, bytes.fromhex(node.parent) if node.parent is not None else None,
                 bytes.fromhex(node.id), node.type, node.encoded, time.time(), u.reason,
             ))
@@ -519,7 +438,7 @@ class SqliteBackend:
     def get(self, id: NodeId) -> StoredNode | None:
         with self._lock, self._errors():
             row = self._db.execute(
-                f"SELECT {_NODE_COLS}, n.depth FROM nodes n WHERE n.id = ?", (bytes.fromhex(id),)
+                f"SELECT {NODE_COLS}, n.depth FROM nodes n WHERE n.id = ?", (bytes.fromhex(id),)
             ).fetchone()
             if row is None:
                 return None
@@ -574,7 +493,7 @@ class SqliteBackend:
         """The oldest node of the unbroken run of rows that ends at ``cur`` (at most ``most``
         long) in which each row's parent is the row before it, and that node's parent."""
         lo = cur - most + 1
-        row = self._db.execute(_RUN_BREAK, (lo, cur)).fetchone()
+        row = self._db.execute(RUN_BREAK, (lo, cur)).fetchone()
         start = lo if row is None else int(row[0])
         parent = self._db.execute("SELECT parent FROM nodes WHERE seq = ?", (start,)).fetchone()
         if parent is None:
@@ -583,7 +502,7 @@ class SqliteBackend:
 
     def _read_run(self, lo: int, hi: int) -> tuple[bytes, list[str], bytes]:
         """Rows ``lo..hi`` in one statement: SQLite concatenates, Python decodes once."""
-        row = self._db.execute(_READ_RUN, (lo, hi)).fetchone()
+        row = self._db.execute(READ_RUN, (lo, hi)).fetchone()
         types = (row[1] or "").split("\x1f")
         if len(types) != hi - lo + 1 or len(row[0] or b"") != 32 * len(types):
             raise StoreCorruptError(f"store {self.path} is damaged: rows {lo}..{hi} are incomplete")
@@ -595,7 +514,7 @@ class SqliteBackend:
         while next_seq is not None and len(rows) < need:
             lo = next_seq - (need - len(rows)) + 1
             before = len(rows)
-            for row in self._db.execute(_WALK_ROWS, (lo, next_seq)):
+            for row in self._db.execute(WALK_ROWS, (lo, next_seq)):
                 if row[0] == next_seq:
                     rows.append(row)
                     next_seq = row[1]
@@ -633,7 +552,7 @@ class SqliteBackend:
 
     def list_refs(self, prefix: str) -> list[Ref]:
         with self._lock, self._errors():
-            rows = self._db.execute(_LIST_REFS, (prefix, len(prefix))).fetchall()
+            rows = self._db.execute(LIST_REFS, (prefix, len(prefix))).fetchall()
             refs = {r[0]: Ref(r[0], NodeId(r[1].hex()), r[2]) for r in rows}
             for name in [n for n in self._pending if n.startswith(prefix)]:
                 ref = self.get_ref(name)

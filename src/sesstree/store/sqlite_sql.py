@@ -1,0 +1,114 @@
+"""The SQL of the SQLite backend, kept apart so that the backend's logic reads on its own.
+
+See :mod:`sesstree.store.sqlite` for the layout and why it is shaped this way.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "APPEND_ONE",
+    "APPEND_TEMP",
+    "CAS",
+    "INSERT_NODE",
+    "LIST_REFS",
+    "NEWEST",
+    "NODE_COLS",
+    "READ_RUN",
+    "RUN_BREAK",
+    "SCHEMA",
+    "WALK_ROWS",
+]
+
+SCHEMA = [
+    "CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID",
+    "CREATE TABLE blobs(bid INTEGER PRIMARY KEY, hash BLOB NOT NULL UNIQUE, data BLOB NOT NULL)",
+    """CREATE TABLE nodes(
+        seq INTEGER PRIMARY KEY,
+        id BLOB NOT NULL UNIQUE,
+        parent INTEGER,
+        depth INTEGER NOT NULL,
+        type TEXT NOT NULL,
+        data BLOB,
+        bid INTEGER
+    )""",
+    """CREATE TABLE reflog(
+        ref TEXT NOT NULL,
+        n INTEGER NOT NULL,
+        old INTEGER,
+        new INTEGER,
+        time REAL NOT NULL,
+        reason TEXT NOT NULL,
+        PRIMARY KEY (ref, n)
+    ) WITHOUT ROWID""",
+]
+
+NEWEST = "SELECT new FROM reflog WHERE ref = ?1 ORDER BY n DESC LIMIT 1"
+# Compare-and-set and log in one statement: the row is written only if the newest entry of the
+# ref points where the writer expects (?2); `IS` makes "absent" (NULL) compare equal to None.
+CAS = (
+    "INSERT INTO reflog(ref, n, old, new, time, reason) "
+    "SELECT ?1, coalesce((SELECT n FROM reflog WHERE ref = ?1 ORDER BY n DESC LIMIT 1), 0) + 1,"
+    " ?2, ?3, ?4, ?5 "
+    f"WHERE ({NEWEST}) IS ?2"
+)
+# The common append (one small node on top of the ref's head) as one statement: a temporary
+# INSTEAD OF trigger on a temporary view does the node insert and the compare-and-set. One
+# statement means one implicit transaction and no BEGIN/COMMIT round trips; it is created per
+# connection, so the file's schema is unchanged. ?-parameters: ref, parent id, id, type, data,
+# time, reason. A lost CAS raises "sesstree-conflict", which rolls the statement back.
+APPEND_TEMP = [
+    "CREATE TEMP VIEW append_one(ref, parent, id, type, data, time, reason) AS "
+    "SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL",
+    """CREATE TEMP TRIGGER append_one_do INSTEAD OF INSERT ON append_one BEGIN
+        INSERT OR IGNORE INTO nodes(id, parent, depth, type, data)
+        SELECT NEW.id, p.seq, coalesce(p.depth, 0) + 1, NEW.type, NEW.data
+        FROM (SELECT 1) LEFT JOIN main.nodes p ON p.id = NEW.parent
+        WHERE NEW.parent IS NULL OR p.seq IS NOT NULL;
+        INSERT INTO reflog(ref, n, old, new, time, reason)
+        SELECT NEW.ref,
+               coalesce((SELECT n FROM main.reflog WHERE ref = NEW.ref ORDER BY n DESC LIMIT 1), 0) + 1,
+               p.seq, c.seq, NEW.time, NEW.reason
+        FROM main.nodes c LEFT JOIN main.nodes p ON p.id = NEW.parent
+        WHERE c.id = NEW.id AND (NEW.parent IS NULL OR p.seq IS NOT NULL)
+          AND (SELECT new FROM main.reflog WHERE ref = NEW.ref ORDER BY n DESC LIMIT 1) IS p.seq;
+        SELECT RAISE(ABORT, 'sesstree-conflict') WHERE changes() = 0;
+    END""",
+]
+APPEND_ONE = "INSERT INTO temp.append_one VALUES (?, ?, ?, ?, ?, ?, ?)"
+INSERT_NODE = (
+    "INSERT OR IGNORE INTO nodes(id, parent, depth, type, data, bid) VALUES (?, ?, ?, ?, ?, ?)"
+)
+NODE_COLS = (
+    "n.seq, n.id, n.parent, n.type, coalesce(n.data, (SELECT data FROM blobs WHERE bid = n.bid))"
+)
+# The newest entry of every ref whose name starts with ?1 (?2 = its length), found with one
+# index seek per ref name instead of a scan of the whole log.
+LIST_REFS = """
+WITH RECURSIVE names(ref) AS (
+    SELECT (SELECT ref FROM reflog WHERE ref >= ?1 ORDER BY ref LIMIT 1)
+    UNION ALL
+    SELECT (SELECT ref FROM reflog WHERE ref > names.ref ORDER BY ref LIMIT 1)
+    FROM names WHERE names.ref IS NOT NULL AND substr(names.ref, 1, ?2) = ?1
+)
+SELECT l.ref, d.id, l.time FROM names
+JOIN reflog l ON l.ref = names.ref
+    AND l.n = (SELECT n FROM reflog WHERE ref = names.ref ORDER BY n DESC LIMIT 1)
+JOIN nodes d ON d.seq = l.new
+WHERE substr(names.ref, 1, ?2) = ?1
+ORDER BY l.ref
+"""
+# The newest row in (?1, ?2] whose parent is not the row just before it: where a run breaks.
+RUN_BREAK = (
+    "SELECT seq FROM nodes WHERE seq > ?1 AND seq <= ?2 AND parent IS NOT seq - 1 "
+    "ORDER BY seq DESC LIMIT 1"
+)
+_PAYLOAD = "coalesce(n.data, (SELECT b.data FROM blobs b WHERE b.bid = n.bid))"
+# A rowid range is scanned in ascending order, so the aggregates concatenate oldest first.
+READ_RUN = (
+    "SELECT CAST(group_concat(n.id, x'') AS BLOB), group_concat(n.type, char(31)), "
+    f"CAST(group_concat({_PAYLOAD}, x'') AS BLOB) FROM nodes n WHERE n.seq BETWEEN ?1 AND ?2"
+)
+WALK_ROWS = (
+    f"SELECT n.seq, n.parent, n.id, n.type, {_PAYLOAD} FROM nodes n "
+    "WHERE n.seq BETWEEN ? AND ? ORDER BY n.seq DESC"
+)
