@@ -268,3 +268,18 @@ def test_derive_returns_messages_for_every_builtin(store: Store) -> None:
     d = q.derive()
     assert isinstance(d.messages, list)
     assert all(isinstance(m, dict) for m in d.messages)
+
+
+def test_compaction_marker_with_a_message_sends_that_message() -> None:
+    """A marker that carries the message its tool sent is replaced by exactly that message."""
+    kept = {"role": "user", "content": "Summary, as the tool wrote it"}
+    derived = derive_messages(
+        ["user/message", "assistant/message", "compaction/marker", "user/message"],
+        [
+            {"role": "user", "content": "old"},
+            {"role": "assistant", "content": "old reply"},
+            {"summary": "short", "message": kept},
+            {"role": "user", "content": "new"},
+        ],
+    )
+    assert derived.messages == [kept, {"role": "user", "content": "new"}]

@@ -8,7 +8,9 @@ session from its root:
 - ``context/message`` and ``steering/message`` become tagged synthetic user messages;
 - ``assistant/chunk``, ``tool/call``, ``turn/*``, ``step/*``, ``usage`` and ``error`` are records
   of the run, not sent;
-- ``compaction/marker`` replaces what it summarises with its summary;
+- ``compaction/marker`` (``{"summary", "first_kept"?, "message"?}``) replaces what it
+  summarises (everything before it, or before node ``first_kept``) with its ``message``, or
+  else with its summary as a tagged user message;
 - every tool call of an assistant message is paired with its result; a call with none is an
   orphan: it is reported and given a synthetic result so the session stays usable.
 """
@@ -126,6 +128,10 @@ def _tagged(tag: str, data: Any) -> dict[str, Any]:
 
 
 def _summary(data: Any) -> dict[str, Any]:
+    # A marker may carry the exact message its tool sent in place of what it replaced.
+    if isinstance(data, dict) and isinstance(data.get("message"), dict):
+        message: dict[str, Any] = data["message"]
+        return message
     summary = data.get("summary", "") if isinstance(data, dict) else data
     return _tagged("summary", summary)
 

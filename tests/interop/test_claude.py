@@ -51,7 +51,8 @@ def test_compaction_links_roots_and_replaces_history(store: Store, data: Path) -
     results = import_files(store, [data / "claude_compact.jsonl"])
     assert len(results) == 1  # the compaction root is linked, not a second session
     messages = store.messages("claude_compact")
-    assert messages[0]["content"] == "<summary>\nSummary of the long talk\n</summary>"
+    # Sent as the user message the tool itself sent, not wrapped in tags.
+    assert messages[0] == {"role": "user", "content": "Summary of the long talk"}
     assert messages[-1]["content"] == "go on"
     types = store.chain("claude_compact").types
     assert "claude/brand-new-kind" in types and "claude/file-history-snapshot" in types

@@ -133,7 +133,12 @@ def _entry_events(rec: dict[str, Any], raw: dict[str, Any]) -> list[tuple[str, A
     if kind not in ("user", "assistant") or not isinstance(message, dict):
         return events
     if rec.get("isCompactSummary"):
-        events.append(("compaction/marker", {"summary": _text_of(message.get("content", ""))}))
+        # The summary is sent to the model as the user message it is, untagged.
+        content = message.get("content", "")
+        events.append(("compaction/marker", {
+            "summary": _text_of(content),
+            "message": {"role": "user", "content": content if isinstance(content, str) else _text_of(content)},
+        }))
     else:
         events.extend(claude_message_events(message, str(kind)))
     return events
