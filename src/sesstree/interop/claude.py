@@ -134,10 +134,9 @@ def _entry_events(rec: dict[str, Any], raw: dict[str, Any]) -> list[tuple[str, A
         return events
     if rec.get("isCompactSummary"):
         # The summary is sent to the model as the user message it is, untagged.
-        content = message.get("content", "")
+        text = _text_of(message.get("content", ""))
         events.append(("compaction/marker", {
-            "summary": _text_of(content),
-            "message": {"role": "user", "content": content if isinstance(content, str) else _text_of(content)},
+            "summary": text, "message": {"role": "user", "content": text},
         }))
     else:
         events.extend(claude_message_events(message, str(kind)))
