@@ -260,7 +260,7 @@ def _ref_labels(store: Store) -> dict[NodeId, list[str]]:
 def _label(node: Node, labels: dict[NodeId, list[str]]) -> str:
     refs = labels.get(node.id)
     names = f"({', '.join(refs)}) " if refs else ""
-    return f"{short(node.id)} {names}{summary(node, 64)}"
+    return f"{short(node.id)} {names}{summary(node, 64, with_type=True)}"
 
 
 @cli.command()

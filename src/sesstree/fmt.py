@@ -48,8 +48,33 @@ def _content_text(content: Any) -> str:
     return _json.encode(content).decode()
 
 
-def summary(node: Node, width: int = 72) -> str:
-    """One line that says what an event is about."""
+def _record_summary(node: Node) -> str | None:
+    """Short words for the loop's own records (turns, steps, usage, tool calls)."""
+    data = node.data if isinstance(node.data, dict) else {}
+    kind = node.type
+    if kind == "turn/start":
+        trigger = data.get("trigger")
+        return f"turn starts ({trigger.get('kind', '?')})" if isinstance(trigger, dict) else None
+    if kind == "turn/end":
+        reason = data.get("reason")
+        return f"turn ends: {reason.get('kind', '?')}" if isinstance(reason, dict) else None
+    if kind in ("step/start", "step/end") and "step" in data:
+        end = f", {data['finish_reason']}" if data.get("finish_reason") else ""
+        return f"step {data['step']} {'starts' if kind == 'step/start' else 'ends'}{end}"
+    if kind == "tool/call" and "name" in data:
+        return f"runs {data['name']}({data.get('arguments', '')})"
+    if kind == "usage" and isinstance(data.get("usage"), dict):
+        usage = data["usage"]
+        return (f"usage: {usage.get('prompt_tokens', '?')} in, "
+                f"{usage.get('completion_tokens', '?')} out ({data.get('model', '?')})")
+    return None
+
+
+def summary(node: Node, width: int = 72, *, with_type: bool = False) -> str:
+    """One line that says what an event is about; ``with_type`` names non-message types."""
+    record = _record_summary(node)
+    if record is not None:
+        return _clip(record, width)
     data = node.data
     if isinstance(data, dict) and "role" in data:
         role = str(data.get("role"))
@@ -64,9 +89,10 @@ def summary(node: Node, width: int = 72) -> str:
         if role == "tool":
             role = f"tool {data.get('tool_call_id', '')}".strip()
         return _clip(f"{role}: {text}", width)
+    prefix = f"{node.type}: " if with_type else ""
     if isinstance(data, dict) and isinstance(data.get("content"), str):
-        return _clip(data["content"], width)
-    return _clip(_json.encode(data).decode(), width)
+        return _clip(prefix + data["content"], width)
+    return _clip(prefix + _json.encode(data).decode(), width)
 
 
 def to_jsonable(node: Node) -> dict[str, Any]:
