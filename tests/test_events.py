@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 from core_testkit import assistant, user
 
-from sesstree import InvalidEventError, Store, derive_messages
-from sesstree.events import ORPHAN_RESULT, VOCABULARY, is_registered, message_type
+from sesstree import InvalidEventError, Store, derive_messages, make_node
+from sesstree.events import MESSAGE_TYPES, ORPHAN_RESULT, VOCABULARY, is_registered, message_type
 
 
 def call(cid: str, name: str = "talk_to") -> dict[str, Any]:
@@ -260,12 +260,17 @@ def test_derive_without_repair_keeps_stored_order() -> None:
 
 
 def test_derive_returns_messages_for_every_builtin(store: Store) -> None:
-    """Every built-in type can be appended and derivation never crashes on odd data."""
-    q = store.session("q")
+    """Derivation never crashes on odd data, whatever wrote it (message events with data that
+    is not an object are refused by append, so they are written at the node level here)."""
+    nodes = []
+    parent = None
     for t in sorted(VOCABULARY):
         for data in ({"content": "x"}, "str", 3, None, [1]):
-            q.append(t, data)
-    d = q.derive()
+            node = make_node(parent, t, data)
+            nodes.append(node)
+            parent = node.id
+    store.write(nodes)
+    d = store.derive(nodes[-1].id)
     assert isinstance(d.messages, list)
     assert all(isinstance(m, dict) for m in d.messages)
 
@@ -283,3 +288,12 @@ def test_compaction_marker_with_a_message_sends_that_message() -> None:
         ],
     )
     assert derived.messages == [kept, {"role": "user", "content": "new"}]
+
+
+@pytest.mark.parametrize("type", sorted(MESSAGE_TYPES))
+def test_message_events_must_hold_an_object(store: Store, type: str) -> None:
+    """A message event with data that is not an object would vanish from the history: refused."""
+    q = store.session("q")
+    with pytest.raises(InvalidEventError, match="JSON object"):
+        q.append(type, [1, 2])
+    assert store.session_head("q") is None

@@ -78,6 +78,11 @@ class _Group(click.Group):
         except BrokenPipeError:  # `sess log | head`
             sys.stderr.close()
             ctx.exit(0)
+        except OSError as exc:
+            # A file the user named cannot be read or written: say which and why, in one line.
+            if exc.filename is None:
+                raise
+            raise click.ClickException(f"{exc.filename}: {exc.strerror}") from None
         finally:
             if isinstance(ctx.obj, StoreLocator):
                 ctx.obj.close()
@@ -375,6 +380,8 @@ def append(locator: StoreLocator, args: tuple[str, ...]) -> None:
     store = locator.open()
     if len(args) > 3:
         _fail("usage: sess append [SESSION] TYPE [JSON|-]")
+    if len(args) == 2 and not is_registered(args[0]) and not is_registered(args[1]):
+        _fail(f"unknown event type {args[0]!r}")
     if len(args) == 3 or (len(args) == 2 and not is_registered(args[0])):
         target, type, payload = args[0], args[1], (args[2] if len(args) == 3 else "-")
     else:

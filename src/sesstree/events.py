@@ -154,12 +154,13 @@ def derive_messages(
     starts: dict[str, int] | None = {} if ids is not None else None
     # Tool calls still waiting for their result; None once pairing needs the slow path.
     waiting: set[Any] | None = set()
+    message_types = MESSAGE_TYPES
     for i, type in enumerate(types):
         data = datas[i]
         if starts is not None and ids is not None:
             starts[ids[i]] = len(out)
-        if type in MESSAGE_TYPES:
-            if not isinstance(data, dict):
+        if type in message_types:
+            if data.__class__ is not dict:
                 continue
             if "role" not in data and type in _DEFAULT_ROLE:
                 data = {"role": _DEFAULT_ROLE[type], **data}

@@ -164,8 +164,9 @@ class Store:
     def delete_session(self, name: str) -> NodeId:
         """Delete session ``name``; its reflog stays, so ``sess branch NAME ID`` restores it."""
         target = self._require_session(name)
+        on_head = self.head()[0] == name
         self._move(SESSIONS + name, target, None, "branch: deleted")
-        if self.backend.get_meta("HEAD") == "ref: " + SESSIONS + name:
+        if on_head:
             self.backend.set_meta("HEAD", target)
         self.backend.set_meta("session:" + name, None)
         return target
@@ -176,13 +177,14 @@ class Store:
         target = self._require_session(old)
         if self.has_session(new):
             raise RefExistsError(f"session {new!r} already exists")
+        on_head = self.head()[0] == old
         self.backend.rename_ref(SESSIONS + old, SESSIONS + new, target,
                                 f"branch: renamed {old} to {new}")
         meta = self.backend.get_meta("session:" + old)
         if meta is not None:
             self.backend.set_meta("session:" + new, meta)
             self.backend.set_meta("session:" + old, None)
-        if self.backend.get_meta("HEAD") == "ref: " + SESSIONS + old:
+        if on_head:
             self.backend.set_meta("HEAD", "ref: " + SESSIONS + new)
 
     def reset(self, name: str, rev: str | NodeId, reason: str | None = None) -> NodeId:
@@ -191,6 +193,25 @@ class Store:
         old = self._require_session(name)
         self._move(SESSIONS + name, old, target, reason or f"reset: moving to {rev}")
         return target
+
+    def session_name_of(self, rev: str) -> str:
+        """The session a revision is about: ``quest-1~2``, ``quest-1@{1}`` and ``quest-1^`` name
+        ``quest-1``; ``HEAD`` names the current session. Used to name exported files."""
+        if rev in ("HEAD", "@"):
+            head_name, _ = self.head()
+            return head_name or rev
+        base = rev
+        while True:
+            if (m := _REFLOG_REV.match(base)) is not None:
+                base = m.group(1)
+            elif (m := _SUFFIX.search(base)) is not None and m.start() > 0:
+                base = base[: m.start()]
+            else:
+                break
+        if base in ("HEAD", "@", ""):
+            head_name, _ = self.head()
+            return head_name or rev
+        return base[len(SESSIONS):] if base.startswith(SESSIONS) else base
 
     def _require_session(self, name: str) -> NodeId:
         head = self.session_head(name)

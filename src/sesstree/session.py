@@ -6,7 +6,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from .errors import ConflictError, InvalidEventError, UnknownRevisionError
-from .events import Derived, derive_messages, is_registered, message_type
+from .events import MESSAGE_TYPES, Derived, derive_messages, is_registered, message_type
 from .node import Node, NodeId, encode_data, node_id_from_encoded
 from .store.base import Chain, RawNode, RefUpdate
 
@@ -100,6 +100,8 @@ class Session:
                 f"unknown event type {type!r}: use the vocabulary or register_event_type()"
             )
         encoded = encode_data(data)
+        if type in MESSAGE_TYPES and not isinstance(data, dict):
+            raise InvalidEventError(f"a {type} event holds a chat message, which is a JSON object")
         try:
             node = self._commit(type, data, encoded)
         except ConflictError:

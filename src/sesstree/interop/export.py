@@ -22,18 +22,13 @@ __all__ = ["export_openai", "export_records"]
 _encoder = msgspec.json.Encoder()
 
 
-def _session_name(store: Store, rev: str) -> str:
-    head_name, _ = store.head()
-    return head_name if rev == "HEAD" and head_name else rev.split("~")[0].split("^")[0]
-
-
 def export_openai(store: Store, rev: str, out: Path | None = None) -> Path:
     """Write the messages a model would be sent at ``rev``, tool calls paired.
 
     A ``.jsonl`` path gets one message per line; anything else a JSON array.
     """
     messages = store.messages(rev)
-    target = out if out is not None else Path(f"{_session_name(store, rev).replace('/', '_')}.json")
+    target = out if out is not None else Path(f"{store.session_name_of(rev).replace('/', '_')}.json")
     if target.name.endswith(".jsonl"):
         target.write_bytes(b"".join(_encoder.encode(m) + b"\n" for m in messages))
     else:
@@ -48,7 +43,7 @@ def export_records(store: Store, rev: str, fmt: str, out: Path | None = None) ->
     records = [d for t, d in zip(chain.types, chain.datas, strict=True) if t.startswith(prefix)]
     if not records:
         raise InputError(f"{rev} was not imported from {fmt}: no {fmt} records to write")
-    name = _session_name(store, rev)
+    name = store.session_name_of(rev)
     meta: dict[str, Any] = (store.get_session_meta(name) if store.has_session(name) else None) or {}
     lines: list[dict[str, Any]] = []
     if fmt == "pi":

@@ -92,8 +92,7 @@ def export_seed(store: Store, rev: str, out: Path | None = None) -> tuple[Path, 
     the tagged user messages the model saw); a session imported from a seed file comes back
     equal to it, every key and unknown role kept.
     """
-    head_name, _ = store.head()
-    name = head_name if rev == "HEAD" and head_name else rev.split("~")[0].split("^")[0]
+    name = store.session_name_of(rev)
     chain = store.chain(rev)
     messages = derive_messages(chain.types, chain.datas, chain.ids, repair=False).messages
     jsonl = out if out is not None else Path(f"{name.replace('/', '_')}.jsonl")

@@ -11,7 +11,7 @@ backend never re-encodes, and the hash is computed once, above it.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from typing import Any, Protocol
 
@@ -58,7 +58,7 @@ class Chain:
         base: NodeId | None = None,
         *,
         ids: list[NodeId] | None = None,
-        packed_ids: bytes | None = None,
+        packed_ids: bytes | Callable[[], bytes] | None = None,
     ) -> None:
         self.types = types
         self.datas = datas
@@ -73,7 +73,7 @@ class Chain:
     def ids(self) -> list[NodeId]:
         """The hex ids, oldest first."""
         if self._ids is None:
-            packed = self._packed or b""
+            packed = self._packed() if callable(self._packed) else self._packed or b""
             self._ids = [NodeId(packed[i : i + 32].hex()) for i in range(0, len(packed), 32)]
         return self._ids
 

@@ -18,6 +18,7 @@ Layout and why:
 
 from __future__ import annotations
 
+import gc
 import os
 import sqlite3
 import struct
@@ -48,6 +49,8 @@ from .sqlite_sql import (
     LIST_REFS,
     NEWEST,
     NODE_COLS,
+    READ_IDS,
+    READ_RANGE,
     READ_RUN,
     RUN_BREAK,
     SCHEMA,
@@ -58,7 +61,7 @@ __all__ = ["FORMAT_VERSION", "SqliteBackend"]
 
 FORMAT_VERSION = 1
 BLOB_MIN = 1024
-PAGE_SIZE = 4096
+PAGE_SIZE = 2048
 # Checkpoint every ~40 MB of WAL instead of 4 MB: fewer checkpoints (each one fsyncs) make
 # committed appends cheaper; the WAL file is reused, so it stays at about this size.
 WAL_PAGES = 10_000
@@ -69,14 +72,25 @@ _msgpack = msgspec.msgpack.Decoder()
 
 
 def _decode_many(data: bytes, n: int) -> list[Any]:
-    """Decode ``n`` concatenated msgpack values in one call by framing them as one array."""
+    """Decode ``n`` concatenated msgpack values in one call by framing them as one array.
+
+    The cycle collector is paused meanwhile: decoded JSON values cannot form cycles, and a long
+    session allocates enough containers to trigger many pointless collections.
+    """
     if n < 16:
         head = bytes([0x90 | n])
     elif n < 0x10000:
         head = b"\xdc" + struct.pack(">H", n)
     else:
         head = b"\xdd" + struct.pack(">I", n)
-    result: list[Any] = _msgpack.decode(head + data)
+    paused = gc.isenabled()
+    if paused:
+        gc.disable()
+    try:
+        result: list[Any] = _msgpack.decode(head + data)
+    finally:
+        if paused:
+            gc.enable()
     return result
 
 
@@ -460,17 +474,30 @@ class SqliteBackend:
             cur: int | None = found[0]
             depth = found[1]
             need = depth if limit is None else min(limit, depth)
-            # Pieces of the path, newest first: (packed ids, types joined by \x1f, data) each.
-            pieces: list[tuple[bytes, list[str], bytes]] = []
+            # Pieces of the path, newest first: (ids, types, data) each, where ids are packed
+            # bytes or, for a run, its row range, read only if someone asks for the ids.
+            pieces: list[tuple[bytes | tuple[int, int], list[str], bytes]] = []
             got = 0
             base: int | None = None
+            piece: tuple[bytes | tuple[int, int], list[str], bytes]
             while cur is not None and got < need:
+                # Optimistic: most paths are one unbroken run of rows, read in one scan.
+                lo = cur - (need - got) + 1
+                row = self._db.execute(READ_RANGE, (lo, cur)).fetchone()
+                if row[2] is None and row[3] == cur - lo + 1 and row[1]:
+                    parent = self._db.execute("SELECT parent FROM nodes WHERE seq = ?", (lo,))
+                    base = parent.fetchone()[0]
+                    pieces.append(((lo, cur), row[0].split("\x1f"), row[1]))
+                    got += cur - lo + 1
+                    cur = base
+                    continue
                 start, base = self._run_start(cur, need - got)
                 if cur - start + 1 < _MIN_RUN and need - got > _MIN_RUN:
                     # Short runs: writers interleaved here. Walk row by row instead.
                     piece, got_now, base = self._walk_rows(cur, need - got)
                 else:
-                    piece, got_now = self._read_run(start, cur), cur - start + 1
+                    types, data = self._read_run(start, cur)
+                    piece, got_now = ((start, cur), types, data), cur - start + 1
                 pieces.append(piece)
                 got += got_now
                 cur = base
@@ -481,13 +508,25 @@ class SqliteBackend:
             pieces.reverse()
             data = b"".join(p[2] for p in pieces)
             types = [t for p in pieces for t in p[1]]
+            id_parts = [p[0] for p in pieces]
             return Chain(
                 types,
                 _decode_many(data, len(types)),
                 depth - need + 1,
                 self._id_of_seq(base),
-                packed_ids=b"".join(p[0] for p in pieces),
+                packed_ids=lambda: self._packed_ids(id_parts),
             )
+
+    def _packed_ids(self, parts: list[bytes | tuple[int, int]]) -> bytes:
+        with self._lock, self._errors():
+            out = []
+            for part in parts:
+                if isinstance(part, tuple):
+                    row = self._db.execute(READ_IDS, part).fetchone()
+                    out.append(row[0] or b"")
+                else:
+                    out.append(part)
+            return b"".join(out)
 
     def _run_start(self, cur: int, most: int) -> tuple[int, int | None]:
         """The oldest node of the unbroken run of rows that ends at ``cur`` (at most ``most``
@@ -500,13 +539,14 @@ class SqliteBackend:
             raise StoreCorruptError(f"store {self.path} is damaged: node row {start} is missing")
         return start, parent[0]
 
-    def _read_run(self, lo: int, hi: int) -> tuple[bytes, list[str], bytes]:
-        """Rows ``lo..hi`` in one statement: SQLite concatenates, Python decodes once."""
+    def _read_run(self, lo: int, hi: int) -> tuple[list[str], bytes]:
+        """Types and payloads of rows ``lo..hi`` in one statement: SQLite concatenates, Python
+        decodes once."""
         row = self._db.execute(READ_RUN, (lo, hi)).fetchone()
-        types = (row[1] or "").split("\x1f")
-        if len(types) != hi - lo + 1 or len(row[0] or b"") != 32 * len(types):
+        types = (row[0] or "").split("\x1f")
+        if len(types) != hi - lo + 1 or not row[1]:
             raise StoreCorruptError(f"store {self.path} is damaged: rows {lo}..{hi} are incomplete")
-        return row[0], types, row[2] or b""
+        return types, row[1]
 
     def _walk_rows(self, cur: int, need: int) -> tuple[tuple[bytes, list[str], bytes], int, int | None]:
         rows: list[Any] = []

@@ -13,6 +13,8 @@ __all__ = [
     "LIST_REFS",
     "NEWEST",
     "NODE_COLS",
+    "READ_IDS",
+    "READ_RANGE",
     "READ_RUN",
     "RUN_BREAK",
     "SCHEMA",
@@ -65,12 +67,12 @@ APPEND_TEMP = [
         FROM (SELECT 1) LEFT JOIN main.nodes p ON p.id = NEW.parent
         WHERE NEW.parent IS NULL OR p.seq IS NOT NULL;
         INSERT INTO reflog(ref, n, old, new, time, reason)
-        SELECT NEW.ref,
-               coalesce((SELECT n FROM main.reflog WHERE ref = NEW.ref ORDER BY n DESC LIMIT 1), 0) + 1,
-               p.seq, c.seq, NEW.time, NEW.reason
-        FROM main.nodes c LEFT JOIN main.nodes p ON p.id = NEW.parent
-        WHERE c.id = NEW.id AND (NEW.parent IS NULL OR p.seq IS NOT NULL)
-          AND (SELECT new FROM main.reflog WHERE ref = NEW.ref ORDER BY n DESC LIMIT 1) IS p.seq;
+        SELECT NEW.ref, coalesce(last.n, 0) + 1, c.parent, c.seq, NEW.time, NEW.reason
+        FROM nodes c
+        LEFT JOIN (SELECT n, new FROM reflog WHERE ref = NEW.ref ORDER BY n DESC LIMIT 1) last
+        WHERE c.seq = CASE WHEN changes() = 1 THEN last_insert_rowid()
+                           ELSE (SELECT seq FROM nodes WHERE id = NEW.id) END
+          AND last.new IS c.parent;
         SELECT RAISE(ABORT, 'sesstree-conflict') WHERE changes() = 0;
     END""",
 ]
@@ -105,9 +107,18 @@ RUN_BREAK = (
 _PAYLOAD = "coalesce(n.data, (SELECT b.data FROM blobs b WHERE b.bid = n.bid))"
 # A rowid range is scanned in ascending order, so the aggregates concatenate oldest first.
 READ_RUN = (
-    "SELECT CAST(group_concat(n.id, x'') AS BLOB), group_concat(n.type, char(31)), "
+    "SELECT group_concat(n.type, char(31)), "
     f"CAST(group_concat({_PAYLOAD}, x'') AS BLOB) FROM nodes n WHERE n.seq BETWEEN ?1 AND ?2"
 )
+# The same, plus the newest row whose parent is not the row before it (a break in the run) and
+# the row count: one scan both reads a range and proves it is an unbroken run of the path.
+READ_RANGE = (
+    "SELECT group_concat(n.type, char(31)), "
+    f"CAST(group_concat({_PAYLOAD}, x'') AS BLOB), "
+    "max(CASE WHEN n.seq > ?1 AND n.parent IS NOT n.seq - 1 THEN n.seq END), count(*) "
+    "FROM nodes n WHERE n.seq BETWEEN ?1 AND ?2"
+)
+READ_IDS = "SELECT CAST(group_concat(id, x'') AS BLOB) FROM nodes WHERE seq BETWEEN ?1 AND ?2"
 WALK_ROWS = (
     f"SELECT n.seq, n.parent, n.id, n.type, {_PAYLOAD} FROM nodes n "
     "WHERE n.seq BETWEEN ? AND ? ORDER BY n.seq DESC"
