@@ -24,6 +24,7 @@ import sqlite3
 import struct
 import threading
 import time
+import zlib
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -44,6 +45,7 @@ from .base import Chain, RawNode, Ref, ReflogEntry, RefUpdate, StoredNode, descr
 from .sqlite_sql import (
     APPEND_ONE,
     APPEND_TEMP,
+    BLOBS_IN,
     CAS,
     INSERT_NODE,
     LIST_REFS,
@@ -60,6 +62,7 @@ from .sqlite_sql import (
 __all__ = ["FORMAT_VERSION", "SqliteBackend"]
 
 FORMAT_VERSION = 1
+#: Payloads larger than this are stored once, by hash, zlib-compressed (tool results, files).
 BLOB_MIN = 1024
 PAGE_SIZE = 2048
 # Checkpoint every ~40 MB of WAL instead of 4 MB: fewer checkpoints (each one fsyncs) make
@@ -92,6 +95,11 @@ def _decode_many(data: bytes, n: int) -> list[Any]:
         if paused:
             gc.enable()
     return result
+
+
+#: A piece of a path being read: ids (packed, or a row range to read them from on demand),
+#: types, concatenated inline payloads, and (index, compressed) for the payloads stored apart.
+_Piece = tuple[bytes | tuple[int, int], list[str], bytes, list[tuple[int, bytes]]]
 
 
 class _Pending(msgspec.Struct):
@@ -309,13 +317,15 @@ class SqliteBackend:
         db = self._db
         if len(node.encoded) > BLOB_MIN:
             digest = blake3(node.encoded).digest()
-            cur = db.execute(
-                "INSERT OR IGNORE INTO blobs(hash, data) VALUES (?, ?)", (digest, node.encoded)
-            )
-            if cur.rowcount == 1:
-                bid = cur.lastrowid
+            known_blob = db.execute("SELECT bid FROM blobs WHERE hash = ?", (digest,)).fetchone()
+            if known_blob is not None:
+                bid = known_blob[0]
             else:
-                bid = db.execute("SELECT bid FROM blobs WHERE hash = ?", (digest,)).fetchone()[0]
+                cur = db.execute(
+                    "INSERT INTO blobs(hash, data) VALUES (?, ?)",
+                    (digest, zlib.compress(node.encoded, 6)),
+                )
+                bid = cur.lastrowid
             data = None
         key = bytes.fromhex(node.id)
         cur = db.execute(INSERT_NODE, (key, parent_seq, depth, node.type, data, bid))
@@ -456,7 +466,14 @@ class SqliteBackend:
             ).fetchone()
             if row is None:
                 return None
-            return StoredNode(NodeId(row[1].hex()), self._id_of_seq(row[2]), row[5], row[3], row[4])
+            encoded = row[4] if row[4] is not None else self._inflate(row[5])
+            return StoredNode(NodeId(row[1].hex()), self._id_of_seq(row[2]), row[6], row[3], encoded)
+
+    def _inflate(self, compressed: bytes | None) -> bytes:
+        try:
+            return zlib.decompress(compressed or b"")
+        except zlib.error as exc:
+            raise StoreCorruptError(f"store {self.path} is damaged: a payload: {exc}") from None
 
     def has(self, ids: Sequence[NodeId]) -> set[NodeId]:
         with self._lock, self._errors():
@@ -476,10 +493,10 @@ class SqliteBackend:
             need = depth if limit is None else min(limit, depth)
             # Pieces of the path, newest first: (ids, types, data) each, where ids are packed
             # bytes or, for a run, its row range, read only if someone asks for the ids.
-            pieces: list[tuple[bytes | tuple[int, int], list[str], bytes]] = []
+            pieces: list[_Piece] = []
             got = 0
             base: int | None = None
-            piece: tuple[bytes | tuple[int, int], list[str], bytes]
+            piece: _Piece
             while cur is not None and got < need:
                 # Optimistic: most paths are one unbroken run of rows, read in one scan.
                 lo = cur - (need - got) + 1
@@ -487,7 +504,8 @@ class SqliteBackend:
                 if row[2] is None and row[3] == cur - lo + 1 and row[1]:
                     parent = self._db.execute("SELECT parent FROM nodes WHERE seq = ?", (lo,))
                     base = parent.fetchone()[0]
-                    pieces.append(((lo, cur), row[0].split("\x1f"), row[1]))
+                    blobs = self._blobs_in(lo, cur) if row[4] else []
+                    pieces.append(((lo, cur), row[0].split("\x1f"), row[1], blobs))
                     got += cur - lo + 1
                     cur = base
                     continue
@@ -496,8 +514,8 @@ class SqliteBackend:
                     # Short runs: writers interleaved here. Walk row by row instead.
                     piece, got_now, base = self._walk_rows(cur, need - got)
                 else:
-                    types, data = self._read_run(start, cur)
-                    piece, got_now = ((start, cur), types, data), cur - start + 1
+                    types, data, blobs = self._read_run(start, cur)
+                    piece, got_now = ((start, cur), types, data, blobs), cur - start + 1
                 pieces.append(piece)
                 got += got_now
                 cur = base
@@ -508,10 +526,16 @@ class SqliteBackend:
             pieces.reverse()
             data = b"".join(p[2] for p in pieces)
             types = [t for p in pieces for t in p[1]]
+            datas = _decode_many(data, len(types))
+            offset = 0
+            for p in pieces:
+                for index, compressed in p[3]:
+                    datas[offset + index] = _msgpack.decode(self._inflate(compressed))
+                offset += len(p[1])
             id_parts = [p[0] for p in pieces]
             return Chain(
                 types,
-                _decode_many(data, len(types)),
+                datas,
                 depth - need + 1,
                 self._id_of_seq(base),
                 packed_ids=lambda: self._packed_ids(id_parts),
@@ -539,16 +563,19 @@ class SqliteBackend:
             raise StoreCorruptError(f"store {self.path} is damaged: node row {start} is missing")
         return start, parent[0]
 
-    def _read_run(self, lo: int, hi: int) -> tuple[list[str], bytes]:
+    def _read_run(self, lo: int, hi: int) -> tuple[list[str], bytes, list[tuple[int, bytes]]]:
         """Types and payloads of rows ``lo..hi`` in one statement: SQLite concatenates, Python
-        decodes once."""
+        decodes once. Compressed payloads come apart, with their index in the run."""
         row = self._db.execute(READ_RUN, (lo, hi)).fetchone()
         types = (row[0] or "").split("\x1f")
         if len(types) != hi - lo + 1 or not row[1]:
             raise StoreCorruptError(f"store {self.path} is damaged: rows {lo}..{hi} are incomplete")
-        return types, row[1]
+        return types, row[1], self._blobs_in(lo, hi) if row[2] else []
 
-    def _walk_rows(self, cur: int, need: int) -> tuple[tuple[bytes, list[str], bytes], int, int | None]:
+    def _blobs_in(self, lo: int, hi: int) -> list[tuple[int, bytes]]:
+        return [(seq - lo, data) for seq, data in self._db.execute(BLOBS_IN, (lo, hi))]
+
+    def _walk_rows(self, cur: int, need: int) -> tuple[_Piece, int, int | None]:
         rows: list[Any] = []
         next_seq: int | None = cur
         while next_seq is not None and len(rows) < need:
@@ -563,7 +590,13 @@ class SqliteBackend:
             if len(rows) == before:
                 raise StoreCorruptError(f"store {self.path} is damaged: node row {next_seq} is missing")
         rows.reverse()
-        piece = (b"".join(r[2] for r in rows), [r[3] for r in rows], b"".join(r[4] for r in rows))
+        blobs = [(i, r[5]) for i, r in enumerate(rows) if r[4] is None]
+        piece = (
+            b"".join(r[2] for r in rows),
+            [r[3] for r in rows],
+            b"".join(r[4] if r[4] is not None else b"\xc0" for r in rows),
+            blobs,
+        )
         return piece, len(rows), next_seq
 
     def resolve_prefix(self, prefix: str, limit: int = 2) -> list[NodeId]:
@@ -635,13 +668,14 @@ class SqliteBackend:
     def iter_nodes(self) -> Iterator[StoredNode]:
         with self._lock, self._errors():
             rows = self._db.execute(
-                "SELECT n.id, p.id, n.depth, n.type, coalesce(n.data, b.data) FROM nodes n "
+                "SELECT n.id, p.id, n.depth, n.type, n.data, b.data FROM nodes n "
                 "LEFT JOIN nodes p ON p.seq = n.parent LEFT JOIN blobs b ON b.bid = n.bid "
                 "ORDER BY n.seq"
             ).fetchall()
         for r in rows:
+            encoded = r[4] if r[4] is not None else self._inflate(r[5])
             yield StoredNode(
-                NodeId(r[0].hex()), NodeId(r[1].hex()) if r[1] else None, r[2], r[3], r[4]
+                NodeId(r[0].hex()), NodeId(r[1].hex()) if r[1] else None, r[2], r[3], encoded
             )
 
     def count_nodes(self) -> int:
@@ -685,7 +719,11 @@ class SqliteBackend:
             ):
                 faults.append(f"reflog entry {n} of {ref} points at a missing node")
             for digest, data in db.execute("SELECT hash, data FROM blobs"):
-                if blake3(data).digest() != digest:
+                try:
+                    intact = blake3(zlib.decompress(data)).digest() == digest
+                except zlib.error:
+                    intact = False
+                if not intact:
                     faults.append(f"payload {digest.hex()[:12]} does not match its hash")
         return faults
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 __all__ = [
     "APPEND_ONE",
     "APPEND_TEMP",
+    "BLOBS_IN",
     "CAS",
     "INSERT_NODE",
     "LIST_REFS",
@@ -80,9 +81,8 @@ APPEND_ONE = "INSERT INTO temp.append_one VALUES (?, ?, ?, ?, ?, ?, ?)"
 INSERT_NODE = (
     "INSERT OR IGNORE INTO nodes(id, parent, depth, type, data, bid) VALUES (?, ?, ?, ?, ?, ?)"
 )
-NODE_COLS = (
-    "n.seq, n.id, n.parent, n.type, coalesce(n.data, (SELECT data FROM blobs WHERE bid = n.bid))"
-)
+# Columns of one node: a payload is either inline (n.data) or compressed in blobs (b.data).
+NODE_COLS = "n.seq, n.id, n.parent, n.type, n.data, (SELECT data FROM blobs WHERE bid = n.bid)"
 # The newest entry of every ref whose name starts with ?1 (?2 = its length), found with one
 # index seek per ref name instead of a scan of the whole log.
 LIST_REFS = """
@@ -104,22 +104,29 @@ RUN_BREAK = (
     "SELECT seq FROM nodes WHERE seq > ?1 AND seq <= ?2 AND parent IS NOT seq - 1 "
     "ORDER BY seq DESC LIMIT 1"
 )
-_PAYLOAD = "coalesce(n.data, (SELECT b.data FROM blobs b WHERE b.bid = n.bid))"
+# Inline payloads, with msgpack nil standing in for a compressed one, fetched apart (BLOBS_IN).
+_PAYLOAD = "coalesce(n.data, x'c0')"
 # A rowid range is scanned in ascending order, so the aggregates concatenate oldest first.
 READ_RUN = (
     "SELECT group_concat(n.type, char(31)), "
-    f"CAST(group_concat({_PAYLOAD}, x'') AS BLOB) FROM nodes n WHERE n.seq BETWEEN ?1 AND ?2"
+    f"CAST(group_concat({_PAYLOAD}, x'') AS BLOB), count(n.bid) "
+    "FROM nodes n WHERE n.seq BETWEEN ?1 AND ?2"
 )
 # The same, plus the newest row whose parent is not the row before it (a break in the run) and
 # the row count: one scan both reads a range and proves it is an unbroken run of the path.
 READ_RANGE = (
     "SELECT group_concat(n.type, char(31)), "
     f"CAST(group_concat({_PAYLOAD}, x'') AS BLOB), "
-    "max(CASE WHEN n.seq > ?1 AND n.parent IS NOT n.seq - 1 THEN n.seq END), count(*) "
-    "FROM nodes n WHERE n.seq BETWEEN ?1 AND ?2"
+    "max(CASE WHEN n.seq > ?1 AND n.parent IS NOT n.seq - 1 THEN n.seq END), count(*), "
+    "count(n.bid) FROM nodes n WHERE n.seq BETWEEN ?1 AND ?2"
+)
+# The compressed payloads of rows ?1..?2.
+BLOBS_IN = (
+    "SELECT n.seq, b.data FROM nodes n JOIN blobs b ON b.bid = n.bid "
+    "WHERE n.seq BETWEEN ?1 AND ?2 AND n.bid IS NOT NULL"
 )
 READ_IDS = "SELECT CAST(group_concat(id, x'') AS BLOB) FROM nodes WHERE seq BETWEEN ?1 AND ?2"
 WALK_ROWS = (
-    f"SELECT n.seq, n.parent, n.id, n.type, {_PAYLOAD} FROM nodes n "
-    "WHERE n.seq BETWEEN ? AND ? ORDER BY n.seq DESC"
+    "SELECT n.seq, n.parent, n.id, n.type, n.data, b.data FROM nodes n "
+    "LEFT JOIN blobs b ON b.bid = n.bid WHERE n.seq BETWEEN ? AND ? ORDER BY n.seq DESC"
 )
