@@ -97,9 +97,34 @@ def _decode_many(data: bytes, n: int) -> list[Any]:
     return result
 
 
-#: A piece of a path being read: ids (packed, or a row range to read them from on demand),
-#: types, concatenated inline payloads, and (index, compressed) for the payloads stored apart.
-_Piece = tuple[bytes | tuple[int, int], list[str], bytes, list[tuple[int, bytes]]]
+#: A piece of a path being read: ids (packed, or a row range to read them from on demand), how
+#: many nodes, their rows' data concatenated, and (index, compressed) for payloads stored apart.
+_Piece = tuple[bytes | tuple[int, int], int, bytes, list[tuple[int, bytes]]]
+
+_type_bytes: dict[str, bytes] = {}
+
+
+def _row_data(type: str, encoded: bytes | None) -> bytes:
+    """A row's ``data``: the type's msgpack then the payload's (nil when stored apart), so that
+    a whole path decodes in one call as type, payload, type, payload..."""
+    head = _type_bytes.get(type)
+    if head is None:
+        head = _type_bytes[type] = msgspec.msgpack.encode(type)
+    return head + (encoded if encoded is not None else b"\xc0")
+
+
+def _split_row(data: bytes) -> tuple[str, bytes]:
+    """The type and the payload bytes of a row's ``data`` (reads the msgpack str header)."""
+    first = data[0]
+    if 0xA0 <= first <= 0xBF:
+        start, size = 1, first & 0x1F
+    elif first == 0xD9:
+        start, size = 2, data[1]
+    elif first == 0xDA:
+        start, size = 3, int.from_bytes(data[1:3], "big")
+    else:
+        raise ValueError("row data does not start with a type")
+    return data[start : start + size].decode(), data[start + size :]
 
 
 class _Pending(msgspec.Struct):
@@ -312,7 +337,7 @@ class SqliteBackend:
             if parent is None:
                 raise ConflictError(f"parent {node.parent[:12]} of {node.id[:12]} is not stored")
             parent_seq, depth = parent[0], parent[1] + 1
-        data: bytes | None = node.encoded
+        inline: bytes | None = node.encoded
         bid: int | None = None
         db = self._db
         if len(node.encoded) > BLOB_MIN:
@@ -326,9 +351,9 @@ class SqliteBackend:
                     (digest, zlib.compress(node.encoded, 6)),
                 )
                 bid = cur.lastrowid
-            data = None
+            inline = None
         key = bytes.fromhex(node.id)
-        cur = db.execute(INSERT_NODE, (key, parent_seq, depth, node.type, data, bid))
+        cur = db.execute(INSERT_NODE, (key, parent_seq, depth, _row_data(node.type, inline), bid))
         if cur.rowcount == 1:
             assert cur.lastrowid is not None
             value = (cur.lastrowid, depth)
@@ -376,7 +401,7 @@ class SqliteBackend:
         try:
             self._db.execute(APPEND_ONE, (
                 u.name, bytes.fromhex(node.parent) if node.parent is not None else None,
-                bytes.fromhex(node.id), node.type, node.encoded, time.time(), u.reason,
+                bytes.fromhex(node.id), _row_data(node.type, node.encoded), time.time(), u.reason,
             ))
         except sqlite3.IntegrityError as exc:
             if "sesstree-conflict" not in str(exc):
@@ -466,8 +491,16 @@ class SqliteBackend:
             ).fetchone()
             if row is None:
                 return None
-            encoded = row[4] if row[4] is not None else self._inflate(row[5])
-            return StoredNode(NodeId(row[1].hex()), self._id_of_seq(row[2]), row[6], row[3], encoded)
+            type, encoded = self._split(row[3], row[4])
+            return StoredNode(NodeId(row[1].hex()), self._id_of_seq(row[2]), row[5], type, encoded)
+
+    def _split(self, data: bytes, compressed: bytes | None) -> tuple[str, bytes]:
+        """Type and payload bytes of a row, inflating a payload stored apart."""
+        try:
+            type, encoded = _split_row(data)
+        except (ValueError, IndexError, UnicodeDecodeError):
+            raise StoreCorruptError(f"store {self.path} is damaged: a node row is unreadable") from None
+        return type, encoded if compressed is None else self._inflate(compressed)
 
     def _inflate(self, compressed: bytes | None) -> bytes:
         try:
@@ -501,11 +534,11 @@ class SqliteBackend:
                 # Optimistic: most paths are one unbroken run of rows, read in one scan.
                 lo = cur - (need - got) + 1
                 row = self._db.execute(READ_RANGE, (lo, cur)).fetchone()
-                if row[2] is None and row[3] == cur - lo + 1 and row[1]:
+                if row[2] is None and row[3] == cur - lo + 1 and row[0]:
                     parent = self._db.execute("SELECT parent FROM nodes WHERE seq = ?", (lo,))
                     base = parent.fetchone()[0]
-                    blobs = self._blobs_in(lo, cur) if row[4] else []
-                    pieces.append(((lo, cur), row[0].split("\x1f"), row[1], blobs))
+                    blobs = self._blobs_in(lo, cur) if row[1] else []
+                    pieces.append(((lo, cur), cur - lo + 1, row[0], blobs))
                     got += cur - lo + 1
                     cur = base
                     continue
@@ -514,8 +547,9 @@ class SqliteBackend:
                     # Short runs: writers interleaved here. Walk row by row instead.
                     piece, got_now, base = self._walk_rows(cur, need - got)
                 else:
-                    types, data, blobs = self._read_run(start, cur)
-                    piece, got_now = ((start, cur), types, data, blobs), cur - start + 1
+                    data, blobs = self._read_run(start, cur)
+                    got_now = cur - start + 1
+                    piece = ((start, cur), got_now, data, blobs)
                 pieces.append(piece)
                 got += got_now
                 cur = base
@@ -524,14 +558,17 @@ class SqliteBackend:
                     f"store {self.path} is damaged: the path to {head[:12]} is shorter than its depth"
                 )
             pieces.reverse()
-            data = b"".join(p[2] for p in pieces)
-            types = [t for p in pieces for t in p[1]]
-            datas = _decode_many(data, len(types))
+            data = pieces[0][2] if len(pieces) == 1 else b"".join(p[2] for p in pieces)
+            flat = _decode_many(data, 2 * got)
+            if any(not isinstance(t, str) for t in flat[0::2]):
+                raise StoreCorruptError(f"store {self.path} is damaged: a node row is unreadable")
+            types: list[str] = flat[0::2]
+            datas = flat[1::2]
             offset = 0
             for p in pieces:
                 for index, compressed in p[3]:
                     datas[offset + index] = _msgpack.decode(self._inflate(compressed))
-                offset += len(p[1])
+                offset += p[1]
             id_parts = [p[0] for p in pieces]
             return Chain(
                 types,
@@ -563,14 +600,13 @@ class SqliteBackend:
             raise StoreCorruptError(f"store {self.path} is damaged: node row {start} is missing")
         return start, parent[0]
 
-    def _read_run(self, lo: int, hi: int) -> tuple[list[str], bytes, list[tuple[int, bytes]]]:
-        """Types and payloads of rows ``lo..hi`` in one statement: SQLite concatenates, Python
-        decodes once. Compressed payloads come apart, with their index in the run."""
+    def _read_run(self, lo: int, hi: int) -> tuple[bytes, list[tuple[int, bytes]]]:
+        """The data of rows ``lo..hi`` in one statement: SQLite concatenates, Python decodes
+        once. Compressed payloads come apart, with their index in the run."""
         row = self._db.execute(READ_RUN, (lo, hi)).fetchone()
-        types = (row[0] or "").split("\x1f")
-        if len(types) != hi - lo + 1 or not row[1]:
-            raise StoreCorruptError(f"store {self.path} is damaged: rows {lo}..{hi} are incomplete")
-        return types, row[1], self._blobs_in(lo, hi) if row[2] else []
+        if not row[0]:
+            raise StoreCorruptError(f"store {self.path} is damaged: rows {lo}..{hi} are missing")
+        return row[0], self._blobs_in(lo, hi) if row[1] else []
 
     def _blobs_in(self, lo: int, hi: int) -> list[tuple[int, bytes]]:
         return [(seq - lo, data) for seq, data in self._db.execute(BLOBS_IN, (lo, hi))]
@@ -590,13 +626,8 @@ class SqliteBackend:
             if len(rows) == before:
                 raise StoreCorruptError(f"store {self.path} is damaged: node row {next_seq} is missing")
         rows.reverse()
-        blobs = [(i, r[5]) for i, r in enumerate(rows) if r[4] is None]
-        piece = (
-            b"".join(r[2] for r in rows),
-            [r[3] for r in rows],
-            b"".join(r[4] if r[4] is not None else b"\xc0" for r in rows),
-            blobs,
-        )
+        blobs = [(i, r[4]) for i, r in enumerate(rows) if r[4] is not None]
+        piece = (b"".join(r[2] for r in rows), len(rows), b"".join(r[3] for r in rows), blobs)
         return piece, len(rows), next_seq
 
     def resolve_prefix(self, prefix: str, limit: int = 2) -> list[NodeId]:
@@ -668,14 +699,18 @@ class SqliteBackend:
     def iter_nodes(self) -> Iterator[StoredNode]:
         with self._lock, self._errors():
             rows = self._db.execute(
-                "SELECT n.id, p.id, n.depth, n.type, n.data, b.data FROM nodes n "
+                "SELECT n.id, p.id, n.depth, n.data, b.data FROM nodes n "
                 "LEFT JOIN nodes p ON p.seq = n.parent LEFT JOIN blobs b ON b.bid = n.bid "
                 "ORDER BY n.seq"
             ).fetchall()
         for r in rows:
-            encoded = r[4] if r[4] is not None else self._inflate(r[5])
+            try:
+                type, encoded = self._split(r[3], r[4])
+            except StoreCorruptError:
+                # Yield it as it is: it will not hash to its id, and fsck reports it as such.
+                type, encoded = "", r[3]
             yield StoredNode(
-                NodeId(r[0].hex()), NodeId(r[1].hex()) if r[1] else None, r[2], r[3], encoded
+                NodeId(r[0].hex()), NodeId(r[1].hex()) if r[1] else None, r[2], type, encoded
             )
 
     def count_nodes(self) -> int:
@@ -706,9 +741,8 @@ class SqliteBackend:
                 "node stored before its parent": "SELECT c.id FROM nodes c WHERE c.parent >= c.seq",
                 "node with a wrong depth index": "SELECT c.id FROM nodes c LEFT JOIN nodes p "
                 "ON p.seq = c.parent WHERE c.depth != coalesce(p.depth, 0) + 1",
-                "node whose payload is missing": "SELECT c.id FROM nodes c WHERE (c.data IS NULL) = "
-                "(c.bid IS NULL) OR (c.bid IS NOT NULL AND NOT EXISTS "
-                "(SELECT 1 FROM blobs b WHERE b.bid = c.bid))",
+                "node whose payload is missing": "SELECT c.id FROM nodes c WHERE c.bid IS NOT NULL "
+                "AND NOT EXISTS (SELECT 1 FROM blobs b WHERE b.bid = c.bid)",
             }
             for what, sql in checks.items():
                 for (key,) in db.execute(sql + " LIMIT 20"):

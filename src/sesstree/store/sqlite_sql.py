@@ -30,8 +30,7 @@ SCHEMA = [
         id BLOB NOT NULL UNIQUE,
         parent INTEGER,
         depth INTEGER NOT NULL,
-        type TEXT NOT NULL,
-        data BLOB,
+        data BLOB NOT NULL,
         bid INTEGER
     )""",
     """CREATE TABLE reflog(
@@ -57,14 +56,14 @@ CAS = (
 # The common append (one small node on top of the ref's head) as one statement: a temporary
 # INSTEAD OF trigger on a temporary view does the node insert and the compare-and-set. One
 # statement means one implicit transaction and no BEGIN/COMMIT round trips; it is created per
-# connection, so the file's schema is unchanged. ?-parameters: ref, parent id, id, type, data,
-# time, reason. A lost CAS raises "sesstree-conflict", which rolls the statement back.
+# connection, so the file's schema is unchanged. ?-parameters: ref, parent id, id, row data
+# (type and payload), time, reason. A lost CAS raises "sesstree-conflict", which rolls the statement back.
 APPEND_TEMP = [
-    "CREATE TEMP VIEW append_one(ref, parent, id, type, data, time, reason) AS "
-    "SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL",
+    "CREATE TEMP VIEW append_one(ref, parent, id, data, time, reason) AS "
+    "SELECT NULL, NULL, NULL, NULL, NULL, NULL",
     """CREATE TEMP TRIGGER append_one_do INSTEAD OF INSERT ON append_one BEGIN
-        INSERT OR IGNORE INTO nodes(id, parent, depth, type, data)
-        SELECT NEW.id, p.seq, coalesce(p.depth, 0) + 1, NEW.type, NEW.data
+        INSERT OR IGNORE INTO nodes(id, parent, depth, data)
+        SELECT NEW.id, p.seq, coalesce(p.depth, 0) + 1, NEW.data
         FROM (SELECT 1) LEFT JOIN main.nodes p ON p.id = NEW.parent
         WHERE NEW.parent IS NULL OR p.seq IS NOT NULL;
         INSERT INTO reflog(ref, n, old, new, time, reason)
@@ -77,12 +76,13 @@ APPEND_TEMP = [
         SELECT RAISE(ABORT, 'sesstree-conflict') WHERE changes() = 0;
     END""",
 ]
-APPEND_ONE = "INSERT INTO temp.append_one VALUES (?, ?, ?, ?, ?, ?, ?)"
+APPEND_ONE = "INSERT INTO temp.append_one VALUES (?, ?, ?, ?, ?, ?)"
 INSERT_NODE = (
-    "INSERT OR IGNORE INTO nodes(id, parent, depth, type, data, bid) VALUES (?, ?, ?, ?, ?, ?)"
+    "INSERT OR IGNORE INTO nodes(id, parent, depth, data, bid) VALUES (?, ?, ?, ?, ?)"
 )
-# Columns of one node: a payload is either inline (n.data) or compressed in blobs (b.data).
-NODE_COLS = "n.seq, n.id, n.parent, n.type, n.data, (SELECT data FROM blobs WHERE bid = n.bid)"
+# Columns of one node. `data` is the msgpack of the type followed by the msgpack of the payload,
+# or of nil when the payload is stored apart, compressed, in blobs.
+NODE_COLS = "n.seq, n.id, n.parent, n.data, (SELECT data FROM blobs WHERE bid = n.bid)"
 # The newest entry of every ref whose name starts with ?1 (?2 = its length), found with one
 # index seek per ref name instead of a scan of the whole log.
 LIST_REFS = """
@@ -104,21 +104,18 @@ RUN_BREAK = (
     "SELECT seq FROM nodes WHERE seq > ?1 AND seq <= ?2 AND parent IS NOT seq - 1 "
     "ORDER BY seq DESC LIMIT 1"
 )
-# Inline payloads, with msgpack nil standing in for a compressed one, fetched apart (BLOBS_IN).
-_PAYLOAD = "coalesce(n.data, x'c0')"
-# A rowid range is scanned in ascending order, so the aggregates concatenate oldest first.
+# A rowid range is scanned in ascending order, so the aggregate concatenates oldest first:
+# type, payload, type, payload... (nil for a payload stored apart, fetched with BLOBS_IN).
 READ_RUN = (
-    "SELECT group_concat(n.type, char(31)), "
-    f"CAST(group_concat({_PAYLOAD}, x'') AS BLOB), count(n.bid) "
+    "SELECT CAST(group_concat(n.data, x'') AS BLOB), count(n.bid) "
     "FROM nodes n WHERE n.seq BETWEEN ?1 AND ?2"
 )
 # The same, plus the newest row whose parent is not the row before it (a break in the run) and
 # the row count: one scan both reads a range and proves it is an unbroken run of the path.
 READ_RANGE = (
-    "SELECT group_concat(n.type, char(31)), "
-    f"CAST(group_concat({_PAYLOAD}, x'') AS BLOB), "
-    "max(CASE WHEN n.seq > ?1 AND n.parent IS NOT n.seq - 1 THEN n.seq END), count(*), "
-    "count(n.bid) FROM nodes n WHERE n.seq BETWEEN ?1 AND ?2"
+    "SELECT CAST(group_concat(n.data, x'') AS BLOB), count(n.bid), "
+    "max(CASE WHEN n.seq > ?1 AND n.parent IS NOT n.seq - 1 THEN n.seq END), count(*) "
+    "FROM nodes n WHERE n.seq BETWEEN ?1 AND ?2"
 )
 # The compressed payloads of rows ?1..?2.
 BLOBS_IN = (
@@ -127,6 +124,6 @@ BLOBS_IN = (
 )
 READ_IDS = "SELECT CAST(group_concat(id, x'') AS BLOB) FROM nodes WHERE seq BETWEEN ?1 AND ?2"
 WALK_ROWS = (
-    "SELECT n.seq, n.parent, n.id, n.type, n.data, b.data FROM nodes n "
+    "SELECT n.seq, n.parent, n.id, n.data, b.data FROM nodes n "
     "LEFT JOIN blobs b ON b.bid = n.bid WHERE n.seq BETWEEN ? AND ? ORDER BY n.seq DESC"
 )
