@@ -64,9 +64,11 @@ __all__ = ["FORMAT_VERSION", "SqliteBackend"]
 FORMAT_VERSION = 1
 #: Payloads larger than this are stored once, by hash, zlib-compressed (tool results, files).
 BLOB_MIN = 1024
+#: A commit writes whole pages to the WAL, and an append dirties three: smaller pages make it
+#: cheaper, while 1 KB pages would cost disk space (measured in bench/bench_store.py).
 PAGE_SIZE = 2048
-# Checkpoint every ~40 MB of WAL instead of 4 MB: fewer checkpoints (each one fsyncs) make
-# committed appends cheaper; the WAL file is reused, so it stays at about this size.
+# Checkpoint every 10,000 pages (~20 MB of WAL) instead of 1,000: fewer checkpoints (each one
+# fsyncs) make committed appends cheaper; the WAL file is reused, so it stays about this size.
 WAL_PAGES = 10_000
 _CACHE_MAX = 200_000
 #: Runs shorter than this mean interleaved writers: reading row by row is then cheaper.
