@@ -20,6 +20,7 @@ from .errors import InputError, SesstreeError, StoreNotFoundError, UnknownRevisi
 from .events import is_registered
 from .fmt import relative_time, short, summary, to_jsonable
 from .graph import GraphNode, draw_graph
+from .maintenance import ancestors
 from .node import Node, NodeId
 from .repo import SESSIONS, STORE_FILE, TAGS, Store, open_store
 
@@ -309,13 +310,7 @@ def _log_graph(store: Store, rev: str, all_refs: bool, limit: int | None) -> Non
         if head is not None:
             targets.add(head)
         stored = list(store.backend.iter_nodes())
-        parent = {n.id: n.parent for n in stored}
-        keep: set[NodeId] = set()
-        for t in targets:
-            cur: NodeId | None = t
-            while cur is not None and cur not in keep:
-                keep.add(cur)
-                cur = parent.get(cur)
+        keep = ancestors(targets, {n.id: n.parent for n in stored})
         nodes = [Node(n.id, n.parent, n.type, msgspec.msgpack.decode(n.encoded))
                  for n in stored if n.id in keep]
     else:

@@ -8,7 +8,7 @@ from .node import NodeId, node_id_from_encoded
 from .repo import SESSIONS, TAGS, Store
 from .store.base import StoredNode
 
-__all__ = ["GcResult", "Stats", "fsck", "gc", "stats"]
+__all__ = ["GcResult", "Stats", "ancestors", "fsck", "gc", "stats"]
 
 _json = msgspec.json.Encoder()
 _msgpack = msgspec.msgpack.Decoder()
@@ -76,22 +76,26 @@ def fsck(store: Store) -> list[str]:
     return list(dict.fromkeys(faults))
 
 
+def ancestors(tips: set[NodeId], parent: dict[NodeId, NodeId | None]) -> set[NodeId]:
+    """Every node on the paths from the roots to ``tips``, given each node's parent."""
+    live: set[NodeId] = set()
+    for tip in tips:
+        cur: NodeId | None = tip
+        while cur is not None and cur not in live:
+            live.add(cur)
+            cur = parent.get(cur)
+    return live
+
+
 def _reachable(store: Store, nodes: list[StoredNode]) -> set[NodeId]:
     backend = store.backend
-    parent = {n.id: n.parent for n in nodes}
     roots: set[NodeId] = {r.target for r in backend.list_refs("")}
     for entry in backend.reflog():
         roots.update(t for t in (entry.old, entry.new) if t is not None)
     raw_head = backend.get_meta("HEAD")
     if raw_head is not None and not raw_head.startswith("ref: "):
         roots.add(NodeId(raw_head))
-    live: set[NodeId] = set()
-    for root in roots:
-        cur: NodeId | None = root
-        while cur is not None and cur not in live:
-            live.add(cur)
-            cur = parent.get(cur)
-    return live
+    return ancestors(roots, {n.id: n.parent for n in nodes})
 
 
 def gc(store: Store, *, dry_run: bool = False) -> GcResult:

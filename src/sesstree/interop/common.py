@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import msgspec
 
-from ..node import Node, NodeId
+from ..events import message_type
+from ..node import Node, NodeId, make_node
 from ..repo import Store
 from ..store.base import RefUpdate
 
-__all__ = ["ImportResult", "land"]
+__all__ = ["ImportResult", "land", "message_chain"]
 
 
 class ImportResult(msgspec.Struct):
@@ -24,6 +26,17 @@ class ImportResult(msgspec.Struct):
     new_nodes: int
     head: NodeId | None = None
     problems: list[str] = msgspec.field(default_factory=list)
+
+
+def message_chain(messages: Sequence[dict[str, Any]]) -> list[Node]:
+    """One node per chat message, each the child of the one before: a plain history."""
+    nodes: list[Node] = []
+    parent = None
+    for message in messages:
+        node = make_node(parent, message_type(message), message)
+        nodes.append(node)
+        parent = node.id
+    return nodes
 
 
 def _source_key(name: str) -> str:

@@ -14,10 +14,9 @@ from typing import Any
 import msgspec
 
 from ..errors import InputError
-from ..events import message_type
-from ..node import Node, check_ref_name, make_node
+from ..node import check_ref_name
 from ..repo import Store
-from .common import ImportResult, land
+from .common import ImportResult, land, message_chain
 
 __all__ = ["import_openai_json", "looks_like_messages", "messages_of"]
 
@@ -55,12 +54,7 @@ def import_openai_json(store: Store, path: Path, name: str | None = None) -> Imp
     messages, rest = messages_of(value, path)
     session = name or path.name.removesuffix(".json").removesuffix(".traj")
     check_ref_name(session)
-    nodes: list[Node] = []
-    parent = None
-    for m in messages:
-        node = make_node(parent, message_type(m), m)
-        nodes.append(node)
-        parent = node.id
+    nodes = message_chain(messages)
     result = land(store, session, nodes, source=str(path.resolve()),
                   explicit_name=name is not None)
     if result.outcome in ("created", "fast-forward", "rewritten"):

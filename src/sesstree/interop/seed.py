@@ -14,10 +14,10 @@ from typing import Any
 import msgspec
 
 from ..errors import InputError
-from ..events import derive_messages, message_type
-from ..node import Node, check_ref_name, make_node
+from ..events import derive_messages
+from ..node import check_ref_name
 from ..repo import Store
-from .common import ImportResult, land
+from .common import ImportResult, land, message_chain
 
 __all__ = ["export_seed", "import_seed", "read_seed"]
 
@@ -60,12 +60,7 @@ def import_seed(store: Store, path: Path, name: str | None = None) -> ImportResu
             raise InputError(f"malformed JSON ({exc})", path=str(meta_path)) from None
     session = name or path.name.removesuffix(".jsonl")
     check_ref_name(session)  # before anything is written
-    nodes: list[Node] = []
-    parent = None
-    for message in messages:
-        node = make_node(parent, message_type(message), message)
-        nodes.append(node)
-        parent = node.id
+    nodes = message_chain(messages)
     result = land(store, session, nodes, source=str(path.resolve()), explicit_name=name is not None)
     if meta is not None and result.outcome != "empty":
         store.set_session_meta(result.session, meta)
