@@ -14,6 +14,8 @@ from sesstree import events as events_module
 HELPERS = Path(__file__).parent / "helpers"
 sys.path.insert(0, str(HELPERS))
 
+from cli_kit import Sess  # noqa: E402 - found through the path set just above
+
 BACKENDS = ["memory", "sqlite"]
 
 
@@ -78,3 +80,13 @@ def registry() -> Iterator[Callable[..., None]]:
     for name in added:
         events_module._registry.pop(name, None)
 
+
+
+@pytest.fixture
+def sess(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Sess:
+    """A fresh store in tmp_path/.sess, found by discovery from the current folder (CLI tests)."""
+    monkeypatch.delenv("SESS_STORE", raising=False)
+    monkeypatch.chdir(tmp_path)
+    s = Sess(tmp_path)
+    s.ok("init")
+    return s

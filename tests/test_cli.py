@@ -16,16 +16,6 @@ from cli_kit import Sess, msg
 from sesstree.fmt import SHORT
 
 
-@pytest.fixture
-def sess(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Sess:
-    """A fresh store in tmp_path/.sess, found by discovery from the current folder."""
-    monkeypatch.delenv("SESS_STORE", raising=False)
-    monkeypatch.chdir(tmp_path)
-    s = Sess(tmp_path)
-    s.ok("init")
-    return s
-
-
 def short(id: str) -> str:
     return id[:SHORT]
 

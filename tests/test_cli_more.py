@@ -28,15 +28,6 @@ SEED = [
 META = {"id": "quest-1", "title": "The Cave of Echoes", "tags": ["demo"]}
 
 
-@pytest.fixture
-def sess(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Sess:
-    monkeypatch.delenv("SESS_STORE", raising=False)
-    monkeypatch.chdir(tmp_path)
-    s = Sess(tmp_path)
-    s.ok("init")
-    return s
-
-
 def write_seed(path: Path, messages: list[dict[str, object]], meta: dict[str, object] | None = None
                ) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
