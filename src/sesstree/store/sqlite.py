@@ -18,17 +18,15 @@ Layout and why:
 
 from __future__ import annotations
 
-import gc
 import os
 import sqlite3
-import struct
 import threading
 import time
 import zlib
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import NoReturn
 
 import msgspec
 from blake3 import blake3
@@ -42,21 +40,17 @@ from ..errors import (
 )
 from ..node import ID_VERSION, NodeId
 from .base import Chain, RawNode, Ref, ReflogEntry, RefUpdate, StoredNode, describe
+from .sqlite_paths import IdPart, PathReader, row_data, split_row
 from .sqlite_sql import (
     APPEND_ONE,
     APPEND_TEMP,
-    BLOBS_IN,
     CAS,
+    CHECKS,
     INSERT_NODE,
     LIST_REFS,
     NEWEST,
     NODE_COLS,
-    READ_IDS,
-    READ_RANGE,
-    READ_RUN,
-    RUN_BREAK,
     SCHEMA,
-    WALK_ROWS,
 )
 
 __all__ = ["FORMAT_VERSION", "SqliteBackend"]
@@ -71,64 +65,6 @@ PAGE_SIZE = 2048
 # fsyncs) make committed appends cheaper; the WAL file is reused, so it stays about this size.
 WAL_PAGES = 10_000
 _CACHE_MAX = 200_000
-#: Runs shorter than this mean interleaved writers: reading row by row is then cheaper.
-_MIN_RUN = 16
-_msgpack = msgspec.msgpack.Decoder()
-
-
-def _decode_many(data: bytes, n: int) -> list[Any]:
-    """Decode ``n`` concatenated msgpack values in one call by framing them as one array.
-
-    The cycle collector is paused meanwhile: decoded JSON values cannot form cycles, and a long
-    session allocates enough containers to trigger many pointless collections.
-    """
-    if n < 16:
-        head = bytes([0x90 | n])
-    elif n < 0x10000:
-        head = b"\xdc" + struct.pack(">H", n)
-    else:
-        head = b"\xdd" + struct.pack(">I", n)
-    paused = gc.isenabled()
-    if paused:
-        gc.disable()
-    try:
-        result: list[Any] = _msgpack.decode(head + data)
-    finally:
-        if paused:
-            gc.enable()
-    return result
-
-
-#: A piece of a path being read: ids (packed, or a row range to read them from on demand), how
-#: many nodes, their rows' data concatenated, and (index, compressed) for payloads stored apart.
-_Piece = tuple[bytes | tuple[int, int], int, bytes, list[tuple[int, bytes]]]
-
-_type_bytes: dict[str, bytes] = {}
-
-
-def _row_data(type: str, encoded: bytes | None) -> bytes:
-    """A row's ``data``: the type's msgpack then the payload's (nil when stored apart), so that
-    a whole path decodes in one call as type, payload, type, payload..."""
-    head = _type_bytes.get(type)
-    if head is None:
-        head = _type_bytes[type] = msgspec.msgpack.encode(type)
-    return head + (encoded if encoded is not None else b"\xc0")
-
-
-def _split_row(data: bytes) -> tuple[str, bytes]:
-    """The type and the payload bytes of a row's ``data`` (reads the msgpack str header)."""
-    first = data[0]
-    if 0xA0 <= first <= 0xBF:
-        start, size = 1, first & 0x1F
-    elif first == 0xD9:
-        start, size = 2, data[1]
-    elif first == 0xDA:
-        start, size = 3, int.from_bytes(data[1:3], "big")
-    else:
-        raise ValueError("row data does not start with a type")
-    return data[start : start + size].decode(), data[start + size :]
-
-
 class _Pending(msgspec.Struct):
     old: int | None
     new: int | None
@@ -154,6 +90,7 @@ class SqliteBackend:
         except sqlite3.Error as exc:
             raise StoreCorruptError(f"cannot open store {self.path}: {exc}") from None
         self._lock = threading.RLock()
+        self._paths = PathReader(self._db, self.path)
         self._batch_depth = 0
         self._pending: dict[str, _Pending] = {}
         self._txn_new: list[NodeId] = []
@@ -355,7 +292,7 @@ class SqliteBackend:
                 bid = cur.lastrowid
             inline = None
         key = bytes.fromhex(node.id)
-        cur = db.execute(INSERT_NODE, (key, parent_seq, depth, _row_data(node.type, inline), bid))
+        cur = db.execute(INSERT_NODE, (key, parent_seq, depth, row_data(node.type, inline), bid))
         if cur.rowcount == 1:
             assert cur.lastrowid is not None
             value = (cur.lastrowid, depth)
@@ -403,7 +340,7 @@ class SqliteBackend:
         try:
             self._db.execute(APPEND_ONE, (
                 u.name, bytes.fromhex(node.parent) if node.parent is not None else None,
-                bytes.fromhex(node.id), _row_data(node.type, node.encoded), time.time(), u.reason,
+                bytes.fromhex(node.id), row_data(node.type, node.encoded), time.time(), u.reason,
             ))
         except sqlite3.IntegrityError as exc:
             if "sesstree-conflict" not in str(exc):
@@ -499,16 +436,13 @@ class SqliteBackend:
     def _split(self, data: bytes, compressed: bytes | None) -> tuple[str, bytes]:
         """Type and payload bytes of a row, inflating a payload stored apart."""
         try:
-            type, encoded = _split_row(data)
+            type, encoded = split_row(data)
         except (ValueError, IndexError, UnicodeDecodeError):
             raise StoreCorruptError(f"store {self.path} is damaged: a node row is unreadable") from None
         return type, encoded if compressed is None else self._inflate(compressed)
 
     def _inflate(self, compressed: bytes | None) -> bytes:
-        try:
-            return zlib.decompress(compressed or b"")
-        except zlib.error as exc:
-            raise StoreCorruptError(f"store {self.path} is damaged: a payload: {exc}") from None
+        return self._paths.inflate(compressed)
 
     def has(self, ids: Sequence[NodeId]) -> set[NodeId]:
         with self._lock, self._errors():
@@ -523,55 +457,9 @@ class SqliteBackend:
             found = self._seq_of(head)
             if found is None:
                 raise KeyError(head)
-            cur: int | None = found[0]
-            depth = found[1]
+            seq, depth = found
             need = depth if limit is None else min(limit, depth)
-            # Pieces of the path, newest first: (ids, types, data) each, where ids are packed
-            # bytes or, for a run, its row range, read only if someone asks for the ids.
-            pieces: list[_Piece] = []
-            got = 0
-            base: int | None = None
-            piece: _Piece
-            while cur is not None and got < need:
-                # Optimistic: most paths are one unbroken run of rows, read in one scan.
-                lo = cur - (need - got) + 1
-                row = self._db.execute(READ_RANGE, (lo, cur)).fetchone()
-                if row[2] is None and row[3] == cur - lo + 1 and row[0]:
-                    parent = self._db.execute("SELECT parent FROM nodes WHERE seq = ?", (lo,))
-                    base = parent.fetchone()[0]
-                    blobs = self._blobs_in(lo, cur) if row[1] else []
-                    pieces.append(((lo, cur), cur - lo + 1, row[0], blobs))
-                    got += cur - lo + 1
-                    cur = base
-                    continue
-                start, base = self._run_start(cur, need - got)
-                if cur - start + 1 < _MIN_RUN and need - got > _MIN_RUN:
-                    # Short runs: writers interleaved here. Walk row by row instead.
-                    piece, got_now, base = self._walk_rows(cur, need - got)
-                else:
-                    data, blobs = self._read_run(start, cur)
-                    got_now = cur - start + 1
-                    piece = ((start, cur), got_now, data, blobs)
-                pieces.append(piece)
-                got += got_now
-                cur = base
-            if got < need:
-                raise StoreCorruptError(
-                    f"store {self.path} is damaged: the path to {head[:12]} is shorter than its depth"
-                )
-            pieces.reverse()
-            data = pieces[0][2] if len(pieces) == 1 else b"".join(p[2] for p in pieces)
-            flat = _decode_many(data, 2 * got)
-            if any(not isinstance(t, str) for t in flat[0::2]):
-                raise StoreCorruptError(f"store {self.path} is damaged: a node row is unreadable")
-            types: list[str] = flat[0::2]
-            datas = flat[1::2]
-            offset = 0
-            for p in pieces:
-                for index, compressed in p[3]:
-                    datas[offset + index] = _msgpack.decode(self._inflate(compressed))
-                offset += p[1]
-            id_parts = [p[0] for p in pieces]
+            types, datas, id_parts, base = self._paths.read(seq, need)
             return Chain(
                 types,
                 datas,
@@ -580,57 +468,9 @@ class SqliteBackend:
                 packed_ids=lambda: self._packed_ids(id_parts),
             )
 
-    def _packed_ids(self, parts: list[bytes | tuple[int, int]]) -> bytes:
+    def _packed_ids(self, parts: list[IdPart]) -> bytes:
         with self._lock, self._errors():
-            out = []
-            for part in parts:
-                if isinstance(part, tuple):
-                    row = self._db.execute(READ_IDS, part).fetchone()
-                    out.append(row[0] or b"")
-                else:
-                    out.append(part)
-            return b"".join(out)
-
-    def _run_start(self, cur: int, most: int) -> tuple[int, int | None]:
-        """The oldest node of the unbroken run of rows that ends at ``cur`` (at most ``most``
-        long) in which each row's parent is the row before it, and that node's parent."""
-        lo = cur - most + 1
-        row = self._db.execute(RUN_BREAK, (lo, cur)).fetchone()
-        start = lo if row is None else int(row[0])
-        parent = self._db.execute("SELECT parent FROM nodes WHERE seq = ?", (start,)).fetchone()
-        if parent is None:
-            raise StoreCorruptError(f"store {self.path} is damaged: node row {start} is missing")
-        return start, parent[0]
-
-    def _read_run(self, lo: int, hi: int) -> tuple[bytes, list[tuple[int, bytes]]]:
-        """The data of rows ``lo..hi`` in one statement: SQLite concatenates, Python decodes
-        once. Compressed payloads come apart, with their index in the run."""
-        row = self._db.execute(READ_RUN, (lo, hi)).fetchone()
-        if not row[0]:
-            raise StoreCorruptError(f"store {self.path} is damaged: rows {lo}..{hi} are missing")
-        return row[0], self._blobs_in(lo, hi) if row[1] else []
-
-    def _blobs_in(self, lo: int, hi: int) -> list[tuple[int, bytes]]:
-        return [(seq - lo, data) for seq, data in self._db.execute(BLOBS_IN, (lo, hi))]
-
-    def _walk_rows(self, cur: int, need: int) -> tuple[_Piece, int, int | None]:
-        rows: list[Any] = []
-        next_seq: int | None = cur
-        while next_seq is not None and len(rows) < need:
-            lo = next_seq - (need - len(rows)) + 1
-            before = len(rows)
-            for row in self._db.execute(WALK_ROWS, (lo, next_seq)):
-                if row[0] == next_seq:
-                    rows.append(row)
-                    next_seq = row[1]
-                    if len(rows) >= need:
-                        break
-            if len(rows) == before:
-                raise StoreCorruptError(f"store {self.path} is damaged: node row {next_seq} is missing")
-        rows.reverse()
-        blobs = [(i, r[4]) for i, r in enumerate(rows) if r[4] is not None]
-        piece = (b"".join(r[2] for r in rows), len(rows), b"".join(r[3] for r in rows), blobs)
-        return piece, len(rows), next_seq
+            return self._paths.packed_ids(parts)
 
     def resolve_prefix(self, prefix: str, limit: int = 2) -> list[NodeId]:
         lo = bytes.fromhex((prefix + "0" * 64)[:64])
@@ -737,16 +577,7 @@ class SqliteBackend:
             for (msg,) in db.execute("PRAGMA quick_check"):
                 if msg != "ok":
                     faults.append(f"sqlite: {msg}")
-            checks = {
-                "node whose parent is missing": "SELECT c.id FROM nodes c WHERE c.parent IS NOT NULL "
-                "AND NOT EXISTS (SELECT 1 FROM nodes p WHERE p.seq = c.parent)",
-                "node stored before its parent": "SELECT c.id FROM nodes c WHERE c.parent >= c.seq",
-                "node with a wrong depth index": "SELECT c.id FROM nodes c LEFT JOIN nodes p "
-                "ON p.seq = c.parent WHERE c.depth != coalesce(p.depth, 0) + 1",
-                "node whose payload is missing": "SELECT c.id FROM nodes c WHERE c.bid IS NOT NULL "
-                "AND NOT EXISTS (SELECT 1 FROM blobs b WHERE b.bid = c.bid)",
-            }
-            for what, sql in checks.items():
+            for what, sql in CHECKS.items():
                 for (key,) in db.execute(sql + " LIMIT 20"):
                     faults.append(f"{what}: {key.hex()[:12]}")
             for ref, n in db.execute(

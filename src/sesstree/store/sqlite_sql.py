@@ -10,6 +10,7 @@ __all__ = [
     "APPEND_TEMP",
     "BLOBS_IN",
     "CAS",
+    "CHECKS",
     "INSERT_NODE",
     "LIST_REFS",
     "NEWEST",
@@ -127,3 +128,14 @@ WALK_ROWS = (
     "SELECT n.seq, n.parent, n.id, n.data, b.data FROM nodes n "
     "LEFT JOIN blobs b ON b.bid = n.bid WHERE n.seq BETWEEN ? AND ? ORDER BY n.seq DESC"
 )
+
+# fsck's checks of the derived indexes and links, each naming the nodes it finds.
+CHECKS = {
+    "node whose parent is missing": "SELECT c.id FROM nodes c WHERE c.parent IS NOT NULL "
+    "AND NOT EXISTS (SELECT 1 FROM nodes p WHERE p.seq = c.parent)",
+    "node stored before its parent": "SELECT c.id FROM nodes c WHERE c.parent >= c.seq",
+    "node with a wrong depth index": "SELECT c.id FROM nodes c LEFT JOIN nodes p "
+    "ON p.seq = c.parent WHERE c.depth != coalesce(p.depth, 0) + 1",
+    "node whose payload is missing": "SELECT c.id FROM nodes c WHERE c.bid IS NOT NULL "
+    "AND NOT EXISTS (SELECT 1 FROM blobs b WHERE b.bid = c.bid)",
+}
