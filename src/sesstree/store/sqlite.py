@@ -7,8 +7,11 @@ Layout and why:
   as a few range scans (``seq BETWEEN a AND b``) instead of one index lookup per node.
 - ``depth`` (1 for a root) is a derived index: it gives a session's length in O(1) and the size
   of the range to read. ``fsck`` recomputes it.
-- Data larger than ``BLOB_MIN`` bytes lives once in ``blobs``, keyed by its blake3 hash, so the
-  same 200 KB tool result in a thousand sessions is stored once.
+- A row's ``data`` is the node's type then its payload, both msgpack, so a range of rows is
+  decoded in one call (:mod:`sesstree.store.sqlite_paths`).
+- Payloads larger than ``BLOB_MIN`` bytes live once in ``blobs``, zlib-compressed, keyed by
+  the blake3 hash of their content, so the same 200 KB tool result in a thousand sessions is
+  stored once.
 - There is no separate table of refs: the ``reflog`` is the truth, clustered by ``(ref, n)``,
   and a ref's value is its newest entry. Moving a ref *is* writing its log entry, so a ref can
   never move without one, and the compare-and-set is one ``INSERT ... WHERE newest IS old``.
