@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Sequence
+from itertools import repeat
 from typing import Any
 
 import msgspec
@@ -155,10 +156,11 @@ def derive_messages(
     # Tool calls still waiting for their result; None once pairing needs the slow path.
     waiting: set[Any] | None = set()
     message_types = MESSAGE_TYPES
-    for i, type in enumerate(types):
-        data = datas[i]
-        if starts is not None and ids is not None:
-            starts[ids[i]] = len(out)
+    # Without ids, pair every event with None (an endless repeat, hence not strict).
+    nodes = ids if ids is not None else repeat(None)
+    for type, data, node_id in zip(types, datas, nodes, strict=False):
+        if starts is not None and node_id is not None:
+            starts[node_id] = len(out)
         if type in message_types:
             if data.__class__ is not dict:
                 continue

@@ -38,6 +38,9 @@ NodeId = NewType("NodeId", str)
 """A node id: 64 lowercase hex characters of a blake3 digest."""
 
 _canonical = msgspec.msgpack.Encoder(order="sorted")
+# [ID_VERSION, parent, ...: array of 4, the version, then bin8 of 32 bytes or nil.
+_PARENT_PREFIX = b"\x94" + _canonical.encode(ID_VERSION) + b"\xc4\x20"
+_ROOT_PREFIX = b"\x94" + _canonical.encode(ID_VERSION) + b"\xc0"
 _decoder = msgspec.msgpack.Decoder()
 
 
@@ -90,14 +93,18 @@ def decode_data(raw: bytes) -> Any:
     return _decoder.decode(raw)
 
 
+_type_tail: dict[str, bytes] = {}
+
+
 def node_id_from_encoded(parent: NodeId | None, type: str, encoded: bytes) -> NodeId:
     """The id of a node whose data is already canonically encoded."""
-    header = _canonical.encode(
-        [ID_VERSION, bytes.fromhex(parent) if parent is not None else None, type]
-    )
-    # A msgpack array is its header then its items: rewrite the 3-item fixarray header
-    # to a 4-item one and append the encoded data, instead of encoding data twice.
-    return NodeId(blake3(b"\x94" + header[1:] + encoded).hexdigest())
+    # The msgpack of [ID_VERSION, parent, type, data], built from parts instead of encoding
+    # data twice: a 4-item array header, then each item (the parent as 32 raw bytes or nil).
+    tail = _type_tail.get(type)
+    if tail is None:
+        tail = _type_tail[type] = _canonical.encode(type)
+    head = _PARENT_PREFIX + bytes.fromhex(parent) if parent is not None else _ROOT_PREFIX
+    return NodeId(blake3(head + tail + encoded).hexdigest())
 
 
 def node_id(parent: NodeId | None, type: str, data: Any) -> NodeId:

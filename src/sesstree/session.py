@@ -109,8 +109,9 @@ class Session:
                 raise
             self.refresh()
             node = self._commit(type, data, encoded)
-        for subscriber in list(self._subscribers):
-            subscriber(node)
+        if self._subscribers:
+            for subscriber in list(self._subscribers):
+                subscriber(node)
         return node
 
     def _commit(self, type: str, data: Any, encoded: bytes) -> Node:
