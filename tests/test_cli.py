@@ -128,7 +128,9 @@ def test_branch_delete_is_logged_detaches_head_and_can_be_undone(sess: Sess) -> 
     ids = sess.quest()
     sess.ok("checkout", "main")
     sess.ok("branch", "keep")
-    assert sess.ok("branch", "-d", "main") == f"Deleted session main (was {short(ids[-1])})\n"
+    assert sess.ok("branch", "-d", "main") == (
+        f"Deleted session main (was {short(ids[-1])}; 'sess branch main main@{{1}}' restores it)\n"
+        f"HEAD is now detached at {short(ids[-1])}\n")
     assert [b["name"] for b in sess.json("branch")] == ["keep"]
     assert sess.ok("status") == f"HEAD detached at {short(ids[-1])} (3 events)\n"
     entries = sess.json("reflog", "main")
@@ -188,7 +190,7 @@ def test_branch_dash_name_without_separator_is_a_usage_error(sess: Sess) -> None
     result = sess("branch", "-x")
     assert result.exit_code == 2
     assert isinstance(result.exception, SystemExit)
-    assert "No such option '-x'" in result.stderr
+    assert result.stderr == "Error: No such option '-x'. (see 'sess branch --help')\n"
     assert [b["name"] for b in sess.json("branch")] == ["main"]
 
 
@@ -311,6 +313,7 @@ def test_log_on_empty_session_and_bad_limit(sess: Sess) -> None:
     assert result.exit_code == 2
     assert isinstance(result.exception, SystemExit)
     assert "0 is not in the range" in result.stderr
+    assert result.stderr.count("\n") == 1  # one line, like every user error
 
 
 # -- log --graph ---------------------------------------------------------------------------------
@@ -464,7 +467,7 @@ def test_messages_user_errors(sess: Sess) -> None:
 def test_append_from_argument_and_stdin(sess: Sess) -> None:
     out = sess.ok("append", "user/message", msg("user", "one"))
     first = sess.head()
-    assert out == f"{short(first)} main (1 events)\n"
+    assert out == f"{short(first)} main (1 event)\n"
     out = sess.ok("append", "assistant/message", "-", input=msg("assistant", "two") + "\n")
     assert out.endswith(" main (2 events)\n")
     sess.ok("append", "user/message", input=msg("user", "three"))  # no JSON argument: stdin
@@ -480,7 +483,7 @@ def test_append_from_argument_and_stdin(sess: Sess) -> None:
 def test_append_to_named_session_creates_it(sess: Sess) -> None:
     sess.quest()
     out = sess.ok("append", "side", "user/message", msg("user", "aside"))
-    assert out.endswith(" side (1 events)\n")
+    assert out.endswith(" side (1 event)\n")
     sess.ok("append", "sessions/side", "assistant/message", "-", input=msg("assistant", "ok"))
     sess.ok("append", "side", "turn/end", input="{}")
     assert sess.json("messages", "side") == [{"role": "user", "content": "aside"},
@@ -539,6 +542,7 @@ def test_append_with_no_arguments_is_a_usage_error(sess: Sess) -> None:
     assert result.exit_code == 2
     assert isinstance(result.exception, SystemExit)
     assert "Missing argument" in result.stderr
+    assert result.stderr.count("\n") == 1
 
 
 # -- reset and reflog ----------------------------------------------------------------------------
@@ -547,7 +551,7 @@ def test_append_with_no_arguments_is_a_usage_error(sess: Sess) -> None:
 def test_reset_then_undo_through_reflog(sess: Sess) -> None:
     ids = sess.quest()
     assert sess.ok("reset", "main", "main~2") == (
-        f"main: {short(ids[2])} -> {short(ids[0])} (1 events)\n")
+        f"main: {short(ids[2])} -> {short(ids[0])} (1 event)\n")
     assert sess.json("messages") == [
         {"role": "user", "content": "I need to get into the Cave of Echoes."}]
     lines = sess.lines("reflog", "main")

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from cli_kit import Sess, msg, user_error
 
-from sesstree import Node, make_node
+from sesstree import Node, make_node, open_store
 from sesstree.fmt import SHORT
 from sesstree.node import encode_data
 
@@ -336,12 +336,30 @@ def test_store_option_or_env_pointing_nowhere(tmp_path: Path, monkeypatch: pytes
     monkeypatch.delenv("SESS_STORE", raising=False)
     monkeypatch.chdir(tmp_path)
     s = Sess(tmp_path)
-    s.fail("--store", "nowhere", "status", needles=("no store at nowhere", "sess init"))
+    s.fail("--store", "nowhere", "status", needles=("no store at nowhere", "sess --store nowhere init"))
     user_error(s("status", env={"SESS_STORE": "gone"}), "no store at gone")
     (tmp_path / "junk.db").write_text("this is not a database\n" * 20)
     s.fail("--store", "junk.db", "log", needles=("junk.db", "damaged"))
     assert (tmp_path / "junk.db").read_text() == "this is not a database\n" * 20  # not made worse
     assert not (tmp_path / "nowhere").exists()
+    (tmp_path / "empty").touch()
+    s.fail("--store", "empty", "status", needles=("empty", "not a sesstree store"))
+    assert (tmp_path / "empty").read_bytes() == b""  # a read never turns a file into a store
+
+
+def test_init_and_open_agree_on_where_the_store_is(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`sess init foo` then `--store foo` finds it; SESS_STORE names where init creates one."""
+    monkeypatch.delenv("SESS_STORE", raising=False)
+    monkeypatch.chdir(tmp_path)
+    s = Sess(tmp_path)
+    s.ok("init", "foo")
+    assert s.ok("--store", "foo", "status") == "On session main\nNo events yet\n"
+    s("init", env={"SESS_STORE": str(tmp_path / "env-store")})
+    assert (tmp_path / "env-store" / "store.db").exists()
+    assert not (tmp_path / ".sess").exists()
+    out = s("status", env={"SESS_STORE": str(tmp_path / "env-store")})
+    assert out.exit_code == 0, out.output
 
 
 def test_version() -> None:
@@ -384,3 +402,42 @@ def test_ambiguous_and_unknown_prefixes(sess: Sess) -> None:
                    if not a.id.startswith(p) and not b.id.startswith(p))
     sess.fail("show", unknown, needles=(f"unknown revision '{unknown}'",))
     sess.fail("show", "abc", needles=("unknown revision 'abc'",))  # too short to be a prefix
+
+
+def test_export_never_replaces_a_file_unless_forced(sess: Sess, tmp_path: Path) -> None:
+    sess.quest()
+    precious = tmp_path / "precious.jsonl"
+    precious.write_text("precious\n")
+    sess.fail("export", "main", "-o", str(precious), needles=("precious.jsonl", "--force"))
+    assert precious.read_text() == "precious\n"
+    assert not (tmp_path / "precious.meta.json").exists()  # nothing of the export was written
+    sess.ok("export", "main", "-o", str(precious), "--force")
+    assert json.loads(precious.read_text().splitlines()[0])["role"] == "user"
+
+
+def test_parallel_appends_from_the_shell_all_land(tmp_path: Path) -> None:
+    """Two shells appending to one session at once: the CLI rebases, so no append is refused
+    and every event lands exactly once."""
+    import os
+    import subprocess
+    import sys
+
+    sess_bin = str(Path(sys.executable).with_name("sess"))
+    env = {**os.environ, "SESS_STORE": str(tmp_path / "st")}
+    subprocess.run([sess_bin, "init"], env=env, check=True, capture_output=True)
+    script = (
+        'for i in $(seq 25); do "$0" append shared user/message '
+        '"{\\"role\\": \\"user\\", \\"content\\": \\"$1-$i\\"}" || echo FAILED; done'
+    )
+    writers = [
+        subprocess.Popen(["sh", "-c", script, sess_bin, w], env=env, stdout=subprocess.PIPE,
+                         stderr=subprocess.STDOUT, text=True)
+        for w in ("A", "B")
+    ]
+    outputs = [w.communicate(timeout=120)[0] for w in writers]
+    assert all(w.returncode == 0 for w in writers)
+    assert not any("FAILED" in out or "Error" in out for out in outputs), outputs
+    with open_store(tmp_path / "st") as store:
+        contents = [m["content"] for m in store.messages("shared")]
+        assert sorted(contents) == sorted(f"{w}-{i}" for w in "AB" for i in range(1, 26))
+        assert store.fsck() == []

@@ -45,7 +45,7 @@ def test_rewind_and_undo_through_reflog(store: Store) -> None:
     assert len(q) == 3 and q.messages() == [user("0"), user("1"), user("2")]
     assert store.session_head("q") == ids[2]
     with pytest.raises(UnknownRevisionError):
-        q.rewind(3)  # cannot rewind to nothing
+        q.rewind(4)  # past the first event
     with pytest.raises(ValueError):
         q.rewind(-1)
     undo = store.reflog("q")[-1]
@@ -54,6 +54,19 @@ def test_rewind_and_undo_through_reflog(store: Store) -> None:
     assert len(q) == 5 and q.messages()[-1] == user("4")
     q.add_message(user("5"))
     assert store.depth("q") == 6
+
+
+def test_rewind_to_empty_and_back(store: Store) -> None:
+    """Rewinding by the whole length empties the session; the reflog brings it back."""
+    q = store.session("q")
+    ids = [q.add_message(user(str(i))).id for i in range(2)]
+    assert q.rewind(2) is None
+    assert len(q) == 0 and q.messages() == [] and q.head is None
+    assert not store.has_session("q") and store.session("q").messages() == []
+    assert store.resolve("q@{1}") == ids[-1]
+    q.reset("q@{1}")
+    assert store.session("q").messages() == [user("0"), user("1")]
+    assert store.fsck() == []
 
 
 def test_rewind_then_append_branches(store: Store) -> None:

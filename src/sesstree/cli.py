@@ -40,12 +40,17 @@ class StoreLocator:
 
     def find(self) -> Path:
         """The store folder. Raises StoreNotFoundError."""
-        explicit = self.option or os.environ.get("SESS_STORE")
-        if explicit:
-            path = Path(explicit)
-            if not (path / STORE_FILE).exists() and not path.is_file():
-                raise StoreNotFoundError(f"no store at {path} (create one with 'sess init')")
-            return path
+        explicit = self.explicit()
+        if explicit is not None:
+            # The store folder itself (what open_store made), or a folder holding .sess/.
+            for folder in (explicit, explicit / STORE_DIR):
+                if (folder / STORE_FILE).exists():
+                    return folder
+            if explicit.is_file():
+                return explicit
+            raise StoreNotFoundError(
+                f"no store at {explicit} (create one with 'sess --store {explicit} init')"
+            )
         here = Path.cwd().resolve()
         for folder in (here, *here.parents):
             if (folder / STORE_DIR / STORE_FILE).exists():
@@ -54,6 +59,11 @@ class StoreLocator:
             "no store found in this folder or any parent (run 'sess init', or pass --store "
             "or set SESS_STORE)"
         )
+
+    def explicit(self) -> Path | None:
+        """The store path given by ``--store`` or ``SESS_STORE``, if any."""
+        given = self.option or os.environ.get("SESS_STORE")
+        return Path(given) if given else None
 
     def open(self) -> Store:
         """Open the store once per command."""
@@ -68,12 +78,20 @@ class StoreLocator:
             self._store = None
 
 
+class _OneLineUsage(click.ClickException):
+    exit_code = 2
+
+
 class _Group(click.Group):
     """Turns sesstree's own errors into one line and exit code 1."""
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
+        except click.UsageError as exc:
+            # One line, as for every other user error (click's own form takes three).
+            command = f"sess {exc.ctx.command.name} --help" if exc.ctx else "sess --help"
+            raise _OneLineUsage(f"{exc.format_message()} (see '{command}')") from None
         except SesstreeError as exc:
             raise click.ClickException(str(exc)) from None
         except BrokenPipeError:  # `sess log | head`
@@ -102,6 +120,10 @@ def cli(ctx: click.Context, store_path: str | None) -> None:
 pass_store = click.make_pass_decorator(StoreLocator)
 
 
+def _events(n: int) -> str:
+    return f"{n} event" if n == 1 else f"{n} events"
+
+
 def _emit_json(value: Any) -> None:
     click.echo(_json.encode(value).decode())
 
@@ -117,10 +139,10 @@ def _fail(message: str) -> NoReturn:
 @click.argument("path", required=False, type=click.Path(file_okay=False, path_type=Path))
 @click.pass_context
 def init(ctx: click.Context, path: Path | None) -> None:
-    """Create a store in PATH/.sess (default: this folder), or at --store."""
+    """Create a store in PATH/.sess (default: this folder), or at --store / SESS_STORE."""
     locator = ctx.find_object(StoreLocator)
-    explicit = locator.option if locator else None
-    folder = Path(explicit) if explicit and path is None else (path or Path.cwd()) / STORE_DIR
+    explicit = locator.explicit() if locator else None
+    folder = explicit if explicit is not None and path is None else (path or Path.cwd()) / STORE_DIR
     existed = (folder / STORE_FILE).exists()
     open_store(folder).close()
     state = "Reinitialized existing" if existed else "Initialized empty"
@@ -139,11 +161,11 @@ def status(locator: StoreLocator, as_json: bool) -> None:
         _emit_json({"session": name, "detached": name is None, "head": node, "length": length})
         return
     if name is None:
-        click.echo(f"HEAD detached at {short(node)} ({length} events)")
+        click.echo(f"HEAD detached at {short(node)} ({_events(length)})")
     elif node is None:
         click.echo(f"On session {name}\nNo events yet")
     else:
-        click.echo(f"On session {name}\nhead {short(node)} ({length} events)")
+        click.echo(f"On session {name}\nhead {short(node)} ({_events(length)})")
 
 
 # -- sessions --------------------------------------------------------------------------------
@@ -162,8 +184,12 @@ def branch(locator: StoreLocator, names: tuple[str, ...], delete: bool, move: bo
     if delete:
         if len(names) != 1:
             _fail("usage: sess branch -d NAME")
+        on_head = store.head()[0] == names[0]
         old = store.delete_session(names[0])
-        click.echo(f"Deleted session {names[0]} (was {short(old)})")
+        click.echo(f"Deleted session {names[0]} (was {short(old)}; "
+                   f"'sess branch {names[0]} {names[0]}@{{1}}' restores it)")
+        if on_head:
+            click.echo(f"HEAD is now detached at {short(old)}")
         return
     if move:
         if len(names) != 2:
@@ -220,7 +246,7 @@ def reset(locator: StoreLocator, session: str, rev: str) -> None:
     store = locator.open()
     old = store.session_head(session)
     target = store.reset(session, rev)
-    click.echo(f"{session}: {short(old)} -> {short(target)} ({store.depth(target)} events)")
+    click.echo(f"{session}: {short(old)} -> {short(target)} ({_events(store.depth(target))})")
 
 
 @cli.command()
@@ -282,6 +308,8 @@ def log(locator: StoreLocator, rev: str, limit: int | None, oneline: bool, rever
         graph: bool, all_refs: bool, as_json: bool) -> None:
     """Walk back from REV (default HEAD): id, type and a one-line summary, newest first."""
     store = locator.open()
+    if graph and as_json:
+        _fail("--graph draws for people; use --json without it (nodes carry their parent)")
     if graph:
         _log_graph(store, rev, all_refs, limit)
         return
@@ -399,8 +427,9 @@ def append(locator: StoreLocator, args: tuple[str, ...]) -> None:
     if target.startswith(SESSIONS):
         target = target[len(SESSIONS):]
     session = store.session(target)
-    appended = session.append(type, data)
-    click.echo(f"{short(appended.id)} {target} ({len(session)} events)")
+    # The user named a session, not a parent: another writer's append in between is fine.
+    appended = session.append(type, data, rebase=True)
+    click.echo(f"{short(appended.id)} {target} ({_events(len(session))})")
 
 
 @cli.command()
@@ -443,7 +472,7 @@ def diff(locator: StoreLocator, a: str, b: str, as_json: bool) -> None:
     if d.base is None:
         click.echo("no common ancestor")
     else:
-        click.echo(f"common ancestor {short(d.base)} ({store.depth(d.base)} events)")
+        click.echo(f"common ancestor {short(d.base)} ({_events(store.depth(d.base))})")
     for rev, nodes in ((a, d.only_a), (b, d.only_b)):
         click.echo(f"only in {rev} ({len(nodes)}):")
         for n in nodes:
@@ -489,13 +518,14 @@ def import_(locator: StoreLocator, files: tuple[Path, ...], name: str | None, fm
 @click.option("-o", "out", type=click.Path(dir_okay=False, path_type=Path),
               help="Output file (default: NAME.jsonl here).")
 @click.option("--format", "fmt", default="seed", show_default=True, help="Output format.")
+@click.option("--force", is_flag=True, help="Replace files that already exist.")
 @pass_store
-def export(locator: StoreLocator, rev: str, out: Path | None, fmt: str) -> None:
+def export(locator: StoreLocator, rev: str, out: Path | None, fmt: str, force: bool) -> None:
     """Write a session back out (seed format: NAME.jsonl + NAME.meta.json)."""
     from .interop import export_session
 
     store = locator.open()
-    for path in export_session(store, rev, out=out, format=fmt):
+    for path in export_session(store, rev, out=out, format=fmt, force=force):
         click.echo(f"wrote {path}")
 
 

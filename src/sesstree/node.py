@@ -138,9 +138,9 @@ def check_ref_name(name: str) -> str:
         problem = "contains '..'"
     elif "//" in name:
         problem = "contains an empty component"
-    elif "@{" in name or name == "@":
+    elif "@{" in name:
         problem = "contains '@{'"
-    elif name == "HEAD":
+    elif name in ("HEAD", "@"):
         problem = "is reserved"
     elif _BAD_REF.search(name):
         problem = "contains whitespace, a control character or one of ~^:?*[\\"

@@ -96,6 +96,10 @@ class Store:
 
     def __init__(self, backend: Backend) -> None:
         self.backend = backend
+        # Session handles that moved inside the open batch: if it rolls back, they must forget
+        # what it wrote.
+        self._batch_depth = 0
+        self._moved_in_batch: list[Session] = []
 
     def __enter__(self) -> Store:
         return self
@@ -114,8 +118,24 @@ class Store:
         Appends inside the block are acknowledged (and durable) when the block exits; each ref
         moved gets one reflog entry for the whole batch.
         """
-        with self.backend.batch():
-            yield
+        self._batch_depth += 1
+        try:
+            with self.backend.batch():
+                yield
+        except BaseException:
+            if self._batch_depth == 1:
+                for session in self._moved_in_batch:
+                    session.refresh()
+            raise
+        finally:
+            self._batch_depth -= 1
+            if self._batch_depth == 0:
+                self._moved_in_batch.clear()
+
+    def _note_move(self, session: Session) -> None:
+        """Called by a session handle that moved its ref (so a failed batch can reset it)."""
+        if self._batch_depth and session not in self._moved_in_batch:
+            self._moved_in_batch.append(session)
 
     # -- sessions ----------------------------------------------------------------------------
 
@@ -191,7 +211,8 @@ class Store:
         """Move session ``name`` to ``rev`` (rewind or fast-forward); logged, so undoable."""
         target = self.resolve(rev)
         old = self._require_session(name)
-        self._move(SESSIONS + name, old, target, reason or f"reset: moving to {rev}")
+        if old != target:  # a reset to where it is moves nothing, so it logs nothing
+            self._move(SESSIONS + name, old, target, reason or f"reset: moving to {rev}")
         return target
 
     def session_name_of(self, rev: str) -> str:
@@ -318,7 +339,12 @@ class Store:
             if len(matches) > 1:
                 shown = ", ".join(m[:12] for m in matches[:5])
                 raise AmbiguousPrefixError(f"id prefix {base!r} is ambiguous: {shown}...")
-        raise UnknownRevisionError(f"unknown revision {rev!r}: no session, tag or node id matches")
+        hint = ""
+        if re.fullmatch(r"[0-9a-fA-F]{1,3}", base):
+            hint = " (an id prefix needs at least 4 hex characters)"
+        raise UnknownRevisionError(
+            f"unknown revision {rev!r}: no session, tag or node id matches{hint}"
+        )
 
     def _from_reflog(self, name: str, n: int, rev: str) -> NodeId:
         """``NAME@{N}``: where the ref pointed N moves ago (0 = now), deleted refs included."""

@@ -16,6 +16,7 @@ if TYPE_CHECKING:
 __all__ = ["Session"]
 
 Subscriber = Callable[[Node], None]
+_REBASE_ATTEMPTS = 100
 
 
 class Session:
@@ -93,7 +94,8 @@ class Session:
             InvalidEventError: ``type`` is not registered or ``data`` is not a JSON value.
             ConflictError: another writer moved the session since this handle last saw it
                 (nothing was written). With ``rebase=True`` the event is put on the session's
-                current head instead, once.
+                current head instead (retried while other writers keep moving it, up to
+                100 times).
         """
         if not is_registered(type):
             raise InvalidEventError(
@@ -102,13 +104,15 @@ class Session:
         encoded = encode_data(data)
         if type in MESSAGE_TYPES and not isinstance(data, dict):
             raise InvalidEventError(f"a {type} event holds a chat message, which is a JSON object")
-        try:
-            node = self._commit(type, data, encoded)
-        except ConflictError:
-            if not rebase:
-                raise
-            self.refresh()
-            node = self._commit(type, data, encoded)
+        attempts = _REBASE_ATTEMPTS if rebase else 1
+        for attempt in range(1, attempts + 1):
+            try:
+                node = self._commit(type, data, encoded)
+                break
+            except ConflictError:
+                if attempt == attempts:
+                    raise
+                self.refresh()
         if self._subscribers:
             for subscriber in list(self._subscribers):
                 subscriber(node)
@@ -122,15 +126,16 @@ class Session:
             [RefUpdate(self.ref, parent, id, f"append: {type}")],
         )
         self._head = id
+        self.store._note_move(self)
         if self._loaded:
             self._new_ids.append(id)
             self._types.append(type)
             self._datas.append(data)
         return Node(id, parent, type, data)
 
-    def add_message(self, message: dict[str, Any]) -> Node:
+    def add_message(self, message: dict[str, Any], *, rebase: bool = False) -> Node:
         """Append an OpenAI chat message; its role picks the event type, every key is kept."""
-        return self.append(message_type(message), message)
+        return self.append(message_type(message), message, rebase=rebase)
 
     def extend(self, events: list[tuple[str, Any]]) -> list[Node]:
         """Append several ``(type, data)`` events in one transaction."""
@@ -171,18 +176,20 @@ class Session:
     def rewind(self, n: int = 1) -> NodeId | None:
         """Move the session back ``n`` events; the reflog keeps where it was, so it is undoable.
 
-        A session cannot be rewound to nothing: ``n`` must be less than its length, else
-        UnknownRevisionError, as ``sess reset NAME NAME~N`` would raise.
+        Rewinding by the whole length empties the session: its ref goes (a session with no
+        events has none), the reflog keeps where it was, and the next append starts anew. Going
+        further back raises UnknownRevisionError. Returns the new head, None when empty.
         """
         if n < 0:
             raise ValueError("n must be >= 0")
         if n == 0:
             return self._head
         ids = self._ids()
-        if n >= len(ids):
+        if n > len(ids):
             raise UnknownRevisionError(f"cannot rewind {self.name} by {n}: it has {len(ids)} events")
-        target = ids[-1 - n]
+        target = ids[-1 - n] if n < len(ids) else None
         self.store.backend.commit([], [RefUpdate(self.ref, self._head, target, f"rewind: {n} events")])
+        self.store._note_move(self)
         self._set_head(target)
         return target
 
@@ -190,6 +197,7 @@ class Session:
         """Move the session to any revision (rewind, fast-forward, or another path); logged."""
         target = self.store.resolve(rev)
         self.store.backend.commit([], [RefUpdate(self.ref, self._head, target, f"reset: {rev}")])
+        self.store._note_move(self)
         self._set_head(target)
         return target
 

@@ -80,3 +80,18 @@ def test_real_samples(store: Store, samples: Path) -> None:
     traj = next((samples / "mini-swe-agent").glob("*.json"))
     result = import_files(store, [traj])[0]
     assert store.messages(result.session) == json.loads(traj.read_text())
+
+
+def test_reading_a_file_as_another_format_never_replaces_its_session(
+        store: Store, tmp_path: Path) -> None:
+    """A wrong --format lands beside the first import; the session it made stays as it was."""
+    path = tmp_path / "s.jsonl"
+    path.write_text("".join(json.dumps(m) + "\n" for m in (
+        {"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"})))
+    first = import_files(store, [path])
+    assert first[0].outcome == "created"
+    head = store.session_head("s")
+    again = import_files(store, [path], format="claude")
+    assert again[0].session != "s"
+    assert store.session_head("s") == head
+    assert store.messages("s")[-1] == {"role": "assistant", "content": "hello"}

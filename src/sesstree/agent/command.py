@@ -102,6 +102,8 @@ def run(
             if current is None:
                 raise click.UsageError("HEAD is not on a session: use sess run SESSION PROMPT")
             name = current
+        if not prompt.strip():
+            raise click.UsageError("the prompt is empty")
         session = store.session(name)
         provider = OpenAIProvider(base_url, model, api_key_env=api_key_env, stream=stream)
         agent = Agent(provider, session, tools, system=system, max_turns=max_turns)

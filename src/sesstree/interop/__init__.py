@@ -168,19 +168,20 @@ def import_files(
 
 
 def export_session(
-    store: Store, rev: str, *, out: Path | None = None, format: str = "seed"
+    store: Store, rev: str, *, out: Path | None = None, format: str = "seed", force: bool = False
 ) -> list[Path]:
     """Write a session out in ``format`` (one of :data:`EXPORT_FORMATS`); returns the files.
 
     ``seed``/``jsonl``: the stored messages, one per line, plus ``NAME.meta.json``.
     ``openai``: the messages a model would be sent, as a JSON array (JSONL if ``out`` ends in
     ``.jsonl``). ``claude``/``pi``: the tool's own file, rebuilt from the imported records.
+    An existing file is not replaced unless ``force``.
     """
     if format in ("seed", "jsonl"):
-        return list(export_seed(store, rev, out))
+        return export_seed(store, rev, out, force=force)
     if format == "openai":
-        return [export_openai(store, rev, out)]
+        return [export_openai(store, rev, out, force=force)]
     if format in ("claude", "pi"):
-        return [export_records(store, rev, format, out)]
+        return [export_records(store, rev, format, out, force=force)]
     raise InputError(f"unknown export format {format!r}; expected one of "
                      f"{', '.join(EXPORT_FORMATS)}")

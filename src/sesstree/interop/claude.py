@@ -188,4 +188,4 @@ def import_claude(store: Store, path: Path, name: str | None = None) -> list[Imp
     base = name or ref_safe(path.name.removesuffix(".jsonl"))
     meta = {"format": "claude", "sessionId": session_id, "source": str(path)}
     return land_tree(store, tree, path=path, base=base, explicit=name is not None, meta=meta,
-                     problems=problems)
+                     problems=problems, format="claude")

@@ -142,4 +142,4 @@ def import_codex(store: Store, path: Path, name: str | None = None) -> list[Impo
                             else path.name.removesuffix(".jsonl"))
     meta = {"format": "codex", "thread": thread, "source": str(path)}
     return land_tree(store, tree, path=path, base=base, explicit=name is not None, meta=meta,
-                     problems=problems)
+                     problems=problems, format="codex")

@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import msgspec
 
+from ..errors import InputError
 from ..events import message_type
 from ..node import Node, NodeId, make_node
 from ..repo import Store
 from ..store.base import RefUpdate
 
-__all__ = ["ImportResult", "land", "message_chain"]
+__all__ = ["ImportResult", "land", "message_chain", "write_new"]
 
 
 class ImportResult(msgspec.Struct):
@@ -39,6 +41,21 @@ def message_chain(messages: Sequence[dict[str, Any]]) -> list[Node]:
     return nodes
 
 
+def write_new(files: Sequence[tuple[Path, bytes]], *, force: bool = False) -> list[Path]:
+    """Write exported files; unless ``force``, refuse (before writing any) to replace one.
+
+    An export's default name is the session's, which is often the very file it was imported
+    from: overwriting it silently could replace a tool's transcript with another format.
+    """
+    if not force:
+        for path, _ in files:
+            if path.exists():
+                raise InputError("already exists; pass --force to overwrite it", path=str(path))
+    for path, data in files:
+        path.write_bytes(data)
+    return [path for path, _ in files]
+
+
 def _source_key(name: str) -> str:
     return "import-source:" + name
 
@@ -51,6 +68,7 @@ def land(
     source: str,
     explicit_name: bool,
     leaf: NodeId | None = None,
+    format: str = "seed",
 ) -> ImportResult:
     """Store ``nodes`` (parents first) and point session ``name`` at ``leaf`` (default: the last).
 
@@ -58,7 +76,8 @@ def land(
     - a session the history extends is fast-forwarded (only the new nodes are written);
     - a session that already contains the history is left alone ("ahead" or "up to date");
     - a session whose history differs is moved to the new path, the old head kept in the
-      reflog, but only if it came from the same source or the name was given explicitly;
+      reflog, but only if it came from the same source read as the same ``format``, or the
+      name was given explicitly;
       otherwise the history lands on a fresh name (``name-2``, ...): an import never takes
       over a session that belongs to something else.
 
@@ -67,6 +86,9 @@ def land(
     if not nodes:
         return ImportResult(source, name, "empty", 0, 0)
     target = leaf if leaf is not None else nodes[-1].id
+    # What a session belongs to: the file and the format it was read as, so reading the same
+    # file as another format lands beside the first import instead of replacing it.
+    owner = f"{format}:{source}"
     backend = store.backend
     with store.batch():
         new = len(nodes) - len(backend.has([n.id for n in nodes]))
@@ -81,7 +103,7 @@ def land(
                 outcome = "fast-forward"
             elif target in set(backend.chain(head).ids):
                 outcome = "ahead"
-            elif explicit_name or backend.get_meta(_source_key(name)) == source:
+            elif explicit_name or backend.get_meta(_source_key(name)) == owner:
                 outcome = "rewritten"
             else:
                 name = _free_name(store, name)
@@ -93,7 +115,7 @@ def land(
                 "rewritten": f"import: {source} was edited; previous head kept in this reflog",
             }[outcome]
             backend.commit([], [RefUpdate("sessions/" + name, head, target, reason)])
-            backend.set_meta(_source_key(name), source)
+            backend.set_meta(_source_key(name), owner)
     return ImportResult(source, name, outcome, len(path), new, target)
 
 

@@ -16,13 +16,14 @@ import msgspec
 
 from ..errors import InputError
 from ..repo import Store
+from .common import write_new
 
 __all__ = ["export_openai", "export_records"]
 
 _encoder = msgspec.json.Encoder()
 
 
-def export_openai(store: Store, rev: str, out: Path | None = None) -> Path:
+def export_openai(store: Store, rev: str, out: Path | None = None, *, force: bool = False) -> Path:
     """Write the messages a model would be sent at ``rev``, tool calls paired.
 
     A ``.jsonl`` path gets one message per line; anything else a JSON array.
@@ -30,13 +31,15 @@ def export_openai(store: Store, rev: str, out: Path | None = None) -> Path:
     messages = store.messages(rev)
     target = out if out is not None else Path(f"{store.session_name_of(rev).replace('/', '_')}.json")
     if target.name.endswith(".jsonl"):
-        target.write_bytes(b"".join(_encoder.encode(m) + b"\n" for m in messages))
+        data = b"".join(_encoder.encode(m) + b"\n" for m in messages)
     else:
-        target.write_bytes(msgspec.json.format(_encoder.encode(messages), indent=1) + b"\n")
-    return target
+        data = msgspec.json.format(_encoder.encode(messages), indent=1) + b"\n"
+    return write_new([(target, data)], force=force)[0]
 
 
-def export_records(store: Store, rev: str, fmt: str, out: Path | None = None) -> Path:
+def export_records(
+    store: Store, rev: str, fmt: str, out: Path | None = None, *, force: bool = False
+) -> Path:
     """Rebuild the ``claude`` or ``pi`` JSONL file of the session at ``rev``."""
     chain = store.chain(rev)
     prefix = fmt + "/"
@@ -58,5 +61,5 @@ def export_records(store: Store, rev: str, fmt: str, out: Path | None = None) ->
                 r = {**r, "sessionId": sid}  # the import left it out of the hashed entries
             lines.append(r)
     target = out if out is not None else Path(f"{name.replace('/', '_')}.jsonl")
-    target.write_bytes(b"".join(_encoder.encode(r) + b"\n" for r in lines))
-    return target
+    data = b"".join(_encoder.encode(r) + b"\n" for r in lines)
+    return write_new([(target, data)], force=force)[0]

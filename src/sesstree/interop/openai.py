@@ -55,7 +55,7 @@ def import_openai_json(store: Store, path: Path, name: str | None = None) -> Imp
     session = name or path.name.removesuffix(".json").removesuffix(".traj")
     check_ref_name(session)
     nodes = message_chain(messages)
-    result = land(store, session, nodes, source=str(path.resolve()),
+    result = land(store, session, nodes, source=str(path.resolve()), format="openai",
                   explicit_name=name is not None)
     if result.outcome in ("created", "fast-forward", "rewritten"):
         meta: dict[str, Any] = {"format": "openai", "source": str(path)}

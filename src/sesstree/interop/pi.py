@@ -175,4 +175,4 @@ def import_pi(store: Store, path: Path, name: str | None = None) -> list[ImportR
     if title is not None:
         meta["title"] = title
     return land_tree(store, tree, path=path, base=base, explicit=name is not None, meta=meta,
-                     problems=problems)
+                     problems=problems, format="pi")

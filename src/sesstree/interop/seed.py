@@ -17,7 +17,7 @@ from ..errors import InputError
 from ..events import derive_messages
 from ..node import check_ref_name
 from ..repo import Store
-from .common import ImportResult, land, message_chain
+from .common import ImportResult, land, message_chain, write_new
 
 __all__ = ["export_seed", "import_seed", "read_seed"]
 
@@ -80,7 +80,9 @@ def _one_line(encoded: bytes) -> bytes:
     return encoded
 
 
-def export_seed(store: Store, rev: str, out: Path | None = None) -> tuple[Path, Path]:
+def export_seed(
+    store: Store, rev: str, out: Path | None = None, *, force: bool = False
+) -> list[Path]:
     """Write ``NAME.jsonl`` and ``NAME.meta.json`` for revision ``rev``; returns both paths.
 
     The lines are the session's messages as stored, in order (context and steering events as
@@ -98,6 +100,7 @@ def export_seed(store: Store, rev: str, out: Path | None = None) -> tuple[Path, 
         meta = {"id": name, "head": chain.ids[-1] if chain.ids else None,
                 "messages": len(messages), "exportedAt": now}
     encoder = msgspec.json.Encoder()
-    jsonl.write_bytes(b"".join(_one_line(encoder.encode(m)) + b"\n" for m in messages))
-    meta_path.write_bytes(encoder.encode(meta) + b"\n")
-    return jsonl, meta_path
+    return write_new([
+        (jsonl, b"".join(_one_line(encoder.encode(m)) + b"\n" for m in messages)),
+        (meta_path, encoder.encode(meta) + b"\n"),
+    ], force=force)

@@ -153,6 +153,7 @@ def land_tree(
     explicit: bool,
     meta: dict[str, Any] | None,
     problems: list[str],
+    format: str,
 ) -> list[ImportResult]:
     """Land every leaf: the main one as ``base``, the others as ``base/branch-N``.
 
@@ -176,7 +177,7 @@ def land_tree(
                     what = "tool call with no result" if p.kind == "orphan-call" else (
                         "tool result with no call")
                     all_problems.append(f"{path}: {what}: {p.tool_call_id} (in {name})")
-            result = land(store, name, nodes, source=source, explicit_name=explicit)
+            result = land(store, name, nodes, source=source, explicit_name=explicit, format=format)
             if meta is not None and result.outcome in ("created", "fast-forward", "rewritten"):
                 store.set_session_meta(result.session, meta)
             results.append(result)

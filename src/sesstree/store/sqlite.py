@@ -86,6 +86,9 @@ class SqliteBackend:
         exists = self.path.exists()
         if not exists and not create:
             raise StoreNotFoundError(f"no store at {self.path}")
+        if exists and not create and self.path.stat().st_size == 0:
+            # Opening an existing store must never turn some other (empty) file into one.
+            raise StoreCorruptError(f"{self.path} is an empty file, not a sesstree store")
         try:
             self._db = sqlite3.connect(
                 self.path, isolation_level=None, timeout=timeout, check_same_thread=False
