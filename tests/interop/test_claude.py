@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+from itertools import pairwise
 from pathlib import Path
+from typing import Any
 
 from sesstree import Store
 from sesstree.interop import detect_format, export_session, import_files
@@ -117,9 +119,44 @@ def test_real_samples(store: Store, samples: Path) -> None:
         by_file.setdefault(Path(r.source).name[37:45], []).append(r.session)
     assert len(by_file["9b92ce83"]) == 2  # the in-file branch
     f67 = next(r for r in results if "f67ab274" in r.session)
-    assert f67.events == 1453 and len(by_file["f67ab274"]) == 1  # 3 roots, one path
+    # 3 roots, one path; 169 replies are split over several entries and derive as one message
+    assert f67.events == 1284 and len(by_file["f67ab274"]) == 1
     chain = store.chain(f67.session)
     assert chain.types.count("compaction/marker") == 2
     f61 = next(r for r in results if "f6108699" in r.session)
     assert any("tool call with no result" in p for p in f61.problems)
     assert all(store.messages(r.session) is not None for r in results)
+    for r in results:  # a split reply never shows as assistant messages back to back
+        messages = store.messages(r.session)
+        assert not any(a["role"] == b["role"] == "assistant" for a, b in pairwise(messages))
+    parallel = store.messages(next(r for r in results if "069508a5" in r.session).session)
+    i = next(i for i, m in enumerate(parallel) if len(m.get("tool_calls", [])) == 3)
+    assert [m["role"] for m in parallel[i + 1 : i + 4]] == ["tool"] * 3
+
+
+def test_a_reply_split_over_entries_is_one_message(store: Store, tmp_path: Path) -> None:
+    """Entries sharing message.id (one per content block) are the one reply the model gave."""
+    def entry(uuid: str, parent: str | None, kind: str, message: dict[str, Any]) -> str:
+        return json.dumps({"type": kind, "uuid": uuid, "parentUuid": parent,
+                           "sessionId": "s1", "message": message}) + "\n"
+    reply = {"id": "msg_1", "role": "assistant"}
+    path = tmp_path / "s1.jsonl"
+    path.write_text(
+        entry("u1", None, "user", {"role": "user", "content": "look around"})
+        + entry("a1", "u1", "assistant", {**reply, "content": [{"type": "text", "text": "Sure."}]})
+        + entry("a2", "a1", "assistant", {**reply, "content": [
+            {"type": "tool_use", "id": "t1", "name": "ls", "input": {"path": "."}}]})
+        + entry("a3", "a2", "assistant", {**reply, "content": [
+            {"type": "tool_use", "id": "t2", "name": "cat", "input": {"path": "x"}}]})
+        + entry("r1", "a3", "user", {"role": "user", "content": [
+            {"type": "tool_result", "tool_use_id": "t1", "content": "x"},
+            {"type": "tool_result", "tool_use_id": "t2", "content": "hello"}]})
+    )
+    result = import_files(store, [path], format="claude")[0]
+    messages = store.messages(result.session)
+    assert [m["role"] for m in messages] == ["user", "assistant", "tool", "tool"]
+    assert messages[1]["content"] == "Sure."
+    assert [c["id"] for c in messages[1]["tool_calls"]] == ["t1", "t2"]
+    assert store.derive(result.session).problems == []
+    # every entry is still kept as its raw record
+    assert store.chain(result.session).types.count("claude/assistant") == 3

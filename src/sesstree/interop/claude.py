@@ -9,7 +9,9 @@ events the model was sent:
 - a user entry: ``user/message`` for its text and images, one ``tool/result`` per
   ``tool_result`` block; a compaction summary (``isCompactSummary``) a ``compaction/marker``;
 - an assistant entry: ``assistant/message`` with its text and ``tool_use`` blocks as
-  ``tool_calls`` (thinking blocks are kept in the raw record only: they are not resent);
+  ``tool_calls`` (thinking blocks are kept in the raw record only: they are not resent). One
+  reply written as a chain of entries sharing ``message.id`` (one per content block) becomes
+  one message, on the last entry of the chain;
 - anything else (``system``, ``summary``, ``file-history-snapshot``, ``queue-operation``,
   ``last-prompt``, kinds a newer version invents): the raw record only.
 
@@ -126,11 +128,65 @@ def _flatten(parts: list[dict[str, Any]]) -> Any:
     return parts
 
 
-def _entry_events(rec: dict[str, Any], raw: dict[str, Any]) -> list[tuple[str, Any]]:
+def _blocks(message: dict[str, Any]) -> list[Any]:
+    content = message.get("content")
+    if isinstance(content, str):
+        return [{"type": "text", "text": content}]
+    return list(content) if isinstance(content, list) else []
+
+
+def _merge_split_replies(records: list[Record]) -> tuple[dict[str, dict[str, Any]], set[str]]:
+    """Claude Code writes one model reply as several entries, one per content block, chained
+    and sharing ``message.id``. The model was sent (and later resent) the reply whole: the
+    last entry of such a chain carries the whole message, the ones before it none.
+
+    Returns the whole message by the uuid of each entry that ends a stretch of a reply, and
+    the uuids of the entries whose own message is left out.
+    """
+    reply: dict[str, tuple[str, dict[str, Any], str | None]] = {}  # uuid -> (msg id, msg, parent)
+    children: dict[str, list[str]] = {}
+    for r in records:
+        rec = r.data
+        uuid, message = rec.get("uuid"), rec.get("message")
+        if rec.get("type") != "assistant" or not isinstance(uuid, str):
+            continue
+        if not isinstance(message, dict) or not isinstance(message.get("id"), str):
+            continue
+        parent = rec.get("parentUuid")
+        reply[uuid] = (message["id"], message, parent if isinstance(parent, str) else None)
+    for r in records:
+        parent = r.data.get("parentUuid")
+        uuid = r.data.get("uuid")
+        if isinstance(parent, str) and isinstance(uuid, str):
+            children.setdefault(parent, []).append(uuid)
+
+    def continues(uuid: str) -> bool:
+        own = reply.get(uuid)
+        before = reply.get(own[2]) if own is not None and own[2] is not None else None
+        return own is not None and before is not None and before[0] == own[0]
+
+    whole: dict[str, dict[str, Any]] = {}
+    for uuid, (_, message, parent) in reply.items():  # file order: parents come first
+        if continues(uuid) and parent in whole:
+            earlier = whole[parent]
+            whole[uuid] = {**message, "content": _blocks(earlier) + _blocks(message)}
+        else:
+            whole[uuid] = message
+    silent = {
+        uuid for uuid in reply
+        if children.get(uuid) and all(continues(child) for child in children[uuid])
+    }
+    merged = {uuid: m for uuid, m in whole.items() if continues(uuid)}
+    return merged, silent
+
+
+def _entry_events(
+    rec: dict[str, Any], raw: dict[str, Any], message: Any = None, silent: bool = False
+) -> list[tuple[str, Any]]:
     kind = rec.get("type")
     events: list[tuple[str, Any]] = [(record_type("claude", kind), raw)]
-    message = rec.get("message")
-    if kind not in ("user", "assistant") or not isinstance(message, dict):
+    message = rec.get("message") if message is None else message
+    if kind not in ("user", "assistant") or not isinstance(message, dict) or silent:
         return events
     if rec.get("isCompactSummary"):
         # The summary is sent to the model as the user message it is, untagged.
@@ -158,6 +214,7 @@ def import_claude(store: Store, path: Path, name: str | None = None) -> list[Imp
     problems: list[str] = []
     records = read_records(path, problems)
     session_id = _session_id(records, path)
+    merged, silent = _merge_split_replies(records)
     entries: list[Entry] = []
     last_key: str | None = None  # the previous record of the file, for splicing
     last_main: str | None = None  # the previous main-line entry, for compaction roots
@@ -168,7 +225,8 @@ def import_claude(store: Store, path: Path, name: str | None = None) -> list[Imp
         if isinstance(uuid, str) and rec.get("sessionId") == session_id:
             raw = {k: v for k, v in rec.items() if k != "sessionId"}
         side = bool(rec.get("isSidechain"))
-        events = _entry_events(rec, raw)
+        events = _entry_events(rec, raw, merged.get(uuid) if isinstance(uuid, str) else None,
+                               uuid in silent)
         if not isinstance(uuid, str):
             key = f"@{r.line}"
             entries.append(Entry(r.line, key, last_key, events, splice=last_key is not None))
