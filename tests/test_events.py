@@ -297,3 +297,26 @@ def test_message_events_must_hold_an_object(store: Store, type: str) -> None:
     with pytest.raises(InvalidEventError, match="JSON object"):
         q.append(type, [1, 2])
     assert store.session_head("q") is None
+
+
+def test_a_message_event_must_match_its_role(store: Store) -> None:
+    """An assistant/message holding a user message would be sent as something it is not."""
+    q = store.session("q")
+    with pytest.raises(InvalidEventError, match="user/message"):
+        q.append("assistant/message", {"role": "user", "content": "hi"})
+    with pytest.raises(InvalidEventError, match="message"):
+        q.append("user/message", {"role": "developer", "content": "x"})
+    assert store.session_head("q") is None
+    q.append("message", {"role": "developer", "content": "x"})  # other roles: type message
+    q.append("user/message", {"content": "no role: the type gives it"})
+    assert [m["role"] for m in q.messages()] == ["developer", "user"]
+
+
+def test_compaction_keeps_the_system_prompt() -> None:
+    system = {"role": "system", "content": "You are a guide."}
+    derived = derive_messages(
+        ["system/message", "user/message", "assistant/message", "compaction/marker", "user/message"],
+        [system, user("old"), assistant("old reply"), {"summary": "they talked"}, user("new")],
+    )
+    assert derived.messages == [
+        system, {"role": "user", "content": "<summary>\nthey talked\n</summary>"}, user("new")]

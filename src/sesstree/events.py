@@ -9,8 +9,8 @@ session from its root:
 - ``assistant/chunk``, ``tool/call``, ``turn/*``, ``step/*``, ``usage`` and ``error`` are records
   of the run, not sent;
 - ``compaction/marker`` (``{"summary", "first_kept"?, "message"?}``) replaces what it
-  summarises (everything before it, or before node ``first_kept``) with its ``message``, or
-  else with its summary as a tagged user message;
+  summarises (everything before it, or before node ``first_kept``; system messages excepted)
+  with its ``message``, or else with its summary as a tagged user message;
 - every tool call of an assistant message is paired with its result; a call with none is an
   orphan: it is reported and given a synthetic result so the session stays usable.
 """
@@ -199,9 +199,12 @@ def derive_messages(
                 keep_from = next(
                     (pos for node, pos in starts.items() if node.startswith(first_kept)), keep_from
                 )
-            out[:keep_from] = [_summary(data)]
+            # The system prompt is the agent's instructions, not conversation: it stays.
+            kept = [m for m in out[:keep_from] if m.get("role") == "system"]
+            out[:keep_from] = [*kept, _summary(data)]
             if starts is not None:
-                starts = {node: pos - keep_from + 1 for node, pos in starts.items()}
+                shift = len(kept) + 1 - keep_from
+                starts = {node: pos + shift for node, pos in starts.items()}
             waiting = None
         elif type in _registry:
             render = _registry[type]

@@ -102,8 +102,14 @@ class Session:
                 f"unknown event type {type!r}: use the vocabulary or register_event_type()"
             )
         encoded = encode_data(data)
-        if type in MESSAGE_TYPES and not isinstance(data, dict):
-            raise InvalidEventError(f"a {type} event holds a chat message, which is a JSON object")
+        if type in MESSAGE_TYPES:
+            if not isinstance(data, dict):
+                raise InvalidEventError(f"a {type} event holds a chat message, a JSON object")
+            if "role" in data and message_type(data) != type:
+                raise InvalidEventError(
+                    f"a message with role {data['role']!r} is a {message_type(data)} event, "
+                    f"not {type}"
+                )
         attempts = _REBASE_ATTEMPTS if rebase else 1
         for attempt in range(1, attempts + 1):
             try:
