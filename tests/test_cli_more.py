@@ -441,3 +441,19 @@ def test_parallel_appends_from_the_shell_all_land(tmp_path: Path) -> None:
         contents = [m["content"] for m in store.messages("shared")]
         assert sorted(contents) == sorted(f"{w}-{i}" for w in "AB" for i in range(1, 26))
         assert store.fsck() == []
+
+
+def test_tag_delete_and_reflog_expire_then_gc(sess: Sess) -> None:
+    ids = sess.quest()
+    sess.ok("tag", "v1", "main~1")
+    assert sess.ok("tag", "-d", "v1") == f"Deleted tag v1 (was {ids[1][:SHORT]})\n"
+    assert sess.json("tag") == []
+    sess.ok("checkout", "-b", "side")
+    sess.ok("append", "side", "user/message", '{"role": "user", "content": "a detour"}')
+    sess.ok("checkout", "main")
+    sess.ok("branch", "-d", "side")
+    assert sess.ok("gc") == "removed 0 unreachable nodes; 4 kept\n"  # the reflog keeps it
+    sess.fail("reflog", "--expire", needles=("usage: sess reflog --expire NAME",))
+    assert sess.ok("reflog", "--expire", "side").startswith("Expired 3 reflog entries of side")
+    assert sess.ok("gc") == "removed 1 unreachable nodes; 3 kept\n"
+    assert sess.ok("fsck").startswith("ok: 3 nodes")

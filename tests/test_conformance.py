@@ -677,3 +677,41 @@ def test_batch_rolls_back_settings_too(store: Store) -> None:
         raise RuntimeError("boom")
     assert store.get_session_meta("q") is None
     assert store.head() == ("main", None)
+
+
+def test_expiring_a_deleted_sessions_reflog_lets_gc_reclaim_it(store: Store) -> None:
+    grow(store, "keep", 2)
+    gone = store.session("gone")
+    gone.add_message(user("only here"))
+    gone.add_message(user("and here"))
+    store.delete_session("gone")
+    assert store.gc().removed == 0  # the reflog still reaches its nodes: undo stays possible
+    assert store.expire_reflog("gone") == 3
+    assert store.reflog("gone") == []
+    assert store.gc().removed == 2
+    assert len(store.session("keep").messages()) == 2
+    assert store.fsck() == []
+
+
+def test_expiring_a_live_sessions_reflog_keeps_it(store: Store) -> None:
+    q = store.session("q")
+    for i in range(3):
+        q.add_message(user(str(i)))
+    q.rewind(2)  # the two rewound events are reachable only through the reflog now
+    assert store.expire_reflog("q") == 3
+    assert len(store.reflog("q")) == 1
+    assert store.session("q").messages() == [user("0")]
+    assert store.gc().removed == 2
+    with pytest.raises(UnknownRevisionError):
+        store.expire_reflog("never")
+    assert store.fsck() == []
+
+
+def test_delete_tag(store: Store) -> None:
+    grow(store, "q", 2)
+    target = store.tag("v1", "q~1")
+    assert store.delete_tag("v1") == target
+    assert store.tags() == []
+    assert store.reflog("tags/v1")[-1].new is None
+    with pytest.raises(UnknownRevisionError):
+        store.delete_tag("v1")

@@ -252,11 +252,19 @@ def reset(locator: StoreLocator, session: str, rev: str) -> None:
 @cli.command()
 @click.argument("name", required=False)
 @click.argument("rev", required=False)
+@click.option("-d", "--delete", is_flag=True, help="Delete tag NAME.")
 @click.option("--json", "as_json", is_flag=True, help="Machine output.")
 @pass_store
-def tag(locator: StoreLocator, name: str | None, rev: str | None, as_json: bool) -> None:
+def tag(locator: StoreLocator, name: str | None, rev: str | None, delete: bool,
+        as_json: bool) -> None:
     """Name the node at REV (default HEAD), or list tags."""
     store = locator.open()
+    if delete:
+        if name is None or rev is not None:
+            _fail("usage: sess tag -d NAME")
+        old = store.delete_tag(name)
+        click.echo(f"Deleted tag {name} (was {short(old)})")
+        return
     if name is not None:
         target = store.tag(name, rev or "HEAD")
         click.echo(f"Tagged {short(target)} as {name}")
@@ -434,11 +442,20 @@ def append(locator: StoreLocator, args: tuple[str, ...]) -> None:
 
 @cli.command()
 @click.argument("name", required=False)
+@click.option("--expire", is_flag=True,
+              help="Forget NAME's history (all of it for a deleted session) so gc can reclaim it.")
 @click.option("--json", "as_json", is_flag=True, help="Machine output.")
 @pass_store
-def reflog(locator: StoreLocator, name: str | None, as_json: bool) -> None:
+def reflog(locator: StoreLocator, name: str | None, expire: bool, as_json: bool) -> None:
     """Every move of a session's ref (default: the HEAD session), newest first."""
     store = locator.open()
+    if expire:
+        if name is None:
+            _fail("usage: sess reflog --expire NAME (this gives up undo: name it explicitly)")
+        gone = store.expire_reflog(name)
+        click.echo(f"Expired {gone} reflog entr{'y' if gone == 1 else 'ies'} of {name}; "
+                   "'sess gc' removes what nothing else reaches")
+        return
     if name is None:
         name, _ = store.head()
         if name is None:

@@ -267,6 +267,24 @@ class Store:
         self._move(TAGS + name, None, target, f"tag: {rev}")
         return target
 
+    def delete_tag(self, name: str) -> NodeId:
+        """Delete a tag (logged). Raises UnknownRevisionError if there is none of that name."""
+        ref = self.backend.get_ref(TAGS + name)
+        if ref is None:
+            raise UnknownRevisionError(f"no tag named {name!r}")
+        self._move(TAGS + name, ref.target, None, "tag: deleted")
+        return ref.target
+
+    def expire_reflog(self, name: str) -> int:
+        """Forget where session ``name`` (a tag with ``tags/NAME``) has been, so that ``gc``
+        can remove what only that history kept: all of a deleted session's log, all but the
+        newest entry of a live one. This is the one step that gives up undo; returns how many
+        entries went."""
+        ref = name if name.startswith((SESSIONS, TAGS)) else SESSIONS + name
+        if not self.backend.reflog(ref):
+            raise UnknownRevisionError(f"no session named {name!r} and no reflog for it")
+        return self.backend.expire_reflog(ref)
+
     def tags(self) -> list[Ref]:
         """Every tag, with the short name (no ``tags/``)."""
         return [Ref(r.name[len(TAGS):], r.target, r.moved) for r in self.backend.list_refs(TAGS)]

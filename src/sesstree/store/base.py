@@ -146,6 +146,10 @@ class Backend(Protocol):
     def rename_ref(self, old: str, new: str, target: NodeId, reason: str) -> None:
         """Atomically move ref ``old`` (at ``target``) to ``new`` (absent), carrying its reflog."""
 
+    def expire_reflog(self, name: str) -> int:
+        """Forget the history of ref ``name``: every entry of a deleted ref, all but the newest
+        of a live one (which then forgets its ``old``). Returns how many entries went."""
+
     def get_meta(self, key: str) -> str | None:
         """A small setting (HEAD, session metadata), or None."""
 

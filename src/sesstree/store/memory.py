@@ -164,6 +164,15 @@ class MemoryBackend:
             self._refs[new] = Ref(new, target, now)
             self._reflog.append(ReflogEntry(new, target, target, now, reason))
 
+    def expire_reflog(self, name: str) -> int:
+        with self._lock:
+            mine = [e for e in self._reflog if e.ref == name]
+            keep = mine[-1:] if name in self._refs else []
+            # The entry kept no longer remembers where the ref was before it.
+            forgotten = [ReflogEntry(e.ref, None, e.new, e.time, e.reason) for e in keep]
+            self._reflog = [e for e in self._reflog if e.ref != name] + forgotten
+            return len(mine) - len(keep)
+
     def get_meta(self, key: str) -> str | None:
         return self._meta.get(key)
 

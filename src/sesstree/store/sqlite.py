@@ -532,6 +532,21 @@ class SqliteBackend:
             for r in rows
         ]
 
+    def expire_reflog(self, name: str) -> int:
+        with self._write():
+            if self._batch_depth:
+                self._flush_pending()
+            # A live ref's newest entry is its value: it stays. A deleted ref's go entirely.
+            live = self._ref_seq(name) is not None
+            cur = self._db.execute(
+                "DELETE FROM reflog WHERE ref = ?1 AND (NOT ?2 OR n < "
+                "(SELECT max(n) FROM reflog WHERE ref = ?1))",
+                (name, live),
+            )
+            # The entry kept no longer remembers where the ref was before it.
+            self._db.execute("UPDATE reflog SET old = NULL WHERE ref = ?", (name,))
+            return int(cur.rowcount)
+
     def get_meta(self, key: str) -> str | None:
         with self._lock, self._errors():
             row = self._db.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
