@@ -29,7 +29,11 @@ def public_names(module: types.ModuleType) -> set[str]:
 
 
 def test_all_equals_the_public_names() -> None:
-    assert set(sesstree.__all__) == public_names(sesstree)
+    # The agent loop's names are loaded on first use; they count as exported all the same.
+    lazy = set(sesstree._LAZY)
+    assert set(sesstree.__all__) == public_names(sesstree) | lazy
+    assert lazy <= set(dir(sesstree))
+    assert all(getattr(sesstree, name) is not None for name in lazy)
     assert len(sesstree.__all__) == len(set(sesstree.__all__)), "duplicates in __all__"
 
 
@@ -64,3 +68,18 @@ def test_public_callables_documented() -> None:
         value = getattr(sesstree, name)
         if callable(value) and not isinstance(value, type(sesstree.NodeId)):
             assert value.__doc__, f"{name} has no docstring"
+
+
+def test_importing_the_store_does_not_load_the_agent_loop() -> None:
+    """`import sesstree` and the `sess` commands other than `run` start without the HTTP
+    client: the agent loop loads on first use."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, sesstree, sesstree.cli\n"
+        "assert 'sesstree.agent' not in sys.modules and 'httpx' not in sys.modules\n"
+        "sesstree.Agent\n"
+        "assert 'sesstree.agent' in sys.modules\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from sesstree import Store
+from sesstree import Store, open_store
 from sesstree.interop import export_session, import_files
 
 QUEST = [
@@ -201,3 +201,16 @@ def test_export_line_separators_load_with_the_seed_loader(store: Store, tmp_path
     import_files(store, [src])
     jsonl, _ = export_session(store, "quest-1", out=tmp_path / "quest-1.jsonl")
     assert seed_load(jsonl) == messages
+
+
+def test_a_grouped_session_name_survives_export_and_import(store: Store, tmp_path: Path) -> None:
+    q = store.session("team/quest")
+    q.add_message({"role": "user", "content": "hi"})
+    jsonl, _ = export_session(store, "team/quest", out=tmp_path / "team_quest.jsonl")
+    other = open_store(":memory:")
+    try:
+        result = import_files(other, [jsonl])[0]
+        assert result.session == "team/quest"
+        assert other.messages("team/quest") == [{"role": "user", "content": "hi"}]
+    finally:
+        other.close()

@@ -6,7 +6,9 @@ shared DAG, so forks are O(1), shared prefixes are stored once, and every ref mo
 
 from __future__ import annotations
 
-from .agent import Agent, OpenAIProvider, Tool, tool
+import importlib as _importlib
+import typing as _typing
+
 from .errors import (
     AgentError,
     AmbiguousPrefixError,
@@ -30,6 +32,27 @@ from .events import Derived, Problem, derive_messages, register_event_type
 from .node import Node, NodeId, make_node
 from .repo import Diff, SessionInfo, Store, open_store
 from .session import Session
+
+if _typing.TYPE_CHECKING:
+    from .agent import Agent, OpenAIProvider, Tool, tool
+
+# The agent loop is imported on first use: a store-only program, and every `sess` command but
+# `run`, should not pay for the HTTP client and its wire format at start-up.
+_LAZY = {"Agent": ".agent", "OpenAIProvider": ".agent", "Tool": ".agent", "tool": ".agent"}
+
+
+def __getattr__(name: str) -> _typing.Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'sesstree' has no attribute {name!r}")
+    value = getattr(_importlib.import_module(module, __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_LAZY})
+
 
 __version__ = "0.1.0"
 

@@ -6,16 +6,16 @@ one line (``error: ...``) and exits 1; it never shows a traceback.
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import sys
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any, ClassVar, NoReturn
 
 import click
 import msgspec
 
-from .agent.command import run
 from .errors import InputError, SesstreeError, StoreNotFoundError, UnknownRevisionError
 from .events import is_registered
 from .fmt import relative_time, short, summary, to_jsonable
@@ -83,7 +83,20 @@ class _OneLineUsage(click.ClickException):
 
 
 class _Group(click.Group):
-    """Turns sesstree's own errors into one line and exit code 1."""
+    """Turns sesstree's own errors into one line and exit code 1, and loads the commands in
+    ``lazy`` only when they are used (``run`` needs the HTTP client; the others should not
+    wait for it to load)."""
+
+    lazy: ClassVar[dict[str, str]] = {"run": "sesstree.agent.command:run"}
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*super().list_commands(ctx), *self.lazy})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name in self.lazy and cmd_name not in self.commands:
+            module, attr = self.lazy[cmd_name].split(":")
+            self.add_command(getattr(importlib.import_module(module), attr), cmd_name)
+        return super().get_command(ctx, cmd_name)
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
@@ -585,9 +598,6 @@ def gc(locator: StoreLocator, dry_run: bool) -> None:
     result = locator.open().gc(dry_run=dry_run)
     verb = "would remove" if dry_run else "removed"
     click.echo(f"{verb} {len(result.unreachable)} unreachable nodes; {result.kept} kept")
-
-
-cli.add_command(run)
 
 
 def main() -> None:

@@ -58,7 +58,11 @@ def import_seed(store: Store, path: Path, name: str | None = None) -> ImportResu
             meta = msgspec.json.decode(meta_path.read_bytes())
         except msgspec.DecodeError as exc:
             raise InputError(f"malformed JSON ({exc})", path=str(meta_path)) from None
-    session = name or path.name.removesuffix(".jsonl")
+    stem = path.name.removesuffix(".jsonl")
+    session = name or stem
+    known = meta.get("id") if isinstance(meta, dict) else None
+    if name is None and isinstance(known, str) and known.replace("/", "_") == stem:
+        session = known  # a session with '/' in its name was exported as NAME_WITH_UNDERSCORES
     check_ref_name(session)  # before anything is written
     nodes = message_chain(messages)
     result = land(store, session, nodes, source=str(path.resolve()), explicit_name=name is not None)
