@@ -163,7 +163,11 @@ class Session:
         return derive_messages(self._types, self._datas, ids)
 
     def messages(self) -> list[dict[str, Any]]:
-        """The OpenAI-style chat messages a model would be sent now."""
+        """The OpenAI-style chat messages a model would be sent now.
+
+        The list is new on every call, but the message dicts in it are the handle's own (no
+        copy is made of a 10,000-message history): copy one before changing it.
+        """
         return self.derive().messages
 
     # -- moving ------------------------------------------------------------------------------

@@ -109,13 +109,17 @@ class PathReader:
             # Optimistic: most paths are one unbroken run of rows, read in one scan.
             lo = cur - (need - got) + 1
             row = self._db.execute(READ_RANGE, (lo, cur)).fetchone()
-            if row[2] is None and row[3] == cur - lo + 1 and row[0]:
+            if row[3] == cur - lo + 1 and row[0]:
                 base = self._parent_of(lo)
-                blobs = self._blobs_in(lo, cur) if row[1] else []
-                pieces.append(((lo, cur), cur - lo + 1, row[0], blobs))
-                got += cur - lo + 1
-                next_seq = base
-                continue
+                # A parent always has a smaller row than its child, so the parents of rows
+                # lo+1..cur sum to lo + ... + (cur - 1) exactly when each is the row before.
+                unbroken = (row[2] or 0) - (base or 0) == (lo + cur - 1) * (cur - lo) // 2
+                if unbroken:
+                    blobs = self._blobs_in(lo, cur) if row[1] else []
+                    pieces.append(((lo, cur), cur - lo + 1, row[0], blobs))
+                    got += cur - lo + 1
+                    next_seq = base
+                    continue
             start, base = self._run_start(cur, need - got)
             if cur - start + 1 < _MIN_RUN and need - got > _MIN_RUN:
                 # Short runs: writers interleaved here. Walk row by row instead.
@@ -133,7 +137,7 @@ class PathReader:
         data = pieces[0][2] if len(pieces) == 1 else b"".join(p[2] for p in pieces)
         flat = _decode_many(data, 2 * got)
         types: list[str] = flat[0::2]
-        if any(t.__class__ is not str for t in types):
+        if types and set(map(type, types)) != {str}:  # every row must start with its type
             raise self._damaged("a node row is unreadable")
         datas = flat[1::2]
         offset = 0

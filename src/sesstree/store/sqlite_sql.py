@@ -111,11 +111,10 @@ READ_RUN = (
     "SELECT CAST(group_concat(n.data, x'') AS BLOB), count(n.bid) "
     "FROM nodes n WHERE n.seq BETWEEN ?1 AND ?2"
 )
-# The same, plus the newest row whose parent is not the row before it (a break in the run) and
-# the row count: one scan both reads a range and proves it is an unbroken run of the path.
+# The same, plus the sum of the rows' parents and their count: one scan both reads a range and
+# proves it is an unbroken run of the path (see PathReader.read).
 READ_RANGE = (
-    "SELECT CAST(group_concat(n.data, x'') AS BLOB), count(n.bid), "
-    "max(CASE WHEN n.seq > ?1 AND n.parent IS NOT n.seq - 1 THEN n.seq END), count(*) "
+    "SELECT CAST(group_concat(n.data, x'') AS BLOB), count(n.bid), sum(n.parent), count(*) "
     "FROM nodes n WHERE n.seq BETWEEN ?1 AND ?2"
 )
 # The compressed payloads of rows ?1..?2.
