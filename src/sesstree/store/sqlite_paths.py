@@ -8,7 +8,6 @@ call, as type, payload, type, payload... See :mod:`sesstree.store.sqlite` for th
 
 from __future__ import annotations
 
-import gc
 import sqlite3
 import struct
 import zlib
@@ -57,25 +56,14 @@ def split_row(data: bytes) -> tuple[str, bytes]:
 
 
 def _decode_many(data: bytes, n: int) -> list[Any]:
-    """Decode ``n`` concatenated msgpack values in one call by framing them as one array.
-
-    The cycle collector is paused meanwhile: decoded JSON values cannot form cycles, and a long
-    session allocates enough containers to trigger many pointless collections.
-    """
+    """Decode ``n`` concatenated msgpack values in one call by framing them as one array."""
     if n < 16:
         head = bytes([0x90 | n])
     elif n < 0x10000:
         head = b"\xdc" + struct.pack(">H", n)
     else:
         head = b"\xdd" + struct.pack(">I", n)
-    paused = gc.isenabled()
-    if paused:
-        gc.disable()
-    try:
-        result: list[Any] = _msgpack.decode(head + data)
-    finally:
-        if paused:
-            gc.enable()
+    result: list[Any] = _msgpack.decode(head + data)
     return result
 
 
