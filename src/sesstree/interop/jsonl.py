@@ -31,8 +31,12 @@ class Record(msgspec.Struct, frozen=True):
     data: dict[str, Any]
 
 
-def read_records(path: Path, problems: list[str]) -> list[Record]:
-    """Every JSON object of a JSONL file, in order; bad lines are reported in ``problems``."""
+def read_records(path: Path, problems: list[str], *, strict: bool = False) -> list[Record]:
+    """Every JSON object of a JSONL file, in order; bad lines are reported in ``problems``.
+
+    With ``strict`` (files that are the conversation itself, like the seed's), the first bad
+    line is an InputError naming the file and the line instead.
+    """
     try:
         raw = path.read_bytes()
     except OSError as exc:
@@ -44,6 +48,9 @@ def read_records(path: Path, problems: list[str]) -> list[Record]:
         try:
             value = _decoder.decode(line)
         except msgspec.DecodeError as exc:
+            if strict:
+                detail = "truncated line" if "truncated" in str(exc) else f"malformed JSON ({exc})"
+                raise InputError(detail, path=str(path), line=number) from None
             recovered = _glued(line)
             if recovered:
                 problems.append(
@@ -57,6 +64,11 @@ def read_records(path: Path, problems: list[str]) -> list[Record]:
             continue
         if isinstance(value, dict):
             out.append(Record(number, value))
+        elif strict:
+            raise InputError(
+                f"expected a JSON object (one message), got {type(value).__name__}",
+                path=str(path), line=number,
+            )
         else:
             problems.append(f"{path}:{number}: not a JSON object; skipped")
     return out

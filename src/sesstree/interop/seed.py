@@ -18,6 +18,7 @@ from ..events import derive_messages
 from ..node import check_ref_name
 from ..repo import Store
 from .common import ImportResult, land, message_chain, write_new
+from .jsonl import read_records
 
 __all__ = ["export_seed", "import_seed", "read_seed"]
 
@@ -26,26 +27,7 @@ _json = msgspec.json.Decoder()
 
 def read_seed(path: Path) -> list[dict[str, Any]]:
     """The messages of a seed JSONL file. Raises InputError naming the file and line."""
-    try:
-        raw = path.read_bytes()
-    except OSError as exc:
-        raise InputError(f"cannot read: {exc.strerror}", path=str(path)) from None
-    messages: list[dict[str, Any]] = []
-    for number, line in enumerate(raw.split(b"\n"), 1):
-        if not line.strip():
-            continue
-        try:
-            message = _json.decode(line)
-        except msgspec.DecodeError as exc:
-            detail = "truncated line" if "truncated" in str(exc) else f"malformed JSON ({exc})"
-            raise InputError(detail, path=str(path), line=number) from None
-        if not isinstance(message, dict):
-            raise InputError(
-                f"expected a JSON object (one message), got {type(message).__name__}",
-                path=str(path), line=number,
-            )
-        messages.append(message)
-    return messages
+    return [record.data for record in read_records(path, [], strict=True)]
 
 
 def import_seed(store: Store, path: Path, name: str | None = None) -> ImportResult:
