@@ -22,7 +22,6 @@ from .jsonl import read_records
 
 __all__ = ["export_seed", "import_seed", "read_seed"]
 
-_json = msgspec.json.Decoder()
 
 
 def read_seed(path: Path) -> list[dict[str, Any]]:
