@@ -23,7 +23,6 @@ from .jsonl import read_records
 __all__ = ["export_seed", "import_seed", "read_seed"]
 
 
-
 def read_seed(path: Path) -> list[dict[str, Any]]:
     """The messages of a seed JSONL file. Raises InputError naming the file and line."""
     return [record.data for record in read_records(path, [], strict=True)]
