@@ -53,6 +53,9 @@ class Node(msgspec.Struct, frozen=True, gc=False):
     data: Any
 
 
+_ATOMS = frozenset({str, int, bool, type(None)})
+
+
 def _check_json(value: Any, depth: int = 0) -> None:
     """Refuse what msgpack would take but JSON cannot hold: bytes, sets, NaN, datetimes, ...
 
@@ -60,18 +63,21 @@ def _check_json(value: Any, depth: int = 0) -> None:
     would hash differently.
     """
     kind = type(value)
-    if kind is str or kind is int or kind is bool or value is None:
+    if kind in _ATOMS:
         return
     if depth > 500:
         raise InvalidEventError("event data is nested more than 500 levels deep")
+    # Strings, ints, bools and nulls are checked inline: this runs on every append.
     if kind is dict:
         for key, item in value.items():
             if type(key) is not str:
                 raise InvalidEventError(f"event data has a non-string key {key!r}")
-            _check_json(item, depth + 1)
+            if type(item) not in _ATOMS:
+                _check_json(item, depth + 1)
     elif kind is list or kind is tuple:
         for item in value:
-            _check_json(item, depth + 1)
+            if type(item) not in _ATOMS:
+                _check_json(item, depth + 1)
     elif kind is float:
         if not math.isfinite(value):
             raise InvalidEventError(f"event data holds {value!r}, which JSON cannot hold")

@@ -101,8 +101,11 @@ class Session:
             raise InvalidEventError(
                 f"unknown event type {type!r}: use the vocabulary or register_event_type()"
             )
+        return self._append(type, data, rebase, role_checked=False)
+
+    def _append(self, type: str, data: Any, rebase: bool, *, role_checked: bool) -> Node:
         encoded = encode_data(data)
-        if type in MESSAGE_TYPES:
+        if type in MESSAGE_TYPES and not role_checked:
             if not isinstance(data, dict):
                 raise InvalidEventError(f"a {type} event holds a chat message, a JSON object")
             if "role" in data and message_type(data) != type:
@@ -132,7 +135,8 @@ class Session:
             [RefUpdate(self.ref, parent, id, f"append: {type}")],
         )
         self._head = id
-        self.store._note_move(self)
+        if self.store._batch_depth:
+            self.store._note_move(self)
         if self._loaded:
             self._new_ids.append(id)
             self._types.append(type)
@@ -141,7 +145,8 @@ class Session:
 
     def add_message(self, message: dict[str, Any], *, rebase: bool = False) -> Node:
         """Append an OpenAI chat message; its role picks the event type, every key is kept."""
-        return self.append(message_type(message), message, rebase=rebase)
+        # The type comes from the role, so the role cannot contradict it.
+        return self._append(message_type(message), message, rebase, role_checked=True)
 
     def extend(self, events: list[tuple[str, Any]]) -> list[Node]:
         """Append several ``(type, data)`` events in one transaction."""
