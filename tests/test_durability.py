@@ -36,3 +36,46 @@ def test_each_connection_gets_the_sync_level(tmp_path: Path, durability: str, le
     # Reopening an existing store applies the setting of the new handle, not the old one.
     other = "durable" if durability == "default" else "default"
     assert _sync_level(tmp_path / "s", other) == (FULL if other == "durable" else NORMAL)
+
+
+def test_a_durable_store_gives_its_wal_its_size_up_front(tmp_path: Path) -> None:
+    """Durable commits overwrite WAL blocks that exist (no file growth to sync); the zeros
+    past the last frame read as the end of the log, before and after a checkpoint."""
+    from sesstree.store.sqlite import DURABLE_WAL_PAGES
+
+    with open_store(tmp_path / "s", durability="durable") as store:
+        wal = tmp_path / "s" / "store.db-wal"
+        size = wal.stat().st_size
+        assert size >= 32 + DURABLE_WAL_PAGES * (24 + 2048)
+        q = store.session("q")
+        for i in range(DURABLE_WAL_PAGES):  # enough to checkpoint and start the WAL over
+            q.add_message({"role": "user", "content": f"m{i}"})
+        assert wal.stat().st_size == size  # reused, never grown
+        assert store.fsck() == []
+    with open_store(tmp_path / "s") as store:
+        assert [m["content"] for m in store.messages("q")] == [f"m{i}" for i in range(DURABLE_WAL_PAGES)]
+
+
+def test_opening_durable_while_another_process_writes_loses_nothing(tmp_path: Path) -> None:
+    """The WAL is extended under the write lock: a writer in another process never has a
+    frame overwritten by the zeros."""
+    import subprocess
+    import sys
+
+    folder = tmp_path / "s"
+    open_store(folder).close()
+    script = Path(__file__).parent / "helpers" / "append_loop.py"
+    child = subprocess.Popen(
+        [sys.executable, str(script), str(folder), "a", "--count", "400", "--tag", "w"],
+        stdout=subprocess.PIPE, text=True,
+    )
+    for i in range(6):
+        with open_store(folder, durability="durable") as store:
+            store.session("b").add_message({"role": "user", "content": f"b{i}"})
+    out, _ = child.communicate(timeout=120)
+    assert child.returncode == 0
+    acked = sum(1 for line in out.splitlines() if line.startswith("ACK"))
+    with open_store(folder) as store:
+        assert [m["content"] for m in store.messages("a")] == [f"w:{i}" for i in range(acked)]
+        assert [m["content"] for m in store.messages("b")] == [f"b{i}" for i in range(6)]
+        assert store.fsck() == []

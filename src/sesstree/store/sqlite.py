@@ -67,6 +67,9 @@ PAGE_SIZE = 2048
 # Checkpoint every 10,000 pages (~20 MB of WAL) instead of 1,000: fewer checkpoints (each one
 # fsyncs) make committed appends cheaper; the WAL file is reused, so it stays about this size.
 WAL_PAGES = 10_000
+# A durable store checkpoints sooner, so that its WAL stays within the size it is given when
+# opened (see _preallocate_wal): ~4 MB with 2 KB pages.
+DURABLE_WAL_PAGES = 2_000
 _CACHE_MAX = 200_000
 class _Pending(msgspec.Struct):
     old: int | None
@@ -137,7 +140,7 @@ class SqliteBackend:
                 raise StoreLockedError(f"cannot switch {self.path} to WAL mode (is it in use?)")
             db.execute(f"PRAGMA synchronous={'FULL' if durable else 'NORMAL'}")
             db.execute("PRAGMA cache_size=-65536")
-            db.execute(f"PRAGMA wal_autocheckpoint={WAL_PAGES}")
+            db.execute(f"PRAGMA wal_autocheckpoint={DURABLE_WAL_PAGES if durable else WAL_PAGES}")
             db.execute("PRAGMA mmap_size=268435456")
             db.execute("PRAGMA temp_store=MEMORY")
             for statement in APPEND_TEMP:
@@ -157,6 +160,37 @@ class SqliteBackend:
                 except BaseException:
                     db.execute("ROLLBACK")
                     raise
+            if durable:
+                self._preallocate_wal()
+
+    def _preallocate_wal(self) -> None:
+        """Give the WAL its full size up front, as zeros, so that durable commits overwrite
+        blocks the file already has.
+
+        A commit that grows a file makes its fsync also commit the file system's metadata,
+        which on the disks measured here doubles the cost of a durable append. SQLite reuses
+        the WAL from its start after each checkpoint, so with a checkpoint every
+        DURABLE_WAL_PAGES pages the file never needs to grow again. Zeros past the last frame
+        read as the end of the log, which is how SQLite treats a WAL it has not filled yet.
+        """
+        db = self._db
+        page_size = int(db.execute("PRAGMA page_size").fetchone()[0])
+        target = 32 + (DURABLE_WAL_PAGES + 64) * (24 + page_size)
+        wal = str(self.path) + "-wal"
+        # The write lock: no other connection can be appending frames while the file grows.
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            fd = os.open(wal, os.O_WRONLY | os.O_CREAT, 0o644)
+            try:
+                size = os.fstat(fd).st_size
+                chunk = b"\0" * (1 << 20)
+                while size < target:
+                    size += os.pwrite(fd, chunk[: target - size], size)
+                os.fdatasync(fd)
+            finally:
+                os.close(fd)
+        finally:
+            db.execute("ROLLBACK")
 
     @contextmanager
     def _errors(self) -> Iterator[None]:
