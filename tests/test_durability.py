@@ -79,3 +79,20 @@ def test_opening_durable_while_another_process_writes_loses_nothing(tmp_path: Pa
         assert [m["content"] for m in store.messages("a")] == [f"w:{i}" for i in range(acked)]
         assert [m["content"] for m in store.messages("b")] == [f"b{i}" for i in range(6)]
         assert store.fsck() == []
+
+
+def test_opening_durable_while_the_lock_is_held_still_opens(tmp_path: Path) -> None:
+    """Giving the WAL its size waits for no one: with another writer holding the lock, the
+    store opens at once and works, its WAL growing as it would anyway."""
+    import sqlite3
+
+    folder = tmp_path / "s"
+    open_store(folder).close()
+    holder = sqlite3.connect(folder / "store.db", isolation_level=None)
+    try:
+        holder.execute("BEGIN IMMEDIATE")
+        with open_store(folder, durability="durable", timeout=0.2) as store:
+            assert store.session("q").messages() == []
+        holder.execute("ROLLBACK")
+    finally:
+        holder.close()

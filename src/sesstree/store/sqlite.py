@@ -178,7 +178,15 @@ class SqliteBackend:
         target = 32 + (DURABLE_WAL_PAGES + 64) * (24 + page_size)
         wal = str(self.path) + "-wal"
         # The write lock: no other connection can be appending frames while the file grows.
-        db.execute("BEGIN IMMEDIATE")
+        # If another writer holds it, skip: this only saves time, and the WAL grows as usual.
+        timeout = db.execute("PRAGMA busy_timeout").fetchone()[0]
+        db.execute("PRAGMA busy_timeout=0")
+        try:
+            db.execute("BEGIN IMMEDIATE")
+        except sqlite3.OperationalError:
+            return
+        finally:
+            db.execute(f"PRAGMA busy_timeout={int(timeout)}")
         try:
             fd = os.open(wal, os.O_WRONLY | os.O_CREAT, 0o644)
             try:
