@@ -55,6 +55,7 @@ from .sqlite_sql import (
     NODE_COLS,
     SCHEMA,
 )
+from .sqlite_wal import preallocate_wal
 
 __all__ = ["FORMAT_VERSION", "SqliteBackend"]
 
@@ -161,44 +162,7 @@ class SqliteBackend:
                     db.execute("ROLLBACK")
                     raise
             if durable:
-                self._preallocate_wal()
-
-    def _preallocate_wal(self) -> None:
-        """Give the WAL its full size up front, as zeros, so that durable commits overwrite
-        blocks the file already has.
-
-        A commit that grows a file makes its fsync also commit the file system's metadata,
-        which on the disks measured here doubles the cost of a durable append. SQLite reuses
-        the WAL from its start after each checkpoint, so with a checkpoint every
-        DURABLE_WAL_PAGES pages the file never needs to grow again. Zeros past the last frame
-        read as the end of the log, which is how SQLite treats a WAL it has not filled yet.
-        """
-        db = self._db
-        page_size = int(db.execute("PRAGMA page_size").fetchone()[0])
-        target = 32 + (DURABLE_WAL_PAGES + 64) * (24 + page_size)
-        wal = str(self.path) + "-wal"
-        # The write lock: no other connection can be appending frames while the file grows.
-        # If another writer holds it, skip: this only saves time, and the WAL grows as usual.
-        timeout = db.execute("PRAGMA busy_timeout").fetchone()[0]
-        db.execute("PRAGMA busy_timeout=0")
-        try:
-            db.execute("BEGIN IMMEDIATE")
-        except sqlite3.OperationalError:
-            return
-        finally:
-            db.execute(f"PRAGMA busy_timeout={int(timeout)}")
-        try:
-            fd = os.open(wal, os.O_WRONLY | os.O_CREAT, 0o644)
-            try:
-                size = os.fstat(fd).st_size
-                chunk = b"\0" * (1 << 20)
-                while size < target:
-                    size += os.pwrite(fd, chunk[: target - size], size)
-                os.fdatasync(fd)
-            finally:
-                os.close(fd)
-        finally:
-            db.execute("ROLLBACK")
+                preallocate_wal(db, self.path, DURABLE_WAL_PAGES)
 
     @contextmanager
     def _errors(self) -> Iterator[None]:
