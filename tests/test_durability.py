@@ -96,3 +96,19 @@ def test_opening_durable_while_the_lock_is_held_still_opens(tmp_path: Path) -> N
         holder.execute("ROLLBACK")
     finally:
         holder.close()
+
+
+def test_a_long_writer_gets_its_wal_sized_too(tmp_path: Path) -> None:
+    """After SIZE_WAL_AFTER appends a connection's WAL is given its size once (not synced:
+    the default mode does not promise power-loss safety); nothing written is touched."""
+    from sesstree.store.sqlite import SIZE_WAL_AFTER, WAL_PAGES
+
+    with open_store(tmp_path / "s") as store:
+        q = store.session("q")
+        for i in range(SIZE_WAL_AFTER + 10):
+            q.add_message({"role": "user", "content": f"m{i}"})
+        wal = tmp_path / "s" / "store.db-wal"
+        assert wal.stat().st_size >= 32 + WAL_PAGES * (24 + 2048)
+        with open_store(tmp_path / "s") as other:  # another connection reads it all
+            assert len(other.messages("q")) == SIZE_WAL_AFTER + 10
+        assert store.fsck() == []

@@ -68,6 +68,9 @@ PAGE_SIZE = 2048
 # Checkpoint every 10,000 pages (~20 MB of WAL) instead of 1,000: fewer checkpoints (each one
 # fsyncs) make committed appends cheaper; the WAL file is reused, so it stays about this size.
 WAL_PAGES = 10_000
+# A connection that has committed this many single appends is a long writer: its WAL is then
+# given its full size once, so that later appends overwrite blocks instead of growing the file.
+SIZE_WAL_AFTER = 1_000
 # A durable store checkpoints sooner, so that its WAL stays within the size it is given when
 # opened (see _preallocate_wal): ~4 MB with 2 KB pages.
 DURABLE_WAL_PAGES = 2_000
@@ -101,6 +104,9 @@ class SqliteBackend:
             raise StoreCorruptError(f"cannot open store {self.path}: {exc}") from None
         self._lock = threading.RLock()
         self._paths = PathReader(self._db, self.path)
+        # Appends committed by this connection, until the WAL is given its size (a long
+        # writer's appends then stop growing the file; see sqlite_wal).
+        self._appends_to_size_wal = SIZE_WAL_AFTER
         self._batch_depth = 0
         self._pending: dict[str, _Pending] = {}
         self._txn_new: list[NodeId] = []
@@ -163,6 +169,7 @@ class SqliteBackend:
                     raise
             if durable:
                 preallocate_wal(db, self.path, DURABLE_WAL_PAGES)
+                self._appends_to_size_wal = -1  # done already
 
     @contextmanager
     def _errors(self) -> Iterator[None]:
@@ -364,6 +371,12 @@ class SqliteBackend:
             raise self._conflict(u) from None
         except sqlite3.Error as exc:
             self._translate(exc)
+        self._appends_to_size_wal -= 1
+        if self._appends_to_size_wal == 0:
+            try:
+                preallocate_wal(self._db, self.path, WAL_PAGES, sync=False)
+            except (OSError, sqlite3.Error):
+                pass  # only a speed-up: the append itself is committed, and the WAL just grows
         return True
 
     def _seqs(self, u: RefUpdate) -> tuple[int | None, int | None]:

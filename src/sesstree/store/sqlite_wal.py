@@ -9,7 +9,7 @@ from pathlib import Path
 __all__ = ["preallocate_wal"]
 
 
-def preallocate_wal(db: sqlite3.Connection, path: Path, pages: int) -> None:
+def preallocate_wal(db: sqlite3.Connection, path: Path, pages: int, *, sync: bool = True) -> None:
     """Extend the WAL of the store at ``path`` with zeros to hold ``pages`` frames, so that
     durable commits overwrite blocks the file already has.
 
@@ -17,7 +17,8 @@ def preallocate_wal(db: sqlite3.Connection, path: Path, pages: int) -> None:
     on the disks measured here doubles the cost of a durable append. SQLite reuses the WAL from
     its start after each checkpoint, so with a checkpoint every ``pages`` pages the file never
     needs to grow again. Zeros past the last frame read as the end of the log, which is how
-    SQLite treats a WAL it has not filled yet.
+    SQLite treats a WAL it has not filled yet. Without ``sync`` the zeros are left to the OS:
+    a crash can only leave the tail as holes or stale frames, which read as the end too.
     """
     page_size = int(db.execute("PRAGMA page_size").fetchone()[0])
     target = 32 + (pages + 64) * (24 + page_size)
@@ -39,7 +40,8 @@ def preallocate_wal(db: sqlite3.Connection, path: Path, pages: int) -> None:
             chunk = b"\0" * (1 << 20)
             while size < target:
                 size += os.pwrite(fd, chunk[: target - size], size)
-            os.fdatasync(fd)
+            if sync:
+                os.fdatasync(fd)
         finally:
             os.close(fd)
     finally:
