@@ -221,14 +221,9 @@ class Store:
         if rev in ("HEAD", "@"):
             head_name, _ = self.head()
             return head_name or rev
-        base = rev
-        while True:
-            if (m := _REFLOG_REV.match(base)) is not None:
-                base = m.group(1)
-            elif (m := _SUFFIX.search(base)) is not None and m.start() > 0:
-                base = base[: m.start()]
-            else:
-                break
+        base, _ = _split_steps(rev)
+        if (m := _REFLOG_REV.match(base)) is not None:
+            base = m.group(1)
         if base in ("HEAD", "@", ""):
             head_name, _ = self.head()
             return head_name or rev
@@ -321,12 +316,7 @@ class Store:
             AmbiguousPrefixError: the id prefix matches several nodes.
         """
         rev = str(rev).strip()
-        back = 0
-        base = rev
-        while (m := _SUFFIX.search(base)) is not None and m.start() > 0:
-            step = m.group(0)
-            back += len(step) if step.startswith("^") else int(step[1:] or 1)
-            base = base[: m.start()]
+        base, back = _split_steps(rev)
         node = self._resolve_base(base, rev)
         if back == 0:
             return node
@@ -465,6 +455,17 @@ class Store:
         :meth:`Session.append`.
         """
         self.backend.commit([raw_node(n) for n in nodes], updates)
+
+
+def _split_steps(rev: str) -> tuple[str, int]:
+    """``quest-1@{2}~3^`` -> ``("quest-1@{2}", 4)``: the base and how many events back."""
+    back = 0
+    base = rev
+    while (m := _SUFFIX.search(base)) is not None and m.start() > 0:
+        step = m.group(0)
+        back += len(step) if step.startswith("^") else int(step[1:] or 1)
+        base = base[: m.start()]
+    return base, back
 
 
 def raw_node(node: Node) -> RawNode:

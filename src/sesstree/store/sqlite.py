@@ -91,9 +91,10 @@ class SqliteBackend:
     ) -> None:
         self.path = Path(path)
         exists = self.path.exists()
+        size = self.path.stat().st_size if exists else 0
         if not exists and not create:
             raise StoreNotFoundError(f"no store at {self.path}")
-        if exists and not create and self.path.stat().st_size == 0:
+        if exists and not create and size == 0:
             # Opening an existing store must never turn some other (empty) file into one.
             raise StoreCorruptError(f"{self.path} is an empty file, not a sesstree store")
         try:
@@ -116,7 +117,7 @@ class SqliteBackend:
         # connection commits (a gc there may have removed rows the cache still names).
         self._data_version = -1
         try:
-            self._open(exists and self.path.stat().st_size > 0, durable)
+            self._open(size > 0, durable)
         except BaseException:
             self._db.close()
             raise
@@ -340,8 +341,7 @@ class SqliteBackend:
                     self._insert(n)
                 now = time.time()
                 for u in updates:
-                    old, new = self._seqs(u)
-                    if not self._log(u.name, old, new, u.reason, now):
+                    if not self._log(u.name, self._old_seq(u), self._new_seq(u), u.reason, now):
                         raise self._conflict(u)
                 db.execute("COMMIT")
                 self._txn_new.clear()
@@ -379,33 +379,34 @@ class SqliteBackend:
                 pass  # only a speed-up: the append itself is committed, and the WAL just grows
         return True
 
-    def _seqs(self, u: RefUpdate) -> tuple[int | None, int | None]:
-        old = new = None
-        if u.old is not None:
-            found = self._seq_of(u.old)
-            if found is None:
-                raise self._conflict(u)
-            old = found[0]
-        if u.new is not None:
-            found = self._seq_of(u.new)
-            if found is None:
-                raise ConflictError(f"{u.name}: target {u.new[:12]} is not stored")
-            new = found[0]
-        return old, new
+    def _old_seq(self, u: RefUpdate) -> int | None:
+        """The row the update expects its ref at; a node that is not stored cannot be it."""
+        if u.old is None:
+            return None
+        found = self._seq_of(u.old)
+        if found is None:
+            raise self._conflict(u)
+        return found[0]
+
+    def _new_seq(self, u: RefUpdate) -> int | None:
+        if u.new is None:
+            return None
+        found = self._seq_of(u.new)
+        if found is None:
+            raise ConflictError(f"{u.name}: target {u.new[:12]} is not stored")
+        return found[0]
 
     def _commit_batched(self, nodes: Sequence[RawNode], updates: Sequence[RefUpdate]) -> None:
         # Check every CAS before writing anything: a lost CAS must not spoil the batch.
         # Ref moves are logged once per ref when the batch commits.
-        for u in updates:
-            expected = self._seq_of(u.old) if u.old is not None else None
-            if u.old is not None and expected is None:
-                raise self._conflict(u)
-            if self._ref_seq(u.name) != (expected[0] if expected else None):
+        olds = [self._old_seq(u) for u in updates]
+        for u, old in zip(updates, olds, strict=True):
+            if self._ref_seq(u.name) != old:
                 raise self._conflict(u)
         for n in nodes:
             self._insert(n)
-        for u in updates:
-            old, new = self._seqs(u)
+        for u, old in zip(updates, olds, strict=True):
+            new = self._new_seq(u)
             p = self._pending.get(u.name)
             if p is None:
                 self._pending[u.name] = _Pending(old, new, 1, u.reason)
