@@ -399,14 +399,13 @@ class SqliteBackend:
     def _commit_batched(self, nodes: Sequence[RawNode], updates: Sequence[RefUpdate]) -> None:
         # Check every CAS before writing anything: a lost CAS must not spoil the batch.
         # Ref moves are logged once per ref when the batch commits.
-        olds = [self._old_seq(u) for u in updates]
-        for u, old in zip(updates, olds, strict=True):
-            if self._ref_seq(u.name) != old:
+        for u in updates:
+            if self._ref_seq(u.name) != self._old_seq(u):
                 raise self._conflict(u)
         for n in nodes:
             self._insert(n)
-        for u, old in zip(updates, olds, strict=True):
-            new = self._new_seq(u)
+        for u in updates:
+            old, new = self._old_seq(u), self._new_seq(u)  # cached lookups: cheaper than a list
             p = self._pending.get(u.name)
             if p is None:
                 self._pending[u.name] = _Pending(old, new, 1, u.reason)
