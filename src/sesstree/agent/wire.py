@@ -17,9 +17,11 @@ from typing import Any
 import msgspec
 
 from ..errors import ProviderError
+from .text import one_line
 
 __all__ = [
     "Completion",
+    "IncompleteReply",
     "StreamAssembler",
     "error_message",
     "normalise_completion",
@@ -34,6 +36,15 @@ _ASSISTANT_REQUEST_KEYS = ("role", "content", "tool_calls", "name")
 _CALL_REQUEST_KEYS = ("id", "type", "function", "extra_content")
 #: Inline tool-call formats that mean the server failed to parse a call out of the text.
 _INLINE_CALL = re.compile(r"^\s*(<tool_call>|\[TOOL_REQUEST\]|<\|python_tag\|>)")
+
+
+class IncompleteReply(ProviderError):
+    """A reply that stopped before it was complete, after part of it was already received.
+
+    A stream that ended with no ``finish_reason``, no ``[DONE]`` and no error (a proxy or the
+    server cut it), or broke off or stalled past the read timeout. The part received is
+    recorded as ``assistant/chunk`` events; the turn ends with reason ``incomplete``.
+    """
 
 
 class Completion(msgspec.Struct):
@@ -139,10 +150,11 @@ def normalise_completion(body: Any) -> Completion:
     if not isinstance(body, dict):
         raise ProviderError(f"the server answered {type(body).__name__}, not a JSON object")
     if "error" in body or body.get("object") == "error":
-        raise ProviderError(error_message(body))
+        raise ProviderError("the server answered with an error: " + error_message(body))
     choices = body.get("choices")
     if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
-        raise ProviderError(f"the server's reply has no choices: {str(body)[:200]}")
+        shown = one_line(json.dumps(body, ensure_ascii=False, default=str))
+        raise ProviderError(f"the server's reply has no choices: {shown}")
     choice = choices[0]
     message = choice.get("message") if isinstance(choice.get("message"), dict) else {}
     assert isinstance(message, dict)
@@ -219,9 +231,20 @@ class StreamAssembler:
         self.usage: dict[str, Any] | None = None
         self.model: str | None = None
         self.done = False
+        #: Something of the reply (text, reasoning, a call fragment) has arrived and been
+        #: handed to ``on_delta``: from then on a retry would record a second reply.
+        self.received = False
+        #: ``data:`` events taken, for messages.
+        self.events = 0
+
+    @property
+    def complete(self) -> bool:
+        """The server said the reply is over: a ``finish_reason`` or ``[DONE]`` arrived."""
+        return self.done or self.finish_reason is not None
 
     def feed(self, event: Any) -> None:
         """Take one decoded ``data:`` payload."""
+        self.events += 1
         if not isinstance(event, dict):
             return
         if "error" in event or event.get("object") == "error":
@@ -254,8 +277,10 @@ class StreamAssembler:
             frags = [f for f in (self._take_call(c) for c in calls) if f]
             if frags:
                 out["tool_calls"] = frags
-        if out and self.on_delta is not None:
-            self.on_delta(out)
+        if out:
+            self.received = True
+            if self.on_delta is not None:
+                self.on_delta(out)
 
     def _take_call(self, frag: Any) -> dict[str, Any] | None:
         if not isinstance(frag, dict):
@@ -296,7 +321,7 @@ class StreamAssembler:
         return out
 
     def finish(self) -> Completion:
-        """The assembled reply; call at ``[DONE]`` or at the end of the body."""
+        """The assembled reply; call once the stream is :attr:`complete`."""
         message: dict[str, Any] = {"role": "assistant", "content": "".join(self.content) or None}
         for key, parts in self.extras.items():
             message[key] = "".join(parts)
@@ -317,22 +342,22 @@ class StreamAssembler:
                     },
                 }
             )
-        completion = _build(message, calls, self.finish_reason, self.usage, self.model)
-        if calls and not self.done and self.finish_reason is None:
-            # The body ended with no [DONE] and no finish_reason: the calls may be cut off.
-            # Only a call whose arguments do not parse is treated as truncated.
-            for i, raw in enumerate(completion.raw_arguments):
-                if parse_arguments(raw)[1] is not None and i not in completion.truncated:
-                    completion.truncated.append(i)
-        return completion
+        # A body that ended with neither [DONE] nor a finish_reason never gets here: the
+        # provider raises IncompleteReply (or retries) instead of taking it for a reply.
+        return _build(message, calls, self.finish_reason, self.usage, self.model)
 
 
 def error_message(body: Any) -> str:
-    """A readable message from an error body of any shape a server uses.
+    """A readable one-line message from an error body of any shape a server uses.
 
     ``{"error": {"message": ...}}`` (OpenAI, Ollama), ``{"object": "error", "message": ...}``
-    (vLLM), ``{"error": "..."}`` (some proxies), or anything else (shown shortened).
+    (vLLM), ``{"error": "..."}`` (some proxies), or anything else: an HTML page, a template
+    error over many lines. Always one line of at most 200 characters (:func:`one_line`).
     """
+    return one_line(_error_text(body))
+
+
+def _error_text(body: Any) -> str:
     if isinstance(body, dict):
         err = body.get("error")
         if isinstance(err, dict):
@@ -346,8 +371,7 @@ def error_message(body: Any) -> str:
         if isinstance(msg, str) and msg:
             kind = body.get("type")
             return f"{msg} ({kind})" if isinstance(kind, str) and kind else msg
-    text = body if isinstance(body, str) else json.dumps(body, default=str)
-    return text.strip()[:300] or "(empty body)"
+    return body if isinstance(body, str) else json.dumps(body, ensure_ascii=False, default=str)
 
 
 def request_message(message: dict[str, Any]) -> dict[str, Any]:

@@ -1,0 +1,121 @@
+"""Text that leaves the provider: secrets scrubbed out, error bodies made one readable line.
+
+Everything a server sends can reach an event, a log line or the terminal: an error body, a
+stream event, even a reply. A server or proxy that echoes the API key back (in a 401, in a 200
+error body, in a garbage stream event, in the reply text itself) must not get it recorded, so
+every text from the server goes through :class:`Redactor` before anything else looks at it.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import re
+import urllib.parse
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+__all__ = ["MIN_SECRET", "REDACTED", "Redactor", "one_line", "secret_header_values"]
+
+#: What a secret is replaced with.
+REDACTED = "***"
+
+#: Shorter values are not treated as secrets: scrubbing a placeholder key such as Ollama's
+#: ``ollama`` would rewrite that word in every reply, and no real credential is this short.
+MIN_SECRET = 8
+
+#: Header names whose values are credentials (``Authorization``, ``api-key``, ``x-api-key``,
+#: ``X-Auth-Token``, ``Cookie``...).
+_SECRET_HEADER = re.compile(r"auth|key|token|secret|cookie|password|signature", re.IGNORECASE)
+
+
+def secret_header_values(headers: Mapping[str, str]) -> list[str]:
+    """The credentials in ``headers``: each secret-looking value, and its token without the
+    scheme (``Bearer sk-...`` gives both ``Bearer sk-...`` and ``sk-...``, since servers echo
+    the bare token)."""
+    out: list[str] = []
+    for name, value in headers.items():
+        if not _SECRET_HEADER.search(name) or not isinstance(value, str):
+            continue
+        out.append(value)
+        parts = value.split(None, 1)
+        if len(parts) == 2:
+            out.append(parts[1])
+    return out
+
+
+class Redactor:
+    """Replaces every secret, in every spelling a server might echo it, with ``***``.
+
+    A secret is looked for as it is, JSON-escaped, ``repr``-escaped and URL-encoded, so an echo
+    inside a JSON string, a Python error message or a query string is caught too. Decoded JSON
+    is scrubbed value by value (:meth:`value`), which also catches a key a server sent with
+    ``\\u`` escapes. Text is scrubbed before it is shortened, so a cut never leaves a prefix.
+    """
+
+    def __init__(self, secrets: Iterable[str | None] = ()) -> None:
+        forms: set[str] = set()
+        for secret in secrets:
+            if not secret or len(secret) < MIN_SECRET:
+                continue
+            forms.update(
+                (
+                    secret,
+                    json.dumps(secret)[1:-1],
+                    json.dumps(secret, ensure_ascii=False)[1:-1],
+                    repr(secret)[1:-1],
+                    urllib.parse.quote(secret, safe=""),
+                    urllib.parse.quote_plus(secret),
+                )
+            )
+        # Longest first: a secret that contains another is replaced whole.
+        self._forms = sorted((f for f in forms if f), key=len, reverse=True)
+
+    def __bool__(self) -> bool:
+        return bool(self._forms)
+
+    def text(self, text: str) -> str:
+        """``text`` with every secret replaced."""
+        for form in self._forms:
+            if form in text:
+                text = text.replace(form, REDACTED)
+        return text
+
+    def value(self, value: Any) -> Any:
+        """A decoded JSON value with every string (keys included) scrubbed; new containers
+        only where something changed."""
+        if not self._forms:
+            return value
+        if isinstance(value, str):
+            return self.text(value)
+        if isinstance(value, dict):
+            return {self.text(k) if isinstance(k, str) else k: self.value(v)
+                    for k, v in value.items()}
+        if isinstance(value, list):
+            return [self.value(v) for v in value]
+        return value
+
+
+_TAG = re.compile(r"<[^>]*>")
+_TITLE = re.compile(r"<title[^>]*>(.*?)</title>", re.IGNORECASE | re.DOTALL)
+_DROP = re.compile(r"<(script|style|head)\b.*?</\1\s*>", re.IGNORECASE | re.DOTALL)
+_SPACE = re.compile(r"\s+")
+
+
+def one_line(text: str, limit: int = 200) -> str:
+    """``text`` as one line of at most ``limit`` characters, for an error message.
+
+    An HTML page (a proxy's 502, a login page) becomes its visible text, or its title; runs of
+    whitespace, newlines included (a template error's traceback), become one space; a longer
+    text is cut with an ellipsis. Scrub secrets *before* calling this.
+    """
+    stripped = text.strip()
+    if stripped.startswith("<") and ("</" in stripped or "<!" in stripped.lower()):
+        # Its visible text (the <head>, scripts and styles dropped), else its title.
+        title = _TITLE.search(stripped)
+        visible = html.unescape(_TAG.sub(" ", _DROP.sub(" ", stripped)))
+        stripped = visible if visible.strip() else html.unescape(title.group(1) if title else "")
+    flat = _SPACE.sub(" ", stripped).strip()
+    if len(flat) > limit:
+        flat = flat[: limit - 1].rstrip() + "…"
+    return flat or "(empty body)"
