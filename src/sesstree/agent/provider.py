@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from ..errors import ProviderError
 from .reading import Retry, StreamReading, decode_completion, is_event_stream, plural, seconds
-from .text import Redactor, secret_header_values
+from .text import Redactor, scrub_http_logs, secret_header_values
 from .wire import Completion, Delta, error_message
 from .wire import request_message as _request_message
 
@@ -133,6 +133,7 @@ class OpenAIProvider:
         self._client: httpx.Client | None = None
         self._redactor_for: tuple[str | None, ...] | None = None
         self._redactor_cache = Redactor()
+        scrub_http_logs(self)
 
     def __repr__(self) -> str:
         key = "***" if self._api_key else None

@@ -64,7 +64,7 @@ class StreamReading:
     ) -> None:
         self.url = url
         self.redactor = redactor
-        self.assembler = StreamAssembler(on_delta)
+        self.assembler = StreamAssembler(on_delta, redactor)
         self._other: list[str] = []
 
     def line(self, line: str) -> bool:

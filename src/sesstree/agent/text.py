@@ -10,12 +10,22 @@ from __future__ import annotations
 
 import html
 import json
+import logging
 import re
 import urllib.parse
+import weakref
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, Protocol
 
-__all__ = ["MIN_SECRET", "REDACTED", "Redactor", "one_line", "secret_header_values"]
+__all__ = [
+    "MIN_SECRET",
+    "REDACTED",
+    "PieceScrubber",
+    "Redactor",
+    "one_line",
+    "scrub_http_logs",
+    "secret_header_values",
+]
 
 #: What a secret is replaced with.
 REDACTED = "***"
@@ -81,6 +91,22 @@ class Redactor:
                 text = text.replace(form, REDACTED)
         return text
 
+    def open_prefix(self, text: str) -> int:
+        """The length of the longest end of ``text`` that a secret starts with (0 if none):
+        that much must wait for the next piece of a stream before it can be shown."""
+        best = 0
+        for form in self._forms:
+            first = form[0]
+            start = max(0, len(text) - len(form) + 1)
+            pos = text.find(first, start)
+            while pos != -1:
+                k = len(text) - pos
+                if k > best and form.startswith(text[pos:]):
+                    best = k
+                    break  # later positions give shorter ends
+                pos = text.find(first, pos + 1)
+        return best
+
     def value(self, value: Any) -> Any:
         """A decoded JSON value with every string (keys included) scrubbed; new containers
         only where something changed."""
@@ -94,6 +120,36 @@ class Redactor:
         if isinstance(value, list):
             return [self.value(v) for v in value]
         return value
+
+
+class PieceScrubber:
+    """Scrubs secrets from text that arrives in pieces (a streamed reply, call arguments).
+
+    A secret split over two pieces is in neither, so the end of a piece that could be the
+    start of a secret is held back until the next piece of the same channel shows whether it
+    is one; :meth:`rest` gives what is still held when the stream is complete. So the pieces
+    passed on never hold a secret, nor a part of one.
+    """
+
+    def __init__(self, redactor: Redactor) -> None:
+        self.redactor = redactor
+        self._held: dict[Any, str] = {}
+
+    def piece(self, channel: Any, text: str) -> str:
+        """What of ``text`` (after what was held on ``channel``) can be passed on now."""
+        if not self.redactor:
+            return text
+        text = self.redactor.text(self._held.pop(channel, "") + text)
+        keep = self.redactor.open_prefix(text)
+        if keep:
+            self._held[channel] = text[-keep:]
+            return text[:-keep]
+        return text
+
+    def rest(self) -> dict[Any, str]:
+        """What is held, by channel, now that no piece follows (it was no secret)."""
+        held, self._held = self._held, {}
+        return held
 
 
 _TAG = re.compile(r"<[^>]*>")
@@ -119,3 +175,49 @@ def one_line(text: str, limit: int = 200) -> str:
     if len(flat) > limit:
         flat = flat[: limit - 1].rstrip() + "…"
     return flat or "(empty body)"
+
+
+class _Redacts(Protocol):
+    def redact(self, text: str) -> str: ...
+
+
+#: httpx's logger and httpcore's (a filter on a logger does not apply to its children).
+_HTTP_LOGGERS = ("httpx", "httpcore", "httpcore.connection", "httpcore.connection_pool",
+                 "httpcore.http11", "httpcore.http2", "httpcore.proxy", "httpcore.socks")
+
+
+class _ScrubHTTPLogs(logging.Filter):
+    """Scrubs the secrets of every live provider from httpx's and httpcore's log records.
+
+    httpcore logs each failed exchange at DEBUG with the exception's text, and httpx's
+    exceptions quote what the server sent (an illegal status line that echoes the key, say):
+    a user who turns on debug logging must not find the key in the log.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.sources: weakref.WeakSet[_Redacts] = weakref.WeakSet()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        sources = list(self.sources)
+        if sources:
+            text = clean = record.getMessage()
+            for source in sources:
+                clean = source.redact(clean)
+            if clean != text:
+                record.msg, record.args = clean, ()
+        return True
+
+
+_scrubber: _ScrubHTTPLogs | None = None
+
+
+def scrub_http_logs(source: _Redacts) -> None:
+    """Scrub ``source``'s secrets (``source.redact``) from httpx's and httpcore's logs for as
+    long as ``source`` lives."""
+    global _scrubber
+    if _scrubber is None:
+        _scrubber = _ScrubHTTPLogs()
+        for name in _HTTP_LOGGERS:
+            logging.getLogger(name).addFilter(_scrubber)
+    _scrubber.sources.add(source)

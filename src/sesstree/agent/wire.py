@@ -17,7 +17,7 @@ from typing import Any
 import msgspec
 
 from ..errors import ProviderError
-from .text import one_line
+from .text import PieceScrubber, Redactor, one_line
 
 __all__ = [
     "Completion",
@@ -218,11 +218,16 @@ class StreamAssembler:
     concatenated, or taken whole when a server sends them as an object.
 
     ``on_delta`` receives a compact delta for each event that carried something, for the
-    loop to persist as ``assistant/chunk``.
+    loop to persist as ``assistant/chunk``. With a ``redactor``, text and arguments are passed
+    on through a :class:`~sesstree.agent.text.PieceScrubber`, so no delta holds a secret or
+    part of one even when the server splits an echo of the key over two events.
     """
 
-    def __init__(self, on_delta: Callable[[Delta], None] | None = None) -> None:
+    def __init__(
+        self, on_delta: Callable[[Delta], None] | None = None, redactor: Redactor | None = None
+    ) -> None:
         self.on_delta = on_delta
+        self._scrub = PieceScrubber(redactor) if redactor else None
         self.content: list[str] = []
         self.extras: dict[str, list[str]] = {}
         self.slots: list[_Slot] = []
@@ -263,24 +268,30 @@ class StreamAssembler:
         if not isinstance(delta, dict):
             return
         out: Delta = {}
-        text = delta.get("content")
-        if isinstance(text, str) and text:
-            self.content.append(text)
-            out["content"] = text
-        for key in ("reasoning", "reasoning_content", "refusal"):
+        for key in ("content", "reasoning", "reasoning_content", "refusal"):
             value = delta.get(key)
             if isinstance(value, str) and value:
-                self.extras.setdefault(key, []).append(value)
-                out[key] = value
+                self._take_text(out, key, value)
         calls = delta.get("tool_calls")
         if isinstance(calls, list):
             frags = [f for f in (self._take_call(c) for c in calls) if f]
             if frags:
                 out["tool_calls"] = frags
+        self._pass_on(out)
+
+    def _pass_on(self, out: Delta) -> None:
         if out:
             self.received = True
             if self.on_delta is not None:
                 self.on_delta(out)
+
+    def _take_text(self, out: Delta, key: str, value: str) -> None:
+        if self._scrub is not None:
+            value = self._scrub.piece(key, value)
+            if not value:
+                return
+        (self.content if key == "content" else self.extras.setdefault(key, [])).append(value)
+        out[key] = value
 
     def _take_call(self, frag: Any) -> dict[str, Any] | None:
         if not isinstance(frag, dict):
@@ -303,6 +314,8 @@ class StreamAssembler:
         args = fn.get("arguments")
         piece = ""
         if isinstance(args, str):
+            if self._scrub is not None:
+                args = self._scrub.piece(("call", pos), args)
             slot.arguments += args
             piece = args
         elif isinstance(args, dict):
@@ -320,8 +333,25 @@ class StreamAssembler:
             out["arguments"] = piece
         return out
 
+    def _release_held(self) -> None:
+        # The stream is complete: what was held back as a possible start of a secret was not.
+        out: Delta = {}
+        frags: list[dict[str, Any]] = []
+        for channel, text in (self._scrub.rest() if self._scrub is not None else {}).items():
+            if isinstance(channel, str):
+                (self.content if channel == "content"
+                 else self.extras.setdefault(channel, [])).append(text)
+                out[channel] = text
+            else:
+                self.slots[channel[1]].arguments += text
+                frags.append({"index": channel[1], "arguments": text})
+        if frags:
+            out["tool_calls"] = frags
+        self._pass_on(out)
+
     def finish(self) -> Completion:
         """The assembled reply; call once the stream is :attr:`complete`."""
+        self._release_held()
         message: dict[str, Any] = {"role": "assistant", "content": "".join(self.content) or None}
         for key, parts in self.extras.items():
             message[key] = "".join(parts)
