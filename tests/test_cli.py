@@ -440,19 +440,30 @@ def test_messages_human_json_jsonl_and_rev(sess: Sess) -> None:
     assert sess.json("messages", "main~3") == expected[:2]
 
 
-def test_messages_orphan_call_is_a_warning_on_stderr(sess: Sess) -> None:
+def test_messages_exact_and_sending_view(sess: Sess) -> None:
     call = {"id": "c9", "type": "function", "function": {"name": "look", "arguments": "{}"}}
-    sess.ok("append", "assistant/message", json.dumps(
-        {"role": "assistant", "content": None, "tool_calls": [call]}))
+    asked = {"role": "assistant", "content": None, "tool_calls": [call]}
+    sess.ok("append", "assistant/message", json.dumps(asked))
+    # at the tail, the call is pending: noted, and nothing is invented
     result = sess("messages", "--json")
     assert result.exit_code == 0
-    assert result.stderr == "warning: orphan-call c9: no result was recorded\n"
-    messages = json.loads(result.stdout)
-    assert messages[1]["role"] == "tool" and messages[1]["tool_call_id"] == "c9"
+    assert result.stderr == "note: tool call c9 has no result yet (pending)\n"
+    assert json.loads(result.stdout) == [asked]
+    result = sess("messages", "--json", "--sending")
+    assert json.loads(result.stdout)[1]["tool_call_id"] == "c9"
+    # once something follows, it is an orphan: a warning, still nothing invented
+    sess.ok("append", "user/message", json.dumps({"role": "user", "content": "well?"}))
+    sess.ok("append", "user/message", json.dumps({"role": "user", "content": "hello?"}))
     result = sess("messages")
     assert result.exit_code == 0
-    assert "warning: orphan-call c9" in result.stderr
+    assert result.stderr == "warning: orphan-call c9: no result was recorded\n"
     assert result.stdout.splitlines()[0] == "assistant: [calls look]"
+    assert len(result.stdout.splitlines()) == 3
+    result = sess("messages", "--sending", "--jsonl")
+    sent = [json.loads(line) for line in result.stdout.splitlines()]
+    assert [m["role"] for m in sent] == ["assistant", "tool", "user"]
+    assert sent[2]["content"] == "well?\n\nhello?"
+    assert "note: two user messages in a row sent as one" in result.stderr
 
 
 def test_messages_user_errors(sess: Sess) -> None:

@@ -396,13 +396,21 @@ def show(locator: StoreLocator, rev: str, as_json: bool) -> None:
 @click.argument("rev", default="HEAD", required=False)
 @click.option("--json", "fmt", flag_value="json", help="One JSON array.")
 @click.option("--jsonl", "fmt", flag_value="jsonl", help="One message per line.")
+@click.option("--sending", is_flag=True,
+              help="What a model API is sent: every tool call answered, no result without a "
+                   "call, no two user messages in a row (the stored messages are unchanged).")
 @pass_store
-def messages(locator: StoreLocator, rev: str, fmt: str | None) -> None:
-    """Print the chat messages derived from REV, as a model would be sent them."""
+def messages(locator: StoreLocator, rev: str, fmt: str | None, sending: bool) -> None:
+    """Print the chat messages of REV exactly as they were stored (--sending: as sent)."""
     store = locator.open()
-    derived = store.derive(rev)
+    derived = store.derive(rev, sending=sending)
     for p in derived.problems:
-        click.echo(f"warning: {p.kind} {p.tool_call_id}: {p.detail}", err=True)
+        if p.kind == "pending-call":
+            click.echo(f"note: tool call {p.tool_call_id} has no result yet (pending)", err=True)
+        elif p.kind == "merged-user":
+            click.echo(f"note: {p.detail}", err=True)
+        else:
+            click.echo(f"warning: {p.kind} {p.tool_call_id}: {p.detail}", err=True)
     if fmt == "json":
         _emit_json(derived.messages)
     elif fmt == "jsonl":

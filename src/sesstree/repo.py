@@ -393,14 +393,15 @@ class Store:
         stored = self.backend.get(self.resolve(rev))
         return stored.depth if stored else 0
 
-    def derive(self, rev: str | NodeId = "HEAD") -> Derived:
-        """The derived chat messages at ``rev`` and the problems worked around."""
+    def derive(self, rev: str | NodeId = "HEAD", *, sending: bool = False) -> Derived:
+        """The derived chat messages at ``rev`` and the problems found in them; with
+        ``sending``, the sending view (see :meth:`Session.sending_view`)."""
         chain = self.chain(rev)
         ids = chain.ids if "compaction/marker" in chain.types else None
-        return derive_messages(chain.types, chain.datas, ids)
+        return derive_messages(chain.types, chain.datas, ids, repair=sending)
 
     def messages(self, rev: str | NodeId = "HEAD") -> list[dict[str, Any]]:
-        """The OpenAI-style chat messages a model would be sent at ``rev``."""
+        """The OpenAI-style chat messages at ``rev``, exactly as they were added."""
         return self.derive(rev).messages
 
     def diff(self, a: str | NodeId, b: str | NodeId) -> Diff:
