@@ -163,7 +163,7 @@ def test_export_reflog_revision_is_named_after_the_session(sess: Sess, tmp_path:
 
 def test_diff_fork_human_and_json(sess: Sess) -> None:
     ids = sess.quest()
-    sess.ok("branch", "west", "main~1")
+    sess.ok("branch", "main~1", "west")
     sess.ok("append", "west", "user/message", msg("user", "I go east."))
     west = sess.head("west")
     assert sess.lines("diff", "main", "west") == [
@@ -229,7 +229,7 @@ def test_tag_user_errors(sess: Sess, args: tuple[str, ...], needles: tuple[str, 
 def test_stats_counts_and_bytes(sess: Sess, tmp_path: Path) -> None:
     src = write_seed(tmp_path / "quest-1.jsonl", SEED)
     sess.ok("import", str(src))
-    sess.ok("branch", "quest-2", "quest-1")
+    sess.ok("branch", "quest-1", "quest-2")
     sess.ok("tag", "start", "quest-1~3")
     data = sess.json("stats")
     line_bytes = sum(len(json.dumps(m, sort_keys=True, separators=(",", ":"))) + 1 for m in SEED)
@@ -248,7 +248,7 @@ def test_stats_counts_and_bytes(sess: Sess, tmp_path: Path) -> None:
 def test_fsck_clean_store(sess: Sess) -> None:
     assert sess.ok("fsck") == "ok: 0 nodes, every id, parent and ref checked\n"
     sess.quest()
-    sess.ok("branch", "west", "main~1")
+    sess.ok("branch", "main~1", "west")
     assert sess.ok("fsck") == "ok: 3 nodes, every id, parent and ref checked\n"
 
 
@@ -387,7 +387,7 @@ def test_ambiguous_and_unknown_prefixes(sess: Sess) -> None:
     with sess.store() as store:
         store.write([a, b])
     prefix = a.id[:4]
-    for args in (("show", prefix), ("log", prefix), ("branch", "x", prefix), ("checkout", prefix),
+    for args in (("show", prefix), ("log", prefix), ("branch", prefix, "x"), ("checkout", prefix),
                  ("tag", "t", prefix), ("diff", prefix, prefix), ("messages", prefix)):
         line = sess.fail(*args, needles=(f"id prefix '{prefix}' is ambiguous",))
         assert a.id[:12] in line and b.id[:12] in line

@@ -192,7 +192,11 @@ def status(locator: StoreLocator, as_json: bool) -> None:
 @pass_store
 def branch(locator: StoreLocator, names: tuple[str, ...], delete: bool, move: bool,
            as_json: bool) -> None:
-    """List sessions, or fork one: `branch NEW [START]` points NEW at START (default HEAD)."""
+    """List sessions, or fork one: `branch [SOURCE] NEW` forks SOURCE (default HEAD) into NEW.
+
+    `sess branch quest-1 quest-2` makes quest-2 a new session at quest-1's head, as
+    `branch -m OLD NEW` renames OLD to NEW. SOURCE is any revision (`quest-1~3`, an id, a tag).
+    """
     store = locator.open()
     if delete:
         if len(names) != 1:
@@ -200,7 +204,7 @@ def branch(locator: StoreLocator, names: tuple[str, ...], delete: bool, move: bo
         on_head = store.head()[0] == names[0]
         old = store.delete_session(names[0])
         click.echo(f"Deleted session {names[0]} (was {short(old)}; "
-                   f"'sess branch {names[0]} {names[0]}@{{1}}' restores it)")
+                   f"'sess branch {names[0]}@{{1}} {names[0]}' restores it)")
         if on_head:
             click.echo(f"HEAD is now detached at {short(old)}")
         return
@@ -212,9 +216,13 @@ def branch(locator: StoreLocator, names: tuple[str, ...], delete: bool, move: bo
         return
     if names:
         if len(names) > 2:
-            _fail("usage: sess branch NEW [START]")
-        session = store.fork(names[0], names[1] if len(names) > 1 else None)
-        click.echo(f"Created session {session.name} at {short(session.head)}")
+            _fail("usage: sess branch [SOURCE] NEW")
+        source, new = (None, names[0]) if len(names) == 1 else names
+        if source is not None:
+            _refuse_swapped(store, source, new)
+        session = store.fork(new, source)
+        click.echo(f"Created session {session.name} at {short(session.head)}"
+                   + (f" from {source}" if source is not None else ""))
         return
     current, _ = store.head()
     infos = store.sessions()
@@ -227,6 +235,22 @@ def branch(locator: StoreLocator, names: tuple[str, ...], delete: bool, move: bo
         mark = "*" if i.name == current else " "
         click.echo(f"{mark} {i.name:<{width}}  {short(i.head)}  {i.length:>6} events  "
                    f"{relative_time(i.moved)}")
+
+
+def _refuse_swapped(store: Store, source: str, new: str) -> None:
+    """`sess branch quest-2 quest-1` in git's order (NEW START) names an unknown SOURCE and an
+    existing NEW: refuse with the right order rather than a bare "unknown revision"."""
+    try:
+        store.resolve(source)
+        return
+    except UnknownRevisionError:
+        pass
+    try:
+        store.resolve(new)
+    except SesstreeError:
+        return  # neither exists: the fork itself says that SOURCE is unknown
+    _fail(f"unknown revision {source!r}, and {new!r} exists: the order is SOURCE NEW; "
+          f"to fork {new} into {source}, run 'sess branch {new} {source}'")
 
 
 @cli.command()
