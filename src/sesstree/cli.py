@@ -7,6 +7,7 @@ one line (``error: ...``) and exits 1; it never shows a traceback.
 from __future__ import annotations
 
 import importlib
+import io
 import json
 import os
 import sys
@@ -47,6 +48,7 @@ class StoreLocator:
                 if (folder / STORE_FILE).exists():
                     return folder
             if explicit.is_file():
+                _check_is_database(explicit)
                 return explicit
             raise StoreNotFoundError(
                 f"no store at {explicit} (create one with 'sess --store {explicit} init')"
@@ -78,6 +80,19 @@ class StoreLocator:
             self._store = None
 
 
+_SQLITE_MAGIC = b"SQLite format 3\x00"
+
+
+def _check_is_database(path: Path) -> None:
+    """A file given as the store must at least be an SQLite database: a text file (a
+    transcript passed by mistake) is not a damaged store, it is no store at all."""
+    with path.open("rb") as f:
+        magic = f.read(len(_SQLITE_MAGIC))
+    if magic != _SQLITE_MAGIC:
+        what = "an empty file" if not magic else "a file that is not an SQLite database"
+        raise StoreNotFoundError(f"{path} is not a sesstree store ({what})")
+
+
 class _OneLineUsage(click.ClickException):
     exit_code = 2
 
@@ -100,7 +115,11 @@ class _Group(click.Group):
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
-            return super().invoke(ctx)
+            result = super().invoke(ctx)
+            # Flushed here, inside the handlers, so a full disk or closed pipe is reported as
+            # one line, not by the interpreter at exit.
+            sys.stdout.flush()
+            return result
         except click.UsageError as exc:
             # One line, as for every other user error (click's own form takes three).
             command = f"sess {exc.ctx.command.name} --help" if exc.ctx else "sess --help"
@@ -108,16 +127,56 @@ class _Group(click.Group):
         except SesstreeError as exc:
             raise click.ClickException(str(exc)) from None
         except BrokenPipeError:  # `sess log | head`
+            _silence_stdout()
             sys.stderr.close()
             ctx.exit(0)
         except OSError as exc:
-            # A file the user named cannot be read or written: say which and why, in one line.
-            if exc.filename is None:
-                raise
-            raise click.ClickException(f"{exc.filename}: {exc.strerror}") from None
+            # A file the user named, or the output itself (a full disk, `> /dev/full`), cannot
+            # be read or written: say which and why, in one line.
+            if exc.filename is not None:
+                raise click.ClickException(f"{exc.filename}: {exc.strerror}") from None
+            writing = _raised_by_echo(exc) or _stdout_failed()
+            if writing:
+                _silence_stdout()
+            what = "cannot write the output" if writing else "input/output error"
+            raise click.ClickException(f"{what}: {exc.strerror or exc}") from None
+        except UnicodeEncodeError as exc:
+            # Only input that was not UTF-8 (an argument, stdin) gets here: the stores hold text.
+            raise click.ClickException(f"{exc.object[:80]!a} is not valid UTF-8 text") from None
+        except (RecursionError, MemoryError) as exc:
+            raise click.ClickException(f"input too large or too deeply nested ({type(exc).__name__})"
+                                       ) from None
         finally:
             if isinstance(ctx.obj, StoreLocator):
                 ctx.obj.close()
+
+
+def _raised_by_echo(exc: BaseException) -> bool:
+    tb = exc.__traceback__
+    while tb is not None:
+        if tb.tb_frame.f_code is click.echo.__code__:
+            return True
+        tb = tb.tb_next
+    return False
+
+
+def _stdout_failed() -> bool:
+    """True if what is buffered for stdout cannot be written."""
+    try:
+        sys.stdout.flush()
+        return False
+    except OSError:
+        return True
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null, so the interpreter's own flush at exit adds no second
+    report of an output that cannot be written."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError, io.UnsupportedOperation):
+        pass  # not a real file (a test's capture): nothing will be flushed at exit
 
 
 @click.group(cls=_Group)
@@ -133,8 +192,13 @@ def cli(ctx: click.Context, store_path: str | None) -> None:
 pass_store = click.make_pass_decorator(StoreLocator)
 
 
+def _count(n: int, word: str) -> str:
+    """``1 event``, ``2 events``."""
+    return f"{n} {word}" if n == 1 else f"{n} {word}s"
+
+
 def _events(n: int) -> str:
-    return f"{n} event" if n == 1 else f"{n} events"
+    return _count(n, "event")
 
 
 def _emit_json(value: Any) -> None:
@@ -233,7 +297,8 @@ def branch(locator: StoreLocator, names: tuple[str, ...], delete: bool, move: bo
     width = max((len(i.name) for i in infos), default=0)
     for i in infos:
         mark = "*" if i.name == current else " "
-        click.echo(f"{mark} {i.name:<{width}}  {short(i.head)}  {i.length:>6} events  "
+        unit = "event" if i.length == 1 else "events"
+        click.echo(f"{mark} {i.name:<{width}}  {short(i.head)}  {i.length:>6} {unit:<6}  "
                    f"{relative_time(i.moved)}")
 
 
@@ -346,7 +411,8 @@ def _label(node: Node, labels: dict[NodeId, list[str]]) -> str:
 @click.option("--oneline", is_flag=True, help="One short line per event.")
 @click.option("--reverse", is_flag=True, help="Oldest first.")
 @click.option("--graph", is_flag=True, help="Draw the tree of sessions and where they fork.")
-@click.option("--all", "all_refs", is_flag=True, help="With --graph: every session and tag.")
+@click.option("--all", "all_refs", is_flag=True, help="With --graph: every session and tag "
+              "(refused without --graph).")
 @click.option("--json", "as_json", is_flag=True, help="Machine output.")
 @pass_store
 def log(locator: StoreLocator, rev: str, limit: int | None, oneline: bool, reverse: bool,
@@ -355,6 +421,9 @@ def log(locator: StoreLocator, rev: str, limit: int | None, oneline: bool, rever
     store = locator.open()
     if graph and as_json:
         _fail("--graph draws for people; use --json without it (nodes carry their parent)")
+    if all_refs and not graph:
+        _fail("--all draws every session and needs --graph ('sess log --graph --all'); "
+              "'sess branch' lists the sessions")
     if graph:
         _log_graph(store, rev, all_refs, limit)
         return
@@ -464,13 +533,8 @@ def append(locator: StoreLocator, args: tuple[str, ...]) -> None:
         target, type, payload = None, args[0], (args[1] if len(args) == 2 else "-")
     if not is_registered(type):
         _fail(f"unknown event type {type!r}")
-    text = sys.stdin.read() if payload == "-" else payload
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        source = "stdin" if payload == "-" else "argument"
-        raise InputError(f"malformed JSON in {source}: {exc.msg} at line {exc.lineno} "
-                         f"column {exc.colno}") from None
+    source = "stdin" if payload == "-" else "argument"
+    data = _parse_json(_read_stdin() if payload == "-" else payload, source)
     if target is None or target == "HEAD":
         name, node = store.head()
         if name is None:
@@ -483,6 +547,43 @@ def append(locator: StoreLocator, args: tuple[str, ...]) -> None:
     # The user named a session, not a parent: another writer's append in between is fine.
     appended = session.append(type, data, rebase=True)
     click.echo(f"{short(appended.id)} {target} ({_events(len(session))})")
+
+
+def _reflog_name(store: Store, name: str | None) -> str:
+    """The ref whose log `sess reflog NAME` shows: HEAD's session for none or ``HEAD``, a
+    session by name, else a tag by its short name (as revisions resolve)."""
+    if name is None or name in ("HEAD", "@"):
+        head_name, node = store.head()
+        if head_name is None:
+            _fail(f"HEAD is detached at {short(node)}: only sessions and tags have a reflog; "
+                  "name one")
+        return head_name
+    if name.startswith((SESSIONS, TAGS)) or store.reflog(name):
+        return name
+    if store.reflog(TAGS + name):
+        return TAGS + name
+    return name
+
+
+def _read_stdin() -> str:
+    raw = sys.stdin.buffer.read() if hasattr(sys.stdin, "buffer") else sys.stdin.read().encode()
+    try:
+        return raw.decode()
+    except UnicodeDecodeError as exc:
+        raise InputError(f"stdin is not valid UTF-8 (byte {exc.start})") from None
+
+
+def _parse_json(text: str, source: str) -> Any:
+    """A JSON value typed by the user; every way it can be bad is one InputError."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InputError(f"malformed JSON in {source}: {exc.msg} at line {exc.lineno} "
+                         f"column {exc.colno}") from None
+    except RecursionError:
+        raise InputError(f"JSON in {source} is nested too deeply") from None
+    except ValueError as exc:  # an integer of thousands of digits
+        raise InputError(f"JSON in {source} cannot be read: {exc}".split(";")[0]) from None
 
 
 @cli.command()
@@ -501,10 +602,7 @@ def reflog(locator: StoreLocator, name: str | None, expire: bool, as_json: bool)
         click.echo(f"Expired {gone} reflog entr{'y' if gone == 1 else 'ies'} of {name}; "
                    "'sess gc' removes what nothing else reaches")
         return
-    if name is None:
-        name, _ = store.head()
-        if name is None:
-            _fail("HEAD is detached; name a session")
+    name = _reflog_name(store, name)
     entries = store.reflog(name)
     if not entries and not store.has_session(name):
         raise UnknownRevisionError(f"no session named {name!r} and no reflog for it")
@@ -514,6 +612,7 @@ def reflog(locator: StoreLocator, name: str | None, expire: bool, as_json: bool)
         return
     for i, e in enumerate(entries):
         ref = e.ref[len(SESSIONS):] if e.ref.startswith(SESSIONS) else e.ref
+        ref = ref[len(TAGS):] if ref.startswith(TAGS) else ref
         click.echo(f"{short(e.new)} {ref}@{{{i}}}: {e.reason} (from {short(e.old)}, "
                    f"{relative_time(e.time)})")
 
@@ -569,10 +668,10 @@ def import_(locator: StoreLocator, files: tuple[Path, ...], name: str | None, fm
             failed += 1
             click.echo(f"{r.source}: failed", err=True)
             continue
-        click.echo(f"{r.session}: {r.outcome}, {r.events} events ({r.new_nodes} new) "
+        click.echo(f"{r.session}: {r.outcome}, {_events(r.events)} ({r.new_nodes} new) "
                    f"from {r.source}")
     if failed:
-        _fail(f"{failed} of {len(results)} file(s) could not be imported")
+        _fail(f"{failed} of {_count(len(results), 'file')} could not be imported")
 
 
 @cli.command()
@@ -618,7 +717,7 @@ def fsck(locator: StoreLocator) -> None:
     for fault in faults:
         click.echo(f"fault: {fault}")
     if faults:
-        _fail(f"{len(faults)} fault(s) found")
+        _fail(f"{_count(len(faults), 'fault')} found")
     click.echo(f"ok: {store.backend.count_nodes()} nodes, every id, parent and ref checked")
 
 
@@ -629,7 +728,7 @@ def gc(locator: StoreLocator, dry_run: bool) -> None:
     """Remove nodes that no session, tag, HEAD or reflog entry reaches."""
     result = locator.open().gc(dry_run=dry_run)
     verb = "would remove" if dry_run else "removed"
-    click.echo(f"{verb} {len(result.unreachable)} unreachable nodes; {result.kept} kept")
+    click.echo(f"{verb} {_count(len(result.unreachable), 'unreachable node')}; {result.kept} kept")
 
 
 def main() -> None:

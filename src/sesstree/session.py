@@ -19,6 +19,11 @@ Subscriber = Callable[[Node], None]
 _REBASE_ATTEMPTS = 100
 
 
+def _a(word: str) -> str:
+    """``a user/message``, ``an assistant/message``."""
+    return ("an " if word[:1] in "aeio" else "a ") + word
+
+
 class Session:
     """A named, growing path through the store's DAG; what an agent reads and writes.
 
@@ -107,10 +112,10 @@ class Session:
         encoded = encode_data(data)
         if type in MESSAGE_TYPES and not role_checked:
             if not isinstance(data, dict):
-                raise InvalidEventError(f"a {type} event holds a chat message, a JSON object")
+                raise InvalidEventError(f"{_a(type)} event holds a chat message, a JSON object")
             if "role" in data and message_type(data) != type:
                 raise InvalidEventError(
-                    f"a message with role {data['role']!r} is a {message_type(data)} event, "
+                    f"a message with role {data['role']!r} is {_a(message_type(data))} event, "
                     f"not {type}"
                 )
         attempts = _REBASE_ATTEMPTS if rebase else 1
