@@ -111,6 +111,14 @@ def test_hostile_json_for_append_is_one_line(quest: Sess, payload: str, needle: 
     assert len(quest.json("log")) == 3
 
 
+def test_errors_that_quote_line_breaks_stay_one_line(quest: Sess) -> None:
+    # Found by the long campaign: the swapped-order hint echoed a name holding a line break.
+    quest.ok("branch", "main", "x")
+    for bad in ("\n\u2028y", "y\u2028", "a\rb"):
+        line = quest.fail("branch", bad, "x")
+        assert "\n" not in line and "\u2028" not in line and "\r" not in line
+
+
 # -- names -------------------------------------------------------------------------------------
 
 

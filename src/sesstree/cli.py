@@ -17,12 +17,18 @@ from typing import Any, ClassVar, NoReturn
 import click
 import msgspec
 
-from .errors import InputError, SesstreeError, StoreNotFoundError, UnknownRevisionError
+from .errors import (
+    InputError,
+    InvalidRefNameError,
+    SesstreeError,
+    StoreNotFoundError,
+    UnknownRevisionError,
+)
 from .events import is_registered
 from .fmt import relative_time, short, summary, to_jsonable
 from .graph import GraphNode, draw_graph
 from .maintenance import ancestors
-from .node import Node, NodeId
+from .node import Node, NodeId, check_ref_name
 from .repo import SESSIONS, STORE_FILE, TAGS, Store, open_store
 
 __all__ = ["StoreLocator", "cli", "main"]
@@ -123,9 +129,12 @@ class _Group(click.Group):
         except click.UsageError as exc:
             # One line, as for every other user error (click's own form takes three).
             command = f"sess {exc.ctx.command.name} --help" if exc.ctx else "sess --help"
-            raise _OneLineUsage(f"{exc.format_message()} (see '{command}')") from None
+            raise _OneLineUsage(_one_line(f"{exc.format_message()} (see '{command}')")) from None
+        except click.ClickException as exc:
+            exc.message = _one_line(exc.message)
+            raise
         except SesstreeError as exc:
-            raise click.ClickException(str(exc)) from None
+            raise click.ClickException(_one_line(str(exc))) from None
         except BrokenPipeError:  # `sess log | head`
             _silence_stdout()
             sys.stderr.close()
@@ -149,6 +158,14 @@ class _Group(click.Group):
         finally:
             if isinstance(ctx.obj, StoreLocator):
                 ctx.obj.close()
+
+
+def _one_line(text: str) -> str:
+    """An error message as one printable line: a name or revision it quotes may hold line
+    breaks (U+2028 too) or control characters, which are shown escaped."""
+    if text.isprintable():
+        return text
+    return "".join(ch if ch.isprintable() else ascii(ch)[1:-1] for ch in text)
 
 
 def _raised_by_echo(exc: BaseException) -> bool:
@@ -310,6 +327,10 @@ def _refuse_swapped(store: Store, source: str, new: str) -> None:
         return
     except UnknownRevisionError:
         pass
+    try:
+        check_ref_name(source)  # the hint would make it a session: only for a valid name
+    except InvalidRefNameError:
+        return
     try:
         store.resolve(new)
     except SesstreeError:
