@@ -50,6 +50,13 @@ class Tree(msgspec.Struct):
     problems: list[str]
 
 
+_PROBLEM_WORDS = {
+    "orphan-call": "tool call with no result",
+    "pending-call": "tool call with no result yet (the last in the file)",
+    "orphan-result": "tool result with no call",
+}
+
+
 def build_tree(entries: Sequence[Entry], path: Path) -> Tree:
     """Link ``entries`` into nodes, parents first; a parent that is missing makes a root."""
     problems: list[str] = []
@@ -174,8 +181,7 @@ def land_tree(
             for p in derived.problems:
                 if (p.kind, p.tool_call_id) not in seen:
                     seen.add((p.kind, p.tool_call_id))
-                    what = "tool call with no result" if p.kind == "orphan-call" else (
-                        "tool result with no call")
+                    what = _PROBLEM_WORDS.get(p.kind, p.kind)
                     all_problems.append(f"{path}: {what}: {p.tool_call_id} (in {name})")
             result = land(store, name, nodes, source=source, explicit_name=explicit, format=format)
             if meta is not None and result.outcome in ("created", "fast-forward", "rewritten"):
