@@ -232,3 +232,21 @@ def test_hostile_argument_campaign_long(quest: Sess) -> None:
     print(json.dumps(outcomes))
     with open_store(quest.root / ".sess", create=False) as store:
         assert store.fsck() == []
+
+
+def test_a_bug_reaches_a_user_as_one_line_not_a_traceback(quest: Sess) -> None:
+    broken = ("import sesstree.cli as c\n"
+              "def boom(*a, **k): raise KeyError('surprise')\n"
+              "c.Store.log = boom\n"
+              "c.main()\n")
+    env = {**os.environ, "SESS_STORE": str(quest.root / ".sess")}
+    env.pop("SESS_DEBUG", None)
+    proc = subprocess.run([sys.executable, "-c", broken, "log"], env=env, capture_output=True,
+                          text=True, timeout=60)
+    assert proc.returncode == 70
+    assert proc.stderr.splitlines() == [
+        "Error: internal error (KeyError: 'surprise'); please report it (SESS_DEBUG=1 shows the "
+        "traceback)"]
+    proc = subprocess.run([sys.executable, "-c", broken, "log"], env={**env, "SESS_DEBUG": "1"},
+                          capture_output=True, text=True, timeout=60)
+    assert "Traceback" in proc.stderr and "surprise" in proc.stderr

@@ -131,8 +131,9 @@ class _Group(click.Group):
             command = f"sess {exc.ctx.command.name} --help" if exc.ctx else "sess --help"
             raise _OneLineUsage(_one_line(f"{exc.format_message()} (see '{command}')")) from None
         except click.ClickException as exc:
-            exc.message = _one_line(exc.message)
-            raise
+            if exc.message.isprintable():
+                raise
+            raise click.ClickException(_one_line(exc.message)) from None
         except SesstreeError as exc:
             raise click.ClickException(_one_line(str(exc))) from None
         except BrokenPipeError:  # `sess log | head`
@@ -753,5 +754,19 @@ def gc(locator: StoreLocator, dry_run: bool) -> None:
 
 
 def main() -> None:
-    """Entry point of the ``sess`` console script."""
-    cli(prog_name="sess")
+    """Entry point of the ``sess`` console script.
+
+    Every error a user can cause is turned into one line inside the commands. Anything else is
+    a bug in sesstree: it too is one line (with ``SESS_DEBUG=1`` for the traceback), exit 70,
+    because a user should never have to read Python. Tests run ``cli`` itself, so a bug still
+    fails them loudly.
+    """
+    try:
+        cli(prog_name="sess")
+    except Exception as exc:  # the last line of defence, see above
+        if os.environ.get("SESS_DEBUG"):
+            raise
+        message = _one_line(f"{type(exc).__name__}: {exc}")[:300]
+        click.echo(f"Error: internal error ({message}); please report it "
+                   "(SESS_DEBUG=1 shows the traceback)", err=True)
+        sys.exit(70)
