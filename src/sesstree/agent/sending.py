@@ -3,8 +3,9 @@
 A stored history can be one the API refuses: after a failed turn the session ends with the
 user's message, and the next prompt makes two user messages in a row, which strict chat
 templates reject ("roles must alternate") on every request after. The core's sending view
-repairs that (consecutive user messages merged, a synthetic result for a tool call that has
-none) and reports what it repaired; the stored events stay exactly as they were.
+(:mod:`sesstree.sending`) repairs that (consecutive user messages joined, a synthetic result
+for a tool call that has none) and reports what it repaired; the stored events stay exactly
+as they were.
 """
 
 from __future__ import annotations
@@ -17,25 +18,9 @@ __all__ = ["has_pending_turn", "sending_messages"]
 
 
 def sending_messages(session: Session) -> list[dict[str, Any]]:
-    """The messages to send for ``session``: its repaired sending view."""
-    view = getattr(session, "sending_view", None)
-    if callable(view):
-        messages: list[dict[str, Any]] = view().messages
-        return list(messages)
-    return _merge_user_runs(session.messages())  # a core without sending_view()
-
-
-def _merge_user_runs(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    # Stand-in for the core's repair, used only by a core that has no sending view yet.
-    out: list[dict[str, Any]] = []
-    for m in messages:
-        prev = out[-1] if out else None
-        if (prev is not None and prev.get("role") == "user" and m.get("role") == "user"
-                and isinstance(prev.get("content"), str) and isinstance(m.get("content"), str)):
-            out[-1] = {**prev, "content": prev["content"] + "\n\n" + m["content"]}
-        else:
-            out.append(m)
-    return out
+    """The messages to send for ``session``: its repaired sending view
+    (:meth:`sesstree.Session.sending_view`)."""
+    return session.sending_view().messages
 
 
 def has_pending_turn(session: Session) -> bool:
