@@ -86,6 +86,19 @@ def test_cut_stream_after_text_is_recorded_incomplete(server: FakeOpenAI,
     assert agent.session.messages()[-1]["role"] == "user"
 
 
+def test_cut_stream_keeps_every_delta_that_arrived(server: FakeOpenAI,
+                                                  provider: OpenAIProvider, store: Store) -> None:
+    # With a long chunk interval only the first delta is written at once; the rest wait to
+    # be merged, and must be written when the reply stops, not dropped.
+    server.add(Reply(events=[chunk({"content": "a"}), chunk({"content": "b"}),
+                             chunk({"content": "c"})], done=False))
+    agent = Agent(provider, store.session("s"), stream=True, chunk_interval=60)
+    with pytest.raises(IncompleteReply):
+        agent.run("hi")
+    chunks = [n.data["content"] for n in agent.session.events() if n.type == "assistant/chunk"]
+    assert chunks == ["a", "bc"]
+
+
 def test_stream_with_finish_reason_but_no_done_is_complete(server: FakeOpenAI,
                                                            provider: OpenAIProvider,
                                                            store: Store) -> None:

@@ -124,7 +124,7 @@ def run(
         if prompt is None and not has_pending_turn(session):
             raise click.UsageError(
                 f"session {name} has no pending turn to retry (its last turn ended with an "
-                "answer, or it is empty): give a prompt"
+                f"answer, or it is empty): give a prompt, as in sess run {name} PROMPT"
             )
         provider = OpenAIProvider(
             base_url, model, api_key_env=api_key_env, stream=stream, timeout=timeout,

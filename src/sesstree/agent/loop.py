@@ -79,6 +79,13 @@ class _ChunkWriter:
         self.pending = []
         self.last = time.monotonic()
 
+    def flush_quietly(self) -> None:
+        """Flush on the way out of a failed call: a store error here must not hide that one."""
+        try:
+            self.flush()
+        except SesstreeError:
+            pass
+
 
 def _merge_deltas(deltas: list[Delta]) -> dict[str, Any]:
     out: dict[str, Any] = {}
@@ -217,13 +224,17 @@ class Agent:
         if isinstance(effect, _ToolCall):
             return effect.tool.run(effect.arguments)
         writer = _ChunkWriter(self.session, self.chunk_interval)
-        completion = self.provider.complete(
-            effect.messages,
-            effect.tools,
-            stream=self.stream,
-            on_delta=writer if self.stream else None,
-            on_retry=self._record_retry,
-        )
+        try:
+            completion = self.provider.complete(
+                effect.messages,
+                effect.tools,
+                stream=self.stream,
+                on_delta=writer if self.stream else None,
+                on_retry=self._record_retry,
+            )
+        except BaseException:
+            writer.flush_quietly()  # a reply that stopped part-way keeps what arrived
+            raise
         writer.flush()
         return completion
 
@@ -245,13 +256,17 @@ class Agent:
         if isinstance(effect, _ToolCall):
             return await effect.tool.arun(effect.arguments)
         writer = _ChunkWriter(self.session, self.chunk_interval)
-        completion = await self.provider.acomplete(
-            effect.messages,
-            effect.tools,
-            stream=self.stream,
-            on_delta=writer if self.stream else None,
-            on_retry=self._record_retry,
-        )
+        try:
+            completion = await self.provider.acomplete(
+                effect.messages,
+                effect.tools,
+                stream=self.stream,
+                on_delta=writer if self.stream else None,
+                on_retry=self._record_retry,
+            )
+        except BaseException:
+            writer.flush_quietly()  # a reply that stopped part-way keeps what arrived
+            raise
         writer.flush()
         return completion
 
