@@ -125,6 +125,15 @@ def test_json_answer_to_a_stream_request(server: FakeOpenAI, provider: OpenAIPro
     assert agent.session.messages()[-1]["content"] == "A whole JSON answer."
 
 
+def test_stream_labelled_json_is_read_as_a_stream(server: FakeOpenAI,
+                                                 provider: OpenAIProvider, store: Store) -> None:
+    reply = stream("Mis", "labelled.")
+    reply.content_type = "application/json"
+    server.add(reply)
+    agent = Agent(provider, store.session("s"), stream=True)
+    assert agent.run("hi") == "Mislabelled."
+
+
 def test_json_tool_call_to_a_stream_request(server: FakeOpenAI, provider: OpenAIProvider,
                                             store: Store) -> None:
     server.add(message(tool_calls=[call("talk_to", '{"npc": "mayor"}')]), message("Done."))

@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from ..errors import ProviderError
-from .reading import Retry, StreamReading, decode_completion, is_event_stream, plural, seconds
+from .reading import Retry, StreamReading, is_event_stream, plural, seconds
 from .text import Redactor, scrub_http_logs, secret_header_values
 from .wire import Completion, Delta, error_message
 from .wire import request_message as _request_message
@@ -301,10 +301,10 @@ class OpenAIProvider:
                     raise self._status_error(
                         response.status_code, response.text, response.headers, body
                     )
+                reading = StreamReading(self.url, self._redactor, on_delta)
                 if not stream or not is_event_stream(response.headers):
                     response.read()
-                    return decode_completion(response.text, self._redactor)
-                reading = StreamReading(self.url, self._redactor, on_delta)
+                    return reading.whole(response.text)
                 try:
                     for line in response.iter_lines():
                         if reading.line(line):
@@ -365,10 +365,10 @@ class OpenAIProvider:
                     raise self._status_error(
                         response.status_code, response.text, response.headers, body
                     )
+                reading = StreamReading(self.url, self._redactor, on_delta)
                 if not stream or not is_event_stream(response.headers):
                     await response.aread()
-                    return decode_completion(response.text, self._redactor)
-                reading = StreamReading(self.url, self._redactor, on_delta)
+                    return reading.whole(response.text)
                 try:
                     async for line in response.aiter_lines():
                         if reading.line(line):

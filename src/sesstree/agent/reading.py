@@ -67,6 +67,16 @@ class StreamReading:
         self.assembler = StreamAssembler(on_delta, redactor)
         self._other: list[str] = []
 
+    def whole(self, text: str) -> Completion:
+        """The reply from a body read whole because it was labelled JSON: a ``chat.completion``,
+        or (a proxy that mislabels its stream) Server-Sent Events after all."""
+        if not text.lstrip().startswith("data:"):
+            return decode_completion(text, self.redactor)
+        for line in text.splitlines():
+            if self.line(line):
+                break
+        return self.finish()
+
     def line(self, line: str) -> bool:
         """Take one line; True when the stream said it is done (``[DONE]``)."""
         if not line.startswith("data:"):
