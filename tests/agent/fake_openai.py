@@ -217,7 +217,7 @@ class FakeOpenAI:
         self.port = self._server.server_address[1]
         self.url = f"http://127.0.0.1:{self.port}/v1"
         self._thread = threading.Thread(
-            target=self._server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True
+            target=self._server.serve_forever, kwargs={"poll_interval": 0.005}, daemon=True
         )
 
     def _send(self, handler: BaseHTTPRequestHandler, reply: Reply) -> None:
