@@ -212,7 +212,12 @@ class FakeOpenAI:
                     reply = item(body) if callable(item) else item
                 fake._send(self, reply)
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
+        class Server(ThreadingHTTPServer):
+            def handle_error(self, request: Any, client_address: Any) -> None:
+                # A client that gave up (a read timeout) leaves a broken pipe: expected here.
+                pass
+
+        self._server = Server(("127.0.0.1", port), Handler)
         self._server.daemon_threads = True
         self.port = self._server.server_address[1]
         self.url = f"http://127.0.0.1:{self.port}/v1"
