@@ -135,7 +135,10 @@ def test_the_key_echoed_on_any_path_is_never_recorded_or_shown(
                 texts.append(asyncio.run(agent.arun("hi")))
         except Exception as exc:
             assert raises is not None and isinstance(exc, raises), repr(exc)
-            texts += [str(exc), repr(exc)]
+            chained: BaseException | None = exc
+            while chained is not None:  # what a traceback or an error reporter walks
+                texts += [str(chained), repr(chained)]
+                chained = chained.__cause__ or chained.__context__
         else:
             assert raises is None, f"expected {raises}"
         texts += [json.dumps(n.data) for n in agent.session.events()]

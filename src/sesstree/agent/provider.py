@@ -1,7 +1,9 @@
 """Talking to an OpenAI-compatible ``/chat/completions`` endpoint over httpx, sync and async.
 
 The provider knows HTTP, retries and the wire format; it knows nothing of the store. The loop
-hands it the derived messages and gets a :class:`~sesstree.agent.wire.Completion` back.
+hands it the session's sending view and gets a :class:`~sesstree.agent.wire.Completion` back.
+Reading the reply off the wire is in :mod:`~sesstree.agent.reading`; scrubbing secrets and
+flattening error bodies in :mod:`~sesstree.agent.text`.
 """
 
 from __future__ import annotations
@@ -294,6 +296,9 @@ class OpenAIProvider:
         import httpx
 
         client = self._sync_client()
+        # Failures are raised after the except blocks, not in them: httpx's exception quotes
+        # what the server sent (an echoed key, say), and must not ride along as __context__.
+        failure: Exception
         try:
             with client.stream("POST", self.url, json=body, headers=self._headers()) as response:
                 if response.status_code >= 400:
@@ -310,10 +315,12 @@ class OpenAIProvider:
                         if reading.line(line):
                             break
                 except httpx.HTTPError as exc:
-                    raise reading.broken(exc, self._httpx_timeout().read) from None
-                return reading.finish()
+                    failure = reading.broken(exc, self._httpx_timeout().read)
+                else:
+                    return reading.finish()
         except (httpx.HTTPError, httpx.InvalidURL, UnicodeEncodeError) as exc:
-            raise self._transport_error(exc) from None
+            failure = self._transport_error(exc)
+        raise failure
 
     # -- async --------------------------------------------------------------------------------
 
@@ -356,6 +363,7 @@ class OpenAIProvider:
     ) -> Completion:
         import httpx
 
+        failure: Exception  # raised outside the except blocks, as in _attempt
         try:
             async with client.stream(
                 "POST", self.url, json=body, headers=self._headers()
@@ -374,10 +382,12 @@ class OpenAIProvider:
                         if reading.line(line):
                             break
                 except httpx.HTTPError as exc:
-                    raise reading.broken(exc, self._httpx_timeout().read) from None
-                return reading.finish()
+                    failure = reading.broken(exc, self._httpx_timeout().read)
+                else:
+                    return reading.finish()
         except (httpx.HTTPError, httpx.InvalidURL, UnicodeEncodeError) as exc:
-            raise self._transport_error(exc) from None
+            failure = self._transport_error(exc)
+        raise failure
 
 
 def _sends_null_content(body: dict[str, Any]) -> bool:
