@@ -152,8 +152,8 @@ def test_stream_error_event_is_on_its_own_line(tmp_path: Path, server: FakeOpenA
                              {"error": {"message": "the model crashed\nat layer 3"}}]))
     result = _sess(tmp_path, server, "s", "hi")
     assert result.exit_code == 1 and result.stdout == "Half\n"
-    assert result.stderr == "Error: the server sent an error mid-stream: the model crashed " \
-                            "at layer 3\n"
+    assert result.stderr == (f"Error: the stream from {server.url}/chat/completions sent an "
+                             "error mid-stream: the model crashed at layer 3\n")
 
 
 def test_run_without_prompt_retries_the_pending_turn(tmp_path: Path, server: FakeOpenAI) -> None:

@@ -339,3 +339,18 @@ def test_multi_line_template_error_is_one_trimmed_line(server: FakeOpenAI,
     assert len(detail) <= 200 and detail.endswith("…")
     recorded = next(n.data for n in store.session("s").events() if n.type == "error")
     assert recorded["message"] == text and recorded["status"] == 400
+
+
+@pytest.mark.parametrize(("body", "said"), [
+    ({"error": {"message": "quota\nexceeded", "type": "billing"}},
+     "with an error: quota exceeded (billing)"),
+    ({"id": "x", "object": "chat.completion"},
+     'with no choices: {"id": "x", "object": "chat.completion"}'),
+    (b"<html>\n<body>Sign in</body>\n</html>", "with a body that is not JSON: Sign in"),
+])
+def test_200_that_is_no_answer_says_who_and_what(server: FakeOpenAI, provider: OpenAIProvider,
+                                                 store: Store, body: Any, said: str) -> None:
+    server.add(Reply(body=body))
+    with pytest.raises(ProviderError) as info:
+        Agent(provider, store.session("s")).run("hi")
+    assert str(info.value) == f"{provider.url} answered 200 {said}"

@@ -306,7 +306,7 @@ class OpenAIProvider:
                     raise self._status_error(
                         response.status_code, response.text, response.headers, body
                     )
-                reading = StreamReading(self.url, self._redactor, on_delta)
+                reading = StreamReading(self.url, response.status_code, self._redactor, on_delta)
                 if not stream or not is_event_stream(response.headers):
                     response.read()
                     return reading.whole(response.text)
@@ -373,7 +373,7 @@ class OpenAIProvider:
                     raise self._status_error(
                         response.status_code, response.text, response.headers, body
                     )
-                reading = StreamReading(self.url, self._redactor, on_delta)
+                reading = StreamReading(self.url, response.status_code, self._redactor, on_delta)
                 if not stream or not is_event_stream(response.headers):
                     await response.aread()
                     return reading.whole(response.text)

@@ -37,8 +37,9 @@ def is_event_stream(headers: Any) -> bool:
     return "json" not in kind
 
 
-def decode_completion(text: str, redactor: Redactor) -> Completion:
-    """A ``chat.completion`` body, scrubbed of secrets, normalised.
+def decode_completion(text: str, redactor: Redactor, where: str) -> Completion:
+    """A ``chat.completion`` body, scrubbed of secrets, normalised. ``where`` says who sent
+    it, for messages: ``"<url> answered 200"``.
 
     Raises:
         ProviderError: not JSON, an error body, or no usable choice.
@@ -47,8 +48,11 @@ def decode_completion(text: str, redactor: Redactor) -> Completion:
     try:
         body = json.loads(text)
     except ValueError:
-        raise ProviderError(f"the server's reply is not JSON: {one_line(text)}") from None
-    return normalise_completion(redactor.value(body))
+        raise ProviderError(f"{where} with a body that is not JSON: {one_line(text)}") from None
+    try:
+        return normalise_completion(redactor.value(body))
+    except ProviderError as exc:
+        raise ProviderError(f"{where} with {exc}") from None
 
 
 class StreamReading:
@@ -60,9 +64,11 @@ class StreamReading:
     """
 
     def __init__(
-        self, url: str, redactor: Redactor, on_delta: Callable[[Delta], None] | None
+        self, url: str, status: int, redactor: Redactor,
+        on_delta: Callable[[Delta], None] | None,
     ) -> None:
         self.url = url
+        self.where = f"{url} answered {status}"
         self.redactor = redactor
         self.assembler = StreamAssembler(on_delta, redactor)
         self._other: list[str] = []
@@ -71,7 +77,7 @@ class StreamReading:
         """The reply from a body read whole because it was labelled JSON: a ``chat.completion``,
         or (a proxy that mislabels its stream) Server-Sent Events after all."""
         if not text.lstrip().startswith("data:"):
-            return decode_completion(text, self.redactor)
+            return decode_completion(text, self.redactor, self.where)
         for line in text.splitlines():
             if self.line(line):
                 break
@@ -92,8 +98,13 @@ class StreamReading:
         try:
             event = json.loads(payload)
         except ValueError:
-            raise ProviderError(f"a stream event is not JSON: {one_line(payload)}") from None
-        self.assembler.feed(self.redactor.value(event))
+            raise ProviderError(
+                f"the stream from {self.url} sent an event that is not JSON: {one_line(payload)}"
+            ) from None
+        try:
+            self.assembler.feed(self.redactor.value(event))
+        except ProviderError as exc:
+            raise ProviderError(f"the stream from {self.url} sent {exc}") from None
         return False
 
     def finish(self) -> Completion:
@@ -107,7 +118,7 @@ class StreamReading:
         """
         assembler = self.assembler
         if assembler.events == 0 and not assembler.done and self._other:
-            return decode_completion("\n".join(self._other), self.redactor)
+            return decode_completion("\n".join(self._other), self.redactor, self.where)
         if assembler.complete:
             return assembler.finish()
         what = (f"the stream from {self.url} ended without a finish_reason or [DONE] "

@@ -145,16 +145,18 @@ def normalise_completion(body: Any) -> Completion:
     """Normalise a non-streamed ``chat.completion`` body.
 
     Raises:
-        ProviderError: the body has no usable choice (or is an error body).
+        ProviderError: the body has no usable choice (or is an error body); its message says
+            what the body is ("an error: ...", "no choices: ..."), for the caller to say who
+            sent it.
     """
     if not isinstance(body, dict):
-        raise ProviderError(f"the server answered {type(body).__name__}, not a JSON object")
+        raise ProviderError(f"a JSON {type(body).__name__}, not an object")
     if "error" in body or body.get("object") == "error":
-        raise ProviderError("the server answered with an error: " + error_message(body))
+        raise ProviderError("an error: " + error_message(body))
     choices = body.get("choices")
     if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
         shown = one_line(json.dumps(body, ensure_ascii=False, default=str))
-        raise ProviderError(f"the server's reply has no choices: {shown}")
+        raise ProviderError(f"no choices: {shown}")
     choice = choices[0]
     message = choice.get("message") if isinstance(choice.get("message"), dict) else {}
     assert isinstance(message, dict)
@@ -253,7 +255,7 @@ class StreamAssembler:
         if not isinstance(event, dict):
             return
         if "error" in event or event.get("object") == "error":
-            raise ProviderError("the server sent an error mid-stream: " + error_message(event))
+            raise ProviderError("an error mid-stream: " + error_message(event))
         if isinstance(event.get("model"), str):
             self.model = event["model"]
         if isinstance(event.get("usage"), dict):
