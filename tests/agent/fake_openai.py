@@ -203,7 +203,7 @@ class FakeOpenAI:
                     fake.requests.append(body)
                     fake.request_headers.append(dict(self.headers))
                     item = fake.script.popleft() if fake.script else None
-                if self.path.rstrip("/") != "/v1/chat/completions":
+                if self.path.split("?")[0].rstrip("/") != "/v1/chat/completions":
                     fake._send(self, error(404, {"error": "not found"}))
                     return
                 if item is None:

@@ -214,3 +214,24 @@ def test_sess_run_never_prints_the_key(tmp_path: Path, server: FakeOpenAI, strea
              for r in (first, second)]
     assert _leaks(blobs + _store_files(tmp_path / "store")) == []
     assert "***" in first.stderr
+
+
+def test_a_password_or_key_in_the_base_url_is_never_shown(tmp_path: Path,
+                                                          server: FakeOpenAI) -> None:
+    # The password in user:password@host is sent as a Basic Authorization header.
+    host = server.url.removeprefix("http://")
+    url = f"http://me:{KEY}@{host}?api-key={HEADER_KEY}&v=1"
+    provider = OpenAIProvider(url, "m", max_retries=1, backoff=0.01)
+    assert KEY not in repr(provider) and HEADER_KEY not in repr(provider)
+    assert provider.shown_url.startswith("http://me:***@") and "api-key=***&v=1" in provider.shown_url
+    server.add(error(500), error(502))
+    with open_store(tmp_path / "s") as store:
+        agent = Agent(provider, store.session("s"))
+        with pytest.raises(SesstreeError) as info:
+            agent.run("hi")
+        texts = [str(info.value)] + [json.dumps(n.data) for n in agent.session.events()]
+    provider.close()
+    assert len(server.requests) == 2  # the 500 reached the endpoint and was retried
+    assert server.request_headers[0]["Authorization"].startswith("Basic ")
+    assert "me:***@" in texts[0]
+    assert _leaks([t.encode() for t in texts] + _store_files(tmp_path / "s")) == []

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from ..errors import ProviderError
 from .reading import Retry, StreamReading, is_event_stream, plural, seconds
-from .text import Redactor, scrub_http_logs, secret_header_values
+from .text import Redactor, scrub_http_logs, secret_header_values, shown_url
 from .wire import Completion, Delta, error_message
 from .wire import request_message as _request_message
 
@@ -119,7 +119,10 @@ class OpenAIProvider:
         if null_content not in ("null", "empty", "omit"):
             raise ValueError(f"null_content must be 'null', 'empty' or 'omit', not {null_content!r}")
         self.base_url = base_url.rstrip("/")
-        self.url = self.base_url + "/chat/completions"
+        self.url = _endpoint(self.base_url)
+        #: The URL as messages show it: a password or key in it (``https://user:pw@host``,
+        #: ``?key=...``) is a credential, replaced by ``***``.
+        self.shown_url, self._url_secrets = shown_url(self.url)
         self.model = model
         self._api_key = api_key if api_key is not None else os.environ.get(api_key_env) or None
         self.timeout = timeout
@@ -139,14 +142,15 @@ class OpenAIProvider:
 
     def __repr__(self) -> str:
         key = "***" if self._api_key else None
-        return f"OpenAIProvider(base_url={self.base_url!r}, model={self.model!r}, api_key={key})"
+        base_url = shown_url(self.base_url)[0]
+        return f"OpenAIProvider(base_url={base_url!r}, model={self.model!r}, api_key={key})"
 
     # -- secrets ------------------------------------------------------------------------------
 
     @property
     def _redactor(self) -> Redactor:
         # Rebuilt when the key or headers change (both are plain attributes).
-        secrets = (self._api_key, *secret_header_values(self._headers()))
+        secrets = (self._api_key, *secret_header_values(self._headers()), *self._url_secrets)
         if self._redactor_for != secrets:
             self._redactor_cache = Redactor(secrets)
             self._redactor_for = secrets
@@ -202,7 +206,7 @@ class OpenAIProvider:
             detail = error_message(self._redactor.value(json.loads(text)))
         except ValueError:
             detail = error_message(text)
-        message = f"{self.url} answered {status}: {detail}"
+        message = f"{self.shown_url} answered {status}: {detail}"
         if status == 404 and not self.base_url.endswith("/v1"):
             message += " (does the base URL need to end in /v1?)"
         elif (status == 400 or status >= 500) and _sends_null_content(body) and (
@@ -219,7 +223,8 @@ class OpenAIProvider:
 
         timeout = self._httpx_timeout()
         if isinstance(exc, (httpx.UnsupportedProtocol, httpx.InvalidURL)):
-            return ProviderError(self.redact(f"cannot use the base URL {self.base_url!r}: {exc}"))
+            shown = shown_url(self.base_url)[0]
+            return ProviderError(self.redact(f"cannot use the base URL {shown!r}: {exc}"))
         if isinstance(exc, UnicodeEncodeError):
             # httpx encodes headers as ASCII; the exception's text names no secret, but its
             # .object holds the whole header value, so only its position is passed on.
@@ -227,14 +232,14 @@ class OpenAIProvider:
                                  f"cannot carry (non-ASCII at position {exc.start})")
         if isinstance(exc, httpx.ReadTimeout):
             return ProviderError(
-                f"{self.url} sent no answer within {seconds(timeout.read)} (the read timeout; "
+                f"{self.shown_url} sent no answer within {seconds(timeout.read)} (the read timeout; "
                 "raise it with timeout= or sess run --timeout)")
         if isinstance(exc, httpx.ConnectTimeout):
-            return Retry(f"could not connect to {self.url} within {seconds(timeout.connect)} "
+            return Retry(f"could not connect to {self.shown_url} within {seconds(timeout.connect)} "
                          "(the connect timeout)", None)
         kind = type(exc).__name__
         detail = str(exc) or "no detail given"  # an async timeout's text is empty
-        return Retry(self.redact(f"{kind} talking to {self.url}: {detail}"), None)
+        return Retry(self.redact(f"{kind} talking to {self.shown_url}: {detail}"), None)
 
     def _delay(self, attempt: int, failure: Retry) -> float:
         if failure.after is not None:
@@ -306,7 +311,7 @@ class OpenAIProvider:
                     raise self._status_error(
                         response.status_code, response.text, response.headers, body
                     )
-                reading = StreamReading(self.url, response.status_code, self._redactor, on_delta)
+                reading = StreamReading(self.shown_url, response.status_code, self._redactor, on_delta)
                 if not stream or not is_event_stream(response.headers):
                     response.read()
                     return reading.whole(response.text)
@@ -373,7 +378,7 @@ class OpenAIProvider:
                     raise self._status_error(
                         response.status_code, response.text, response.headers, body
                     )
-                reading = StreamReading(self.url, response.status_code, self._redactor, on_delta)
+                reading = StreamReading(self.shown_url, response.status_code, self._redactor, on_delta)
                 if not stream or not is_event_stream(response.headers):
                     await response.aread()
                     return reading.whole(response.text)
@@ -388,6 +393,16 @@ class OpenAIProvider:
         except (httpx.HTTPError, httpx.InvalidURL, UnicodeEncodeError) as exc:
             failure = self._transport_error(exc)
         raise failure
+
+
+def _endpoint(base_url: str) -> str:
+    # The path gets /chat/completions; a query (Azure's ?api-version=...) stays after it.
+    import urllib.parse
+
+    parts = urllib.parse.urlsplit(base_url)
+    if not parts.query:
+        return base_url + "/chat/completions"
+    return urllib.parse.urlunsplit(parts._replace(path=parts.path.rstrip("/") + "/chat/completions"))
 
 
 def _sends_null_content(body: dict[str, Any]) -> bool:

@@ -25,6 +25,7 @@ __all__ = [
     "one_line",
     "scrub_http_logs",
     "secret_header_values",
+    "shown_url",
 ]
 
 #: What a secret is replaced with.
@@ -52,6 +53,40 @@ def secret_header_values(headers: Mapping[str, str]) -> list[str]:
         if len(parts) == 2:
             out.append(parts[1])
     return out
+
+
+def shown_url(url: str) -> tuple[str, list[str]]:
+    """``url`` as messages may show it, and the credentials taken out of it.
+
+    A password in the URL (``https://user:pw@host``, sent as an ``Authorization`` header) and
+    the value of a query parameter named like a credential (``?key=...``, ``?api_key=...``)
+    are replaced by ``***``.
+    """
+    try:
+        parts = urllib.parse.urlsplit(url)
+        password = parts.password
+    except ValueError:
+        return url, []
+    secrets: list[str] = []
+    netloc = parts.netloc
+    if password:
+        secrets.append(password)
+        userinfo, _, host = netloc.rpartition("@")
+        user = userinfo.split(":", 1)[0]
+        netloc = f"{user}:{REDACTED}@{host}"
+    query = parts.query
+    if query:
+        pairs = urllib.parse.parse_qsl(query, keep_blank_values=True)
+        shown = []
+        for name, value in pairs:
+            if _SECRET_HEADER.search(name) and value:
+                secrets.append(value)
+                value = REDACTED
+            shown.append((name, value))
+        query = urllib.parse.urlencode(shown, safe="*")
+    if not secrets:
+        return url, []
+    return urllib.parse.urlunsplit(parts._replace(netloc=netloc, query=query)), secrets
 
 
 class Redactor:
