@@ -245,9 +245,9 @@ def test_gave_up_after_one_attempt_is_singular(server: FakeOpenAI, store: Store)
 
 def test_read_timeout_is_between_chunks_not_for_the_whole_reply(server: FakeOpenAI,
                                                                 store: Store) -> None:
-    # Five events 0.1 s apart: the reply takes longer than the timeout, no gap does.
-    provider = OpenAIProvider(server.url, "m", timeout=0.3, max_retries=0)
-    server.add(stream("slow", "ly", "!", usage=False, delay=0.1))
+    # Five events 0.06 s apart: the reply takes longer than the timeout, no gap does.
+    provider = OpenAIProvider(server.url, "m", timeout=0.2, max_retries=0)
+    server.add(stream("slow", "ly", "!", usage=False, delay=0.06))
     agent = Agent(provider, store.session("s"), stream=True)
     assert agent.run("hi") == "slowly!"
     provider.close()

@@ -200,7 +200,7 @@ def test_sess_run_never_prints_the_key(tmp_path: Path, server: FakeOpenAI, strea
 
     cli.add_command(run)
     echo: Any = {"error": {"message": _echo(KEY)}}
-    server.add(error(500, echo), Reply(body=echo),  # a retry, then a 200 error body
+    server.add(error(500, echo, retry_after="0"), Reply(body=echo),  # a retry, a 200 error
                Reply(events=[chunk({"content": f"Your key is {KEY}"}), chunk({}, "stop")])
                if stream else message(f"Your key is {KEY}"))
     runner = CliRunner()
