@@ -18,6 +18,7 @@
     ├── InputError                  a malformed input file (names file and line)
     └── AgentError
         ├── ProviderError           the model endpoint failed or answered garbage
+        │   └── IncompleteReplyError  the reply stopped part-way (a cut or stalled stream)
         └── MaxTurnsExceeded        the loop ran out of turns without an answer
 
 A CLI user sees the message of any of these as one line; none of them is a bug in sesstree.
@@ -29,6 +30,7 @@ __all__ = [
     "AgentError",
     "AmbiguousPrefixError",
     "ConflictError",
+    "IncompleteReplyError",
     "InputError",
     "InvalidEventError",
     "InvalidRefNameError",
@@ -124,6 +126,15 @@ class ProviderError(AgentError):
     def __init__(self, message: str, *, status: int | None = None) -> None:
         super().__init__(message)
         self.status = status
+
+
+class IncompleteReplyError(ProviderError):
+    """A reply that stopped before it was complete, after part of it was already received.
+
+    A stream that ended with no ``finish_reason``, no ``[DONE]`` and no error (a proxy or the
+    server cut it), or broke off or stalled past the read timeout. The part received is
+    recorded as ``assistant/chunk`` events; the turn ends with reason ``incomplete``.
+    """
 
 
 class MaxTurnsExceeded(AgentError):

@@ -26,8 +26,7 @@ from fake_openai import (
     template_error,
 )
 
-from sesstree import Agent, OpenAIProvider, ProviderError, Store
-from sesstree.agent import IncompleteReply
+from sesstree import Agent, IncompleteReplyError, OpenAIProvider, ProviderError, Store
 
 
 def _run(agent: Agent, prompt: str | None, mode: str) -> str:
@@ -72,7 +71,7 @@ def test_cut_stream_after_text_is_recorded_incomplete(server: FakeOpenAI,
     server.add(Reply(events=[chunk({"role": "assistant", "content": "The key is "}),
                              chunk({"content": "under the"})], done=False))
     agent = Agent(provider, store.session("s"), stream=True, chunk_interval=0)
-    with pytest.raises(IncompleteReply, match="ended without a finish_reason or \\[DONE\\]"):
+    with pytest.raises(IncompleteReplyError, match="ended without a finish_reason or \\[DONE\\]"):
         _run(agent, "where is the key?", mode)
     assert len(server.requests) == 1  # the text was recorded (and shown): never asked twice
     types = _types(agent)
@@ -80,7 +79,7 @@ def test_cut_stream_after_text_is_recorded_incomplete(server: FakeOpenAI,
     chunks = [n.data["content"] for n in agent.session.events() if n.type == "assistant/chunk"]
     assert "".join(chunks) == "The key is under the"
     error = next(n.data for n in agent.session.events() if n.type == "error")
-    assert error["kind"] == "provider" and error["type"] == "IncompleteReply"
+    assert error["kind"] == "provider" and error["type"] == "IncompleteReplyError"
     assert _end(agent)["kind"] == "incomplete"
     # The history ends with the question: the next run asks again.
     assert agent.session.messages()[-1]["role"] == "user"
@@ -93,7 +92,7 @@ def test_cut_stream_keeps_every_delta_that_arrived(server: FakeOpenAI,
     server.add(Reply(events=[chunk({"content": "a"}), chunk({"content": "b"}),
                              chunk({"content": "c"})], done=False))
     agent = Agent(provider, store.session("s"), stream=True, chunk_interval=60)
-    with pytest.raises(IncompleteReply):
+    with pytest.raises(IncompleteReplyError):
         agent.run("hi")
     chunks = [n.data["content"] for n in agent.session.events() if n.type == "assistant/chunk"]
     assert chunks == ["a", "bc"]
@@ -169,7 +168,7 @@ def test_resume_retries_the_pending_turn(server: FakeOpenAI, provider: OpenAIPro
                                          store: Store) -> None:
     server.add(Reply(events=[chunk({"content": "par"})], done=False))
     agent = Agent(provider, store.session("s"), stream=True)
-    with pytest.raises(IncompleteReply):
+    with pytest.raises(IncompleteReplyError):
         agent.run("question")
     server.add(strict_roles(stream("Whole.")))
     assert agent.resume() == "Whole."
@@ -275,7 +274,7 @@ def test_stream_stalled_past_the_read_timeout(server: FakeOpenAI, store: Store,
     server.add(Reply(events=[chunk({"content": "Once upon"}), chunk({"content": " a"})],
                      stall_after=2))
     agent = Agent(provider, store.session("s"), stream=True)
-    with pytest.raises(IncompleteReply, match=r"stalled: nothing for 0\.2 s after 2 events"):
+    with pytest.raises(IncompleteReplyError, match=r"stalled: nothing for 0\.2 s after 2 events"):
         _run(agent, "tell me a story", mode)
     assert len(server.requests) == 1 and _end(agent)["kind"] == "incomplete"
     provider.close()

@@ -8,8 +8,7 @@ import pytest
 from conftest import Town, quest_tools
 from fake_openai import FakeOpenAI, Reply, call, chunk, message
 
-from sesstree import Agent, OpenAIProvider, ProviderError, Store
-from sesstree.agent import IncompleteReply
+from sesstree import Agent, IncompleteReplyError, OpenAIProvider, ProviderError, Store
 
 
 def _agent(provider: OpenAIProvider, store: Store, stream: bool = False,
@@ -72,7 +71,7 @@ def test_stream_cut_mid_call_is_incomplete_and_not_run(
     )
     town = Town()
     agent = _agent(provider, store, stream=True, town=town)
-    with pytest.raises(IncompleteReply):
+    with pytest.raises(IncompleteReplyError):
         agent.run("go")
     types = [n.type for n in agent.session.events()]
     assert town.gold == 10 and "tool/call" not in types and "assistant/message" not in types

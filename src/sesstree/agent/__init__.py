@@ -9,12 +9,11 @@ from __future__ import annotations
 from .loop import Agent
 from .provider import OpenAIProvider, Provider
 from .tools import Tool, ToolOutcome, tool
-from .wire import Completion, IncompleteReply
+from .wire import Completion
 
 __all__ = [
     "Agent",
     "Completion",
-    "IncompleteReply",
     "OpenAIProvider",
     "Provider",
     "Tool",

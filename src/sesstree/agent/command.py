@@ -9,13 +9,13 @@ from typing import Any, Protocol
 
 import click
 
+from ..errors import IncompleteReplyError
 from ..node import Node
 from ..repo import Store
 from .loop import Agent
 from .provider import NullContent, OpenAIProvider
 from .sending import has_pending_turn
 from .tools import Tool, as_tools
-from .wire import IncompleteReply
 
 __all__ = ["load_tools", "run"]
 
@@ -135,7 +135,7 @@ def run(
         agent.subscribe(screen.show)
         try:
             answer = agent.run(prompt) if prompt is not None else agent.resume()
-        except IncompleteReply as exc:
+        except IncompleteReplyError as exc:
             screen.end_line()
             raise click.ClickException(
                 f"{exc}; the part received is recorded, the turn as incomplete: "

@@ -16,13 +16,13 @@ from typing import Any
 import msgspec
 from blake3 import blake3
 
-from ..errors import AgentError, MaxTurnsExceeded, ProviderError, SesstreeError
+from ..errors import AgentError, IncompleteReplyError, MaxTurnsExceeded, ProviderError, SesstreeError
 from ..node import Node
 from ..session import Session
 from .provider import Provider
 from .sending import sending_messages
 from .tools import Tool, ToolOutcome, as_tools
-from .wire import Completion, Delta, IncompleteReply
+from .wire import Completion, Delta
 
 __all__ = ["INTERRUPTED_RESULT", "Agent"]
 
@@ -155,7 +155,7 @@ class Agent:
         Raises:
             MaxTurnsExceeded: no answer after ``max_turns`` model calls (the turn is recorded
                 as ended with reason ``max_turns``).
-            IncompleteReply: the reply stopped part-way (a cut or stalled stream); the part
+            IncompleteReplyError: the reply stopped part-way (a cut or stalled stream); the part
                 received is recorded as chunks, the turn as ended ``incomplete``.
             ProviderError: the endpoint failed after its retries (recorded as an error).
         """
@@ -333,7 +333,7 @@ class Agent:
             pass  # the store itself failed (e.g. a conflict): the original error matters more
         # An incomplete reply is its own end: the chunks hold part of a reply, and the next
         # run must ask again rather than take them for an answer.
-        end = "incomplete" if isinstance(exc, IncompleteReply) else "error"
+        end = "incomplete" if isinstance(exc, IncompleteReplyError) else "error"
         self._end({"kind": end, "error": message})
 
     def _end(self, reason: dict[str, Any]) -> None:

@@ -279,7 +279,7 @@ class OpenAIProvider:
         """One model call, retried as the class says.
 
         Raises:
-            IncompleteReply: the reply stopped part-way, after part of it was received.
+            IncompleteReplyError: the reply stopped part-way, after part of it was received.
             ProviderError: the server refused, failed after every retry, or answered garbage.
         """
         body = self._body(messages, tools, stream)

@@ -11,9 +11,9 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from ..errors import ProviderError
+from ..errors import IncompleteReplyError, ProviderError
 from .text import Redactor, one_line
-from .wire import Completion, Delta, IncompleteReply, StreamAssembler, normalise_completion
+from .wire import Completion, Delta, StreamAssembler, normalise_completion
 
 __all__ = ["Retry", "StreamReading", "decode_completion", "is_event_stream", "plural", "seconds"]
 
@@ -112,7 +112,7 @@ class StreamReading:
 
         Raises:
             Retry: the body ended before anything of the reply arrived (safe to ask again).
-            IncompleteReply: it ended without ``finish_reason`` or ``[DONE]`` after part of
+            IncompleteReplyError: it ended without ``finish_reason`` or ``[DONE]`` after part of
                 the reply was received and recorded.
             ProviderError: the body was not a stream and not a JSON answer either.
         """
@@ -125,7 +125,7 @@ class StreamReading:
                 f"after {plural(assembler.events, 'event')}")
         if not assembler.received:
             raise Retry(what, None)
-        raise IncompleteReply(f"{what}: the reply is incomplete")
+        raise IncompleteReplyError(f"{what}: the reply is incomplete")
 
     def broken(self, exc: Exception, read_timeout: float | None) -> Exception:
         """What to raise when reading the body failed with an httpx error ``exc``."""
@@ -143,7 +143,7 @@ class StreamReading:
         if assembler.received:
             # Part of the reply is recorded as chunks (and shown): asking again would record
             # a second, different reply after it. The turn ends as incomplete instead.
-            return IncompleteReply(f"{what}: the reply is incomplete")
+            return IncompleteReplyError(f"{what}: the reply is incomplete")
         if isinstance(exc, httpx.ReadTimeout):
             return ProviderError(what)  # a stalled server is not helped by a second request
         return Retry(what, None)

@@ -21,7 +21,6 @@ from .text import PieceScrubber, Redactor, one_line
 
 __all__ = [
     "Completion",
-    "IncompleteReply",
     "StreamAssembler",
     "error_message",
     "normalise_completion",
@@ -36,15 +35,6 @@ _ASSISTANT_REQUEST_KEYS = ("role", "content", "tool_calls", "name")
 _CALL_REQUEST_KEYS = ("id", "type", "function", "extra_content")
 #: Inline tool-call formats that mean the server failed to parse a call out of the text.
 _INLINE_CALL = re.compile(r"^\s*(<tool_call>|\[TOOL_REQUEST\]|<\|python_tag\|>)")
-
-
-class IncompleteReply(ProviderError):
-    """A reply that stopped before it was complete, after part of it was already received.
-
-    A stream that ended with no ``finish_reason``, no ``[DONE]`` and no error (a proxy or the
-    server cut it), or broke off or stalled past the read timeout. The part received is
-    recorded as ``assistant/chunk`` events; the turn ends with reason ``incomplete``.
-    """
 
 
 class Completion(msgspec.Struct):
@@ -375,7 +365,7 @@ class StreamAssembler:
                 }
             )
         # A body that ended with neither [DONE] nor a finish_reason never gets here: the
-        # provider raises IncompleteReply (or retries) instead of taking it for a reply.
+        # provider raises IncompleteReplyError (or retries) instead of taking it for a reply.
         return _build(message, calls, self.finish_reason, self.usage, self.model)
 
 
