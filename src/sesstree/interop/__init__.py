@@ -10,14 +10,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import msgspec
-
 from ..errors import InputError
 from ..repo import Store
 from .claude import import_claude, looks_like_claude
 from .codex import import_codex, looks_like_codex
 from .common import ImportResult
 from .export import export_openai, export_records
+from .jsonl import decode_line
 from .openai import import_openai_json, looks_like_messages
 from .pi import import_pi, looks_like_pi
 from .seed import export_seed, import_seed
@@ -41,7 +40,6 @@ EXPORT_FORMATS = ("seed", "jsonl", "openai", "claude", "pi")
 # Folders hold these; anything else (and seed ``.meta.json`` sidecars) is not a transcript.
 _SUFFIXES = (".jsonl", ".json")
 _SNIFF_BYTES = 1 << 16
-_decoder = msgspec.json.Decoder()
 
 
 def _first_records(path: Path, limit: int = 8) -> list[Any]:
@@ -52,8 +50,8 @@ def _first_records(path: Path, limit: int = 8) -> list[Any]:
         if not line.strip():
             continue
         try:
-            out.append(_decoder.decode(line))
-        except msgspec.DecodeError:
+            out.append(decode_line(line))
+        except InputError:
             continue
         if len(out) >= limit:
             break
@@ -75,8 +73,8 @@ def detect_format(path: Path) -> str | None:
         raise InputError(f"cannot read: {exc.strerror}", path=str(path)) from None
     if start.startswith(b"{") and len(records) <= 1 and path.name.endswith(".json"):
         try:
-            whole = msgspec.json.decode(path.read_bytes())
-        except msgspec.DecodeError:
+            whole = decode_line(path.read_bytes())
+        except InputError:
             return None
         return "openai" if looks_like_messages(whole) else None
     objects = [r for r in records if isinstance(r, dict)]

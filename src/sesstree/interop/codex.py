@@ -118,7 +118,8 @@ def _events(rec: dict[str, Any]) -> list[tuple[str, Any]]:
             events.append(("system/message", {"role": "system", "content": text}))
     elif kind == "compacted":
         events.append(("compaction/marker", {"summary": str(payload.get("message", ""))}))
-        for item in payload.get("replacement_history") or []:
+        history = payload.get("replacement_history")
+        for item in history if isinstance(history, list) else []:
             events.extend(response_item_events(item))
     return events
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import msgspec
 
-from ..errors import InputError
+from ..errors import InputError, InvalidEventError
 from ..events import message_type
 from ..node import Node, NodeId, make_node
 from ..repo import Store
@@ -30,12 +30,24 @@ class ImportResult(msgspec.Struct):
     problems: list[str] = msgspec.field(default_factory=list)
 
 
-def message_chain(messages: Sequence[dict[str, Any]]) -> list[Node]:
-    """One node per chat message, each the child of the one before: a plain history."""
+def message_chain(messages: Sequence[dict[str, Any]], path: Path | None = None,
+                  lines: Sequence[int] | None = None) -> list[Node]:
+    """One node per chat message, each the child of the one before: a plain history.
+
+    Raises:
+        InputError: a message the store cannot hold (nested too deep, an integer past 64
+            bits), naming ``path`` and the message's line (or its index when no ``lines``).
+    """
     nodes: list[Node] = []
     parent = None
-    for message in messages:
-        node = make_node(parent, message_type(message), message)
+    for i, message in enumerate(messages):
+        try:
+            node = make_node(parent, message_type(message), message)
+        except InvalidEventError as exc:
+            where = str(path) if path is not None else None
+            if lines is not None:
+                raise InputError(str(exc), path=where, line=lines[i]) from None
+            raise InputError(f"message {i}: {exc}", path=where) from None
         nodes.append(node)
         parent = node.id
     return nodes

@@ -18,7 +18,7 @@ from ..events import derive_messages
 from ..node import check_ref_name
 from ..repo import Store
 from .common import ImportResult, land, message_chain, write_new
-from .jsonl import read_records
+from .jsonl import decode_line, read_records
 
 __all__ = ["export_seed", "import_seed", "read_seed"]
 
@@ -30,21 +30,22 @@ def read_seed(path: Path) -> list[dict[str, Any]]:
 
 def import_seed(store: Store, path: Path, name: str | None = None) -> ImportResult:
     """Import one seed file into session ``name`` (default: the file name without ``.jsonl``)."""
-    messages = read_seed(path)
+    records = read_records(path, [], strict=True)
+    messages = [record.data for record in records]
     meta_path = path.with_name(path.name.removesuffix(".jsonl") + ".meta.json")
     meta = None
     if meta_path.exists():
         try:
-            meta = msgspec.json.decode(meta_path.read_bytes())
-        except msgspec.DecodeError as exc:
-            raise InputError(f"malformed JSON ({exc})", path=str(meta_path)) from None
+            meta = decode_line(meta_path.read_bytes())
+        except InputError as exc:
+            raise InputError(str(exc), path=str(meta_path)) from None
     stem = path.name.removesuffix(".jsonl")
     session = name or stem
     known = meta.get("id") if isinstance(meta, dict) else None
     if name is None and isinstance(known, str) and known.replace("/", "_") == stem:
         session = known  # a session with '/' in its name was exported as NAME_WITH_UNDERSCORES
     check_ref_name(session)  # before anything is written
-    nodes = message_chain(messages)
+    nodes = message_chain(messages, path, [record.line for record in records])
     result = land(store, session, nodes, source=str(path.resolve()), explicit_name=name is not None)
     if meta is not None and result.outcome != "empty":
         store.set_session_meta(result.session, meta)

@@ -15,6 +15,7 @@ from typing import Any
 
 import msgspec
 
+from ..errors import InvalidEventError
 from ..events import derive_messages
 from ..node import Node, NodeId, check_ref_name, make_node
 from ..repo import Store
@@ -51,16 +52,25 @@ class Tree(msgspec.Struct):
 
 
 def build_tree(entries: Sequence[Entry], path: Path) -> Tree:
-    """Link ``entries`` into nodes, parents first; a parent that is missing makes a root."""
+    """Link ``entries`` into nodes, parents first; a parent that is missing makes a root.
+
+    Hostile files are survived, never followed: a parent cycle (or a record that is its own
+    parent) is broken at its first record in the file, which becomes a root; a record whose
+    data the store cannot hold (nested too deep, an integer past 64 bits) is reported and
+    skipped, its children taking its place. No recursion: a chain of any length in any order
+    is linked with an explicit stack.
+    """
     problems: list[str] = []
     nodes: dict[NodeId, Node] = {}
     children: dict[NodeId, int] = {}
-    tip: dict[str, NodeId] = {}  # key -> node its children attach to
+    # key -> node its children attach to; None for a skipped root record (children: roots)
+    tip: dict[str, NodeId | None] = {}
     first: dict[str, NodeId] = {}  # key -> first node of that record (for first_kept)
     group: dict[str, str] = {}  # spliced key -> the key whose tip it moves
     line_of: dict[NodeId, int] = {}
     known = {e.key for e in entries if e.key is not None}
     waiting: dict[str, list[Entry]] = {}
+    placed: set[int] = set()  # id() of the entries placed
     main_node: NodeId | None = None
     main_line = -1
 
@@ -68,29 +78,31 @@ def build_tree(entries: Sequence[Entry], path: Path) -> Tree:
         nonlocal main_node, main_line
         parent: NodeId | None = None
         if e.parent is not None:
-            parent = tip.get(e.parent)
-            if parent is None:
+            if e.parent in tip:
+                parent = tip[e.parent]
+            else:
                 problems.append(
                     f"{path}:{e.line}: parent {e.parent} is not in this file; "
                     "imported as a new root"
                 )
-        node_parent = parent
-        for type, data in e.events:
-            if type == "compaction/marker" and e.first_kept is not None:
-                kept = first.get(e.first_kept)
-                if kept is not None:
-                    data = {**data, "first_kept": kept}
-            node = make_node(node_parent, type, data)
+        try:
+            made = _record_nodes(e, parent, first)
+        except InvalidEventError as exc:
+            problems.append(f"{path}:{e.line}: {exc}; skipped")
+            if e.key is not None:
+                tip[e.key] = parent  # transparent: its children hang where it would have
+            return
+        for node in made:
             if node.id not in nodes:
                 nodes[node.id] = node
                 line_of[node.id] = e.line
-            if node_parent is not None:
-                children[node_parent] = children.get(node_parent, 0) + 1
+            if node.parent is not None:
+                children[node.parent] = children.get(node.parent, 0) + 1
             if e.key is not None and e.key not in first:
                 first[e.key] = node.id
-            node_parent = node.id
-        if node_parent is None:
+        if not made:
             return
+        node_parent = made[-1].id
         if e.key is not None:
             tip[e.key] = node_parent
         if e.splice and e.parent is not None and parent is not None:
@@ -100,18 +112,34 @@ def build_tree(entries: Sequence[Entry], path: Path) -> Tree:
                 group[e.key] = owner
         if not e.side and e.line >= main_line:
             main_node, main_line = node_parent, e.line
-        for child in waiting.pop(e.key or "", []):
-            place(child)
+
+    def place_with_children(e: Entry) -> None:
+        # Children that waited for this record are placed after it, depth first, by a stack.
+        stack = [e]
+        while stack:
+            cur = stack.pop()
+            if id(cur) in placed:
+                continue
+            placed.add(id(cur))
+            place(cur)
+            if cur.key is not None:
+                stack.extend(reversed(waiting.pop(cur.key, [])))
 
     for e in entries:
         if e.parent is not None and e.parent not in tip and e.parent in known:
             waiting.setdefault(e.parent, []).append(e)  # its parent comes later in the file
             continue
-        place(e)
-    for stuck in waiting.values():  # a cycle of parents: import what is left as roots
-        for e in stuck:
-            e.parent = None
-            place(e)
+        place_with_children(e)
+    # What still waits hangs on a cycle of parents: break each at its first record in the
+    # file, which becomes a root, and place what hangs below it.
+    stuck = sorted((e for group_ in waiting.values() for e in group_), key=lambda x: x.line)
+    for e in stuck:
+        if id(e) in placed:
+            continue  # placed meanwhile, below an earlier cycle breaker
+        problems.append(f"{path}:{e.line}: parent {e.parent} is part of a cycle of parents; "
+                        "imported as a new root")
+        e.parent = None
+        place_with_children(e)
     leaves = sorted((i for i in nodes if children.get(i, 0) == 0), key=lambda i: line_of[i])
     if main_node is not None and children.get(main_node, 0) > 0:
         # The newest main-line record got children (a spliced record): follow them down.
@@ -121,6 +149,21 @@ def build_tree(entries: Sequence[Entry], path: Path) -> Tree:
         leaves.remove(main_node)
         leaves.insert(0, main_node)
     return Tree(nodes, leaves, problems)
+
+
+def _record_nodes(e: Entry, parent: NodeId | None, first: dict[str, NodeId]) -> list[Node]:
+    """The chain of nodes of one record under ``parent``. Raises InvalidEventError."""
+    made: list[Node] = []
+    node_parent = parent
+    for type, data in e.events:
+        if type == "compaction/marker" and e.first_kept is not None:
+            kept = first.get(e.first_kept)
+            if kept is not None:
+                data = {**data, "first_kept": kept}
+        node = make_node(node_parent, type, data)
+        made.append(node)
+        node_parent = node.id
+    return made
 
 
 def _reaches(nodes: dict[NodeId, Node], leaf: NodeId, target: NodeId) -> bool:
