@@ -517,15 +517,21 @@ def diff(locator: StoreLocator, a: str, b: str, as_json: bool) -> None:
 @click.option("--as", "name", metavar="NAME", help="Session name (default: from the source).")
 @click.option("--format", "fmt", default="auto", show_default=True, help="Input format.")
 @click.option("-r", "--recursive", is_flag=True, help="Import every file under a folder.")
+@click.option("--force", is_flag=True,
+              help="With --as: replace a session of another history (its head stays in the reflog).")
 @click.option("--json", "as_json", is_flag=True, help="Machine output.")
 @pass_store
 def import_(locator: StoreLocator, files: tuple[Path, ...], name: str | None, fmt: str,
-            recursive: bool, as_json: bool) -> None:
-    """Import transcripts (seed JSONL: one message per line, optional NAME.meta.json)."""
+            recursive: bool, force: bool, as_json: bool) -> None:
+    """Import transcripts (seed JSONL: one message per line, optional NAME.meta.json).
+
+    A re-import lands where the earlier import of the same file is, even renamed.
+    """
     from .interop import import_files
 
     store = locator.open()
-    results = import_files(store, list(files), name=name, format=fmt, recursive=recursive)
+    results = import_files(store, list(files), name=name, format=fmt, recursive=recursive,
+                           force=force)
     if as_json:
         _emit_json([msgspec.to_builtins(r) for r in results])
         return

@@ -19,6 +19,7 @@ from .export import export_openai, export_records
 from .jsonl import decode_line
 from .openai import import_openai_json, looks_like_messages
 from .pi import import_pi, looks_like_pi
+from .provenance import Provenance
 from .seed import export_seed, import_seed
 
 __all__ = [
@@ -91,30 +92,46 @@ def detect_format(path: Path) -> str | None:
     return None
 
 
+def _is_empty(path: Path) -> bool:
+    try:
+        with path.open("rb") as f:
+            return not f.read(_SNIFF_BYTES).strip() and not f.read(1)
+    except OSError as exc:
+        raise InputError(f"cannot read: {exc.strerror}", path=str(path)) from None
+
+
 def import_file(
-    store: Store, path: Path, *, name: str | None = None, format: str = "auto"
+    store: Store, path: Path, *, name: str | None = None, format: str = "auto",
+    force: bool = False, owners: Provenance | None = None,
 ) -> list[ImportResult]:
     """Import one file; one result per session landed (a tree file lands one per leaf).
 
+    A re-import lands on the sessions of the earlier import, wherever they are now (see
+    :mod:`sesstree.interop.provenance`); ``owners`` is that map, built once per run.
+    ``name`` (``--as``) never takes over a session of another history unless ``force``.
+
     Raises:
-        InputError: the file cannot be read, its format is unknown, or (seed and openai JSON,
-            which are strict) it is malformed.
+        InputError: the file cannot be read, is empty, its format is unknown, (seed and openai
+            JSON, which are strict) it is malformed, or ``name`` holds another history.
     """
+    if _is_empty(path):
+        raise InputError("empty file: nothing to import", path=str(path))
     fmt = detect_format(path) if format == "auto" else format
     if fmt is None:
         raise InputError("format not recognised; use --format", path=str(path))
     if fmt == "openai" and path.name.endswith(".jsonl"):
         fmt = "seed"
+    owners = owners if owners is not None else Provenance(store)
     if fmt == "seed":
-        return [import_seed(store, path, name)]
+        return [import_seed(store, path, name, owners=owners, force=force)]
     if fmt == "openai":
-        return [import_openai_json(store, path, name)]
+        return [import_openai_json(store, path, name, owners=owners, force=force)]
     if fmt == "claude":
-        return import_claude(store, path, name)
+        return import_claude(store, path, name, owners=owners, force=force)
     if fmt == "pi":
-        return import_pi(store, path, name)
+        return import_pi(store, path, name, owners=owners, force=force)
     if fmt == "codex":
-        return import_codex(store, path, name)
+        return import_codex(store, path, name, owners=owners, force=force)
     raise InputError(f"unknown format {fmt!r}; expected one of {', '.join(FORMATS)}")
 
 
@@ -125,21 +142,28 @@ def import_files(
     name: str | None = None,
     format: str = "auto",
     recursive: bool = False,
+    force: bool = False,
 ) -> list[ImportResult]:
     """Import every file (or folder, with ``recursive``); one result per session landed.
 
     A file named on the command line that cannot be imported raises InputError. In a folder,
-    files of no known format are passed over and a file that fails is reported as a result
-    with outcome ``failed``, so one bad transcript does not stop the rest.
+    empty files and files of no known format are passed over and a file that fails is
+    reported as a result with outcome ``failed``, so one bad transcript does not stop the rest.
+
+    Raises:
+        InputError: a named file cannot be imported, or nothing to import was found at all
+            (folders holding no transcript).
     """
     if format not in FORMATS:
         raise InputError(f"unknown format {format!r}; expected one of {', '.join(FORMATS)}")
     named: list[Path] = []
     found: list[Path] = []
+    folders: list[Path] = []
     for p in paths:
         if p.is_dir():
             if not recursive:
                 raise InputError("is a folder; use --recursive", path=str(p))
+            folders.append(p)
             found.extend(sorted(
                 q for q in p.rglob("*")
                 if q.is_file() and q.name.endswith(_SUFFIXES) and not q.name.endswith(".meta.json")
@@ -150,18 +174,30 @@ def import_files(
             named.append(p)
     if name is not None and len(named) + len(found) > 1:
         raise InputError("--as names one session; give one file")
+    owners = Provenance(store)  # one read of every session's provenance for the whole run
     results: list[ImportResult] = []
     for f in named:
-        results.extend(import_file(store, f, name=name, format=format))
+        results.extend(import_file(store, f, name=name, format=format, force=force,
+                                   owners=owners))
+    transcripts = 0
     for f in found:
-        fmt = detect_format(f) if format == "auto" else format
-        if fmt is None:
-            continue
         try:
-            results.extend(import_file(store, f, name=name, format=fmt))
+            if _is_empty(f):
+                continue
+            fmt = detect_format(f) if format == "auto" else format
+            if fmt is None:
+                continue
+            transcripts += 1
+            results.extend(import_file(store, f, name=name, format=fmt, force=force,
+                                       owners=owners))
         except InputError as exc:
             results.append(ImportResult(str(f.resolve()), "", "failed", 0, 0,
                                         problems=[str(exc)]))
+    if not named and not transcripts and not results:
+        where = ", ".join(str(f) for f in folders)
+        what = (f"{len(found)} .jsonl/.json file(s), none a transcript of a known format"
+                if found else "no .jsonl or .json file")
+        raise InputError(f"nothing to import: {what}", path=where)
     return results
 
 

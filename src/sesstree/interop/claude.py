@@ -32,6 +32,7 @@ import msgspec
 from ..repo import Store
 from .common import ImportResult
 from .jsonl import Record, read_records, record_type, ref_safe
+from .provenance import Provenance
 from .tree import Entry, build_tree, land_tree
 
 __all__ = ["claude_message_events", "import_claude", "looks_like_claude"]
@@ -209,7 +210,10 @@ def _session_id(records: list[Record], path: Path) -> str:
     return ids.most_common(1)[0][0] if ids else stem
 
 
-def import_claude(store: Store, path: Path, name: str | None = None) -> list[ImportResult]:
+def import_claude(
+    store: Store, path: Path, name: str | None = None, *, owners: Provenance | None = None,
+    force: bool = False,
+) -> list[ImportResult]:
     """Import one Claude Code transcript: one session per leaf, the main one named ``name``."""
     problems: list[str] = []
     records = read_records(path, problems)
@@ -246,4 +250,4 @@ def import_claude(store: Store, path: Path, name: str | None = None) -> list[Imp
     base = name or ref_safe(path.name.removesuffix(".jsonl"))
     meta = {"format": "claude", "sessionId": session_id, "source": str(path)}
     return land_tree(store, tree, path=path, base=base, explicit=name is not None, meta=meta,
-                     problems=problems, format="claude")
+                     problems=problems, format="claude", owners=owners, force=force)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +13,7 @@ from ..events import message_type
 from ..node import Node, NodeId, make_node
 from ..repo import Store
 from ..store.base import RefUpdate
+from .provenance import Origin, Provenance
 
 __all__ = ["ImportResult", "land", "message_chain", "write_new"]
 
@@ -23,6 +24,8 @@ class ImportResult(msgspec.Struct):
     source: str
     session: str
     #: created, fast-forward, up to date, ahead (the session already has more), rewritten
+    #: (the file was edited), moved (it went on from an earlier point), replaced (``--force``),
+    #: empty, failed
     outcome: str
     events: int
     new_nodes: int
@@ -68,67 +71,104 @@ def write_new(files: Sequence[tuple[Path, bytes]], *, force: bool = False) -> li
     return [path for path, _ in files]
 
 
-def _source_key(name: str) -> str:
-    return "import-source:" + name
-
-
 def land(
     store: Store,
-    name: str,
+    base: str,
     nodes: Sequence[Node],
     *,
-    source: str,
-    explicit_name: bool,
-    leaf: NodeId | None = None,
-    format: str = "seed",
+    origin: Origin,
+    owners: Provenance,
+    explicit_name: bool = False,
+    force: bool = False,
+    meta: dict[str, Any] | None = None,
+    file_nodes: Collection[NodeId] | None = None,
+    exclude: Collection[str] = (),
 ) -> ImportResult:
-    """Store ``nodes`` (parents first) and point session ``name`` at ``leaf`` (default: the last).
+    """Store ``nodes`` (parents first, the last one the head) on the session that holds
+    ``origin``, or else on ``base``.
+
+    The session: the one that holds this file's import (``owners``), wherever it landed (a
+    renamed session, ``NAME-2``); else ``base``. With ``explicit_name`` (``--as``), ``base``.
 
     - a new session is created;
     - a session the history extends is fast-forwarded (only the new nodes are written);
     - a session that already contains the history is left alone ("ahead" or "up to date");
-    - a session whose history differs is moved to the new path, the old head kept in the
-      reflog, but only if it came from the same source read as the same ``format``, or the
-      name was given explicitly;
-      otherwise the history lands on a fresh name (``name-2``, ...): an import never takes
-      over a session that belongs to something else.
+    - a session whose history differs: if it holds this import, it moves to the new path
+      ("rewritten" when the file was edited, "moved" when it only grew from an earlier point),
+      the old head kept in the reflog. Any other session is never taken over: the history
+      lands on a fresh name (``base-2``, ...), or with ``explicit_name`` the import is refused
+      unless ``force`` ("replaced").
 
-    Everything happens in one transaction.
+    ``meta`` (the rest of the session metadata) is stored with the provenance when the session
+    is, or becomes, this import's. Everything happens in one transaction.
+
+    Raises:
+        InputError: ``explicit_name`` names a session of another history, without ``force``.
     """
+    source = origin.source
     if not nodes:
-        return ImportResult(source, name, "empty", 0, 0)
-    target = leaf if leaf is not None else nodes[-1].id
-    # What a session belongs to: the file and the format it was read as, so reading the same
-    # file as another format lands beside the first import instead of replacing it.
-    owner = f"{format}:{source}"
+        return ImportResult(source, base, "empty", 0, 0)
+    target = nodes[-1].id
+    name = base
+    if not explicit_name:
+        name = owners.find(origin, [n.id for n in nodes], exclude=exclude) or base
     backend = store.backend
     with store.batch():
         new = len(nodes) - len(backend.has([n.id for n in nodes]))
         store.write(nodes)
-        path = store.backend.chain(target).ids
+        path = [n.id for n in nodes]
+        holder = owners.origin_of(name)
+        ours = holder == origin
         head = store.session_head(name)
-        outcome = "created"
-        if head is not None:
-            if head == target:
-                outcome = "up to date"
-            elif head in set(path):
-                outcome = "fast-forward"
-            elif target in set(backend.chain(head).ids):
-                outcome = "ahead"
-            elif explicit_name or backend.get_meta(_source_key(name)) == owner:
-                outcome = "rewritten"
+        if head is not None and not ours and holder is not None and not explicit_name:
+            name, head = _free_name(store, base), None  # another file's import holds the name
+        outcome = _relation(store, head, target, path)
+        if outcome == "differs":
+            if ours:
+                outcome = "moved" if file_nodes is not None and head in file_nodes else "rewritten"
+            elif explicit_name and force:
+                outcome = "replaced"
+            elif explicit_name:
+                what = (f"holds the import of {holder.source}" if holder is not None
+                        else "was not imported from this file")
+                raise InputError(
+                    f"session {name!r} {what} and its history differs; pass --force to replace "
+                    "it (its head stays in the reflog) or --as another name", path=source)
             else:
-                name = _free_name(store, name)
-                head = None
-        if outcome in ("created", "fast-forward", "rewritten"):
-            reason = {
-                "created": f"import: {source}",
-                "fast-forward": f"import: {source} grew",
-                "rewritten": f"import: {source} was edited; previous head kept in this reflog",
-            }[outcome]
+                name, head, outcome = _free_name(store, base), None, "created"
+        claim = ours or outcome in ("created", "replaced") or (
+            explicit_name and (holder is None or force))
+        reason = {
+            "created": f"import: {source}",
+            "fast-forward": f"import: {source} grew" if ours else
+                            f"import: {source} extends this session",
+            "rewritten": f"import: {source} was edited since its last import; "
+                         "previous head kept in this reflog",
+            "moved": f"import: {source} went on from an earlier point; "
+                     "previous head kept in this reflog",
+            "replaced": f"import: {source} replaced this session's history (--force); "
+                        "previous head kept in this reflog",
+        }.get(outcome)
+        if reason is not None:
             backend.commit([], [RefUpdate("sessions/" + name, head, target, reason)])
-            backend.set_meta(_source_key(name), owner)
+        if claim:
+            owners.claim(name, origin, meta)
+        elif reason is not None and holder is None and meta is not None:
+            store.set_session_meta(name, meta)
     return ImportResult(source, name, outcome, len(path), new, target)
+
+
+def _relation(store: Store, head: NodeId | None, target: NodeId, path: Sequence[NodeId]) -> str:
+    """created, up to date, fast-forward, ahead (the session has more) or differs."""
+    if head is None:
+        return "created"
+    if head == target:
+        return "up to date"
+    if head in set(path):
+        return "fast-forward"
+    if target in set(store.backend.chain(head).ids):
+        return "ahead"
+    return "differs"
 
 
 def _free_name(store: Store, name: str) -> str:

@@ -19,6 +19,7 @@ from ..node import check_ref_name
 from ..repo import Store
 from .common import ImportResult, land, message_chain, write_new
 from .jsonl import decode_line, read_records
+from .provenance import PROVENANCE_KEY, Origin, Provenance
 
 __all__ = ["export_seed", "import_seed", "read_seed"]
 
@@ -28,8 +29,16 @@ def read_seed(path: Path) -> list[dict[str, Any]]:
     return [record.data for record in read_records(path, [], strict=True)]
 
 
-def import_seed(store: Store, path: Path, name: str | None = None) -> ImportResult:
-    """Import one seed file into session ``name`` (default: the file name without ``.jsonl``)."""
+def import_seed(
+    store: Store, path: Path, name: str | None = None, *, owners: Provenance | None = None,
+    force: bool = False,
+) -> ImportResult:
+    """Import one seed file into session ``name`` (default: the file name without ``.jsonl``).
+
+    Raises:
+        InputError: a bad line (named), a bad ``.meta.json``, or ``name`` holds another
+            history and ``force`` is not given.
+    """
     records = read_records(path, [], strict=True)
     messages = [record.data for record in records]
     meta_path = path.with_name(path.name.removesuffix(".jsonl") + ".meta.json")
@@ -45,11 +54,13 @@ def import_seed(store: Store, path: Path, name: str | None = None) -> ImportResu
     if name is None and isinstance(known, str) and known.replace("/", "_") == stem:
         session = known  # a session with '/' in its name was exported as NAME_WITH_UNDERSCORES
     check_ref_name(session)  # before anything is written
+    if isinstance(meta, dict):
+        meta.pop(PROVENANCE_KEY, None)  # provenance is the store's to say, not the file's
     nodes = message_chain(messages, path, [record.line for record in records])
-    result = land(store, session, nodes, source=str(path.resolve()), explicit_name=name is not None)
-    if meta is not None and result.outcome != "empty":
-        store.set_session_meta(result.session, meta)
-    return result
+    return land(store, session, nodes, origin=Origin("seed", str(path.resolve())),
+                owners=owners if owners is not None else Provenance(store),
+                explicit_name=name is not None, force=force,
+                meta=meta if isinstance(meta, dict) else None)
 
 
 # Line breaks to Python's str.splitlines (which the seed's loader uses) that JSON leaves raw;
@@ -80,7 +91,9 @@ def export_seed(
     jsonl = out if out is not None else Path(f"{name.replace('/', '_')}.jsonl")
     meta_path = jsonl.with_name(jsonl.name.removesuffix(".jsonl") + ".meta.json")
     meta = store.get_session_meta(name) if store.has_session(name) else None
-    if meta is None:
+    if meta is not None:
+        meta.pop(PROVENANCE_KEY, None)  # where the store imported it from: not the file's
+    if not meta:
         now = datetime.datetime.now(datetime.timezone.utc).isoformat()
         meta = {"id": name, "head": chain.ids[-1] if chain.ids else None,
                 "messages": len(messages), "exportedAt": now}

@@ -20,6 +20,7 @@ from ..events import derive_messages
 from ..node import Node, NodeId, check_ref_name, make_node
 from ..repo import Store
 from .common import ImportResult, land
+from .provenance import Origin, Provenance
 
 __all__ = ["Entry", "Tree", "build_tree", "land_tree"]
 
@@ -187,6 +188,13 @@ def path_to(nodes: dict[NodeId, Node], leaf: NodeId) -> list[Node]:
     return out
 
 
+_PROBLEMS = {
+    "orphan-call": ("tool call with no result", ""),
+    "pending-call": ("tool call with no result", "; at its tail, so it may still be running"),
+    "orphan-result": ("tool result with no call", ""),
+}
+
+
 def land_tree(
     store: Store,
     tree: Tree,
@@ -197,32 +205,43 @@ def land_tree(
     meta: dict[str, Any] | None,
     problems: list[str],
     format: str,
+    owners: Provenance | None = None,
+    force: bool = False,
 ) -> list[ImportResult]:
-    """Land every leaf: the main one as ``base``, the others as ``base/branch-N``.
+    """Land every leaf: the main one as ``base`` (or wherever this file's import already is),
+    the others as ``MAIN/branch-N`` (or on the session of this file they extend).
 
     File problems and tool calls left without a result are reported on the first result.
+    ``explicit`` (``--as``) and ``force`` apply to the main session only: a branch never takes
+    over another session, it lands on a fresh name.
     """
     check_ref_name(base)
     source = str(path.resolve())
+    owners = owners if owners is not None else Provenance(store)
     results: list[ImportResult] = []
     seen: set[tuple[str, str]] = set()
     all_problems = [*problems, *tree.problems]
+    used: list[str] = []
+    main = base
     with store.batch():
         for n, leaf in enumerate(tree.leaves, 1):
-            name = base if n == 1 else f"{base}/branch-{n}"
             nodes = path_to(tree.nodes, leaf)
             derived = derive_messages(
                 [x.type for x in nodes], [x.data for x in nodes], [x.id for x in nodes]
             )
+            name = main if n == 1 else f"{main}/branch-{n}"
             for p in derived.problems:
                 if (p.kind, p.tool_call_id) not in seen:
                     seen.add((p.kind, p.tool_call_id))
-                    what = "tool call with no result" if p.kind == "orphan-call" else (
-                        "tool result with no call")
-                    all_problems.append(f"{path}: {what}: {p.tool_call_id} (in {name})")
-            result = land(store, name, nodes, source=source, explicit_name=explicit, format=format)
-            if meta is not None and result.outcome in ("created", "fast-forward", "rewritten"):
-                store.set_session_meta(result.session, meta)
+                    what, where = _PROBLEMS.get(p.kind, (p.kind, ""))
+                    all_problems.append(f"{path}: {what}: {p.tool_call_id} (in {name}{where})")
+            result = land(store, name, nodes, origin=Origin(format, source, main=n == 1),
+                          owners=owners, explicit_name=explicit and n == 1,
+                          force=force and n == 1, meta=meta, file_nodes=tree.nodes,
+                          exclude=used)
+            used.append(result.session)
+            if n == 1:
+                main = result.session
             results.append(result)
     if not results:
         results.append(ImportResult(source, base, "empty", 0, 0))
