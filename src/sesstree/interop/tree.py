@@ -40,6 +40,9 @@ class Entry(msgspec.Struct):
     splice: bool = False
     #: Kept apart from the main line (sub-agent sidechains): never the main session.
     side: bool = False
+    #: Written before the conversation's first record (Claude's leading summaries): the main
+    #: line only while the file holds nothing else, and then not (see ``Tree.has_main``).
+    prelude: bool = False
     #: For a ``compaction/marker`` event: the key of the first record it keeps.
     first_kept: str | None = None
 
@@ -50,6 +53,9 @@ class Tree(msgspec.Struct):
     nodes: dict[NodeId, Node]
     leaves: list[NodeId]
     problems: list[str]
+    #: False when the file holds only prelude records so far: no leaf is its main line yet, so
+    #: that the main session, once there is one, only ever fast-forwards as the file grows.
+    has_main: bool = True
 
 
 def build_tree(entries: Sequence[Entry], path: Path) -> Tree:
@@ -72,6 +78,7 @@ def build_tree(entries: Sequence[Entry], path: Path) -> Tree:
     known = {e.key for e in entries if e.key is not None}
     waiting: dict[str, list[Entry]] = {}
     placed: set[int] = set()  # id() of the entries placed
+    prelude_nodes: set[NodeId] = set()
     main_node: NodeId | None = None
     main_line = -1
 
@@ -111,7 +118,9 @@ def build_tree(entries: Sequence[Entry], path: Path) -> Tree:
             tip[owner] = tip[e.parent] = node_parent
             if e.key is not None:
                 group[e.key] = owner
-        if not e.side and e.line >= main_line:
+        if e.prelude:
+            prelude_nodes.update(n.id for n in made)
+        elif not e.side and e.line >= main_line:
             main_node, main_line = node_parent, e.line
 
     def place_with_children(e: Entry) -> None:
@@ -146,10 +155,12 @@ def build_tree(entries: Sequence[Entry], path: Path) -> Tree:
         # The newest main-line record got children (a spliced record): follow them down.
         main_node = next((leaf for leaf in reversed(leaves) if _reaches(nodes, leaf, main_node)),
                          None)
+    if main_node is None:  # only side records: the first that is not prelude stands in
+        main_node = next((leaf for leaf in leaves if leaf not in prelude_nodes), None)
     if main_node is not None and main_node in leaves:
         leaves.remove(main_node)
         leaves.insert(0, main_node)
-    return Tree(nodes, leaves, problems)
+    return Tree(nodes, leaves, problems, has_main=main_node is not None or not leaves)
 
 
 def _record_nodes(e: Entry, parent: NodeId | None, first: dict[str, NodeId]) -> list[Node]:
@@ -224,7 +235,7 @@ def land_tree(
     used: list[str] = []
     main = base
     with store.batch():
-        for n, leaf in enumerate(tree.leaves, 1):
+        for n, leaf in enumerate(tree.leaves, 1 if tree.has_main else 2):
             nodes = path_to(tree.nodes, leaf)
             derived = derive_messages(
                 [x.type for x in nodes], [x.data for x in nodes], [x.id for x in nodes]
