@@ -551,16 +551,26 @@ def import_(locator: StoreLocator, files: tuple[Path, ...], name: str | None, fm
 
 @cli.command()
 @click.argument("rev", default="HEAD", required=False)
-@click.option("-o", "out", type=click.Path(dir_okay=False, path_type=Path),
-              help="Output file (default: NAME.jsonl here).")
+@click.option("-o", "out", type=click.Path(dir_okay=False, allow_dash=True, path_type=Path),
+              help="Output file (default: NAME.jsonl here); - for standard output.")
 @click.option("--format", "fmt", default="seed", show_default=True, help="Output format.")
 @click.option("--force", is_flag=True, help="Replace files that already exist.")
 @pass_store
 def export(locator: StoreLocator, rev: str, out: Path | None, fmt: str, force: bool) -> None:
-    """Write a session back out (seed format: NAME.jsonl + NAME.meta.json)."""
-    from .interop import export_session
+    """Write a session back out (seed format: NAME.jsonl + NAME.meta.json).
+
+    Files are replaced atomically and never written through a symbolic link.
+    """
+    from .interop import export_session, render_export
 
     store = locator.open()
+    if out is not None and str(out) == "-":
+        # The main file only: seed's NAME.meta.json has no place on a stream.
+        data = render_export(store, rev, format=fmt)[0][1]
+        sys.stdout.flush()
+        sys.stdout.buffer.write(data)
+        sys.stdout.buffer.flush()
+        return
     for path in export_session(store, rev, out=out, format=fmt, force=force):
         click.echo(f"wrote {path}")
 

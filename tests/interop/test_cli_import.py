@@ -3,9 +3,15 @@
 from __future__ import annotations
 
 import json
+import resource
+import signal
+import subprocess
+import sys
 from pathlib import Path
 
 from cli_kit import Sess
+
+from sesstree import open_store
 
 MESSAGES = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]
 
@@ -46,3 +52,78 @@ def test_import_as_refuses_another_history_unless_forced(sess: Sess, tmp_path: P
     assert out.startswith("quest: replaced, ")
     reflog = sess.json("reflog", "quest")
     assert "replaced this session's history (--force)" in json.dumps(reflog)
+
+
+def _imported(sess: Sess, tmp_path: Path) -> Path:
+    src = _seed(tmp_path / "in" / "quest-1.jsonl")
+    sess.ok("import", str(src))
+    return src
+
+
+# Guards a past bug: `-o -` wrote files named `-` and `-.meta.json`.
+def test_export_to_standard_output(sess: Sess, tmp_path: Path) -> None:
+    _imported(sess, tmp_path)
+    result = sess("export", "quest-1", "-o", "-")
+    assert result.exit_code == 0, result.output
+    assert [json.loads(line) for line in result.stdout_bytes.splitlines()] == MESSAGES
+    openai = sess("export", "quest-1", "-o", "-", "--format", "openai")
+    assert json.loads(openai.stdout_bytes) == MESSAGES
+    assert not (tmp_path / "-").exists() and not (tmp_path / "-.meta.json").exists()
+
+
+# Guards a past bug: export followed a dangling link and created its target, and wrote
+# through a link with --force.
+def test_export_never_writes_through_a_symbolic_link(sess: Sess, tmp_path: Path) -> None:
+    _imported(sess, tmp_path)
+    target = tmp_path / "elsewhere" / "victim.jsonl"
+    target.parent.mkdir()
+    (tmp_path / "link.jsonl").symlink_to(target)  # dangling
+    sess.fail("export", "quest-1", "-o", "link.jsonl", needles=("link.jsonl",
+                                                                "symbolic link"))
+    sess.fail("export", "quest-1", "-o", "link.jsonl", "--force",
+              needles=("symbolic link",))
+    assert not target.exists()
+    (tmp_path / "quest-1.jsonl").symlink_to(target)  # the default name
+    sess.fail("export", "quest-1", needles=("quest-1.jsonl", "symbolic link"))
+    assert not target.exists()
+    target.write_text("precious\n")
+    sess.fail("export", "quest-1", "-o", "link.jsonl", "--force", needles=("symbolic link",))
+    assert target.read_text() == "precious\n"
+    assert (tmp_path / "link.jsonl").is_symlink()
+
+
+def test_forced_export_replaces_atomically(sess: Sess, tmp_path: Path) -> None:
+    _imported(sess, tmp_path)
+    out = tmp_path / "out.jsonl"
+    out.write_text("old\n")
+    out.chmod(0o640)
+    sess.ok("export", "quest-1", "-o", str(out), "--force")
+    assert [json.loads(line) for line in out.read_text().splitlines()] == MESSAGES
+    assert out.stat().st_mode & 0o777 == 0o640  # the replaced file's mode is kept
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".out")) == []
+
+
+def _limited(limit: int) -> None:
+    # Files may not grow past `limit` bytes: a write past it fails (EFBIG), as on a full disk.
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+
+# Guards a past bug: a failed --force export left the old file truncated.
+def test_a_failed_forced_export_leaves_the_old_file_whole(tmp_path: Path) -> None:
+    store_dir = tmp_path / "s"
+    with open_store(store_dir) as store:
+        store.session("big").add_message({"role": "user", "content": "x" * 300_000})
+    out = tmp_path / "big.jsonl"
+    out.write_text("old\n")
+    before = sorted(p.name for p in tmp_path.iterdir())
+    result = subprocess.run(
+        [sys.executable, "-c", "from sesstree.cli import main; main()", "--store",
+         str(store_dir), "export", "big", "-o", str(out), "--force"],
+        capture_output=True, text=True, preexec_fn=lambda: _limited(100_000), timeout=60,
+    )
+    assert result.returncode != 0
+    assert "Traceback" not in result.stderr and len(result.stderr.strip().splitlines()) == 1
+    assert "big.jsonl" in result.stderr
+    assert out.read_text() == "old\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == before  # no temporary file left

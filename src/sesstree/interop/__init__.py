@@ -14,13 +14,13 @@ from ..errors import InputError
 from ..repo import Store
 from .claude import import_claude, looks_like_claude
 from .codex import import_codex, looks_like_codex
-from .common import ImportResult
-from .export import export_openai, export_records
+from .common import ImportResult, write_new
+from .export import render_openai, render_records
 from .jsonl import decode_line
 from .openai import import_openai_json, looks_like_messages
 from .pi import import_pi, looks_like_pi
 from .provenance import Provenance
-from .seed import export_seed, import_seed
+from .seed import import_seed, render_seed
 
 __all__ = [
     "EXPORT_FORMATS",
@@ -30,6 +30,7 @@ __all__ = [
     "export_session",
     "import_file",
     "import_files",
+    "render_export",
 ]
 
 #: Formats ``sess import --format`` accepts; "auto" detects from the content. ``openai`` is a
@@ -201,6 +202,21 @@ def import_files(
     return results
 
 
+def render_export(
+    store: Store, rev: str, *, out: Path | None = None, format: str = "seed"
+) -> list[tuple[Path, bytes]]:
+    """What :func:`export_session` would write, without writing it: each file's path and its
+    bytes, the main file first (``seed`` adds ``NAME.meta.json`` after it)."""
+    if format in ("seed", "jsonl"):
+        return render_seed(store, rev, out)
+    if format == "openai":
+        return [render_openai(store, rev, out)]
+    if format in ("claude", "pi"):
+        return [render_records(store, rev, format, out)]
+    raise InputError(f"unknown export format {format!r}; expected one of "
+                     f"{', '.join(EXPORT_FORMATS)}")
+
+
 def export_session(
     store: Store, rev: str, *, out: Path | None = None, format: str = "seed", force: bool = False
 ) -> list[Path]:
@@ -209,13 +225,7 @@ def export_session(
     ``seed``/``jsonl``: the stored messages, one per line, plus ``NAME.meta.json``.
     ``openai``: the messages a model would be sent, as a JSON array (JSONL if ``out`` ends in
     ``.jsonl``). ``claude``/``pi``: the tool's own file, rebuilt from the imported records.
-    An existing file is not replaced unless ``force``.
+    An existing file is not replaced unless ``force``; files are replaced atomically and never
+    written through a symbolic link (see :func:`~sesstree.interop.common.write_new`).
     """
-    if format in ("seed", "jsonl"):
-        return export_seed(store, rev, out, force=force)
-    if format == "openai":
-        return [export_openai(store, rev, out, force=force)]
-    if format in ("claude", "pi"):
-        return [export_records(store, rev, format, out, force=force)]
-    raise InputError(f"unknown export format {format!r}; expected one of "
-                     f"{', '.join(EXPORT_FORMATS)}")
+    return write_new(render_export(store, rev, out=out, format=format), force=force)

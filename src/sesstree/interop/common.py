@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import stat
+import tempfile
 from collections.abc import Collection, Sequence
 from pathlib import Path
 from typing import Any
@@ -57,18 +60,85 @@ def message_chain(messages: Sequence[dict[str, Any]], path: Path | None = None,
 
 
 def write_new(files: Sequence[tuple[Path, bytes]], *, force: bool = False) -> list[Path]:
-    """Write exported files; unless ``force``, refuse (before writing any) to replace one.
+    """Write exported files, each atomically; unless ``force``, refuse (before writing any) to
+    replace one. Never writes through a symbolic link.
 
     An export's default name is the session's, which is often the very file it was imported
-    from: overwriting it silently could replace a tool's transcript with another format.
+    from: overwriting it silently could replace a tool's transcript with another format. Each
+    file is written to a temporary file in its folder, synced, then renamed over the target,
+    so a failed export (a full disk) leaves the old file whole. A link at the target, even a
+    dangling one, is refused rather than followed: writing through it would create or replace
+    a file the user never named.
+
+    Raises:
+        InputError: a target exists (without ``force``), is a link, a folder or not a regular
+            file.
+        OSError: writing failed (``filename`` is the target); nothing was replaced.
     """
-    if not force:
-        for path, _ in files:
-            if path.exists():
-                raise InputError("already exists; pass --force to overwrite it", path=str(path))
-    for path, data in files:
-        path.write_bytes(data)
+    for path, _ in files:
+        _check_target(path, force)
+    temps: list[str] = []
+    try:
+        for path, data in files:
+            temps.append(_write_temp(path, data))
+        for (path, _), temp in zip(files, temps, strict=True):
+            try:
+                os.replace(temp, path)
+            except OSError as exc:
+                raise OSError(exc.errno, exc.strerror, str(path)) from None
+    finally:
+        for temp in temps:
+            if os.path.lexists(temp):
+                os.unlink(temp)
     return [path for path, _ in files]
+
+
+def _check_target(path: Path, force: bool) -> None:
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise OSError(exc.errno, exc.strerror, str(path)) from None
+    if stat.S_ISLNK(mode):
+        raise InputError("is a symbolic link; export never writes through one (remove it or "
+                         "give another path)", path=str(path))
+    if stat.S_ISDIR(mode):
+        raise InputError("is a folder", path=str(path))
+    if not stat.S_ISREG(mode):
+        raise InputError("is not a regular file (use -o - for standard output)", path=str(path))
+    if not force:
+        raise InputError("already exists; pass --force to overwrite it", path=str(path))
+
+
+def _write_temp(path: Path, data: bytes) -> str:
+    """Write ``data`` to a new temporary file beside ``path``; its name."""
+    try:
+        fd, temp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    except OSError as exc:
+        raise OSError(exc.errno, exc.strerror, str(path)) from None
+    try:
+        with os.fdopen(fd, "wb") as f:
+            # mkstemp makes it private; an export gets the mode a new file would get (or the
+            # mode of the file it replaces).
+            try:
+                keep = os.stat(path).st_mode & 0o7777
+            except OSError:
+                keep = 0o666 & ~_umask()
+            os.fchmod(f.fileno(), keep)
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+    except OSError as exc:
+        os.unlink(temp)
+        raise OSError(exc.errno, exc.strerror, str(path)) from None
+    return temp
+
+
+def _umask() -> int:
+    mask = os.umask(0o22)
+    os.umask(mask)
+    return mask
 
 
 def land(

@@ -21,7 +21,7 @@ from .common import ImportResult, land, message_chain, write_new
 from .jsonl import decode_line, read_records
 from .provenance import PROVENANCE_KEY, Origin, Provenance
 
-__all__ = ["export_seed", "import_seed", "read_seed"]
+__all__ = ["export_seed", "import_seed", "read_seed", "render_seed"]
 
 
 def read_seed(path: Path) -> list[dict[str, Any]]:
@@ -85,6 +85,11 @@ def export_seed(
     the tagged user messages the model saw); a session imported from a seed file comes back
     equal to it, every key and unknown role kept.
     """
+    return write_new(render_seed(store, rev, out), force=force)
+
+
+def render_seed(store: Store, rev: str, out: Path | None = None) -> list[tuple[Path, bytes]]:
+    """The two files :func:`export_seed` writes: the JSONL first, then the metadata."""
     name = store.session_name_of(rev)
     chain = store.chain(rev)
     messages = derive_messages(chain.types, chain.datas, chain.ids, repair=False).messages
@@ -98,7 +103,7 @@ def export_seed(
         meta = {"id": name, "head": chain.ids[-1] if chain.ids else None,
                 "messages": len(messages), "exportedAt": now}
     encoder = msgspec.json.Encoder()
-    return write_new([
+    return [
         (jsonl, b"".join(_one_line(encoder.encode(m)) + b"\n" for m in messages)),
         (meta_path, encoder.encode(meta) + b"\n"),
-    ], force=force)
+    ]
