@@ -257,8 +257,9 @@ def import_claude(
         if isinstance(uuid, str) and rec.get("sessionId") == session_id:
             raw = {k: v for k, v in rec.items() if k != "sessionId"}
         side = bool(rec.get("isSidechain"))
+        # a uuid of another type (a damaged file) is no key: a list cannot even be looked up
         events = _entry_events(rec, raw, merged.get(uuid) if isinstance(uuid, str) else None,
-                               uuid in silent)
+                               isinstance(uuid, str) and uuid in silent)
         if not isinstance(uuid, str):
             key = f"@{r.line}"
             entries.append(Entry(r.line, key, last_key, events, splice=last_key is not None,

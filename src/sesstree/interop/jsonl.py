@@ -98,7 +98,7 @@ def _glued(line: bytes) -> list[dict[str, Any]]:
     while pos < len(text):
         try:
             value, end = _raw.raw_decode(text, pos)
-        except (json.JSONDecodeError, RecursionError):
+        except (ValueError, RecursionError):  # JSONDecodeError, or an int of 4,300+ digits
             return []
         if not isinstance(value, dict):
             return []
