@@ -166,3 +166,36 @@ def test_a_reply_split_over_entries_is_one_message(store: Store, tmp_path: Path)
     assert store.derive(result.session).problems == []
     # every entry is still kept as its raw record
     assert store.chain(result.session).types.count("claude/assistant") == 3
+
+
+def _entries(*spec: tuple[str, str | None, str, str]) -> str:
+    return "".join(json.dumps({
+        "type": kind, "uuid": uuid, "parentUuid": parent, "sessionId": "r1",
+        "message": {"role": kind, "content": text,
+                    **({"stop_reason": "end_turn"} if kind == "assistant" else {})}}) + "\n"
+        for uuid, parent, kind, text in spec)
+
+
+def test_a_rewind_in_the_tool_moves_the_session_and_keeps_the_old_line(
+        store: Store, tmp_path: Path) -> None:
+    path = tmp_path / "r1.jsonl"
+    side = json.dumps({"type": "user", "uuid": "s1", "parentUuid": None, "isSidechain": True,
+                       "sessionId": "r1", "message": {"role": "user", "content": "sub task"}})
+    first = _entries(("u1", None, "user", "hi"), ("a1", "u1", "assistant", "hello"),
+                     ("u2", "a1", "user", "go left"), ("a2", "u2", "assistant", "went left"),
+                     ) + side + "\n"
+    path.write_text(first)
+    results = import_files(store, [path])
+    assert [r.session for r in results] == ["r1", "r1/branch-2"]  # the sidechain
+    old_head = results[0].head
+    # the user rewound to a1 and asked again: the file only grew
+    path.write_text(first + _entries(("u3", "a1", "user", "go right"),
+                                     ("a3", "u3", "assistant", "went right")))
+    results = import_files(store, [path])
+    # the old main line sorts before the sidechain now, yet the sidechain keeps its session
+    assert {(r.session, r.outcome) for r in results} == {
+        ("r1", "moved"), ("r1/branch-2", "up to date"), ("r1/branch-3", "created")}
+    assert store.session_head("r1/branch-3") == old_head  # the old line is a session still
+    assert "went on from an earlier point" in store.reflog("r1")[-1].reason
+    assert not any("edited" in e.reason for e in store.reflog())
+    assert {r.outcome for r in import_files(store, [path])} == {"up to date"}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import stat
 import tempfile
 from collections.abc import Collection, Sequence
@@ -180,18 +181,22 @@ def land(
         return ImportResult(source, base, "empty", 0, 0)
     target = nodes[-1].id
     name = base
+    found = None
     if not explicit_name:
-        name = owners.find(origin, [n.id for n in nodes], exclude=exclude) or base
+        found = owners.find(origin, [n.id for n in nodes], exclude=exclude)
+        name = found or base
     backend = store.backend
     with store.batch():
         new = len(nodes) - len(backend.has([n.id for n in nodes]))
         store.write(nodes)
         path = [n.id for n in nodes]
         holder = owners.origin_of(name)
-        ours = holder == origin
+        # A file's other branches all share one origin: one of them is this leaf's only if
+        # it was matched by content, or a renumbered branch would move another one's session.
+        ours = holder == origin and (origin.main or name == found)
         head = store.session_head(name)
         if head is not None and not ours and holder is not None and not explicit_name:
-            name, head = _free_name(store, base), None  # another file's import holds the name
+            name, head = _free_name(store, base), None  # another import holds the name
         outcome = _relation(store, head, target, path)
         if outcome == "differs":
             if ours:
@@ -242,7 +247,13 @@ def _relation(store: Store, head: NodeId | None, target: NodeId, path: Sequence[
 
 
 def _free_name(store: Store, name: str) -> str:
-    n = 2
-    while store.has_session(f"{name}-{n}"):
+    """The first free ``NAME-N`` (N from 2); for ``X/branch-K``, the next free ``X/branch-N``."""
+    stem, n = f"{name}-", 2
+    if (m := _BRANCH_NAME.fullmatch(name)) is not None:
+        stem, n = m.group(1), int(m.group(2)) + 1
+    while store.has_session(f"{stem}{n}"):
         n += 1
-    return f"{name}-{n}"
+    return f"{stem}{n}"
+
+
+_BRANCH_NAME = re.compile(r"(.*/branch-)(\d+)")
