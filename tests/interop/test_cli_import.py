@@ -127,3 +127,21 @@ def test_a_failed_forced_export_leaves_the_old_file_whole(tmp_path: Path) -> Non
     assert "big.jsonl" in result.stderr
     assert out.read_text() == "old\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == before  # no temporary file left
+
+
+def test_nightly_import_follows_renames_and_deletes(sess: Sess, tmp_path: Path) -> None:
+    folder = tmp_path / "transcripts"
+    _seed(folder / "quest-1.jsonl")
+    _seed(folder / "quest-2.jsonl", [{"role": "user", "content": "other"}])
+    sess.ok("import", "-r", str(folder))
+    sess.ok("branch", "-m", "quest-1", "renamed")
+    sess.ok("branch", "-d", "quest-2")
+    with sess.store() as store:  # a new, unrelated session takes the deleted one's name
+        store.session("quest-2").add_message({"role": "user", "content": "by hand"})
+    out = sess.ok("import", "-r", str(folder))
+    assert "renamed: up to date" in out
+    assert "quest-2-2: created" in out  # not "rewritten" over the unrelated session
+    names = sorted(b["name"] for b in sess.json("branch"))
+    assert names == ["quest-2", "quest-2-2", "renamed"]
+    assert sess.ok("import", "-r", str(folder)).count("up to date") == 2
+    assert sorted(b["name"] for b in sess.json("branch")) == names
