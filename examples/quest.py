@@ -1,4 +1,4 @@
-"""The quest, in Python, on sesstree: day 1, day 2 on the same session, then a fork.
+"""The quest, in Python, on sesstree: day 1, day 2 on the same session, a fork, and day 3.
 
     python examples/quest.py                       # offline: a scripted model on loopback
     python examples/quest.py --base-url http://localhost:11434/v1 --model llama3.1
@@ -121,7 +121,14 @@ def main() -> None:
         untouched = store.session("quest-1").messages() == before
         print(f"\nquest-1: {len(before)} messages, untouched by the fork: {untouched}")
         print(f"quest-2: {len(west.messages())} messages, sharing quest-1's {len(before)}")
-        print(f"Stored in {Path(args.store).resolve()}; try: sess --store {args.store} log quest-2")
+
+        # quest-1 goes on its own way: the two sessions now differ after their shared prefix.
+        print("\nDay 3, back on quest-1")
+        day2.run("I'm at the iron door with the key.")
+
+        store.set_head_session("quest-1")  # what `sess log` and `sess status` show
+        print(f"\nStored in {Path(args.store).resolve()}; try: sess --store {args.store} log "
+              f"quest-2, or sess --store {args.store} log --graph --all")
 
 
 if __name__ == "__main__":

@@ -77,7 +77,7 @@ def test_branch_lists_sessions_current_marked_and_aligned(sess: Sess) -> None:
     assert lines[1].startswith("* main         ")
     assert short(ids[-1]) in lines[1]
     assert "     3 events  just now" in lines[1]
-    assert "     1 events  just now" in lines[0]
+    assert "     1 event   just now" in lines[0]  # guards a past "1 events"
     # the id column is aligned
     assert len({line.index(" ", 4 + len("a-long-name")) for line in lines}) == 1
     data = sess.json("branch")
@@ -90,11 +90,11 @@ def test_branch_lists_sessions_current_marked_and_aligned(sess: Sess) -> None:
 def test_branch_creates_from_head_session_prefix_and_ancestor(sess: Sess) -> None:
     ids = sess.quest()
     assert sess.ok("branch", "from-head") == f"Created session from-head at {short(ids[2])}\n"
-    sess.ok("branch", "from-session", "main")
-    assert sess.ok("branch", "from-prefix", ids[0][:6]) == (
-        f"Created session from-prefix at {short(ids[0])}\n")
-    sess.ok("branch", "from-tilde", "main~1")
-    sess.ok("branch", "from-caret", "main^^")
+    sess.ok("branch", "main", "from-session")
+    assert sess.ok("branch", ids[0][:6], "from-prefix") == (
+        f"Created session from-prefix at {short(ids[0])} from {ids[0][:6]}\n")
+    sess.ok("branch", "main~1", "from-tilde")
+    sess.ok("branch", "main^^", "from-caret")
     heads = {b["name"]: (b["head"], b["length"]) for b in sess.json("branch")}
     assert heads == {
         "main": (ids[2], 3),
@@ -129,7 +129,7 @@ def test_branch_delete_is_logged_detaches_head_and_can_be_undone(sess: Sess) -> 
     sess.ok("checkout", "main")
     sess.ok("branch", "keep")
     assert sess.ok("branch", "-d", "main") == (
-        f"Deleted session main (was {short(ids[-1])}; 'sess branch main main@{{1}}' restores it)\n"
+        f"Deleted session main (was {short(ids[-1])}; 'sess branch main@{{1}} main' restores it)\n"
         f"HEAD is now detached at {short(ids[-1])}\n")
     assert [b["name"] for b in sess.json("branch")] == ["keep"]
     assert sess.ok("status") == f"HEAD detached at {short(ids[-1])} (3 events)\n"
@@ -137,10 +137,30 @@ def test_branch_delete_is_logged_detaches_head_and_can_be_undone(sess: Sess) -> 
     assert entries[0]["reason"] == "branch: deleted"
     assert entries[0]["new"] is None
     # main@{1} is where main pointed before the deletion
-    sess.ok("branch", "main", "main@{1}")
+    sess.ok("branch", "main@{1}", "main")
     assert sess.head("main") == ids[-1]
 
 
+
+
+def test_branch_forks_source_into_new_as_the_product_says(sess: Sess) -> None:
+    # Guards a past bug: `sess branch quest-1 quest-2` ran git's order (NEW START) and
+    # answered "unknown revision 'quest-2'".
+    ids = sess.quest()
+    sess.ok("branch", "-m", "main", "quest-1")
+    assert sess.ok("branch", "quest-1", "quest-2") == (
+        f"Created session quest-2 at {short(ids[-1])} from quest-1\n")
+    assert sess.json("log", "quest-2") == sess.json("log", "quest-1")
+
+
+def test_branch_in_git_order_is_refused_with_the_right_order(sess: Sess) -> None:
+    sess.quest()
+    sess.ok("branch", "-m", "main", "quest-1")
+    before = sess.json("branch"), sess.json("reflog", "quest-1")
+    sess.fail("branch", "quest-2", "quest-1", needles=(
+        "unknown revision 'quest-2'", "'quest-1' exists", "SOURCE NEW",
+        "'sess branch quest-1 quest-2'"))
+    assert (sess.json("branch"), sess.json("reflog", "quest-1")) == before  # nothing changed
 
 
 # Guards a past bug: HEAD unset in a fresh store means main.
@@ -165,15 +185,16 @@ def test_branch_delete_of_implicit_head_session_detaches_head(sess: Sess) -> Non
     (("branch", ""), ("''", "empty")),
     (("branch", "bad name"), ("'bad name'",)),
     (("branch", "HEAD"), ("'HEAD'", "reserved")),
-    (("branch", "new", "nosuch"), ("'nosuch'", "unknown revision")),
-    (("branch", "new", "main~7"), ("main~7", "cannot go back 7")),
+    (("branch", "nosuch", "new"), ("'nosuch'", "unknown revision")),
+    (("branch", "main~7", "new"), ("main~7", "cannot go back 7")),
+    (("branch", "main", "west"), ("'west'", "already exists")),
     (("branch", "-d", "ghost"), ("'ghost'",)),
     (("branch", "-m", "ghost", "spirit"), ("'ghost'",)),
     (("branch", "-m", "main", "west"), ("'west'", "already exists")),
     (("branch", "-m", "main", "../up"), ("'../up'",)),
     (("branch", "-d"), ("usage: sess branch -d NAME",)),
     (("branch", "-m", "main"), ("usage: sess branch -m OLD NEW",)),
-    (("branch", "a", "b", "c"), ("usage: sess branch NEW [START]",)),
+    (("branch", "a", "b", "c"), ("usage: sess branch [SOURCE] NEW",)),
 ])
 def test_branch_user_errors(sess: Sess, args: tuple[str, ...], needles: tuple[str, ...]) -> None:
     sess.quest()
@@ -203,7 +224,7 @@ def test_branch_on_empty_store_names_the_problem(sess: Sess) -> None:
 
 def test_checkout_session_prefix_and_new(sess: Sess) -> None:
     ids = sess.quest()
-    sess.ok("branch", "west", "main~1")
+    sess.ok("branch", "main~1", "west")
     assert sess.ok("checkout", "west") == "Switched to session west\n"
     assert sess.json("status") == {"session": "west", "detached": False, "head": ids[1], "length": 2}
     sess.ok("append", "user/message", msg("user", "on west"))
@@ -247,7 +268,7 @@ def test_checkout_user_errors(sess: Sess, args: tuple[str, ...], needles: tuple[
 
 def test_log_default_oneline_reverse_limit_json(sess: Sess) -> None:
     ids = sess.quest()
-    sess.ok("branch", "west", "main~1")
+    sess.ok("branch", "main~1", "west")
     lines = sess.lines("log")
     assert lines == [
         f"{short(ids[2])}  user/message       user: I go west. (HEAD -> main)",
@@ -369,7 +390,7 @@ def test_log_graph_all_draws_unrelated_roots_apart(sess: Sess) -> None:
 def test_log_graph_all_three_way_fork(sess: Sess) -> None:
     ids = sess.quest()
     for name in ("a", "b"):
-        sess.ok("branch", name, "main~2")
+        sess.ok("branch", "main~2", name)
         sess.ok("append", name, "user/message", msg("user", f"path {name}"))
     lines = sess.lines("log", "--graph", "--all")
     assert lines[-1] == f"* {short(ids[0])} user: I need to get into the Cave of Echoes."
@@ -440,19 +461,30 @@ def test_messages_human_json_jsonl_and_rev(sess: Sess) -> None:
     assert sess.json("messages", "main~3") == expected[:2]
 
 
-def test_messages_orphan_call_is_a_warning_on_stderr(sess: Sess) -> None:
+def test_messages_exact_and_sending_view(sess: Sess) -> None:
     call = {"id": "c9", "type": "function", "function": {"name": "look", "arguments": "{}"}}
-    sess.ok("append", "assistant/message", json.dumps(
-        {"role": "assistant", "content": None, "tool_calls": [call]}))
+    asked = {"role": "assistant", "content": None, "tool_calls": [call]}
+    sess.ok("append", "assistant/message", json.dumps(asked))
+    # at the tail, the call is pending: noted, and nothing is invented
     result = sess("messages", "--json")
     assert result.exit_code == 0
-    assert result.stderr == "warning: orphan-call c9: no result was recorded\n"
-    messages = json.loads(result.stdout)
-    assert messages[1]["role"] == "tool" and messages[1]["tool_call_id"] == "c9"
+    assert result.stderr == "note: tool call c9 has no result yet (pending)\n"
+    assert json.loads(result.stdout) == [asked]
+    result = sess("messages", "--json", "--sending")
+    assert json.loads(result.stdout)[1]["tool_call_id"] == "c9"
+    # once something follows, it is an orphan: a warning, still nothing invented
+    sess.ok("append", "user/message", json.dumps({"role": "user", "content": "well?"}))
+    sess.ok("append", "user/message", json.dumps({"role": "user", "content": "hello?"}))
     result = sess("messages")
     assert result.exit_code == 0
-    assert "warning: orphan-call c9" in result.stderr
+    assert result.stderr == "warning: orphan-call c9: no result was recorded\n"
     assert result.stdout.splitlines()[0] == "assistant: [calls look]"
+    assert len(result.stdout.splitlines()) == 3
+    result = sess("messages", "--sending", "--jsonl")
+    sent = [json.loads(line) for line in result.stdout.splitlines()]
+    assert [m["role"] for m in sent] == ["assistant", "tool", "user"]
+    assert sent[2]["content"] == "well?\n\nhello?"
+    assert "note: two user messages in a row sent as one" in result.stderr
 
 
 def test_messages_user_errors(sess: Sess) -> None:
@@ -576,7 +608,7 @@ def test_reset_then_undo_through_reflog(sess: Sess) -> None:
 
 def test_reset_fast_forwards_other_session(sess: Sess) -> None:
     ids = sess.quest()
-    sess.ok("branch", "west", "main~2")
+    sess.ok("branch", "main~2", "west")
     assert sess.ok("reset", "west", "main") == f"west: {short(ids[0])} -> {short(ids[2])} (3 events)\n"
     assert sess.head("west") == ids[2]
 
@@ -597,5 +629,5 @@ def test_reset_and_reflog_user_errors(sess: Sess, args: tuple[str, ...],
 def test_reflog_on_detached_head_asks_for_a_name(sess: Sess) -> None:
     sess.quest()
     sess.ok("checkout", "main~1")
-    sess.fail("reflog", needles=("HEAD is detached; name a session",))
+    sess.fail("reflog", needles=("HEAD is detached at", "name one",))
     assert len(sess.json("reflog", "main")) == 3

@@ -8,8 +8,9 @@ from typing import Any
 import pytest
 from core_testkit import assistant, user
 
-from sesstree import InvalidEventError, Store, derive_messages, make_node
-from sesstree.events import MESSAGE_TYPES, ORPHAN_RESULT, VOCABULARY, is_registered, message_type
+from sesstree import InvalidEventError, Store, derive_messages, make_node, repair_messages
+from sesstree.events import MESSAGE_TYPES, VOCABULARY, is_registered, message_type
+from sesstree.sending import ORPHAN_RESULT, PENDING_RESULT
 
 
 def call(cid: str, name: str = "talk_to") -> dict[str, Any]:
@@ -123,49 +124,94 @@ def test_tool_calls_paired_in_order(store: Store) -> None:
                           assistant("done")]
 
 
-def test_out_of_order_results_moved_forward(store: Store) -> None:
+def test_out_of_order_results_come_back_as_stored_and_are_moved_up_to_send(store: Store) -> None:
     q = store.session("q")
-    q.add_message(calls("c1", "c2"))
-    q.add_message(result("c2", "r2"))
-    q.add_message(user("interjection"))
-    q.add_message(result("c1", "r1"))
+    stored = [calls("c1", "c2"), result("c2", "r2"), user("interjection"), result("c1", "r1")]
+    for m in stored:
+        q.add_message(m)
     d = q.derive()
     assert d.problems == []
-    assert d.messages == [calls("c1", "c2"), result("c2", "r2"), result("c1", "r1"),
-                          user("interjection")]
-    # the stored history is untouched
-    assert [e.data for e in q.events()][2] == user("interjection")
+    assert d.messages == stored
+    sent = q.sending_view()
+    assert sent.problems == []
+    assert sent.messages == [calls("c1", "c2"), result("c2", "r2"), result("c1", "r1"),
+                             user("interjection")]
+    assert q.messages() == stored  # the sending view changed nothing
 
 
-def test_orphan_call_reported_and_given_a_result(store: Store) -> None:
+def test_orphan_call_reported_not_invented(store: Store) -> None:
     q = store.session("q")
-    q.add_message(calls("c1", "c2"))
-    q.add_message(result("c1"))
-    q.add_message(user("next"))
+    stored = [calls("c1", "c2"), result("c1"), user("next")]
+    for m in stored:
+        q.add_message(m)
     d = q.derive()
     assert [(p.kind, p.tool_call_id) for p in d.problems] == [("orphan-call", "c2")]
-    assert d.messages == [
+    assert d.messages == stored
+    sent = q.sending_view()
+    assert [(p.kind, p.tool_call_id) for p in sent.problems] == [("orphan-call", "c2")]
+    assert sent.messages == [
         calls("c1", "c2"),
         result("c1"),
         {"role": "tool", "tool_call_id": "c2", "content": ORPHAN_RESULT},
         user("next"),
     ]
     q.add_message(assistant("the session is still usable"))
-    assert q.messages()[-1] == assistant("the session is still usable")
+    assert q.sending_view().messages[-1] == assistant("the session is still usable")
 
 
-def test_orphan_result_reported_and_kept(store: Store) -> None:
+def test_pending_call_at_the_tail_is_not_an_orphan(store: Store) -> None:
+    # Guards a past bug: a call another process is still running read back with a result
+    # nobody wrote, so a user message and a call read back as three messages.
     q = store.session("q")
     q.add_message(user("go"))
-    q.add_message(result("ghost", "boo"))
-    q.add_message(calls("c1"))
+    q.add_message(calls("c1", "c2"))
+    assert store.session("q").messages() == [user("go"), calls("c1", "c2")]
+    d = store.session("q").derive()
+    assert [(p.kind, p.tool_call_id) for p in d.problems] == [
+        ("pending-call", "c1"), ("pending-call", "c2")]
     q.add_message(result("c1"))
-    q.add_message(result("c1", "twice"))
+    d = store.session("q").derive()
+    assert d.messages == [user("go"), calls("c1", "c2"), result("c1")]
+    assert [(p.kind, p.tool_call_id) for p in d.problems] == [("pending-call", "c2")]
+    sent = q.sending_view()
+    assert sent.messages[-1] == {"role": "tool", "tool_call_id": "c2", "content": PENDING_RESULT}
+    assert [p.kind for p in sent.problems] == ["pending-call"]
+
+
+def test_orphan_result_reported_kept_and_not_sent(store: Store) -> None:
+    q = store.session("q")
+    stored = [user("go"), result("ghost", "boo"), calls("c1"), result("c1"), result("c1", "twice")]
+    for m in stored:
+        q.add_message(m)
     d = q.derive()
     assert [(p.kind, p.tool_call_id) for p in d.problems] == [
         ("orphan-result", "ghost"), ("orphan-result", "c1")]
-    assert d.messages == [user("go"), result("ghost", "boo"), calls("c1"), result("c1"),
-                          result("c1", "twice")]
+    assert d.messages == stored
+    sent = q.sending_view()
+    assert [(p.kind, p.tool_call_id) for p in sent.problems] == [
+        ("orphan-result", "ghost"), ("orphan-result", "c1")]
+    assert sent.messages == [user("go"), calls("c1"), result("c1")]
+
+
+def test_consecutive_user_messages_joined_only_when_sending(store: Store) -> None:
+    q = store.session("q")
+    stored = [user("a"), user("b"), assistant("x"),
+              {"role": "user", "content": [{"type": "text", "text": "c"}]}, user("d"),
+              user("e", name="bob"), user("f", name="eve")]
+    for m in stored:
+        q.add_message(m)
+    q.append("steering/message", {"content": "hurry"})
+    assert q.messages()[:-1] == stored
+    sent = q.sending_view()
+    assert sent.messages == [
+        user("a\n\nb"), assistant("x"),
+        {"role": "user", "content": [{"type": "text", "text": "c"}, {"type": "text", "text": "d"}]},
+        # two names (or a name and none): joining would lose one, so they stay apart
+        user("e", name="bob"),
+        user("f", name="eve"),
+        {"role": "user", "content": "<steering>\nhurry\n</steering>"},
+    ]
+    assert [p.kind for p in sent.problems] == ["merged-user", "merged-user"]
 
 
 def test_unknown_roles_and_extra_keys_untouched(store: Store) -> None:
@@ -250,13 +296,14 @@ def test_register_rules(registry: Callable[..., None]) -> None:
     assert derive_messages(["myapp/later"], [{}]).messages == [{"role": "user", "content": "again"}]
 
 
-def test_derive_without_repair_keeps_stored_order() -> None:
+def test_derive_keeps_stored_order_and_repair_moves_results_up() -> None:
     types = ["assistant/message", "user/message", "tool/result"]
     datas = [calls("c1"), user("x"), result("c1")]
-    raw = derive_messages(types, datas, repair=False)
+    raw = derive_messages(types, datas)
     assert raw.messages == datas and raw.problems == []
-    repaired = derive_messages(types, datas)
+    repaired = derive_messages(types, datas, repair=True)
     assert repaired.messages == [calls("c1"), result("c1"), user("x")]
+    assert repair_messages(datas).messages == repaired.messages
 
 
 def test_derive_returns_messages_for_every_builtin(store: Store) -> None:

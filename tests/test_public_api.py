@@ -10,7 +10,7 @@ from sesstree import errors
 INCLUDED_DUNDERS = {"__version__"}
 CORE = {
     "open_store", "Store", "Session", "SessionInfo", "Diff", "Node", "NodeId", "make_node",
-    "Derived", "Problem", "derive_messages", "register_event_type",
+    "Derived", "Problem", "derive_messages", "register_event_type", "repair_messages",
     "SesstreeError", "StoreError", "StoreNotFoundError", "StoreCorruptError", "StoreLockedError",
     "StoreFormatError", "RevisionError", "UnknownRevisionError", "AmbiguousPrefixError",
     "InvalidRefNameError", "RefExistsError", "ConflictError", "InvalidEventError", "InputError",

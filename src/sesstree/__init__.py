@@ -31,6 +31,7 @@ from .errors import (
 from .events import Derived, Problem, derive_messages, register_event_type
 from .node import Node, NodeId, make_node
 from .repo import Diff, SessionInfo, Store, open_store
+from .sending import repair_messages
 from .session import Session
 
 if _typing.TYPE_CHECKING:
@@ -90,5 +91,6 @@ __all__ = [
     "make_node",
     "open_store",
     "register_event_type",
+    "repair_messages",
     "tool",
 ]

@@ -7,6 +7,7 @@ one line (``error: ...``) and exits 1; it never shows a traceback.
 from __future__ import annotations
 
 import importlib
+import io
 import json
 import os
 import sys
@@ -16,12 +17,18 @@ from typing import Any, ClassVar, NoReturn
 import click
 import msgspec
 
-from .errors import InputError, SesstreeError, StoreNotFoundError, UnknownRevisionError
+from .errors import (
+    InputError,
+    InvalidRefNameError,
+    SesstreeError,
+    StoreNotFoundError,
+    UnknownRevisionError,
+)
 from .events import is_registered
 from .fmt import relative_time, short, summary, to_jsonable
 from .graph import GraphNode, draw_graph
 from .maintenance import ancestors
-from .node import Node, NodeId
+from .node import Node, NodeId, check_ref_name
 from .repo import SESSIONS, STORE_FILE, TAGS, Store, open_store
 
 __all__ = ["StoreLocator", "cli", "main"]
@@ -47,6 +54,7 @@ class StoreLocator:
                 if (folder / STORE_FILE).exists():
                     return folder
             if explicit.is_file():
+                _check_is_database(explicit)
                 return explicit
             raise StoreNotFoundError(
                 f"no store at {explicit} (create one with 'sess --store {explicit} init')"
@@ -78,6 +86,19 @@ class StoreLocator:
             self._store = None
 
 
+_SQLITE_MAGIC = b"SQLite format 3\x00"
+
+
+def _check_is_database(path: Path) -> None:
+    """A file given as the store must at least be an SQLite database: a text file (a
+    transcript passed by mistake) is not a damaged store, it is no store at all."""
+    with path.open("rb") as f:
+        magic = f.read(len(_SQLITE_MAGIC))
+    if magic != _SQLITE_MAGIC:
+        what = "an empty file" if not magic else "a file that is not an SQLite database"
+        raise StoreNotFoundError(f"{path} is not a sesstree store ({what})")
+
+
 class _OneLineUsage(click.ClickException):
     exit_code = 2
 
@@ -100,24 +121,80 @@ class _Group(click.Group):
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
-            return super().invoke(ctx)
+            result = super().invoke(ctx)
+            # Flushed here, inside the handlers, so a full disk or closed pipe is reported as
+            # one line, not by the interpreter at exit.
+            sys.stdout.flush()
+            return result
         except click.UsageError as exc:
             # One line, as for every other user error (click's own form takes three).
             command = f"sess {exc.ctx.command.name} --help" if exc.ctx else "sess --help"
-            raise _OneLineUsage(f"{exc.format_message()} (see '{command}')") from None
+            raise _OneLineUsage(_one_line(f"{exc.format_message()} (see '{command}')")) from None
+        except click.ClickException as exc:
+            if exc.message.isprintable():
+                raise
+            raise click.ClickException(_one_line(exc.message)) from None
         except SesstreeError as exc:
-            raise click.ClickException(str(exc)) from None
+            raise click.ClickException(_one_line(str(exc))) from None
         except BrokenPipeError:  # `sess log | head`
+            _silence_stdout()
             sys.stderr.close()
             ctx.exit(0)
         except OSError as exc:
-            # A file the user named cannot be read or written: say which and why, in one line.
-            if exc.filename is None:
-                raise
-            raise click.ClickException(f"{exc.filename}: {exc.strerror}") from None
+            # A file the user named, or the output itself (a full disk, `> /dev/full`), cannot
+            # be read or written: say which and why, in one line.
+            if exc.filename is not None:
+                raise click.ClickException(f"{exc.filename}: {exc.strerror}") from None
+            writing = _raised_by_echo(exc) or _stdout_failed()
+            if writing:
+                _silence_stdout()
+            what = "cannot write the output" if writing else "input/output error"
+            raise click.ClickException(f"{what}: {exc.strerror or exc}") from None
+        except UnicodeEncodeError as exc:
+            # Only input that was not UTF-8 (an argument, stdin) gets here: the stores hold text.
+            raise click.ClickException(f"{exc.object[:80]!a} is not valid UTF-8 text") from None
+        except (RecursionError, MemoryError) as exc:
+            raise click.ClickException(f"input too large or too deeply nested ({type(exc).__name__})"
+                                       ) from None
         finally:
             if isinstance(ctx.obj, StoreLocator):
                 ctx.obj.close()
+
+
+def _one_line(text: str) -> str:
+    """An error message as one printable line: a name or revision it quotes may hold line
+    breaks (U+2028 too) or control characters, which are shown escaped."""
+    if text.isprintable():
+        return text
+    return "".join(ch if ch.isprintable() else ascii(ch)[1:-1] for ch in text)
+
+
+def _raised_by_echo(exc: BaseException) -> bool:
+    tb = exc.__traceback__
+    while tb is not None:
+        if tb.tb_frame.f_code is click.echo.__code__:
+            return True
+        tb = tb.tb_next
+    return False
+
+
+def _stdout_failed() -> bool:
+    """True if what is buffered for stdout cannot be written."""
+    try:
+        sys.stdout.flush()
+        return False
+    except OSError:
+        return True
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null, so the interpreter's own flush at exit adds no second
+    report of an output that cannot be written."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError, io.UnsupportedOperation):
+        pass  # not a real file (a test's capture): nothing will be flushed at exit
 
 
 @click.group(cls=_Group)
@@ -133,8 +210,13 @@ def cli(ctx: click.Context, store_path: str | None) -> None:
 pass_store = click.make_pass_decorator(StoreLocator)
 
 
+def _count(n: int, word: str) -> str:
+    """``1 event``, ``2 events``."""
+    return f"{n} {word}" if n == 1 else f"{n} {word}s"
+
+
 def _events(n: int) -> str:
-    return f"{n} event" if n == 1 else f"{n} events"
+    return _count(n, "event")
 
 
 def _emit_json(value: Any) -> None:
@@ -192,7 +274,11 @@ def status(locator: StoreLocator, as_json: bool) -> None:
 @pass_store
 def branch(locator: StoreLocator, names: tuple[str, ...], delete: bool, move: bool,
            as_json: bool) -> None:
-    """List sessions, or fork one: `branch NEW [START]` points NEW at START (default HEAD)."""
+    """List sessions, or fork one: `branch [SOURCE] NEW` forks SOURCE (default HEAD) into NEW.
+
+    `sess branch quest-1 quest-2` makes quest-2 a new session at quest-1's head, as
+    `branch -m OLD NEW` renames OLD to NEW. SOURCE is any revision (`quest-1~3`, an id, a tag).
+    """
     store = locator.open()
     if delete:
         if len(names) != 1:
@@ -200,7 +286,7 @@ def branch(locator: StoreLocator, names: tuple[str, ...], delete: bool, move: bo
         on_head = store.head()[0] == names[0]
         old = store.delete_session(names[0])
         click.echo(f"Deleted session {names[0]} (was {short(old)}; "
-                   f"'sess branch {names[0]} {names[0]}@{{1}}' restores it)")
+                   f"'sess branch {names[0]}@{{1}} {names[0]}' restores it)")
         if on_head:
             click.echo(f"HEAD is now detached at {short(old)}")
         return
@@ -212,9 +298,13 @@ def branch(locator: StoreLocator, names: tuple[str, ...], delete: bool, move: bo
         return
     if names:
         if len(names) > 2:
-            _fail("usage: sess branch NEW [START]")
-        session = store.fork(names[0], names[1] if len(names) > 1 else None)
-        click.echo(f"Created session {session.name} at {short(session.head)}")
+            _fail("usage: sess branch [SOURCE] NEW")
+        source, new = (None, names[0]) if len(names) == 1 else names
+        if source is not None:
+            _refuse_swapped(store, source, new)
+        session = store.fork(new, source)
+        click.echo(f"Created session {session.name} at {short(session.head)}"
+                   + (f" from {source}" if source is not None else ""))
         return
     current, _ = store.head()
     infos = store.sessions()
@@ -225,8 +315,29 @@ def branch(locator: StoreLocator, names: tuple[str, ...], delete: bool, move: bo
     width = max((len(i.name) for i in infos), default=0)
     for i in infos:
         mark = "*" if i.name == current else " "
-        click.echo(f"{mark} {i.name:<{width}}  {short(i.head)}  {i.length:>6} events  "
+        unit = "event" if i.length == 1 else "events"
+        click.echo(f"{mark} {i.name:<{width}}  {short(i.head)}  {i.length:>6} {unit:<6}  "
                    f"{relative_time(i.moved)}")
+
+
+def _refuse_swapped(store: Store, source: str, new: str) -> None:
+    """`sess branch quest-2 quest-1` in git's order (NEW START) names an unknown SOURCE and an
+    existing NEW: refuse with the right order rather than a bare "unknown revision"."""
+    try:
+        store.resolve(source)
+        return
+    except UnknownRevisionError:
+        pass
+    try:
+        check_ref_name(source)  # the hint would make it a session: only for a valid name
+    except InvalidRefNameError:
+        return
+    try:
+        store.resolve(new)
+    except SesstreeError:
+        return  # neither exists: the fork itself says that SOURCE is unknown
+    _fail(f"unknown revision {source!r}, and {new!r} exists: the order is SOURCE NEW; "
+          f"to fork {new} into {source}, run 'sess branch {new} {source}'")
 
 
 @cli.command()
@@ -322,7 +433,8 @@ def _label(node: Node, labels: dict[NodeId, list[str]]) -> str:
 @click.option("--oneline", is_flag=True, help="One short line per event.")
 @click.option("--reverse", is_flag=True, help="Oldest first.")
 @click.option("--graph", is_flag=True, help="Draw the tree of sessions and where they fork.")
-@click.option("--all", "all_refs", is_flag=True, help="With --graph: every session and tag.")
+@click.option("--all", "all_refs", is_flag=True, help="With --graph: every session and tag "
+              "(refused without --graph).")
 @click.option("--json", "as_json", is_flag=True, help="Machine output.")
 @pass_store
 def log(locator: StoreLocator, rev: str, limit: int | None, oneline: bool, reverse: bool,
@@ -331,6 +443,9 @@ def log(locator: StoreLocator, rev: str, limit: int | None, oneline: bool, rever
     store = locator.open()
     if graph and as_json:
         _fail("--graph draws for people; use --json without it (nodes carry their parent)")
+    if all_refs and not graph:
+        _fail("--all draws every session and needs --graph ('sess log --graph --all'); "
+              "'sess branch' lists the sessions")
     if graph:
         _log_graph(store, rev, all_refs, limit)
         return
@@ -396,13 +511,21 @@ def show(locator: StoreLocator, rev: str, as_json: bool) -> None:
 @click.argument("rev", default="HEAD", required=False)
 @click.option("--json", "fmt", flag_value="json", help="One JSON array.")
 @click.option("--jsonl", "fmt", flag_value="jsonl", help="One message per line.")
+@click.option("--sending", is_flag=True,
+              help="What a model API is sent: every tool call answered, no result without a "
+                   "call, no two user messages in a row (the stored messages are unchanged).")
 @pass_store
-def messages(locator: StoreLocator, rev: str, fmt: str | None) -> None:
-    """Print the chat messages derived from REV, as a model would be sent them."""
+def messages(locator: StoreLocator, rev: str, fmt: str | None, sending: bool) -> None:
+    """Print the chat messages of REV exactly as they were stored (--sending: as sent)."""
     store = locator.open()
-    derived = store.derive(rev)
+    derived = store.derive(rev, sending=sending)
     for p in derived.problems:
-        click.echo(f"warning: {p.kind} {p.tool_call_id}: {p.detail}", err=True)
+        if p.kind == "pending-call":
+            click.echo(f"note: tool call {p.tool_call_id} has no result yet (pending)", err=True)
+        elif p.kind == "merged-user":
+            click.echo(f"note: {p.detail}", err=True)
+        else:
+            click.echo(f"warning: {p.kind} {p.tool_call_id}: {p.detail}", err=True)
     if fmt == "json":
         _emit_json(derived.messages)
     elif fmt == "jsonl":
@@ -432,13 +555,8 @@ def append(locator: StoreLocator, args: tuple[str, ...]) -> None:
         target, type, payload = None, args[0], (args[1] if len(args) == 2 else "-")
     if not is_registered(type):
         _fail(f"unknown event type {type!r}")
-    text = sys.stdin.read() if payload == "-" else payload
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        source = "stdin" if payload == "-" else "argument"
-        raise InputError(f"malformed JSON in {source}: {exc.msg} at line {exc.lineno} "
-                         f"column {exc.colno}") from None
+    source = "stdin" if payload == "-" else "argument"
+    data = _parse_json(_read_stdin() if payload == "-" else payload, source)
     if target is None or target == "HEAD":
         name, node = store.head()
         if name is None:
@@ -451,6 +569,43 @@ def append(locator: StoreLocator, args: tuple[str, ...]) -> None:
     # The user named a session, not a parent: another writer's append in between is fine.
     appended = session.append(type, data, rebase=True)
     click.echo(f"{short(appended.id)} {target} ({_events(len(session))})")
+
+
+def _reflog_name(store: Store, name: str | None) -> str:
+    """The ref whose log `sess reflog NAME` shows: HEAD's session for none or ``HEAD``, a
+    session by name, else a tag by its short name (as revisions resolve)."""
+    if name is None or name in ("HEAD", "@"):
+        head_name, node = store.head()
+        if head_name is None:
+            _fail(f"HEAD is detached at {short(node)}: only sessions and tags have a reflog; "
+                  "name one")
+        return head_name
+    if name.startswith((SESSIONS, TAGS)) or store.reflog(name):
+        return name
+    if store.reflog(TAGS + name):
+        return TAGS + name
+    return name
+
+
+def _read_stdin() -> str:
+    raw = sys.stdin.buffer.read() if hasattr(sys.stdin, "buffer") else sys.stdin.read().encode()
+    try:
+        return raw.decode()
+    except UnicodeDecodeError as exc:
+        raise InputError(f"stdin is not valid UTF-8 (byte {exc.start})") from None
+
+
+def _parse_json(text: str, source: str) -> Any:
+    """A JSON value typed by the user; every way it can be bad is one InputError."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InputError(f"malformed JSON in {source}: {exc.msg} at line {exc.lineno} "
+                         f"column {exc.colno}") from None
+    except RecursionError:
+        raise InputError(f"JSON in {source} is nested too deeply") from None
+    except ValueError as exc:  # an integer of thousands of digits
+        raise InputError(f"JSON in {source} cannot be read: {exc}".split(";")[0]) from None
 
 
 @cli.command()
@@ -469,10 +624,7 @@ def reflog(locator: StoreLocator, name: str | None, expire: bool, as_json: bool)
         click.echo(f"Expired {gone} reflog entr{'y' if gone == 1 else 'ies'} of {name}; "
                    "'sess gc' removes what nothing else reaches")
         return
-    if name is None:
-        name, _ = store.head()
-        if name is None:
-            _fail("HEAD is detached; name a session")
+    name = _reflog_name(store, name)
     entries = store.reflog(name)
     if not entries and not store.has_session(name):
         raise UnknownRevisionError(f"no session named {name!r} and no reflog for it")
@@ -482,6 +634,7 @@ def reflog(locator: StoreLocator, name: str | None, expire: bool, as_json: bool)
         return
     for i, e in enumerate(entries):
         ref = e.ref[len(SESSIONS):] if e.ref.startswith(SESSIONS) else e.ref
+        ref = ref[len(TAGS):] if ref.startswith(TAGS) else ref
         click.echo(f"{short(e.new)} {ref}@{{{i}}}: {e.reason} (from {short(e.old)}, "
                    f"{relative_time(e.time)})")
 
@@ -543,10 +696,10 @@ def import_(locator: StoreLocator, files: tuple[Path, ...], name: str | None, fm
             failed += 1
             click.echo(f"{r.source}: failed", err=True)
             continue
-        click.echo(f"{r.session}: {r.outcome}, {r.events} events ({r.new_nodes} new) "
+        click.echo(f"{r.session}: {r.outcome}, {_events(r.events)} ({r.new_nodes} new) "
                    f"from {r.source}")
     if failed:
-        _fail(f"{failed} of {len(results)} file(s) could not be imported")
+        _fail(f"{failed} of {_count(len(results), 'file')} could not be imported")
 
 
 @cli.command()
@@ -602,7 +755,7 @@ def fsck(locator: StoreLocator) -> None:
     for fault in faults:
         click.echo(f"fault: {fault}")
     if faults:
-        _fail(f"{len(faults)} fault(s) found")
+        _fail(f"{_count(len(faults), 'fault')} found")
     click.echo(f"ok: {store.backend.count_nodes()} nodes, every id, parent and ref checked")
 
 
@@ -613,9 +766,23 @@ def gc(locator: StoreLocator, dry_run: bool) -> None:
     """Remove nodes that no session, tag, HEAD or reflog entry reaches."""
     result = locator.open().gc(dry_run=dry_run)
     verb = "would remove" if dry_run else "removed"
-    click.echo(f"{verb} {len(result.unreachable)} unreachable nodes; {result.kept} kept")
+    click.echo(f"{verb} {_count(len(result.unreachable), 'unreachable node')}; {result.kept} kept")
 
 
 def main() -> None:
-    """Entry point of the ``sess`` console script."""
-    cli(prog_name="sess")
+    """Entry point of the ``sess`` console script.
+
+    Every error a user can cause is turned into one line inside the commands. Anything else is
+    a bug in sesstree: it too is one line (with ``SESS_DEBUG=1`` for the traceback), exit 70,
+    because a user should never have to read Python. Tests run ``cli`` itself, so a bug still
+    fails them loudly.
+    """
+    try:
+        cli(prog_name="sess")
+    except Exception as exc:  # the last line of defence, see above
+        if os.environ.get("SESS_DEBUG"):
+            raise
+        message = _one_line(f"{type(exc).__name__}: {exc}")[:300]
+        click.echo(f"Error: internal error ({message}); please report it "
+                   "(SESS_DEBUG=1 shows the traceback)", err=True)
+        sys.exit(70)

@@ -11,8 +11,12 @@ session from its root:
 - ``compaction/marker`` (``{"summary", "first_kept"?, "message"?}``) replaces what it
   summarises (everything before it, or before node ``first_kept``; system messages excepted)
   with its ``message``, or else with its summary as a tagged user message;
-- every tool call of an assistant message is paired with its result; a call with none is an
-  orphan: it is reported and given a synthetic result so the session stays usable.
+- nothing else: what was stored comes back exactly, in order, no message invented or moved.
+
+Problems in the history (a tool call with no result, a result with no call) are reported in
+:attr:`Derived.problems`, never repaired here. A call at the tail with no result yet is
+``pending`` (a tool may still be running), not an orphan. Making a history acceptable to a
+model API is the separate sending view, :func:`sesstree.sending.repair_messages`.
 """
 
 from __future__ import annotations
@@ -31,7 +35,9 @@ __all__ = [
     "VOCABULARY",
     "Derived",
     "Problem",
+    "call_ids",
     "derive_messages",
+    "find_problems",
     "is_registered",
     "message_type",
     "register_event_type",
@@ -76,8 +82,6 @@ Renderer = Callable[[Any], "dict[str, Any] | None"]
 _registry: dict[str, Renderer | None] = {}
 _TYPE_NAME = re.compile(r"^[a-z0-9][a-z0-9_.-]*(/[a-z0-9][a-z0-9_.-]*)+$")
 
-ORPHAN_RESULT = "[sesstree: no result was recorded for this tool call]"
-
 
 def register_event_type(name: str, render: Renderer | None = None) -> None:
     """Register an extension event type such as ``compaction/marker`` or ``myapp/note``.
@@ -109,13 +113,16 @@ def message_type(message: Any) -> str:
 class Problem(msgspec.Struct, frozen=True):
     """Something wrong with a history that derivation worked around."""
 
-    kind: str  # "orphan-call" or "orphan-result"
+    #: "orphan-call" (no result anywhere after it), "pending-call" (at the tail, no result yet),
+    #: "orphan-result" (no call before it has this id); the sending view adds "merged-user".
+    kind: str
     tool_call_id: str
     detail: str
 
 
 class Derived(msgspec.Struct):
-    """The derived messages and what had to be worked around to derive them."""
+    """The derived messages and the problems found in them (or, for the sending view, the
+    repairs made)."""
 
     messages: list[dict[str, Any]]
     problems: list[Problem]
@@ -142,12 +149,14 @@ def derive_messages(
     datas: Sequence[Any],
     ids: Sequence[str] | None = None,
     *,
-    repair: bool = True,
+    repair: bool = False,
 ) -> Derived:
-    """Derive the chat messages from a session's events, oldest first.
+    """Derive the chat messages from a session's events, oldest first, exactly as stored.
 
     ``ids`` (hex node ids) are needed only to honour a compaction marker's ``first_kept``.
-    With ``repair=False`` tool calls are not paired (export writes what was stored).
+    ``problems`` lists tool calls and results that are not paired; the messages are not
+    changed for them. With ``repair=True`` the result is the sending view instead
+    (:func:`sesstree.sending.repair_messages`).
     """
     out: list[dict[str, Any]] = []
     append = out.append
@@ -212,64 +221,58 @@ def derive_messages(
             if message is not None:
                 append(message)
                 waiting = None
-    if not repair or (waiting is not None and not waiting):
-        return Derived(out, [])
-    return _pair_tool_calls(out)
+    if repair:
+        from .sending import repair_messages
+
+        return repair_messages(out)
+    if waiting is None:
+        return Derived(out, find_problems(out))
+    # Well formed up to the tail: the calls still waiting there are pending, not orphans.
+    return Derived(out, [Problem("pending-call", str(c), PENDING_DETAIL) for c in sorted(
+        waiting, key=str)] if waiting else [])
 
 
-def _call_ids(message: dict[str, Any]) -> list[str]:
+PENDING_DETAIL = "no result yet (the call is at the tail of the session)"
+
+
+def call_ids(message: dict[str, Any]) -> list[str]:
+    """The ids of an assistant message's tool calls, in order."""
     calls = message.get("tool_calls")
     if message.get("role") != "assistant" or not isinstance(calls, list):
         return []
     return [str(c.get("id")) for c in calls if isinstance(c, dict) and c.get("id") is not None]
 
 
-def _pair_tool_calls(messages: list[dict[str, Any]]) -> Derived:
-    """Pair every tool call with its result right after its assistant message."""
+def find_problems(messages: Sequence[dict[str, Any]]) -> list[Problem]:
+    """Tool calls with no result after them and results with no call before them.
+
+    The unanswered calls of the last assistant message that only tool results follow are
+    ``pending-call``: a tool may still be running (another process is executing it).
+    """
     problems: list[Problem] = []
-    results: dict[str, int] = {}
+    open_calls: dict[str, int] = {}  # call id -> index of its assistant message
+    answered: set[str] = set()
+    last_call_at = -1
     for i, m in enumerate(messages):
-        if m.get("role") == "tool":
-            results.setdefault(str(m.get("tool_call_id")), i)
-    out: list[dict[str, Any]] = []
-    used: set[int] = set()
-    i = 0
-    n = len(messages)
-    while i < n:
-        m = messages[i]
-        i += 1
-        if i - 1 in used:
-            continue
-        if m.get("role") == "tool":
-            problems.append(
-                Problem("orphan-result", str(m.get("tool_call_id")), "no tool call has this id")
-            )
-            out.append(m)
-            continue
-        out.append(m)
-        calls = _call_ids(m)
-        if not calls:
-            continue
-        # Results that follow directly keep their order; missing ones are pulled forward
-        # from later in the history or, if there are none, synthesised.
-        answered: set[str] = set()
-        while i < n and messages[i].get("role") == "tool":
-            cid = str(messages[i].get("tool_call_id"))
-            if cid in calls and cid not in answered:
+        role = m.get("role")
+        if role == "tool":
+            cid = str(m.get("tool_call_id"))
+            if cid in open_calls and cid not in answered:
                 answered.add(cid)
-                used.add(i)
-                out.append(messages[i])
-                i += 1
             else:
-                break
-        for cid in calls:
-            if cid in answered:
-                continue
-            later = results.get(cid)
-            if later is not None and later >= i and later not in used:
-                used.add(later)
-                out.append(messages[later])
-                continue
+                problems.append(Problem("orphan-result", cid, "no tool call before it has this id"))
+            continue
+        ids = call_ids(m)
+        if ids:
+            last_call_at = i
+            for cid in ids:
+                open_calls.setdefault(cid, i)
+    tail_only_results = all(m.get("role") == "tool" for m in messages[last_call_at + 1:])
+    for cid, at in open_calls.items():
+        if cid in answered:
+            continue
+        if at == last_call_at and tail_only_results:
+            problems.append(Problem("pending-call", cid, PENDING_DETAIL))
+        else:
             problems.append(Problem("orphan-call", cid, "no result was recorded"))
-            out.append({"role": "tool", "tool_call_id": cid, "content": ORPHAN_RESULT})
-    return Derived(out, problems)
+    return problems

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import re
+import unicodedata
 from typing import Any, NewType
 
 import msgspec
@@ -21,6 +22,7 @@ from .errors import InvalidEventError, InvalidRefNameError
 
 __all__ = [
     "ID_VERSION",
+    "RESERVED_PREFIXES",
     "Node",
     "NodeId",
     "check_ref_name",
@@ -124,6 +126,14 @@ def make_node(parent: NodeId | None, type: str, data: Any) -> Node:
 
 
 _BAD_REF = re.compile(r"[\x00-\x20\x7f~^:?*\[\\]")
+#: Prefixes that are namespaces of refs, not names: a session called ``tags/v1`` would be
+#: shadowed by the tag ``v1``, and one called ``sessions/x`` could not be named on the CLI.
+RESERVED_PREFIXES = ("sessions/", "tags/", "refs/", "remotes/")
+#: Unicode categories a name may not hold: controls, format characters (bidi overrides,
+#: zero-width joiners), line and paragraph separators, non-ASCII spaces, surrogates (bytes
+#: that were not UTF-8), private use and unassigned code points. Each can make two names look
+#: alike, or make a name print as something else.
+_BAD_CATEGORIES = frozenset({"Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp", "Zs"})
 
 
 def check_ref_name(name: str) -> str:
@@ -131,11 +141,16 @@ def check_ref_name(name: str) -> str:
 
     The rules follow git's check-ref-format: no empty name or component, no ``..``, no leading
     ``-``, ``.`` or ``/``, no trailing ``/``, ``.`` or ``.lock``, no ``@{``, no whitespace,
-    control characters or any of ``~^:?*[\\``. Names may contain ``/`` to group sessions.
+    control characters or any of ``~^:?*[\\``. Names may contain ``/`` to group sessions, but
+    may not start with a ref namespace (``sessions/``, ``tags/``, ``refs/``, ``remotes/``).
+    Non-ASCII names must be valid UTF-8 in Unicode normal form NFC, with no invisible or
+    direction-changing characters. At most 200 bytes. ``docs/data-model.md`` lists the rules.
     """
     problem = None
     if not name:
         problem = "is empty"
+    elif len(name) > 200:
+        problem = "is longer than 200 bytes"
     elif name.startswith("-"):
         problem = "starts with '-'"
     elif name.startswith("/") or name.endswith("/"):
@@ -148,14 +163,36 @@ def check_ref_name(name: str) -> str:
         problem = "contains '@{'"
     elif name in ("HEAD", "@"):
         problem = "is reserved"
+    elif name.startswith(RESERVED_PREFIXES):
+        problem = f"starts with '{name.split('/')[0]}/', a namespace of refs"
     elif _BAD_REF.search(name):
         problem = "contains whitespace, a control character or one of ~^:?*[\\"
     elif any(part.startswith(".") or part.endswith(".lock") for part in name.split("/")):
         problem = "has a component that starts with '.' or ends with '.lock'"
     elif name.endswith("."):
         problem = "ends with '.'"
-    elif len(name.encode()) > 200:
+    elif not name.isascii():
+        problem = _unicode_problem(name)
+    if problem is None and len(name.encode()) > 200:
         problem = "is longer than 200 bytes"
     if problem is not None:
-        raise InvalidRefNameError(f"invalid name {name!r}: it {problem}")
+        raise InvalidRefNameError(f"invalid name {_quoted(name)}: it {problem}")
     return name
+
+
+def _unicode_problem(name: str) -> str | None:
+    for ch in name:
+        category = unicodedata.category(ch)
+        if category == "Cs":
+            return "is not valid UTF-8"
+        if category in _BAD_CATEGORIES:
+            return f"contains U+{ord(ch):04X}, an invisible, space or control character"
+    if unicodedata.normalize("NFC", name) != name:
+        return "is not in Unicode normal form NFC (it would look like another name)"
+    return None
+
+
+def _quoted(name: str) -> str:
+    """The name for an error message: escaped where it could not print as itself, clipped."""
+    shown = name if len(name) <= 80 else name[:79] + "…"
+    return ascii(shown) if _unicode_problem(shown) else repr(shown)

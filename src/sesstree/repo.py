@@ -38,8 +38,13 @@ STORE_FILE = "store.db"
 SESSIONS = "sessions/"
 TAGS = "tags/"
 _HEX = re.compile(r"^[0-9a-f]{4,64}$")
-_SUFFIX = re.compile(r"(~\d*|\^+)$")
-_REFLOG_REV = re.compile(r"^(.*)@\{(\d+)\}$")
+_SUFFIX = re.compile(r"(~[0-9]*|\^+)$")
+_REFLOG_REV = re.compile(r"^(.*)@\{([0-9]+)\}$")
+#: Longer revisions are refused before any parsing: no real one comes near (an id is 64
+#: characters, a name at most 200 bytes), and a bound keeps hostile input cheap.
+MAX_REVISION = 1024
+#: ``~N`` and ``@{N}`` take at most this many digits (a billion events or moves back).
+_MAX_DIGITS = 9
 
 
 class SessionInfo(msgspec.Struct, frozen=True):
@@ -316,6 +321,11 @@ class Store:
             AmbiguousPrefixError: the id prefix matches several nodes.
         """
         rev = str(rev).strip()
+        if len(rev) > MAX_REVISION:
+            raise UnknownRevisionError(
+                f"a revision of {len(rev)} characters is not one (at most {MAX_REVISION})")
+        if not rev.isascii():
+            _check_utf8(rev)
         base, back = _split_steps(rev)
         node = self._resolve_base(base, rev)
         if back == 0:
@@ -323,12 +333,15 @@ class Store:
         chain = self.backend.chain(node, limit=back + 1)
         if len(chain.ids) <= back:
             raise UnknownRevisionError(
-                f"{rev}: {base} has only {len(chain.ids)} events, cannot go back {back}"
+                f"{_shown(rev)}: {_shown(base)} has only {_plural(len(chain.ids), 'event')}, "
+                f"cannot go back {back}"
             )
         return chain.ids[0]
 
     def _resolve_base(self, base: str, rev: str) -> NodeId:
         if (m := _REFLOG_REV.match(base)) is not None:
+            if len(m.group(2)) > _MAX_DIGITS:
+                raise UnknownRevisionError(f"{_shown(rev)}: no reflog goes back that far")
             return self._from_reflog(m.group(1), int(m.group(2)), rev)
         if base == "HEAD" or base == "@":
             name, node = self.head()
@@ -351,7 +364,7 @@ class Store:
         if re.fullmatch(r"[0-9a-fA-F]{1,3}", base):
             hint = " (an id prefix needs at least 4 hex characters)"
         raise UnknownRevisionError(
-            f"unknown revision {rev!r}: no session, tag or node id matches{hint}"
+            f"unknown revision {_shown(rev)!r}: no session, tag or node id matches{hint}"
         )
 
     def _from_reflog(self, name: str, n: int, rev: str) -> NodeId:
@@ -362,6 +375,8 @@ class Store:
                 raise UnknownRevisionError(f"{rev}: HEAD is detached and has no reflog")
             name = head_name
         entries = self.reflog(name)
+        if not entries and not name.startswith((SESSIONS, TAGS)):
+            entries = self.backend.reflog(TAGS + name)  # a tag by its short name
         if n >= len(entries):
             raise UnknownRevisionError(f"{rev}: the reflog of {name} has only {len(entries)} entries")
         target = entries[-1 - n].new
@@ -393,14 +408,15 @@ class Store:
         stored = self.backend.get(self.resolve(rev))
         return stored.depth if stored else 0
 
-    def derive(self, rev: str | NodeId = "HEAD") -> Derived:
-        """The derived chat messages at ``rev`` and the problems worked around."""
+    def derive(self, rev: str | NodeId = "HEAD", *, sending: bool = False) -> Derived:
+        """The derived chat messages at ``rev`` and the problems found in them; with
+        ``sending``, the sending view (see :meth:`Session.sending_view`)."""
         chain = self.chain(rev)
         ids = chain.ids if "compaction/marker" in chain.types else None
-        return derive_messages(chain.types, chain.datas, ids)
+        return derive_messages(chain.types, chain.datas, ids, repair=sending)
 
     def messages(self, rev: str | NodeId = "HEAD") -> list[dict[str, Any]]:
-        """The OpenAI-style chat messages a model would be sent at ``rev``."""
+        """The OpenAI-style chat messages at ``rev``, exactly as they were added."""
         return self.derive(rev).messages
 
     def diff(self, a: str | NodeId, b: str | NodeId) -> Diff:
@@ -458,14 +474,48 @@ class Store:
 
 
 def _split_steps(rev: str) -> tuple[str, int]:
-    """``quest-1@{2}~3^`` -> ``("quest-1@{2}", 4)``: the base and how many events back."""
+    """``quest-1@{2}~3^`` -> ``("quest-1@{2}", 4)``: the base and how many events back.
+
+    One scan from the end, so a long run of steps costs linear time.
+    """
     back = 0
-    base = rev
-    while (m := _SUFFIX.search(base)) is not None and m.start() > 0:
-        step = m.group(0)
-        back += len(step) if step.startswith("^") else int(step[1:] or 1)
-        base = base[: m.start()]
-    return base, back
+    end = len(rev)
+    while end > 1:
+        start = end
+        if rev[end - 1] == "^":
+            while start > 0 and rev[start - 1] == "^":
+                start -= 1
+            if start == 0:
+                break  # a base is never empty
+            back += end - start
+        else:
+            while start > 0 and "0" <= rev[start - 1] <= "9":
+                start -= 1
+            if start < 2 or rev[start - 1] != "~":
+                break
+            digits = rev[start:end]
+            if len(digits) > _MAX_DIGITS:
+                raise UnknownRevisionError(f"{_shown(rev)}: ~{_shown(digits, 12)} is too far back")
+            back += int(digits) if digits else 1
+            start -= 1
+        end = start
+    return rev[:end], back
+
+
+def _shown(text: str, width: int = 80) -> str:
+    """A user's text, clipped for an error message."""
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}" if n == 1 else f"{n} {word}s"
+
+
+def _check_utf8(text: str) -> None:
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        raise UnknownRevisionError(f"revision {text!a} is not valid UTF-8") from None
 
 
 def raw_node(node: Node) -> RawNode:

@@ -19,6 +19,11 @@ Subscriber = Callable[[Node], None]
 _REBASE_ATTEMPTS = 100
 
 
+def _a(word: str) -> str:
+    """``a user/message``, ``an assistant/message``."""
+    return ("an " if word[:1] in "aeio" else "a ") + word
+
+
 class Session:
     """A named, growing path through the store's DAG; what an agent reads and writes.
 
@@ -107,10 +112,10 @@ class Session:
         encoded = encode_data(data)
         if type in MESSAGE_TYPES and not role_checked:
             if not isinstance(data, dict):
-                raise InvalidEventError(f"a {type} event holds a chat message, a JSON object")
+                raise InvalidEventError(f"{_a(type)} event holds a chat message, a JSON object")
             if "role" in data and message_type(data) != type:
                 raise InvalidEventError(
-                    f"a message with role {data['role']!r} is a {message_type(data)} event, "
+                    f"a message with role {data['role']!r} is {_a(message_type(data))} event, "
                     f"not {type}"
                 )
         attempts = _REBASE_ATTEMPTS if rebase else 1
@@ -161,19 +166,26 @@ class Session:
         parents: list[NodeId | None] = [None, *ids][: len(ids)]
         return [Node(i, p, t, d) for i, p, t, d in zip(ids, parents, self._types, self._datas, strict=True)]
 
-    def derive(self) -> Derived:
-        """The derived messages and any orphaned tool call or result that was worked around."""
+    def derive(self, *, sending: bool = False) -> Derived:
+        """The derived messages and the problems found in them (unpaired tool calls and
+        results). With ``sending``, the sending view and the repairs made to it."""
         self._ensure_loaded()
         ids = self._ids() if "compaction/marker" in self._types else None
-        return derive_messages(self._types, self._datas, ids)
+        return derive_messages(self._types, self._datas, ids, repair=sending)
 
     def messages(self) -> list[dict[str, Any]]:
-        """The OpenAI-style chat messages a model would be sent now.
+        """The session's OpenAI-style chat messages, exactly as they were added, in order.
 
         The list is new on every call, but the message dicts in it are the handle's own (no
         copy is made of a 10,000-message history): copy one before changing it.
         """
         return self.derive().messages
+
+    def sending_view(self) -> Derived:
+        """What a model API is sent: the messages with every tool call answered, results
+        without a call left out and consecutive user messages joined; ``problems`` says what
+        was changed. Nothing stored changes. See :mod:`sesstree.sending`."""
+        return self.derive(sending=True)
 
     # -- moving ------------------------------------------------------------------------------
 

@@ -66,12 +66,14 @@ def test_orphan_tool_call_is_reported_not_fatal(store: Store, data: Path) -> Non
     path = data / "claude_compact.jsonl"
     first, call = path.read_text().splitlines()[:2]
     reply = json.loads(call)
-    reply["message"]["stop_reason"] = "tool_use"  # the reply is whole: its call is orphaned
+    reply["message"]["stop_reason"] = "tool_use"  # a whole reply, its call still pending
     path.write_text(first + "\n" + json.dumps(reply) + "\n")
     result = import_files(store, [path])[0]
     assert result.outcome == "created"
-    assert any("tool call with no result: t9" in p for p in result.problems)
-    assert store.messages("claude_compact")[-1]["tool_call_id"] == "t9"
+    assert any("tool call with no result yet (the last in the file): t9" in p for p in result.problems)
+    # the call comes back as stored, with no invented result; the sending view answers it
+    assert store.messages("claude_compact")[-1]["tool_calls"][0]["id"] == "t9"
+    assert store.derive("claude_compact", sending=True).messages[-1]["tool_call_id"] == "t9"
 
 
 def test_reimport_writes_nothing_and_growth_appends(store: Store, data: Path) -> None:

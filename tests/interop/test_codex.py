@@ -36,7 +36,10 @@ def test_before_compaction(store: Store, data: Path, tmp_path: Path) -> None:
     assert messages[2]["tool_calls"][0]["function"]["name"] == "shell"
     assert messages[3] == {"role": "tool", "tool_call_id": "call_1", "content": "a\nb"}
     assert messages[4]["tool_calls"][0]["function"]["arguments"] == "*** Begin Patch"
-    assert messages[5]["tool_call_id"] == "call_2"  # no output yet: repaired, reported
+    assert len(messages) == 5  # no output yet: nothing invented
+    sent = store.derive("thread-1", sending=True)
+    assert sent.messages[5]["tool_call_id"] == "call_2"  # answered only in the sending view
+    assert [p.kind for p in sent.problems] == ["pending-call"]
 
 
 def test_real_sample(store: Store, samples: Path) -> None:

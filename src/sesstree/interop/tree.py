@@ -58,6 +58,13 @@ class Tree(msgspec.Struct):
     has_main: bool = True
 
 
+_PROBLEM_WORDS = {
+    "orphan-call": "tool call with no result",
+    "pending-call": "tool call with no result yet (the last in the file)",
+    "orphan-result": "tool result with no call",
+}
+
+
 def build_tree(entries: Sequence[Entry], path: Path) -> Tree:
     """Link ``entries`` into nodes, parents first; a parent that is missing makes a root.
 
@@ -199,13 +206,6 @@ def path_to(nodes: dict[NodeId, Node], leaf: NodeId) -> list[Node]:
     return out
 
 
-_PROBLEMS = {
-    "orphan-call": ("tool call with no result", ""),
-    "pending-call": ("tool call with no result", "; at its tail, so it may still be running"),
-    "orphan-result": ("tool result with no call", ""),
-}
-
-
 def land_tree(
     store: Store,
     tree: Tree,
@@ -244,8 +244,8 @@ def land_tree(
             for p in derived.problems:
                 if (p.kind, p.tool_call_id) not in seen:
                     seen.add((p.kind, p.tool_call_id))
-                    what, where = _PROBLEMS.get(p.kind, (p.kind, ""))
-                    all_problems.append(f"{path}: {what}: {p.tool_call_id} (in {name}{where})")
+                    what = _PROBLEM_WORDS.get(p.kind, p.kind)
+                    all_problems.append(f"{path}: {what}: {p.tool_call_id} (in {name})")
             result = land(store, name, nodes, origin=Origin(format, source, main=n == 1),
                           owners=owners, explicit_name=explicit and n == 1,
                           force=force and n == 1, meta=meta, file_nodes=tree.nodes,
