@@ -690,14 +690,15 @@ def import_(locator: StoreLocator, files: tuple[Path, ...], name: str | None, fm
         return
     failed = 0
     for r in results:
+        # A problem quotes the file (ids, keys): one printable line each, never raw escapes.
         for problem in r.problems:
-            click.echo(f"warning: {problem}", err=True)
+            click.echo(_one_line(f"warning: {problem}"), err=True)
         if r.outcome == "failed":
             failed += 1
-            click.echo(f"{r.source}: failed", err=True)
+            click.echo(_one_line(f"{r.source}: failed"), err=True)
             continue
-        click.echo(f"{r.session}: {r.outcome}, {_events(r.events)} ({r.new_nodes} new) "
-                   f"from {r.source}")
+        click.echo(_one_line(f"{r.session}: {r.outcome}, {_events(r.events)} "
+                             f"({r.new_nodes} new) from {r.source}"))
     if failed:
         _fail(f"{failed} of {_count(len(results), 'file')} could not be imported")
 

@@ -145,3 +145,14 @@ def test_nightly_import_follows_renames_and_deletes(sess: Sess, tmp_path: Path) 
     assert names == ["quest-2", "quest-2-2", "renamed"]
     assert sess.ok("import", "-r", str(folder)).count("up to date") == 2
     assert sorted(b["name"] for b in sess.json("branch")) == names
+
+
+def test_warnings_quoting_the_file_are_one_printable_line_each(sess: Sess, tmp_path: Path) -> None:
+    path = tmp_path / "h1.jsonl"
+    path.write_text(json.dumps({"type": "user", "uuid": "a", "parentUuid": "x\n\x1b[31mred",
+                                "sessionId": "h1",
+                                "message": {"role": "user", "content": "hi"}}) + "\n")
+    result = sess("import", str(path))
+    assert result.exit_code == 0, result.output
+    [warning] = result.stderr.splitlines()
+    assert "\x1b" not in warning and "\\x1b[31mred" in warning and "is not in this file" in warning
