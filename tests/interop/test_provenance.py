@@ -151,3 +151,13 @@ def test_legacy_key_trusted_only_while_the_reflog_shows_the_import(store: Store,
     _seed(path, [QUEST[0], {"role": "assistant", "content": "Go east."}])
     assert import_files(store, [path])[0].session == "quest-1-2"
     assert store.messages("quest-1") == [{"role": "user", "content": "another story"}]
+
+
+def test_metadata_someone_else_wrote_is_no_provenance(store: Store, tmp_path: Path) -> None:
+    path = _seed(tmp_path / "quest-1.jsonl", QUEST)
+    _hand_made(store, "quest-1")
+    for odd in ({PROVENANCE_KEY: {"format": 5}}, {PROVENANCE_KEY: "x"}, {"other": 1}):
+        store.set_session_meta("quest-1", odd)
+        [result] = import_files(store, [path])
+        assert result.session == "quest-1-2"  # never the hand-made one
+    assert store.messages("quest-1") == [{"role": "user", "content": "made by hand"}]

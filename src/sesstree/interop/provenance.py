@@ -40,10 +40,6 @@ class Origin(msgspec.Struct, frozen=True):
     source: str
     main: bool = True
 
-    def same_file(self, other: Origin | None) -> bool:
-        """True if ``other`` is this file read as this format (main line or not)."""
-        return other is not None and (other.format, other.source) == (self.format, self.source)
-
 
 def _origin_in(raw: str) -> Origin | None:
     try:
@@ -130,8 +126,9 @@ class Provenance:
             for other in self.sessions_of(origin):
                 if other != name:
                     rest = store.get_session_meta(other) or {}
-                    rest.pop(PROVENANCE_KEY, None)
-                    store.set_session_meta(other, rest or None)
+                    if rest.pop(PROVENANCE_KEY, None) is not None:
+                        store.set_session_meta(other, rest or None)
+                    store.backend.set_meta(LEGACY_PREFIX + other, None)
                     del self._of[other]
         base = dict(meta) if meta is not None else (store.get_session_meta(name) or {})
         base[PROVENANCE_KEY] = msgspec.to_builtins(origin)
