@@ -686,7 +686,12 @@ def import_(locator: StoreLocator, files: tuple[Path, ...], name: str | None, fm
     results = import_files(store, list(files), name=name, format=fmt, recursive=recursive,
                            force=force)
     if as_json:
-        _emit_json([msgspec.to_builtins(r) for r in results])
+        # Ids a file quotes may hold lone surrogates ("\ud800"), which UTF-8 cannot carry.
+        def safe(text: str) -> str:
+            return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+        _emit_json([{**msgspec.to_builtins(r), "source": safe(r.source),
+                     "problems": [safe(p) for p in r.problems]} for r in results])
         return
     failed = 0
     for r in results:

@@ -156,3 +156,16 @@ def test_warnings_quoting_the_file_are_one_printable_line_each(sess: Sess, tmp_p
     assert result.exit_code == 0, result.output
     [warning] = result.stderr.splitlines()
     assert "\x1b" not in warning and "\\x1b[31mred" in warning and "is not in this file" in warning
+
+
+def test_json_report_of_a_file_quoting_lone_surrogates(sess: Sess, tmp_path: Path) -> None:
+    path = tmp_path / "h1.jsonl"
+    record = ('{"type": "user", "uuid": "%s", "parentUuid": %s, "sessionId": "h1", '
+              '"message": {"role": "user", "content": "hi"}}')
+    # msgspec refuses a lone surrogate; the recovery of glued objects (Python's json) takes it
+    path.write_text(record % ("a", "null") + "\n" + record % ("b", '"a"')
+                    + record % ("c", '"\\ud800"') + "\n")
+    [report] = sess.json("import", str(path))
+    assert report["outcome"] == "created"
+    assert any("\\ud800" in p and "is not in this file" in p for p in report["problems"])
+    assert "\\ud800" in sess("import", str(path)).stderr  # and the warning line, escaped
