@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from cli_kit import Sess
 
 from sesstree import InputError, Store
 from sesstree.interop import import_files
@@ -234,3 +235,23 @@ def test_many_mutants_of_real_transcripts(store: Store, samples: Path, tmp_path:
                                           seed: int) -> None:
     outcomes = run_campaign(store, samples, tmp_path, mutants=300, seed=seed)
     print(f"seed {seed}: 300 mutants: {dict(outcomes)}")
+
+
+def test_mutants_through_the_command_line(sess: Sess, samples: Path, tmp_path: Path) -> None:
+    """What the user sees: every mutant prints its results and warnings, or one error line."""
+    rng = random.Random(7)
+    bases = _bases(samples)
+    for n in range(24):
+        name, data = bases[n % len(bases)]
+        mutant, applied = mutate(data, rng)
+        path = tmp_path / f"m{n}" / name
+        path.parent.mkdir()
+        path.write_bytes(mutant)
+        for args in (("import", str(path)), ("import", str(path), "--json")):
+            result = sess(*args)
+            assert isinstance(result.exception, (SystemExit, type(None))), (applied, result)
+            assert "Traceback" not in result.output
+            if result.exit_code:
+                assert len(result.stderr.strip().splitlines()) == 1, (applied, result.stderr)
+            elif "--json" in args:
+                assert isinstance(json.loads(result.stdout), list)
