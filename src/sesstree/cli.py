@@ -702,6 +702,8 @@ def import_(locator: StoreLocator, files: tuple[Path, ...], name: str | None, fm
             failed += 1
             click.echo(_one_line(f"{r.source}: failed"), err=True)
             continue
+        if r.outcome == "skipped":
+            continue  # its warning said why
         click.echo(_one_line(f"{r.session}: {r.outcome}, {_events(r.events)} "
                              f"({r.new_nodes} new) from {r.source}"))
     if failed:

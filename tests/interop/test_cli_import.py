@@ -169,3 +169,18 @@ def test_json_report_of_a_file_quoting_lone_surrogates(sess: Sess, tmp_path: Pat
     assert report["outcome"] == "created"
     assert any("\\ud800" in p and "is not in this file" in p for p in report["problems"])
     assert "\\ud800" in sess("import", str(path)).stderr  # and the warning line, escaped
+
+
+def test_a_folder_import_says_what_it_skipped(sess: Sess, tmp_path: Path) -> None:
+    folder = tmp_path / "mixed"
+    _seed(folder / "quest-1.jsonl")
+    (folder / "blank.jsonl").write_text("")
+    (folder / "settings.json").write_text('{"theme": "dark"}')
+    result = sess("import", "-r", str(folder))
+    assert result.exit_code == 0, result.output
+    assert result.stdout.startswith("quest-1: created")
+    warnings = result.stderr.splitlines()
+    assert any("blank.jsonl: empty file; skipped" in w for w in warnings), warnings
+    assert any("settings.json: format not recognised; skipped" in w for w in warnings), warnings
+    outcomes = sorted(r["outcome"] for r in sess.json("import", "-r", str(folder)))
+    assert outcomes == ["skipped", "skipped", "up to date"]

@@ -148,8 +148,9 @@ def import_files(
     """Import every file (or folder, with ``recursive``); one result per session landed.
 
     A file named on the command line that cannot be imported raises InputError. In a folder,
-    empty files and files of no known format are passed over and a file that fails is
-    reported as a result with outcome ``failed``, so one bad transcript does not stop the rest.
+    empty files and files of no known format are results with outcome ``skipped`` and a file
+    that fails is a result with outcome ``failed`` (the reason in ``problems``), so one bad
+    transcript does not stop the rest.
 
     Raises:
         InputError: a named file cannot be imported, or nothing to import was found at all
@@ -183,10 +184,12 @@ def import_files(
     transcripts = 0
     for f in found:
         try:
-            if _is_empty(f):
-                continue
-            fmt = detect_format(f) if format == "auto" else format
+            fmt = None if _is_empty(f) else detect_format(f) if format == "auto" else format
             if fmt is None:
+                # Said, not silently passed over: a nightly run shows what it did not import.
+                why = "empty file" if _is_empty(f) else "format not recognised"
+                results.append(ImportResult(str(f.resolve()), "", "skipped", 0, 0,
+                                            problems=[f"{f}: {why}; skipped"]))
                 continue
             transcripts += 1
             results.extend(import_file(store, f, name=name, format=fmt, force=force,
@@ -194,7 +197,7 @@ def import_files(
         except InputError as exc:
             results.append(ImportResult(str(f.resolve()), "", "failed", 0, 0,
                                         problems=[str(exc)]))
-    if not named and not transcripts and not results:
+    if not named and not transcripts and all(r.outcome == "skipped" for r in results):
         where = ", ".join(str(f) for f in folders)
         what = (f"{len(found)} .jsonl/.json file(s), none a transcript of a known format"
                 if found else "no .jsonl or .json file")

@@ -29,7 +29,7 @@ class ImportResult(msgspec.Struct):
     session: str
     #: created, fast-forward, up to date, ahead (the session already has more), rewritten
     #: (the file was edited), moved (it went on from an earlier point), replaced (``--force``),
-    #: empty, failed
+    #: empty, failed, skipped (in a folder: an empty file or one of no known format)
     outcome: str
     events: int
     new_nodes: int
