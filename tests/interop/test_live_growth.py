@@ -32,13 +32,15 @@ def _cuts(data: bytes, step: int) -> list[int]:
     return [*cuts, len(data)]
 
 
-def _grow_and_import(store: Store, source: Path, live: Path, step: int) -> None:
+def _grow_and_import(store: Store, source: Path, live: Path, step: int,
+                     format: str = "claude") -> None:
     data = source.read_bytes()
     for cut in _cuts(data, step):
         live.write_bytes(data[:cut])
-        results = import_files(store, [live], format="claude")
+        results = import_files(store, [live], format=format)
         outcomes = {r.outcome for r in results}
-        assert outcomes <= {"created", "fast-forward", "up to date"}, (cut, results)
+        # "empty": a pi file holding its header only, nothing to land yet
+        assert outcomes <= {"created", "fast-forward", "up to date", "empty"}, (cut, results)
     reasons = [e.reason for e in store.reflog()]
     assert not any("edited" in r or "earlier point" in r for r in reasons), reasons
     reachable: set[str] = set()
@@ -47,7 +49,7 @@ def _grow_and_import(store: Store, source: Path, live: Path, step: int) -> None:
     assert store.backend.count_nodes() == len(reachable)  # nothing abandoned
     assert store.fsck() == []
     # and the whole file imported in one go lands on the very same nodes
-    fresh_heads = {r.head for r in import_files(store, [source], format="claude")}
+    fresh_heads = {r.head for r in import_files(store, [source], format=format)}
     assert fresh_heads <= {s.head for s in store.sessions()}
 
 
@@ -55,6 +57,23 @@ def _grow_and_import(store: Store, source: Path, live: Path, step: int) -> None:
 def test_claude_file_growing_mid_reply_fast_forwards(store: Store, samples: Path, tmp_path: Path,
                                                      name: str) -> None:
     _grow_and_import(store, samples / "claude-code" / name, tmp_path / name, step=1)
+
+
+@pytest.mark.parametrize(("folder", "name", "format"), [
+    ("pi", "kvsankar__agent-history__tests-fixtures-real_sessions-pi-session-01.REDACTED.jsonl",
+     "pi"),
+    ("codex", "kvsankar__agent-history__tests-fixtures-real_sessions-codex-session-01.REDACTED"
+     ".jsonl", "codex"),
+])
+def test_pi_and_codex_files_growing_fast_forward(store: Store, samples: Path, tmp_path: Path,
+                                                 folder: str, name: str, format: str) -> None:
+    _grow_and_import(store, samples / folder / name, tmp_path / name, step=1, format=format)
+
+
+@pytest.mark.stress
+def test_big_pi_file_growing(store: Store, samples: Path, tmp_path: Path) -> None:
+    name = "badlogic__pi-mono__test-fixtures-large-session.jsonl"
+    _grow_and_import(store, samples / "pi" / name, tmp_path / name, step=5, format="pi")
 
 
 @pytest.mark.stress
