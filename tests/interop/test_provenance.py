@@ -161,3 +161,17 @@ def test_metadata_someone_else_wrote_is_no_provenance(store: Store, tmp_path: Pa
         [result] = import_files(store, [path])
         assert result.session == "quest-1-2"  # never the hand-made one
     assert store.messages("quest-1") == [{"role": "user", "content": "made by hand"}]
+
+
+def test_a_copy_of_an_imported_file_lands_nowhere_new(store: Store, tmp_path: Path) -> None:
+    path = _seed(tmp_path / "a" / "quest-1.jsonl", QUEST)
+    import_files(store, [path])
+    copy = _seed(tmp_path / "b" / "quest-1.jsonl", QUEST)  # an export, a backup, a copy
+    assert [(r.session, r.outcome) for r in import_files(store, [copy])] == [
+        ("quest-1", "up to date")]
+    _seed(copy, [*QUEST, {"role": "user", "content": "I go west."}])  # the copy goes on
+    assert [(r.session, r.outcome) for r in import_files(store, [copy])] == [
+        ("quest-1-2", "created")]  # the original's session is not moved by another file
+    assert store.messages("quest-1") == QUEST
+    assert import_files(store, [copy])[0].session == "quest-1-2"
+    assert _names(store) == ["quest-1", "quest-1-2"]

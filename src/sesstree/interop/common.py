@@ -195,9 +195,12 @@ def land(
         # it was matched by content, or a renumbered branch would move another one's session.
         ours = holder == origin and (origin.main or name == found)
         head = store.session_head(name)
-        if head is not None and not ours and holder is not None and not explicit_name:
-            name, head = _free_name(store, base), None  # another import holds the name
         outcome = _relation(store, head, target, path)
+        if (head is not None and not ours and holder is not None and not explicit_name
+                and outcome not in ("up to date", "ahead")):
+            # Another import holds the name: never move it. (One that already holds this
+            # history is reported as it is: a copy of a file lands nowhere new.)
+            name, head, outcome = _free_name(store, base), None, "created"
         if outcome == "differs":
             if ours:
                 outcome = "moved" if file_nodes is not None and head in file_nodes else "rewritten"
