@@ -9,6 +9,15 @@ from __future__ import annotations
 from .loop import Agent
 from .provider import OpenAIProvider, Provider
 from .tools import Tool, ToolOutcome, tool
-from .wire import Completion
+from .wire import Completion, IncompleteReply
 
-__all__ = ["Agent", "Completion", "OpenAIProvider", "Provider", "Tool", "ToolOutcome", "tool"]
+__all__ = [
+    "Agent",
+    "Completion",
+    "IncompleteReply",
+    "OpenAIProvider",
+    "Provider",
+    "Tool",
+    "ToolOutcome",
+    "tool",
+]
