@@ -184,3 +184,24 @@ def test_a_folder_import_says_what_it_skipped(sess: Sess, tmp_path: Path) -> Non
     assert any("settings.json: format not recognised; skipped" in w for w in warnings), warnings
     outcomes = sorted(r["outcome"] for r in sess.json("import", "-r", str(folder)))
     assert outcomes == ["skipped", "skipped", "up to date"]
+
+
+def test_concurrent_imports_of_one_folder_land_each_session_once(tmp_path: Path,
+                                                                 samples: Path) -> None:
+    folder = tmp_path / "t"
+    folder.mkdir()
+    for f in sorted((samples / "claude-code").iterdir())[:4]:
+        (folder / f.name).write_bytes(f.read_bytes())
+    store_dir = tmp_path / "s"
+    open_store(store_dir).close()
+    run = [sys.executable, "-c", "from sesstree.cli import main; main()", "--store",
+           str(store_dir), "import", "-r", str(folder), "--json"]
+    procs = [subprocess.Popen(run, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for _ in range(3)]
+    outputs = [p.communicate(timeout=120) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0, 0], outputs
+    landed = [[r["session"] for r in json.loads(out)] for out, _ in outputs]
+    assert landed[0] == landed[1] == landed[2]
+    with open_store(store_dir) as store:
+        assert sorted(s.name for s in store.sessions()) == sorted(landed[0])
+        assert store.fsck() == []
