@@ -156,6 +156,9 @@ class Backend(Protocol):
     def set_meta(self, key: str, value: str | None) -> None:
         """Set or (with None) delete a setting."""
 
+    def list_meta(self, prefix: str) -> dict[str, str]:
+        """Every setting whose key starts with ``prefix``, by key (one read, not one per key)."""
+
     def iter_nodes(self) -> Iterator[StoredNode]:
         """Every stored node, parents before children."""
 

@@ -182,6 +182,9 @@ class MemoryBackend:
         else:
             self._meta[key] = value
 
+    def list_meta(self, prefix: str) -> dict[str, str]:
+        return {k: v for k, v in self._meta.items() if k.startswith(prefix)}
+
     def iter_nodes(self) -> Iterator[StoredNode]:
         # Insertion order of a dict is parents-first, as nodes are only stored after parents.
         yield from list(self._nodes.values())

@@ -578,6 +578,15 @@ class SqliteBackend:
             else:
                 self._db.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (key, value))
 
+    def list_meta(self, prefix: str) -> dict[str, str]:
+        # A range on the primary key, not LIKE: keys may hold % and _, and the range uses the index.
+        with self._lock, self._errors():
+            rows = self._db.execute(
+                "SELECT key, value FROM meta WHERE key >= ? AND key < ?",
+                (prefix, prefix + "\U0010ffff"),
+            ).fetchall()
+        return {str(k): str(v) for k, v in rows if str(k).startswith(prefix)}
+
     def iter_nodes(self) -> Iterator[StoredNode]:
         with self._lock, self._errors():
             rows = self._db.execute(
