@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import time
 from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from sesstree import Store
-from sesstree.interop import detect_format, export_session, import_files
+from sesstree.interop import claude, detect_format, export_session, import_files
 
 
 def test_tree_branches_become_sessions(store: Store, data: Path) -> None:
@@ -201,3 +206,25 @@ def test_a_rewind_in_the_tool_moves_the_session_and_keeps_the_old_line(
     assert "went on from an earlier point" in store.reflog("r1")[-1].reason
     assert not any("edited" in e.reason for e in store.reflog())
     assert {r.outcome for r in import_files(store, [path])} == {"up to date"}
+
+
+def test_the_last_reply_of_a_finished_file_is_a_message(
+        store: Store, samples: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The newest reply of a file written to minutes ago may still be streaming; one of a file
+    # untouched for longer is finished, and its last reply must read back as a message.
+    monkeypatch.setattr(claude, "LIVE_WINDOW", 600.0)
+    name = next(p.name for p in (samples / "claude-code").iterdir() if "f67ab274" in p.name)
+    old = tmp_path / name
+    shutil.copyfile(samples / "claude-code" / name, old)
+    hour_ago = time.time() - 3600
+    os.utime(old, (hour_ago, hour_ago))
+    result = import_files(store, [old])[0]
+    assert not any("may still be being written" in p for p in result.problems)
+    last = json.loads(old.read_text().splitlines()[-1])
+    assert store.messages(result.session)[-1]["role"] == "assistant"
+    assert store.chain(result.session).types[-1] == "assistant/message"
+    assert last["type"] == "assistant"
+    os.utime(old)  # written again just now: the same file is taken as possibly live
+    again = import_files(store, [old])[0]
+    assert again.outcome == "ahead" and again.session == result.session
+    assert store.chain(result.session).types[-1] == "assistant/message"  # nothing lost

@@ -24,6 +24,7 @@ entry form a chain of their own.
 from __future__ import annotations
 
 import collections
+import time
 from pathlib import Path
 from typing import Any
 
@@ -191,6 +192,8 @@ def _reply_in_progress(records: list[Record]) -> tuple[str, int] | None:
     the next write: deriving its message now and again, longer, later would turn a re-import
     into a rewrite. So it stays its raw record until the file grows past it or it carries a
     ``stop_reason``. Only the newest entry can be in progress: the file grows at its end.
+    Only a file written to in the last ``LIVE_WINDOW`` seconds is asked: in an older one the
+    last reply is finished, and is a message like every other.
     """
     for r in reversed(records):
         uuid = r.data.get("uuid")
@@ -202,6 +205,18 @@ def _reply_in_progress(records: list[Record]) -> tuple[str, int] | None:
             return uuid, r.line
         return None
     return None
+
+
+#: A transcript written to within this many seconds may be mid-reply; an older one is finished
+#: (Claude Code writes a reply's blocks seconds apart), so its last reply is a message.
+LIVE_WINDOW = 600.0
+
+
+def _may_be_live(path: Path) -> bool:
+    try:
+        return time.time() - path.stat().st_mtime < LIVE_WINDOW
+    except OSError:
+        return True
 
 
 def _entry_events(
@@ -242,7 +257,7 @@ def import_claude(
     records = read_records(path, problems)
     session_id = _session_id(records, path)
     merged, silent = _merge_split_replies(records)
-    pending = _reply_in_progress(records)
+    pending = _reply_in_progress(records) if _may_be_live(path) else None
     if pending is not None:
         silent.add(pending[0])
         problems.append(f"{path}:{pending[1]}: the last reply may still be being written (it "
