@@ -24,7 +24,8 @@ _encoder = msgspec.json.Encoder()
 
 
 def export_openai(store: Store, rev: str, out: Path | None = None, *, force: bool = False) -> Path:
-    """Write the messages a model would be sent at ``rev``, tool calls paired.
+    """Write the messages a model would be sent at ``rev``: the sending view (every tool call
+    answered, no result without a call, no two user messages in a row).
 
     A ``.jsonl`` path gets one message per line; anything else a JSON array.
     """
@@ -33,7 +34,7 @@ def export_openai(store: Store, rev: str, out: Path | None = None, *, force: boo
 
 def render_openai(store: Store, rev: str, out: Path | None = None) -> tuple[Path, bytes]:
     """The file :func:`export_openai` writes: its path and its bytes."""
-    messages = store.messages(rev)
+    messages = store.derive(rev, sending=True).messages
     target = out if out is not None else Path(f"{store.session_name_of(rev).replace('/', '_')}.json")
     if target.name.endswith(".jsonl"):
         data = b"".join(_encoder.encode(m) + b"\n" for m in messages)
