@@ -222,3 +222,12 @@ def test_a_grouped_session_name_survives_export_and_import(store: Store, tmp_pat
         assert other.messages("team/quest") == [{"role": "user", "content": "hi"}]
     finally:
         other.close()
+
+
+def test_a_decomposed_file_name_names_the_composed_session(store: Store, tmp_path: Path) -> None:
+    # macOS writes file names decomposed (NFD); session names are NFC, so the file still imports
+    # and lands on the name a user types.
+    path = tmp_path / "cafe\u0301.jsonl"
+    path.write_text(json.dumps({"role": "user", "content": "un café"}) + "\n")
+    result = import_files(store, [path])[0]
+    assert result.session == "café" and store.has_session("café")

@@ -8,6 +8,7 @@ object is an error, because skipping it would change the conversation.
 
 from __future__ import annotations
 
+import unicodedata
 from pathlib import Path
 from typing import Any
 
@@ -57,7 +58,9 @@ def import_openai_json(
     except OSError as exc:
         raise InputError(f"cannot read: {exc.strerror}", path=str(path)) from None
     messages, rest = messages_of(value, path)
-    session = name or path.name.removesuffix(".json").removesuffix(".traj")
+    # NFC: a file name from macOS (NFD) names the same session as one typed by hand.
+    session = name or unicodedata.normalize(
+        "NFC", path.name.removesuffix(".json").removesuffix(".traj"))
     check_ref_name(session)
     nodes = message_chain(messages, path)
     meta: dict[str, Any] = {"format": "openai", "source": str(path)}

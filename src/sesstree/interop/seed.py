@@ -8,6 +8,7 @@ model sees. Every key of every message is kept, unknown roles included.
 from __future__ import annotations
 
 import datetime
+import unicodedata
 from pathlib import Path
 from typing import Any
 
@@ -48,7 +49,8 @@ def import_seed(
             meta = decode_line(meta_path.read_bytes())
         except InputError as exc:
             raise InputError(str(exc), path=str(meta_path)) from None
-    stem = path.name.removesuffix(".jsonl")
+    # NFC: a file name from macOS (NFD) names the same session as one typed by hand.
+    stem = unicodedata.normalize("NFC", path.name.removesuffix(".jsonl"))
     session = name or stem
     known = meta.get("id") if isinstance(meta, dict) else None
     if name is None and isinstance(known, str) and known.replace("/", "_") == stem:
