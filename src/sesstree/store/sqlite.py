@@ -43,7 +43,7 @@ from ..errors import (
 )
 from ..node import ID_VERSION, NodeId
 from .base import Chain, RawNode, Ref, ReflogEntry, RefUpdate, StoredNode, describe
-from .sqlite_paths import IdPart, PathReader, row_data, split_row
+from .sqlite_paths import PathReader, row_data, split_row, verify_node
 from .sqlite_sql import (
     APPEND_ONE,
     APPEND_TEMP,
@@ -451,18 +451,32 @@ class SqliteBackend:
     def get(self, id: NodeId) -> StoredNode | None:
         with self._lock, self._errors():
             row = self._db.execute(
-                f"SELECT {NODE_COLS}, n.depth FROM nodes n WHERE n.id = ?", (bytes.fromhex(id),)
+                f"SELECT {NODE_COLS}, n.depth, p.id FROM nodes n LEFT JOIN nodes p "
+                "ON p.seq = n.parent WHERE n.id = ?",
+                (bytes.fromhex(id),),
             ).fetchone()
             if row is None:
                 return None
             type, encoded = self._split(row[3], row[4])
-            return StoredNode(NodeId(row[1].hex()), self._id_of_seq(row[2]), row[5], type, encoded)
+            payload = None if row[4] is None else encoded
+            # Checked against its id like every read: damage shows as an error, never as data.
+            # (A parent row that is missing gives no parent id, and so fails the check.)
+            if (row[2] is not None and row[6] is None) or not verify_node(
+                row[1], row[6], row[3], payload
+            ):
+                raise StoreCorruptError(
+                    f"store {self.path} is damaged: node {row[1].hex()[:12]} does not hash to its id"
+                )
+            parent = NodeId(row[6].hex()) if row[6] is not None else None
+            return StoredNode(NodeId(row[1].hex()), parent, row[5], type, encoded)
 
     def _split(self, data: bytes, compressed: bytes | None) -> tuple[str, bytes]:
         """Type and payload bytes of a row, inflating a payload stored apart."""
         try:
+            if not isinstance(data, bytes):
+                raise TypeError("row data is not bytes")
             type, encoded = split_row(data)
-        except (ValueError, IndexError, UnicodeDecodeError):
+        except (ValueError, IndexError, UnicodeDecodeError, TypeError):
             raise StoreCorruptError(f"store {self.path} is damaged: a node row is unreadable") from None
         return type, encoded if compressed is None else self._inflate(compressed)
 
@@ -484,18 +498,8 @@ class SqliteBackend:
                 raise KeyError(head)
             seq, depth = found
             need = depth if limit is None else min(limit, depth)
-            types, datas, id_parts, base = self._paths.read(seq, need)
-            return Chain(
-                types,
-                datas,
-                depth - need + 1,
-                self._id_of_seq(base),
-                packed_ids=lambda: self._packed_ids(id_parts),
-            )
-
-    def _packed_ids(self, parts: list[IdPart]) -> bytes:
-        with self._lock, self._errors():
-            return self._paths.packed_ids(parts)
+            types, datas, ids, base = self._paths.read(seq, need, need == depth)
+            return Chain(types, datas, depth - need + 1, self._id_of_seq(base), packed_ids=ids)
 
     def resolve_prefix(self, prefix: str, limit: int = 2) -> list[NodeId]:
         lo = bytes.fromhex((prefix + "0" * 64)[:64])
@@ -590,7 +594,7 @@ class SqliteBackend:
                 type, encoded = self._split(r[3], r[4])
             except StoreCorruptError:
                 # Yield it as it is: it will not hash to its id, and fsck reports it as such.
-                type, encoded = "", r[3]
+                type, encoded = "", r[3] if isinstance(r[3], bytes) else b""
             yield StoredNode(
                 NodeId(r[0].hex()), NodeId(r[1].hex()) if r[1] else None, r[2], type, encoded
             )
