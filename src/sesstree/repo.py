@@ -27,6 +27,7 @@ from .node import Node, NodeId, check_ref_name, encode_data, node_id_from_encode
 from .store.base import Backend, Chain, RawNode, Ref, ReflogEntry, RefUpdate
 from .store.memory import MemoryBackend
 from .store.sqlite import SqliteBackend
+from .store.sqlite_media import media_error
 
 if TYPE_CHECKING:
     from .maintenance import GcResult, Stats
@@ -75,6 +76,7 @@ def open_store(
     Raises:
         StoreNotFoundError: no store there and ``create`` is false.
         StoreCorruptError, StoreFormatError, StoreLockedError: the file cannot be used as it is.
+        StoreReadOnlyError, StoreFullError: a new store cannot be created on this medium.
     """
     if str(path) == ":memory:":
         return Store(MemoryBackend())
@@ -85,10 +87,21 @@ def open_store(
         if not folder.exists():
             if not create:
                 raise StoreNotFoundError(f"no store at {folder}")
-            folder.mkdir(parents=True)
+            _make_private_folder(folder)
         file = folder / STORE_FILE
     backend = SqliteBackend(file, create=create, durable=durability == "durable", timeout=timeout)
     return Store(backend)
+
+
+def _make_private_folder(folder: Path) -> None:
+    """Create the store's folder 0700 whatever the umask; another creator may win the race."""
+    try:
+        folder.mkdir(parents=True, mode=0o700)
+    except FileExistsError:
+        return  # made by a concurrent creator (which makes it private the same way)
+    except OSError as exc:
+        raise media_error(folder / STORE_FILE, exc) from None
+    os.chmod(folder, 0o700)
 
 
 class Store:

@@ -43,6 +43,9 @@ from ..errors import (
 )
 from ..node import ID_VERSION, NodeId
 from .base import Chain, RawNode, Ref, ReflogEntry, RefUpdate, StoredNode, describe
+from .sqlite_create import create_store_file, remove_leftovers
+from .sqlite_media import media_error, open_read_only
+from .sqlite_media import unopenable as _unopenable
 from .sqlite_paths import PathReader, row_data, split_row, verify_node
 from .sqlite_sql import (
     APPEND_ONE,
@@ -75,6 +78,26 @@ SIZE_WAL_AFTER = 1_000
 # opened (see _preallocate_wal): ~4 MB with 2 KB pages.
 DURABLE_WAL_PAGES = 2_000
 _CACHE_MAX = 200_000
+
+
+class _NotCreated(Exception):
+    """The file is an SQLite file with no tables: a store whose creation never finished."""
+
+
+def _build_schema(db: sqlite3.Connection) -> None:
+    """Page size, WAL mode, tables and format version of a new store (sqlite_create)."""
+    db.execute(f"PRAGMA page_size={PAGE_SIZE}")
+    db.execute("PRAGMA journal_mode=WAL")
+    db.execute("BEGIN IMMEDIATE")
+    for statement in SCHEMA:
+        db.execute(statement)
+    db.executemany(
+        "INSERT INTO meta VALUES (?, ?)",
+        [("format", str(FORMAT_VERSION)), ("ids", f"blake3-msgpack-v{ID_VERSION}")],
+    )
+    db.execute("COMMIT")
+
+
 class _Pending(msgspec.Struct):
     old: int | None
     new: int | None
@@ -97,12 +120,11 @@ class SqliteBackend:
         if exists and not create and size == 0:
             # Opening an existing store must never turn some other (empty) file into one.
             raise StoreCorruptError(f"{self.path} is an empty file, not a sesstree store")
-        try:
-            self._db = sqlite3.connect(
-                self.path, isolation_level=None, timeout=timeout, check_same_thread=False
-            )
-        except sqlite3.Error as exc:
-            raise StoreCorruptError(f"cannot open store {self.path}: {exc}") from None
+        #: True when the store could only be opened for reading (read-only media).
+        self.read_only = False
+        if create and size == 0:
+            self._create()
+        self._connect(timeout)
         self._lock = threading.RLock()
         self._paths = PathReader(self._db, self.path)
         # Appends committed by this connection, until the WAL is given its size (a long
@@ -117,35 +139,75 @@ class SqliteBackend:
         # connection commits (a gc there may have removed rows the cache still names).
         self._data_version = -1
         try:
-            self._open(size > 0, durable)
+            try:
+                self._open(durable)
+            except _NotCreated:
+                if not create:
+                    raise StoreCorruptError(
+                        f"{self.path} is an SQLite file but not a sesstree store"
+                    ) from None
+                # A first open killed before its schema landed (an older sesstree): finish it.
+                self._db.close()
+                self._create()
+                self._connect(timeout)
+                self._paths = PathReader(self._db, self.path)
+                self._open(durable)
         except BaseException:
             self._db.close()
             raise
+        if not self.read_only:
+            remove_leftovers(self.path)
 
     # -- opening -----------------------------------------------------------------------------
 
-    def _open(self, exists: bool, durable: bool) -> None:
+    def _create(self) -> None:
+        """Create the store file atomically (see sqlite_create), mapping OS errors."""
+        try:
+            create_store_file(self.path, _build_schema)
+        except OSError as exc:
+            raise media_error(self.path, exc) from None
+        except sqlite3.Error as exc:
+            raise media_error(self.path, exc) from None
+
+    def _connect(self, timeout: float) -> None:
+        """Connect for reading and writing, or (read-only media) for reading only."""
+        try:
+            self._db = sqlite3.connect(
+                self.path, isolation_level=None, timeout=timeout, check_same_thread=False
+            )
+            # Touch the file: on read-only media a WAL store fails here, not on first use.
+            self._db.execute("SELECT count(*) FROM sqlite_master").fetchone()
+            return
+        except sqlite3.Error as exc:
+            if not _unopenable(exc):
+                raise StoreCorruptError(f"store {self.path} is damaged: {exc}") from None
+            self._db.close()
+        self._db = open_read_only(self.path, timeout)
+        self.read_only = True
+
+    def _open(self, durable: bool) -> None:
         db = self._db
         with self._errors():
-            if exists:
-                # Read before any write: a damaged or newer store must stay exactly as it is.
-                tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master")}
-                if "meta" not in tables or "nodes" not in tables:
-                    raise StoreCorruptError(f"{self.path} is an SQLite file but not a sesstree store")
-                row = db.execute("SELECT value FROM meta WHERE key = 'format'").fetchone()
-                version = int(row[0]) if row else 0
-                if version > FORMAT_VERSION:
-                    raise StoreFormatError(
-                        f"{self.path} has store format {version}; this sesstree reads up to "
-                        f"{FORMAT_VERSION}. Upgrade sesstree to open it."
-                    )
-                if version < 1:
-                    raise StoreCorruptError(f"{self.path} has no valid format version")
-            if not exists:
-                db.execute(f"PRAGMA page_size={PAGE_SIZE}")
-            mode = db.execute("PRAGMA journal_mode=WAL").fetchone()[0]
-            if str(mode).lower() != "wal":
-                raise StoreLockedError(f"cannot switch {self.path} to WAL mode (is it in use?)")
+            # Read before any write: a damaged or newer store must stay exactly as it is.
+            tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master")}
+            if not tables:
+                raise _NotCreated
+            if "meta" not in tables or "nodes" not in tables:
+                raise StoreCorruptError(f"{self.path} is an SQLite file but not a sesstree store")
+            row = db.execute("SELECT value FROM meta WHERE key = 'format'").fetchone()
+            version = int(row[0]) if row else 0
+            if version > FORMAT_VERSION:
+                raise StoreFormatError(
+                    f"{self.path} has store format {version}; this sesstree reads up to "
+                    f"{FORMAT_VERSION}. Upgrade sesstree to open it."
+                )
+            if version < 1:
+                raise StoreCorruptError(f"{self.path} has no valid format version")
+            mode = db.execute("PRAGMA journal_mode").fetchone()[0]
+            if str(mode).lower() != "wal" and not self.read_only:
+                mode = db.execute("PRAGMA journal_mode=WAL").fetchone()[0]
+                if str(mode).lower() != "wal":
+                    raise StoreLockedError(f"cannot switch {self.path} to WAL mode (is it in use?)")
             db.execute(f"PRAGMA synchronous={'FULL' if durable else 'NORMAL'}")
             db.execute("PRAGMA cache_size=-65536")
             db.execute(f"PRAGMA wal_autocheckpoint={DURABLE_WAL_PAGES if durable else WAL_PAGES}")
@@ -153,23 +215,11 @@ class SqliteBackend:
             db.execute("PRAGMA temp_store=MEMORY")
             for statement in APPEND_TEMP:
                 db.execute(statement)
-            if not exists:
-                db.execute("BEGIN IMMEDIATE")
+            if durable and not self.read_only:
                 try:
-                    tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master")}
-                    if "meta" not in tables:
-                        for statement in SCHEMA:
-                            db.execute(statement)
-                        db.executemany(
-                            "INSERT INTO meta VALUES (?, ?)",
-                            [("format", str(FORMAT_VERSION)), ("ids", f"blake3-msgpack-v{ID_VERSION}")],
-                        )
-                    db.execute("COMMIT")
-                except BaseException:
-                    db.execute("ROLLBACK")
-                    raise
-            if durable:
-                preallocate_wal(db, self.path, DURABLE_WAL_PAGES)
+                    preallocate_wal(db, self.path, DURABLE_WAL_PAGES)
+                except (OSError, sqlite3.Error):
+                    pass  # only a speed-up (a full disk, say): the WAL then grows as it goes
                 self._appends_to_size_wal = -1  # done already
 
     @contextmanager
@@ -189,7 +239,7 @@ class SqliteBackend:
                 ) from None
             if "malformed" in text or "not a database" in text or "no such" in text:
                 raise StoreCorruptError(f"store {self.path} is damaged: {text}") from None
-            raise exc
+            raise media_error(self.path, exc) from None
         if isinstance(exc, sqlite3.DatabaseError) and not isinstance(exc, sqlite3.IntegrityError):
             raise StoreCorruptError(f"store {self.path} is damaged: {exc}") from None
         raise exc
