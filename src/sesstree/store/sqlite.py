@@ -123,7 +123,7 @@ class SqliteBackend:
         #: True when the store could only be opened for reading (read-only media).
         self.read_only = False
         if create and size == 0:
-            self._create()
+            self._create(durable)
         self._connect(timeout)
         self._lock = threading.RLock()
         self._paths = PathReader(self._db, self.path)
@@ -148,7 +148,7 @@ class SqliteBackend:
                     ) from None
                 # A first open killed before its schema landed (an older sesstree): finish it.
                 self._db.close()
-                self._create()
+                self._create(durable)
                 self._connect(timeout)
                 self._paths = PathReader(self._db, self.path)
                 self._open(durable)
@@ -160,10 +160,10 @@ class SqliteBackend:
 
     # -- opening -----------------------------------------------------------------------------
 
-    def _create(self) -> None:
+    def _create(self, durable: bool) -> None:
         """Create the store file atomically (see sqlite_create), mapping OS errors."""
         try:
-            create_store_file(self.path, _build_schema)
+            create_store_file(self.path, _build_schema, sync=durable)
         except OSError as exc:
             raise media_error(self.path, exc) from None
         except sqlite3.Error as exc:

@@ -68,10 +68,14 @@ def schema_less(path: Path) -> bool:
         db.close()
 
 
-def create_store_file(path: Path, build: Callable[[sqlite3.Connection], None]) -> None:
+def create_store_file(
+    path: Path, build: Callable[[sqlite3.Connection], None], *, sync: bool = False
+) -> None:
     """Make ``path`` a complete store unless it already holds something.
 
     ``build`` runs on a fresh connection to the temporary file (page size, WAL, schema).
+    ``sync`` (durable stores) also fsyncs the file and the folder, so that the creation
+    survives power loss; a rename is atomic for every process without it.
     """
     with locked(path):
         if not schema_less(path):
@@ -86,16 +90,18 @@ def create_store_file(path: Path, build: Callable[[sqlite3.Connection], None]) -
                 build(db)
             finally:
                 db.close()  # the last connection checkpoints its WAL into the file
-            fd = os.open(tmp, os.O_RDONLY | os.O_CLOEXEC)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
+            if sync:
+                fd = os.open(tmp, os.O_RDONLY | os.O_CLOEXEC)
+                try:
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
             # The logs of an empty file being replaced must not be replayed onto the new one.
             for suffix in ("-wal", "-shm"):
                 Path(str(path) + suffix).unlink(missing_ok=True)
             os.replace(tmp, path)
-            _sync_folder(path.parent)
+            if sync:
+                _sync_folder(path.parent)
         finally:
             for leftover in (tmp, Path(str(tmp) + "-wal"), Path(str(tmp) + "-shm")):
                 leftover.unlink(missing_ok=True)
