@@ -195,30 +195,37 @@ class Store:
         return self.session(new)
 
     def delete_session(self, name: str) -> NodeId:
-        """Delete session ``name``; its reflog stays, so ``sess branch NAME ID`` restores it."""
-        target = self._require_session(name)
-        on_head = self.head()[0] == name
-        self._move(SESSIONS + name, target, None, "branch: deleted")
-        if on_head:
-            self.backend.set_meta("HEAD", target)
-        self.backend.set_meta("session:" + name, None)
+        """Delete session ``name``; its reflog stays, so ``sess branch NAME ID`` restores it.
+
+        The ref, HEAD (detached at the last node if it named the session) and the session's
+        metadata change in one transaction: a crash leaves all of it or none.
+        """
+        with self.batch():
+            target = self._require_session(name)
+            on_head = self.head()[0] == name
+            self._move(SESSIONS + name, target, None, "branch: deleted")
+            if on_head:
+                self.backend.set_meta("HEAD", target)
+            self.backend.set_meta("session:" + name, None)
         return target
 
     def rename_session(self, old: str, new: str) -> None:
-        """Rename a session, carrying its reflog, metadata and HEAD along."""
+        """Rename a session, carrying its reflog, metadata and HEAD along, in one transaction:
+        a crash leaves the old name or the new one, never HEAD on a name that is gone."""
         check_ref_name(new)
-        target = self._require_session(old)
-        if self.has_session(new):
-            raise RefExistsError(f"session {new!r} already exists")
-        on_head = self.head()[0] == old
-        self.backend.rename_ref(SESSIONS + old, SESSIONS + new, target,
-                                f"branch: renamed {old} to {new}")
-        meta = self.backend.get_meta("session:" + old)
-        if meta is not None:
-            self.backend.set_meta("session:" + new, meta)
-            self.backend.set_meta("session:" + old, None)
-        if on_head:
-            self.backend.set_meta("HEAD", "ref: " + SESSIONS + new)
+        with self.batch():
+            target = self._require_session(old)
+            if self.has_session(new):
+                raise RefExistsError(f"session {new!r} already exists")
+            on_head = self.head()[0] == old
+            self.backend.rename_ref(SESSIONS + old, SESSIONS + new, target,
+                                    f"branch: renamed {old} to {new}")
+            meta = self.backend.get_meta("session:" + old)
+            if meta is not None:
+                self.backend.set_meta("session:" + new, meta)
+                self.backend.set_meta("session:" + old, None)
+            if on_head:
+                self.backend.set_meta("HEAD", "ref: " + SESSIONS + new)
 
     def reset(self, name: str, rev: str | NodeId, reason: str | None = None) -> NodeId:
         """Move session ``name`` to ``rev`` (rewind or fast-forward); logged, so undoable."""

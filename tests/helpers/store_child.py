@@ -6,7 +6,8 @@ Children started with ``STORE_CHILD_GATE=PATH`` print ``READY`` and wait for PAT
 
 - ``create STORE NAME``: open (creating) the store, append one message to session NAME,
   print ``OK``.
-- ``rename STORE``: rename session ``a`` to ``b`` and back, forever, printing ``ACK`` after each.
+- ``rename STORE``: rename session ``a`` to ``b`` (or ``b`` to ``a``) and back, forever,
+  printing ``ACK`` after each.
 - ``gc STORE``: run gc in a loop forever, printing ``GC`` after each.
 - ``write STORE NAME COUNT``: append COUNT messages to session NAME, ``ACK i`` after each,
   with a short timeout, so a starved writer fails loudly instead of waiting.
@@ -34,11 +35,11 @@ def main() -> int:
         print("OK", flush=True)
     elif job == "rename":
         with open_store(store_path) as store:
+            name, other = ("a", "b") if store.has_session("a") else ("b", "a")
             while True:
-                store.rename_session("a", "b")
+                store.rename_session(name, other)
                 print("ACK", flush=True)
-                store.rename_session("b", "a")
-                print("ACK", flush=True)
+                name, other = other, name
     elif job == "gc":
         with open_store(store_path) as store:
             while True:

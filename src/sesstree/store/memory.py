@@ -29,7 +29,7 @@ class MemoryBackend:
         self._lock = threading.RLock()
         self._batch_depth = 0
         self._snapshot: (
-            tuple[dict[NodeId, StoredNode], dict[str, Ref], int, dict[str, str]] | None
+            tuple[dict[NodeId, StoredNode], dict[str, Ref], list[ReflogEntry], dict[str, str]] | None
         ) = None
         self._pending: dict[str, tuple[NodeId | None, int, str]] = {}
 
@@ -74,8 +74,9 @@ class MemoryBackend:
     def batch(self) -> Iterator[None]:
         with self._lock:
             if self._batch_depth == 0:
+                # The whole reflog, not its length: a rename inside the batch rewrites entries.
                 self._snapshot = (
-                    dict(self._nodes), dict(self._refs), len(self._reflog), dict(self._meta)
+                    dict(self._nodes), dict(self._refs), list(self._reflog), dict(self._meta)
                 )
             self._batch_depth += 1
             try:
@@ -84,9 +85,8 @@ class MemoryBackend:
                     self._flush_pending()
             except BaseException:
                 if self._batch_depth == 1 and self._snapshot is not None:
-                    nodes, refs, n, meta = self._snapshot
-                    self._nodes, self._refs, self._meta = nodes, refs, meta
-                    del self._reflog[n:]
+                    nodes, refs, log, meta = self._snapshot
+                    self._nodes, self._refs, self._reflog, self._meta = nodes, refs, log, meta
                     self._pending.clear()
                 raise
             finally:
