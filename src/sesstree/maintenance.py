@@ -46,8 +46,14 @@ class GcResult(msgspec.Struct, frozen=True):
 def fsck(store: Store) -> list[str]:
     """Every fault found: re-hash every node, check parents, refs, reflog, HEAD and indexes.
 
-    An empty list means the store is sound.
+    An empty list means the store is sound. Everything is read from one snapshot, so writers
+    at work meanwhile cannot make a sound store look damaged.
     """
+    with store.backend.snapshot():
+        return _fsck(store)
+
+
+def _fsck(store: Store) -> list[str]:
     backend = store.backend
     faults = list(backend.check())
     seen: dict[NodeId, int] = {}

@@ -122,6 +122,10 @@ class Backend(Protocol):
     def batch(self) -> AbstractContextManager[None]:
         """Group commits: one transaction, acknowledged (and durable) when the block exits."""
 
+    def snapshot(self) -> AbstractContextManager[None]:
+        """Read everything inside the block from one consistent state of the store (one read
+        transaction): what other writers commit meanwhile is not seen. Writes nothing."""
+
     def get(self, id: NodeId) -> StoredNode | None:
         """One node, or None."""
 

@@ -94,6 +94,12 @@ class MemoryBackend:
                 if self._batch_depth == 0:
                     self._snapshot = None
 
+    @contextmanager
+    def snapshot(self) -> Iterator[None]:
+        # The lock keeps other threads' writes out until the block ends.
+        with self._lock:
+            yield
+
     def _flush_pending(self) -> None:
         now = time.time()
         for name, (old, count, reason) in self._pending.items():

@@ -292,6 +292,21 @@ class SqliteBackend:
             finally:
                 self._batch_depth -= 1
 
+    @contextmanager
+    def snapshot(self) -> Iterator[None]:
+        with self._lock, self._errors():
+            if self._db.in_transaction:  # a batch or write already sees one state
+                yield
+                return
+            self._db.execute("BEGIN")
+            try:
+                # A deferred transaction takes its snapshot at the first read: take it now.
+                self._db.execute("SELECT count(*) FROM meta").fetchone()
+                yield
+            finally:
+                if self._db.in_transaction:
+                    self._db.execute("COMMIT")
+
     def _flush_pending(self) -> None:
         now = time.time()
         for name, p in self._pending.items():
