@@ -9,17 +9,21 @@ Children started with ``STORE_CHILD_GATE=PATH`` print ``READY`` and wait for PAT
 - ``rename STORE``: rename session ``a`` to ``b`` (or ``b`` to ``a``) and back, forever,
   printing ``ACK`` after each.
 - ``gc STORE``: run gc in a loop forever, printing ``GC`` after each.
+- ``tight STORE``: forever commit tiny write transactions back to back (``GC`` now and then).
+- ``hold STORE``: forever hold the write lock 5 ms at a time, letting go only briefly.
+- ``churn STORE``: forever write two nodes nothing names, then gc them away (``GC``).
 - ``write STORE NAME COUNT``: append COUNT messages to session NAME, ``ACK i`` after each,
   with a short timeout, so a starved writer fails loudly instead of waiting.
 """
 
 from __future__ import annotations
 
+import itertools
 import os
 import sys
 import time
 
-from sesstree import open_store
+from sesstree import make_node, open_store
 
 
 def main() -> int:
@@ -43,6 +47,32 @@ def main() -> int:
     elif job == "gc":
         with open_store(store_path) as store:
             while True:
+                store.gc()
+                print("GC", flush=True)
+    elif job == "tight":
+        with open_store(store_path) as store:
+            for i in itertools.count():
+                # Short write transactions back to back, with no pause between them.
+                with store.batch():
+                    store.backend.set_meta("hammer", str(i))
+                if i % 500 == 0:
+                    print("GC", flush=True)
+    elif job == "hold":
+        with open_store(store_path) as store:
+            for i in itertools.count():
+                # The write lock held almost all the time: 5 ms in, a moment out.
+                with store.batch():
+                    store.backend.set_meta("hammer", str(i))
+                    time.sleep(0.005)
+                if i % 20 == 0:
+                    print("GC", flush=True)
+    elif job == "churn":
+        with open_store(store_path) as store:
+            for i in itertools.count():
+                # An aborted import (nodes nothing names), then gc removes it again.
+                root = make_node(None, "user/message", {"role": "user", "content": f"junk {i}"})
+                store.write([root, make_node(root.id, "user/message", {"role": "user",
+                                                                       "content": "more"})])
                 store.gc()
                 print("GC", flush=True)
     elif job == "write":

@@ -199,6 +199,23 @@ class MemoryBackend:
         with self._lock:
             return sum(self._nodes.pop(i, None) is not None for i in ids)
 
+    def collect_garbage(self, dry_run: bool) -> tuple[list[NodeId], int, int]:
+        with self._lock:
+            roots = {r.target for r in self._refs.values()}
+            roots.update(t for e in self._reflog for t in (e.old, e.new) if t is not None)
+            head = self._meta.get("HEAD")
+            if head is not None and not head.startswith("ref: "):
+                roots.add(NodeId(head))
+            live: set[NodeId] = set()
+            for root in roots:
+                cur: NodeId | None = root
+                while cur is not None and cur not in live and cur in self._nodes:
+                    live.add(cur)
+                    cur = self._nodes[cur].parent
+            dead = [i for i in reversed(self._nodes) if i not in live]
+            removed = 0 if dry_run else self.delete_nodes(dead)
+            return dead, removed, len(live)
+
     def check(self) -> list[str]:
         return []
 

@@ -44,6 +44,8 @@ from ..errors import (
 from ..node import ID_VERSION, NodeId
 from .base import Chain, RawNode, Ref, ReflogEntry, RefUpdate, StoredNode, describe
 from .sqlite_create import create_store_file, remove_leftovers
+from .sqlite_gc import collect_garbage
+from .sqlite_lock import WriteLock
 from .sqlite_media import media_error, open_read_only
 from .sqlite_media import unopenable as _unopenable
 from .sqlite_paths import PathReader, row_data, split_row, verify_node
@@ -125,6 +127,9 @@ class SqliteBackend:
         if create and size == 0:
             self._create(durable)
         self._connect(timeout)
+        self._timeout = timeout
+        self._queue = WriteLock(self.path)
+        self._queue_depth = 0
         self._lock = threading.RLock()
         self._paths = PathReader(self._db, self.path)
         # Appends committed by this connection, until the WAL is given its size (a long
@@ -154,6 +159,7 @@ class SqliteBackend:
                 self._open(durable)
         except BaseException:
             self._db.close()
+            self._queue.close()
             raise
         if not self.read_only:
             remove_leftovers(self.path)
@@ -261,36 +267,63 @@ class SqliteBackend:
             if self._batch_depth or self._db.in_transaction:
                 yield
                 return
-            self._db.execute("BEGIN IMMEDIATE")
+            with self._queued():
+                self._db.execute("BEGIN IMMEDIATE")
+                try:
+                    self._sync_cache()
+                    yield
+                    self._db.execute("COMMIT")
+                    self._txn_new.clear()
+                except BaseException:
+                    self._rollback()
+                    raise
+
+    @contextmanager
+    def _queued(self) -> Iterator[None]:
+        """Hold this store's place in the writers' queue (see sqlite_lock) for the block."""
+        if self._queue_depth:
+            self._queue_depth += 1
             try:
-                self._sync_cache()
                 yield
-                self._db.execute("COMMIT")
-                self._txn_new.clear()
-            except BaseException:
-                self._rollback()
-                raise
+            finally:
+                self._queue_depth -= 1
+            return
+        if not self._queue.acquire(self._timeout):
+            raise StoreLockedError(
+                f"store {self.path} is locked by another process: waited {self._timeout:g} s "
+                "for its write to finish"
+            )
+        self._queue_depth = 1
+        try:
+            yield
+        finally:
+            self._queue_depth = 0
+            self._queue.release()
 
     @contextmanager
     def batch(self) -> Iterator[None]:
         with self._lock, self._errors():
-            outer = self._batch_depth == 0
-            if outer:
+            if self._batch_depth:
+                self._batch_depth += 1
+                try:
+                    yield
+                finally:
+                    self._batch_depth -= 1
+                return
+            with self._queued():
                 self._db.execute("BEGIN IMMEDIATE")
                 self._sync_cache()
-            self._batch_depth += 1
-            try:
-                yield
-                if outer:
+                self._batch_depth = 1
+                try:
+                    yield
                     self._flush_pending()
                     self._db.execute("COMMIT")
                     self._txn_new.clear()
-            except BaseException:
-                if outer:
+                except BaseException:
                     self._rollback()
-                raise
-            finally:
-                self._batch_depth -= 1
+                    raise
+                finally:
+                    self._batch_depth = 0
 
     @contextmanager
     def snapshot(self) -> Iterator[None]:
@@ -394,28 +427,33 @@ class SqliteBackend:
                 with self._errors():
                     self._commit_batched(nodes, updates)
                 return
-            db = self._db
-            if (
-                len(nodes) == 1 and len(updates) == 1 and self._append_one(nodes[0], updates[0])
-            ):
-                return
-            try:
-                db.execute("BEGIN IMMEDIATE")
-                self._sync_cache()
-                for n in nodes:
-                    self._insert(n)
-                now = time.time()
-                for u in updates:
-                    if not self._log(u.name, self._old_seq(u), self._new_seq(u), u.reason, now):
-                        raise self._conflict(u)
-                db.execute("COMMIT")
-                self._txn_new.clear()
-            except sqlite3.Error as exc:
-                self._rollback()
-                self._translate(exc)
-            except BaseException:
-                self._rollback()
-                raise
+            with self._queued():
+                self._commit_alone(nodes, updates)
+
+    def _commit_alone(self, nodes: Sequence[RawNode], updates: Sequence[RefUpdate]) -> None:
+        """A commit outside any batch: the one-statement append, or one transaction."""
+        db = self._db
+        if (
+            len(nodes) == 1 and len(updates) == 1 and self._append_one(nodes[0], updates[0])
+        ):
+            return
+        try:
+            db.execute("BEGIN IMMEDIATE")
+            self._sync_cache()
+            for n in nodes:
+                self._insert(n)
+            now = time.time()
+            for u in updates:
+                if not self._log(u.name, self._old_seq(u), self._new_seq(u), u.reason, now):
+                    raise self._conflict(u)
+            db.execute("COMMIT")
+            self._txn_new.clear()
+        except sqlite3.Error as exc:
+            self._rollback()
+            self._translate(exc)
+        except BaseException:
+            self._rollback()
+            raise
 
     def _append_one(self, node: RawNode, u: RefUpdate) -> bool:
         """The hot path of every append, in one statement. False if it does not apply."""
@@ -679,6 +717,11 @@ class SqliteBackend:
             self._known.clear()
             return cur.rowcount
 
+    def collect_garbage(self, dry_run: bool) -> tuple[list[NodeId], int, int]:
+        # Each step takes the connection's lock itself, so other threads get turns too.
+        with self._errors():
+            return collect_garbage(self, dry_run)
+
     def check(self) -> list[str]:
         faults: list[str] = []
         db = self._db
@@ -719,3 +762,4 @@ class SqliteBackend:
     def close(self) -> None:
         with self._lock:
             self._db.close()
+            self._queue.close()
