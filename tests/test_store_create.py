@@ -119,7 +119,7 @@ def test_a_new_store_is_private(tmp_path: Path, umask: int) -> None:
         folder = tmp_path / "s"
         with open_store(folder) as store:
             store.session("q").add_message({"role": "user", "content": "secret"})
-            files = ["store.db", "store.db-wal", "store.db-shm", "store.db.lock"]
+            files = ["store.db", "store.db-wal", "store.db-shm", "store.db.lock", "store.db.turn"]
             for name in files:
                 assert (folder / name).exists(), name
                 assert stat.S_IMODE((folder / name).stat().st_mode) == 0o600, name

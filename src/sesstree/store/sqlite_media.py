@@ -34,7 +34,7 @@ def media_error(path: Path, exc: BaseException) -> StoreError:
             return StoreFullError(f"store {path}: the disk is full ({exc.strerror})")
         if exc.errno in (errno.EROFS, errno.EACCES, errno.EPERM):
             return StoreReadOnlyError(
-                f"store {path} cannot be written: {exc.strerror} (reads still work)"
+                f"store {path} cannot be written: {exc.strerror}"
             )
         return StoreError(f"store {path}: {exc.strerror or exc}")
     text = str(exc)
