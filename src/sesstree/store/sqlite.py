@@ -60,7 +60,7 @@ from .sqlite_sql import (
     NODE_COLS,
     SCHEMA,
 )
-from .sqlite_wal import preallocate_wal
+from .sqlite_wal import IdleCheckpointer, preallocate_wal, scan_wal
 
 __all__ = ["FORMAT_VERSION", "SqliteBackend"]
 
@@ -80,6 +80,9 @@ SIZE_WAL_AFTER = 1_000
 # opened (see _preallocate_wal): ~4 MB with 2 KB pages.
 DURABLE_WAL_PAGES = 2_000
 _CACHE_MAX = 200_000
+# A writer idle this many seconds has its commits folded into the main file (see
+# sqlite_wal.IdleCheckpointer): recent history does not live on only in the WAL.
+IDLE_CHECKPOINT = 1.0
 
 
 class _NotCreated(Exception):
@@ -131,6 +134,7 @@ class SqliteBackend:
         self._queue = WriteLock(self.path)
         self._queue_depth = 0
         self._lock = threading.RLock()
+        self._idle = IdleCheckpointer(self._checkpoint_idle, IDLE_CHECKPOINT)
         self._paths = PathReader(self._db, self.path)
         # Appends committed by this connection, until the WAL is given its size (a long
         # writer's appends then stop growing the file; see sqlite_wal).
@@ -299,6 +303,7 @@ class SqliteBackend:
         finally:
             self._queue_depth = 0
             self._queue.release()
+            self._idle.wrote()
 
     @contextmanager
     def batch(self) -> Iterator[None]:
@@ -737,6 +742,9 @@ class SqliteBackend:
                 "(SELECT seq FROM nodes)) OR (new IS NOT NULL AND new NOT IN (SELECT seq FROM nodes))"
             ):
                 faults.append(f"reflog entry {n} of {ref} points at a missing node")
+            wal = scan_wal(self.path)
+            if wal is not None:
+                faults.append(wal)
             for digest, data in db.execute("SELECT hash, data FROM blobs"):
                 try:
                     intact = blake3(zlib.decompress(data)).digest() == digest
@@ -759,7 +767,21 @@ class SqliteBackend:
         with self._lock, self._errors():
             self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
 
-    def close(self) -> None:
+    def _checkpoint_idle(self) -> None:
+        """Fold this writer's commits into the main file (see IdleCheckpointer), unless a
+        transaction is open: then the next pause will."""
         with self._lock:
+            if not self._db.in_transaction:
+                self._db.execute("PRAGMA wal_checkpoint(PASSIVE)")
+
+    def close(self) -> None:
+        self._idle.stop()
+        with self._lock:
+            if self._idle.wrote_since_checkpoint:
+                # What this connection wrote should not live on only in the WAL.
+                try:
+                    self._checkpoint_idle()
+                except sqlite3.Error:
+                    pass  # the commits are safe in the WAL all the same
             self._db.close()
             self._queue.close()
