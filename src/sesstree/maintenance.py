@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import msgspec
 
+from .errors import StoreCorruptError
 from .node import NodeId, node_id_from_encoded
 from .repo import SESSIONS, TAGS, Store
 
@@ -48,8 +49,12 @@ def fsck(store: Store) -> list[str]:
     An empty list means the store is sound. Everything is read from one snapshot, so writers
     at work meanwhile cannot make a sound store look damaged.
     """
-    with store.backend.snapshot():
-        return _fsck(store)
+    try:
+        with store.backend.snapshot():
+            return _fsck(store)
+    except StoreCorruptError as exc:
+        # Damage that stops the check itself is a finding like any other.
+        return [str(exc)]
 
 
 def _fsck(store: Store) -> list[str]:

@@ -19,6 +19,7 @@ from .errors import (
     AmbiguousPrefixError,
     InvalidEventError,
     RefExistsError,
+    StoreCorruptError,
     StoreNotFoundError,
     UnknownRevisionError,
 )
@@ -167,8 +168,10 @@ class Store:
         out = []
         for ref in self.backend.list_refs(SESSIONS):
             node = self.backend.get(ref.target)
-            out.append(SessionInfo(ref.name[len(SESSIONS):], ref.target,
-                                   node.depth if node else 0, ref.moved))
+            if node is None:  # a ref names only stored nodes: the store is damaged
+                raise StoreCorruptError(f"session {ref.name[len(SESSIONS):]} points at a "
+                                        f"node that cannot be found ({ref.target[:12]})")
+            out.append(SessionInfo(ref.name[len(SESSIONS):], ref.target, node.depth, ref.moved))
         return out
 
     def session_head(self, name: str) -> NodeId | None:
@@ -340,7 +343,7 @@ class Store:
         node = self._resolve_base(base, rev)
         if back == 0:
             return node
-        chain = self.backend.chain(node, limit=back + 1)
+        chain = self._chain_of(node, back + 1)
         if len(chain.ids) <= back:
             raise UnknownRevisionError(
                 f"{rev}: {base} has only {len(chain.ids)} events, cannot go back {back}"
@@ -393,7 +396,17 @@ class Store:
 
     def chain(self, rev: str | NodeId, limit: int | None = None) -> Chain:
         """The events from the root to ``rev`` (only the newest ``limit``), oldest first."""
-        return self.backend.chain(self.resolve(rev), limit)
+        return self._chain_of(self.resolve(rev), limit)
+
+    def _chain_of(self, node: NodeId, limit: int | None) -> Chain:
+        try:
+            return self.backend.chain(node, limit)
+        except KeyError:
+            # Every id resolved here came from the store (a ref, a prefix), and gc never
+            # removes what a ref reaches: only damage makes it disappear.
+            raise StoreCorruptError(
+                f"node {node[:12]} cannot be found: the store is damaged"
+            ) from None
 
     def log(self, rev: str | NodeId = "HEAD", limit: int | None = None) -> list[Node]:
         """Nodes walking back from ``rev``, newest first."""
@@ -404,14 +417,19 @@ class Store:
 
     def show(self, rev: str | NodeId) -> Node:
         """One node in full."""
-        stored = self.backend.get(self.resolve(rev))
-        assert stored is not None
+        target = self.resolve(rev)
+        stored = self.backend.get(target)
+        if stored is None:  # resolved ids come from the store: only damage loses one
+            raise StoreCorruptError(f"node {target[:12]} cannot be found: the store is damaged")
         return Node(stored.id, stored.parent, stored.type, msgspec.msgpack.decode(stored.encoded))
 
     def depth(self, rev: str | NodeId) -> int:
         """How many events lead to ``rev``, itself included."""
-        stored = self.backend.get(self.resolve(rev))
-        return stored.depth if stored else 0
+        target = self.resolve(rev)
+        stored = self.backend.get(target)
+        if stored is None:
+            raise StoreCorruptError(f"node {target[:12]} cannot be found: the store is damaged")
+        return stored.depth
 
     def derive(self, rev: str | NodeId = "HEAD") -> Derived:
         """The derived chat messages at ``rev`` and the problems worked around."""

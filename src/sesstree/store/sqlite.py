@@ -43,24 +43,24 @@ from ..errors import (
 )
 from ..node import ID_VERSION, NodeId
 from .base import Chain, RawNode, Ref, ReflogEntry, RefUpdate, StoredNode, describe
+from .sqlite_check import check_store
 from .sqlite_create import create_store_file, remove_leftovers
 from .sqlite_gc import collect_garbage
 from .sqlite_lock import WriteLock
-from .sqlite_media import media_error, open_read_only
+from .sqlite_media import is_media_error, media_error, one_line, open_read_only
 from .sqlite_media import unopenable as _unopenable
 from .sqlite_paths import PathReader, row_data, split_row, verify_node
 from .sqlite_sql import (
     APPEND_ONE,
     APPEND_TEMP,
     CAS,
-    CHECKS,
     INSERT_NODE,
     LIST_REFS,
     NEWEST,
     NODE_COLS,
     SCHEMA,
 )
-from .sqlite_wal import IdleCheckpointer, preallocate_wal, scan_wal
+from .sqlite_wal import IdleCheckpointer, preallocate_wal
 
 __all__ = ["FORMAT_VERSION", "SqliteBackend"]
 
@@ -188,9 +188,15 @@ class SqliteBackend:
             # Touch the file: on read-only media a WAL store fails here, not on first use.
             self._db.execute("SELECT count(*) FROM sqlite_master").fetchone()
             return
+        except UnicodeDecodeError:
+            self._db.close()
+            raise StoreCorruptError(f"store {self.path} is damaged: unreadable text") from None
         except sqlite3.Error as exc:
             if not _unopenable(exc):
-                raise StoreCorruptError(f"store {self.path} is damaged: {exc}") from None
+                self._db.close()
+                raise StoreCorruptError(
+                    f"store {self.path} is damaged: {one_line(str(exc))}"
+                ) from None
             self._db.close()
         self._db = open_read_only(self.path, timeout)
         self.read_only = True
@@ -238,20 +244,25 @@ class SqliteBackend:
             yield
         except sqlite3.Error as exc:
             self._translate(exc)
+        except UnicodeDecodeError:
+            # SQLite's message (or a text column) is not UTF-8: damaged text in the file.
+            raise StoreCorruptError(f"store {self.path} is damaged: unreadable text") from None
 
     def _translate(self, exc: sqlite3.Error) -> NoReturn:
         """Raise the sesstree error an SQLite error means."""
-        text = str(exc)
+        text = one_line(str(exc))
         if isinstance(exc, sqlite3.OperationalError):
             if "locked" in text or "busy" in text:
                 raise StoreLockedError(
                     f"store {self.path} is locked by another process: {text}"
                 ) from None
-            if "malformed" in text or "not a database" in text or "no such" in text:
-                raise StoreCorruptError(f"store {self.path} is damaged: {text}") from None
-            raise media_error(self.path, exc) from None
+            if is_media_error(exc):
+                raise media_error(self.path, exc) from None
+            # Anything else an existing store's own statements meet ("no such column",
+            # "Could not decode to UTF-8", ...) means its file is not as sesstree wrote it.
+            raise StoreCorruptError(f"store {self.path} is damaged: {text}") from None
         if isinstance(exc, sqlite3.DatabaseError) and not isinstance(exc, sqlite3.IntegrityError):
-            raise StoreCorruptError(f"store {self.path} is damaged: {exc}") from None
+            raise StoreCorruptError(f"store {self.path} is damaged: {text}") from None
         raise exc
 
     # -- writing -----------------------------------------------------------------------------
@@ -550,11 +561,17 @@ class SqliteBackend:
 
     # -- reading -----------------------------------------------------------------------------
 
+    def _hex(self, value: object) -> NodeId:
+        """A node id read from the file, which must be 32 bytes."""
+        if not isinstance(value, bytes) or len(value) != 32:
+            raise StoreCorruptError(f"store {self.path} is damaged: a node id is unreadable")
+        return NodeId(value.hex())
+
     def _id_of_seq(self, seq: int | None) -> NodeId | None:
         if seq is None:
             return None
         row = self._db.execute("SELECT id FROM nodes WHERE seq = ?", (seq,)).fetchone()
-        return NodeId(row[0].hex()) if row else None
+        return self._hex(row[0]) if row else None
 
     def get(self, id: NodeId) -> StoredNode | None:
         with self._lock, self._errors():
@@ -575,8 +592,8 @@ class SqliteBackend:
                 raise StoreCorruptError(
                     f"store {self.path} is damaged: node {row[1].hex()[:12]} does not hash to its id"
                 )
-            parent = NodeId(row[6].hex()) if row[6] is not None else None
-            return StoredNode(NodeId(row[1].hex()), parent, row[5], type, encoded)
+            parent = self._hex(row[6]) if row[6] is not None else None
+            return StoredNode(self._hex(row[1]), parent, row[5], type, encoded)
 
     def _split(self, data: bytes, compressed: bytes | None) -> tuple[str, bytes]:
         """Type and payload bytes of a row, inflating a payload stored apart."""
@@ -616,7 +633,15 @@ class SqliteBackend:
             rows = self._db.execute(
                 "SELECT id FROM nodes WHERE id BETWEEN ? AND ? LIMIT ?", (lo, hi, limit)
             ).fetchall()
-        return [NodeId(r[0].hex()) for r in rows]
+            if not rows and self._db.execute(
+                "SELECT 1 FROM nodes NOT INDEXED WHERE id BETWEEN ? AND ? LIMIT 1", (lo, hi)
+            ).fetchone():
+                # Only on a miss (a mistyped id, usually): the table has what the index
+                # does not, so the index is damaged. Saying "no such node" would be wrong.
+                raise StoreCorruptError(
+                    f"store {self.path} is damaged: its id index misses node {prefix}"
+                )
+        return [self._hex(r[0]) for r in rows]
 
     def get_ref(self, name: str) -> Ref | None:
         with self._lock, self._errors():
@@ -631,12 +656,12 @@ class SqliteBackend:
             ).fetchone()
             if row is None or row[0] is None:
                 return None
-            return Ref(name, NodeId(row[0].hex()), row[1])
+            return Ref(name, self._hex(row[0]), row[1])
 
     def list_refs(self, prefix: str) -> list[Ref]:
         with self._lock, self._errors():
             rows = self._db.execute(LIST_REFS, (prefix, len(prefix))).fetchall()
-            refs = {r[0]: Ref(r[0], NodeId(r[1].hex()), r[2]) for r in rows}
+            refs = {r[0]: Ref(r[0], self._hex(r[1]), r[2]) for r in rows}
             for name in [n for n in self._pending if n.startswith(prefix)]:
                 ref = self.get_ref(name)
                 if ref is None:
@@ -657,7 +682,8 @@ class SqliteBackend:
                 rows = self._db.execute(sql + " WHERE l.ref = ? ORDER BY l.n", (name,)).fetchall()
         return [
             ReflogEntry(
-                r[0], NodeId(r[1].hex()) if r[1] else None, NodeId(r[2].hex()) if r[2] else None,
+                r[0], self._hex(r[1]) if r[1] is not None else None,
+                self._hex(r[2]) if r[2] is not None else None,
                 r[3], r[4],
             )
             for r in rows
@@ -704,7 +730,8 @@ class SqliteBackend:
                 # Yield it as it is: it will not hash to its id, and fsck reports it as such.
                 type, encoded = "", r[3] if isinstance(r[3], bytes) else b""
             yield StoredNode(
-                NodeId(r[0].hex()), NodeId(r[1].hex()) if r[1] else None, r[2], type, encoded
+                self._hex(r[0]), self._hex(r[1]) if r[1] is not None else None, r[2], type,
+                encoded,
             )
 
     def count_nodes(self) -> int:
@@ -728,31 +755,8 @@ class SqliteBackend:
             return collect_garbage(self, dry_run)
 
     def check(self) -> list[str]:
-        faults: list[str] = []
-        db = self._db
         with self._lock, self._errors():
-            for (msg,) in db.execute("PRAGMA quick_check"):
-                if msg != "ok":
-                    faults.append(f"sqlite: {msg}")
-            for what, sql in CHECKS.items():
-                for (key,) in db.execute(sql + " LIMIT 20"):
-                    faults.append(f"{what}: {key.hex()[:12]}")
-            for ref, n in db.execute(
-                "SELECT ref, n FROM reflog WHERE (old IS NOT NULL AND old NOT IN "
-                "(SELECT seq FROM nodes)) OR (new IS NOT NULL AND new NOT IN (SELECT seq FROM nodes))"
-            ):
-                faults.append(f"reflog entry {n} of {ref} points at a missing node")
-            wal = scan_wal(self.path)
-            if wal is not None:
-                faults.append(wal)
-            for digest, data in db.execute("SELECT hash, data FROM blobs"):
-                try:
-                    intact = blake3(zlib.decompress(data)).digest() == digest
-                except zlib.error:
-                    intact = False
-                if not intact:
-                    faults.append(f"payload {digest.hex()[:12]} does not match its hash")
-        return faults
+            return check_store(self._db, self.path)
 
     def physical_bytes(self) -> int:
         total = 0

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from ..errors import StoreError, StoreFullError, StoreReadOnlyError
 
-__all__ = ["media_error", "open_read_only", "unopenable"]
+__all__ = ["is_media_error", "media_error", "one_line", "open_read_only", "unopenable"]
 
 _READ_ONLY_TEXT = ("readonly", "read-only", "unable to open", "attempt to write")
 
@@ -25,6 +25,18 @@ def unopenable(exc: sqlite3.Error) -> bool:
     """True if an SQLite error means the files cannot be opened or written as they are."""
     text = str(exc)
     return any(t in text for t in _READ_ONLY_TEXT)
+
+
+def one_line(text: str, limit: int = 200) -> str:
+    """``text`` made safe for one line of output: control and odd bytes escaped, cut short."""
+    clean = "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+    return clean if len(clean) <= limit else clean[: limit - 3] + "..."
+
+
+def is_media_error(exc: sqlite3.Error) -> bool:
+    """True if an SQLite error is about the medium (full, read-only, cannot open, I/O)."""
+    text = str(exc)
+    return "full" in text or "disk I/O" in text or unopenable(exc)
 
 
 def media_error(path: Path, exc: BaseException) -> StoreError:
@@ -46,7 +58,7 @@ def media_error(path: Path, exc: BaseException) -> StoreError:
         return StoreReadOnlyError(
             f"store {path} is on read-only media or files ({text}); reads still work"
         )
-    return StoreError(f"store {path}: {text}")
+    return StoreError(f"store {path}: {one_line(text)}")
 
 
 def _writable(path: Path) -> bool:
