@@ -27,7 +27,7 @@ import threading
 import time
 import zlib
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import NoReturn
 
@@ -37,70 +37,40 @@ from blake3 import blake3
 from ..errors import (
     ConflictError,
     StoreCorruptError,
-    StoreFormatError,
     StoreLockedError,
-    StoreNotFoundError,
 )
-from ..node import ID_VERSION, NodeId
+from ..node import NodeId
 from .base import Chain, RawNode, Ref, ReflogEntry, RefUpdate, StoredNode, describe
 from .sqlite_check import check_store
-from .sqlite_create import create_store_file, remove_leftovers
 from .sqlite_gc import collect_garbage
 from .sqlite_lock import WriteLock
-from .sqlite_media import is_media_error, media_error, one_line, open_read_only
-from .sqlite_media import unopenable as _unopenable
+from .sqlite_media import translate, translating
+from .sqlite_open import DURABLE_WAL_PAGES, FORMAT_VERSION, PAGE_SIZE, WAL_PAGES, open_connection
 from .sqlite_paths import PathReader, row_data, split_row, verify_node
 from .sqlite_sql import (
     APPEND_ONE,
-    APPEND_TEMP,
     CAS,
     INSERT_NODE,
     LIST_REFS,
     NEWEST,
     NODE_COLS,
-    SCHEMA,
 )
 from .sqlite_wal import IdleCheckpointer, preallocate_wal
 
-__all__ = ["FORMAT_VERSION", "SqliteBackend"]
+__all__ = [
+    "BLOB_MIN", "DURABLE_WAL_PAGES", "FORMAT_VERSION", "PAGE_SIZE", "SIZE_WAL_AFTER", "WAL_PAGES",
+    "SqliteBackend",
+]
 
-FORMAT_VERSION = 1
 #: Payloads larger than this are stored once, by hash, zlib-compressed (tool results, files).
 BLOB_MIN = 1024
-#: A commit writes whole pages to the WAL, and an append dirties three: smaller pages make it
-#: cheaper, while 1 KB pages would cost disk space (measured in bench/bench_store.py).
-PAGE_SIZE = 2048
-# Checkpoint every 10,000 pages (~20 MB of WAL) instead of 1,000: fewer checkpoints (each one
-# fsyncs) make committed appends cheaper; the WAL file is reused, so it stays about this size.
-WAL_PAGES = 10_000
 # A connection that has committed this many single appends is a long writer: its WAL is then
 # given its full size once, so that later appends overwrite blocks instead of growing the file.
 SIZE_WAL_AFTER = 1_000
-# A durable store checkpoints sooner, so that its WAL stays within the size it is given when
-# opened (see _preallocate_wal): ~4 MB with 2 KB pages.
-DURABLE_WAL_PAGES = 2_000
 _CACHE_MAX = 200_000
 # A writer idle this many seconds has its commits folded into the main file (see
 # sqlite_wal.IdleCheckpointer): recent history does not live on only in the WAL.
 IDLE_CHECKPOINT = 1.0
-
-
-class _NotCreated(Exception):
-    """The file is an SQLite file with no tables: a store whose creation never finished."""
-
-
-def _build_schema(db: sqlite3.Connection) -> None:
-    """Page size, WAL mode, tables and format version of a new store (sqlite_create)."""
-    db.execute(f"PRAGMA page_size={PAGE_SIZE}")
-    db.execute("PRAGMA journal_mode=WAL")
-    db.execute("BEGIN IMMEDIATE")
-    for statement in SCHEMA:
-        db.execute(statement)
-    db.executemany(
-        "INSERT INTO meta VALUES (?, ?)",
-        [("format", str(FORMAT_VERSION)), ("ids", f"blake3-msgpack-v{ID_VERSION}")],
-    )
-    db.execute("COMMIT")
 
 
 class _Pending(msgspec.Struct):
@@ -118,18 +88,11 @@ class SqliteBackend:
         timeout: float = 10.0,
     ) -> None:
         self.path = Path(path)
-        exists = self.path.exists()
-        size = self.path.stat().st_size if exists else 0
-        if not exists and not create:
-            raise StoreNotFoundError(f"no store at {self.path}")
-        if exists and not create and size == 0:
-            # Opening an existing store must never turn some other (empty) file into one.
-            raise StoreCorruptError(f"{self.path} is an empty file, not a sesstree store")
+        self._db, read_only = open_connection(
+            self.path, create=create, durable=durable, timeout=timeout
+        )
         #: True when the store could only be opened for reading (read-only media).
-        self.read_only = False
-        if create and size == 0:
-            self._create(durable)
-        self._connect(timeout)
+        self.read_only = read_only
         self._timeout = timeout
         self._queue = WriteLock(self.path)
         self._queue_depth = 0
@@ -137,8 +100,9 @@ class SqliteBackend:
         self._idle = IdleCheckpointer(self._checkpoint_idle, IDLE_CHECKPOINT)
         self._paths = PathReader(self._db, self.path)
         # Appends committed by this connection, until the WAL is given its size (a long
-        # writer's appends then stop growing the file; see sqlite_wal).
-        self._appends_to_size_wal = SIZE_WAL_AFTER
+        # writer's appends then stop growing the file; see sqlite_wal). A durable store's WAL
+        # was sized when it was opened.
+        self._appends_to_size_wal = -1 if durable else SIZE_WAL_AFTER
         self._batch_depth = 0
         self._pending: dict[str, _Pending] = {}
         self._txn_new: list[NodeId] = []
@@ -147,123 +111,12 @@ class SqliteBackend:
         # PRAGMA data_version when the cache was last known good: it changes when another
         # connection commits (a gc there may have removed rows the cache still names).
         self._data_version = -1
-        try:
-            try:
-                self._open(durable)
-            except _NotCreated:
-                if not create:
-                    raise StoreCorruptError(
-                        f"{self.path} is an SQLite file but not a sesstree store"
-                    ) from None
-                # A first open killed before its schema landed (an older sesstree): finish it.
-                self._db.close()
-                self._create(durable)
-                self._connect(timeout)
-                self._paths = PathReader(self._db, self.path)
-                self._open(durable)
-        except BaseException:
-            self._db.close()
-            self._queue.close()
-            raise
-        if not self.read_only:
-            remove_leftovers(self.path)
 
-    # -- opening -----------------------------------------------------------------------------
-
-    def _create(self, durable: bool) -> None:
-        """Create the store file atomically (see sqlite_create), mapping OS errors."""
-        try:
-            create_store_file(self.path, _build_schema, sync=durable)
-        except OSError as exc:
-            raise media_error(self.path, exc) from None
-        except sqlite3.Error as exc:
-            raise media_error(self.path, exc) from None
-
-    def _connect(self, timeout: float) -> None:
-        """Connect for reading and writing, or (read-only media) for reading only."""
-        try:
-            self._db = sqlite3.connect(
-                self.path, isolation_level=None, timeout=timeout, check_same_thread=False
-            )
-            # Touch the file: on read-only media a WAL store fails here, not on first use.
-            self._db.execute("SELECT count(*) FROM sqlite_master").fetchone()
-            return
-        except UnicodeDecodeError:
-            self._db.close()
-            raise StoreCorruptError(f"store {self.path} is damaged: unreadable text") from None
-        except sqlite3.Error as exc:
-            if not _unopenable(exc):
-                self._db.close()
-                raise StoreCorruptError(
-                    f"store {self.path} is damaged: {one_line(str(exc))}"
-                ) from None
-            self._db.close()
-        self._db = open_read_only(self.path, timeout)
-        self.read_only = True
-
-    def _open(self, durable: bool) -> None:
-        db = self._db
-        with self._errors():
-            # Read before any write: a damaged or newer store must stay exactly as it is.
-            tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master")}
-            if not tables:
-                raise _NotCreated
-            if "meta" not in tables or "nodes" not in tables:
-                raise StoreCorruptError(f"{self.path} is an SQLite file but not a sesstree store")
-            row = db.execute("SELECT value FROM meta WHERE key = 'format'").fetchone()
-            version = int(row[0]) if row else 0
-            if version > FORMAT_VERSION:
-                raise StoreFormatError(
-                    f"{self.path} has store format {version}; this sesstree reads up to "
-                    f"{FORMAT_VERSION}. Upgrade sesstree to open it."
-                )
-            if version < 1:
-                raise StoreCorruptError(f"{self.path} has no valid format version")
-            mode = db.execute("PRAGMA journal_mode").fetchone()[0]
-            if str(mode).lower() != "wal" and not self.read_only:
-                mode = db.execute("PRAGMA journal_mode=WAL").fetchone()[0]
-                if str(mode).lower() != "wal":
-                    raise StoreLockedError(f"cannot switch {self.path} to WAL mode (is it in use?)")
-            db.execute(f"PRAGMA synchronous={'FULL' if durable else 'NORMAL'}")
-            db.execute("PRAGMA cache_size=-65536")
-            db.execute(f"PRAGMA wal_autocheckpoint={DURABLE_WAL_PAGES if durable else WAL_PAGES}")
-            db.execute("PRAGMA mmap_size=268435456")
-            db.execute("PRAGMA temp_store=MEMORY")
-            for statement in APPEND_TEMP:
-                db.execute(statement)
-            if durable and not self.read_only:
-                try:
-                    preallocate_wal(db, self.path, DURABLE_WAL_PAGES)
-                except (OSError, sqlite3.Error):
-                    pass  # only a speed-up (a full disk, say): the WAL then grows as it goes
-                self._appends_to_size_wal = -1  # done already
-
-    @contextmanager
-    def _errors(self) -> Iterator[None]:
-        try:
-            yield
-        except sqlite3.Error as exc:
-            self._translate(exc)
-        except UnicodeDecodeError:
-            # SQLite's message (or a text column) is not UTF-8: damaged text in the file.
-            raise StoreCorruptError(f"store {self.path} is damaged: unreadable text") from None
+    def _errors(self) -> AbstractContextManager[None]:
+        return translating(self.path)
 
     def _translate(self, exc: sqlite3.Error) -> NoReturn:
-        """Raise the sesstree error an SQLite error means."""
-        text = one_line(str(exc))
-        if isinstance(exc, sqlite3.OperationalError):
-            if "locked" in text or "busy" in text:
-                raise StoreLockedError(
-                    f"store {self.path} is locked by another process: {text}"
-                ) from None
-            if is_media_error(exc):
-                raise media_error(self.path, exc) from None
-            # Anything else an existing store's own statements meet ("no such column",
-            # "Could not decode to UTF-8", ...) means its file is not as sesstree wrote it.
-            raise StoreCorruptError(f"store {self.path} is damaged: {text}") from None
-        if isinstance(exc, sqlite3.DatabaseError) and not isinstance(exc, sqlite3.IntegrityError):
-            raise StoreCorruptError(f"store {self.path} is damaged: {text}") from None
-        raise exc
+        translate(self.path, exc)
 
     # -- writing -----------------------------------------------------------------------------
 

@@ -1,4 +1,5 @@
-"""Full disks and read-only media: reading what can be read, and one clear line for the rest.
+"""SQLite errors as sesstree errors; full disks and read-only media: reading what can be
+read, and one clear line for the rest.
 
 A store on read-only media (a read-only mount, a snapshot, a backup) opens for reading:
 first as usual, then with SQLite's ``mode=ro``, and, when SQLite cannot create the
@@ -12,11 +13,23 @@ from __future__ import annotations
 import errno
 import os
 import sqlite3
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import NoReturn
 
-from ..errors import StoreError, StoreFullError, StoreReadOnlyError
+from ..errors import (
+    StoreCorruptError,
+    StoreError,
+    StoreFullError,
+    StoreLockedError,
+    StoreReadOnlyError,
+)
 
-__all__ = ["is_media_error", "media_error", "one_line", "open_read_only", "unopenable"]
+__all__ = [
+    "is_media_error", "media_error", "one_line", "open_read_only", "translate", "translating",
+    "unopenable",
+]
 
 _READ_ONLY_TEXT = ("readonly", "read-only", "unable to open", "attempt to write")
 
@@ -92,3 +105,31 @@ def open_read_only(path: Path, timeout: float) -> sqlite3.Connection:
     except sqlite3.Error as exc:
         raise StoreError(f"cannot open store {path}: {exc}") from None
     return db
+
+
+def translate(path: Path, exc: sqlite3.Error) -> NoReturn:
+    """Raise the sesstree error an SQLite error on the store at ``path`` means."""
+    text = one_line(str(exc))
+    if isinstance(exc, sqlite3.OperationalError):
+        if "locked" in text or "busy" in text:
+            raise StoreLockedError(f"store {path} is locked by another process: {text}") from None
+        if is_media_error(exc):
+            raise media_error(path, exc) from None
+        # Anything else an existing store's own statements meet ("no such column",
+        # "Could not decode to UTF-8", ...) means its file is not as sesstree wrote it.
+        raise StoreCorruptError(f"store {path} is damaged: {text}") from None
+    if isinstance(exc, sqlite3.DatabaseError) and not isinstance(exc, sqlite3.IntegrityError):
+        raise StoreCorruptError(f"store {path} is damaged: {text}") from None
+    raise exc
+
+
+@contextmanager
+def translating(path: Path) -> Iterator[None]:
+    """Turn SQLite errors inside the block into sesstree errors (see :func:`translate`)."""
+    try:
+        yield
+    except sqlite3.Error as exc:
+        translate(path, exc)
+    except UnicodeDecodeError:
+        # SQLite's message (or a text column) is not UTF-8: damaged text in the file.
+        raise StoreCorruptError(f"store {path} is damaged: unreadable text") from None
