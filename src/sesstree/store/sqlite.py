@@ -157,10 +157,7 @@ class SqliteBackend:
                 self._queue_depth -= 1
             return
         if not self._queue.acquire(self._timeout):
-            raise StoreLockedError(
-                f"store {self.path} is locked by another process: waited {self._timeout:g} s "
-                "for its write to finish"
-            )
+            raise self._starved()
         self._queue_depth = 1
         try:
             yield
@@ -168,6 +165,12 @@ class SqliteBackend:
             self._queue_depth = 0
             self._queue.release()
             self._idle.wrote()
+
+    def _starved(self) -> StoreLockedError:
+        return StoreLockedError(
+            f"store {self.path} is locked by another process: waited {self._timeout:g} s "
+            "for its write to finish"
+        )
 
     @contextmanager
     def batch(self) -> Iterator[None]:
@@ -296,8 +299,21 @@ class SqliteBackend:
                 with self._errors():
                     self._commit_batched(nodes, updates)
                 return
-            with self._queued():
+            # The writers' queue, inline rather than through _queued: this is every append's
+            # path, and a generator-based context manager costs about a microsecond.
+            if self._queue_depth:
                 self._commit_alone(nodes, updates)
+                return
+            queue = self._queue
+            if not queue.acquire(self._timeout):
+                raise self._starved()
+            self._queue_depth = 1
+            try:
+                self._commit_alone(nodes, updates)
+            finally:
+                self._queue_depth = 0
+                queue.release()
+                self._idle.wrote()
 
     def _commit_alone(self, nodes: Sequence[RawNode], updates: Sequence[RefUpdate]) -> None:
         """A commit outside any batch: the one-statement append, or one transaction."""

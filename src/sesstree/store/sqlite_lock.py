@@ -30,6 +30,10 @@ from .sqlite_create import FILE_MODE, lock_path
 __all__ = ["WriteLock"]
 
 _FLAGS = os.O_RDWR | os.O_CREAT | os.O_CLOEXEC
+# Looked up once: acquire and release run on every append.
+_flock = fcntl.flock
+_TRY = fcntl.LOCK_EX | fcntl.LOCK_NB
+_UNLOCK = fcntl.LOCK_UN
 
 
 def turn_path(store_file: Path) -> Path:
@@ -42,6 +46,7 @@ class WriteLock:
 
     def __init__(self, store_file: Path) -> None:
         self._paths = (turn_path(store_file), lock_path(store_file))
+        self._held = -1  # the descriptor that holds the lock now, if any
         try:
             self._turn = os.open(self._paths[0], _FLAGS, FILE_MODE)
         except OSError:
@@ -52,26 +57,24 @@ class WriteLock:
         except OSError:
             os.close(self._turn)
             self._turn = self._lock = -1
-            return
-        self._held = -1  # the descriptor that holds the lock now, if any
 
     def acquire(self, timeout: float) -> bool:
         """Take the lock, waiting up to ``timeout`` seconds; False if that was not enough."""
-        if self._lock < 0:
+        lock, turn = self._lock, self._turn
+        if lock < 0:
             return True
         try:
-            fcntl.flock(self._turn, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            _flock(turn, _TRY)
         except BlockingIOError:
             return self._wait(timeout)  # someone is queued already: get in line
         try:
-            fcntl.flock(self._lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            self._held = self._lock
-            return True
+            _flock(lock, _TRY)
         except BlockingIOError:
-            pass
-        finally:
-            fcntl.flock(self._turn, fcntl.LOCK_UN)
-        return self._wait(timeout)
+            _flock(turn, _UNLOCK)
+            return self._wait(timeout)
+        _flock(turn, _UNLOCK)
+        self._held = lock
+        return True
 
     def _wait(self, timeout: float) -> bool:
         turn = os.open(self._paths[0], _FLAGS, FILE_MODE)
@@ -105,11 +108,10 @@ class WriteLock:
 
     def release(self) -> None:
         """Give the lock to the writer waiting at the turnstile, if any."""
-        if self._lock < 0:
-            return
         held, self._held = self._held, -1
         if held == self._lock:
-            fcntl.flock(held, fcntl.LOCK_UN)
+            if held >= 0:
+                _flock(held, _UNLOCK)
         elif held >= 0:
             os.close(held)
 

@@ -7,7 +7,6 @@ import os
 import sqlite3
 import struct
 import threading
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -66,14 +65,15 @@ class IdleCheckpointer:
     written in the last :attr:`idle` seconds of activity instead of the last 20 MB.
 
     One daemon thread per connection that writes, started on its first write; a write only
-    stamps the time. The checkpoint is PASSIVE: it waits for no reader or writer.
+    counts itself. A period of :attr:`idle` seconds without a write is a pause (so the
+    checkpoint comes one to two periods after the last write). The checkpoint is PASSIVE:
+    it waits for no reader or writer.
     """
 
     def __init__(self, run: Callable[[], None], idle: float) -> None:
         self.idle = idle
         self._run = run
-        self._last = 0.0
-        self._dirty = False
+        self._writes = 0  # counted, not timed: a write costs one increment
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         #: Set after each idle checkpoint (tests wait on it).
@@ -82,27 +82,29 @@ class IdleCheckpointer:
     @property
     def wrote_since_checkpoint(self) -> bool:
         """True if a write came after the last idle checkpoint."""
-        return self._dirty
+        return self._writes > 0
 
     def wrote(self) -> None:
-        """Called after each commit: cheap, it only notes the time."""
-        self._last = time.monotonic()
-        self._dirty = True
+        """Called after each commit: cheap, it only counts."""
+        self._writes += 1
         if self._thread is None:
             self._thread = threading.Thread(target=self._loop, name="sesstree-checkpoint",
                                             daemon=True)
             self._thread.start()
 
     def _loop(self) -> None:
-        while not self._stop.wait(self.idle / 2):
-            if self._dirty and time.monotonic() - self._last >= self.idle:
-                self._dirty = False
+        seen = 0
+        while not self._stop.wait(self.idle):
+            writes = self._writes
+            if writes and writes == seen:  # wrote, then nothing for a whole period: a pause
+                self._writes = 0
                 try:
                     self._run()
                 except (sqlite3.Error, OSError, StoreError):
-                    self._dirty = True  # try again at the next pause
+                    self._writes = writes  # try again at the next pause
                     continue
                 self.done.set()
+            seen = self._writes
 
     def stop(self) -> None:
         """End the thread (the caller checkpoints one last time itself if it wrote)."""
