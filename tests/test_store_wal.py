@@ -20,11 +20,13 @@ from core_testkit import HELPERS
 
 from sesstree import open_store
 from sesstree.store.sqlite import SqliteBackend
+from sesstree.store.sqlite_wal import _read_in_child
 
 
 def backfilled(folder: Path) -> tuple[int, int]:
-    """(frames in the WAL, frames already copied into the main file), from the WAL index."""
-    index = (folder / "store.db-shm").read_bytes()[:100]
+    """(frames in the WAL, frames already copied into the main file), from the WAL index,
+    read by another process (closing a file of it here would drop SQLite's locks on it)."""
+    index = _read_in_child(folder / "store.db-shm", 100)
     return struct.unpack("=I", index[16:20])[0], struct.unpack("=I", index[96:100])[0]
 
 

@@ -40,18 +40,18 @@ from ..errors import (
     StoreLockedError,
 )
 from ..node import NodeId
-from .base import Chain, RawNode, Ref, ReflogEntry, RefUpdate, StoredNode, describe
+from .base import Chain, RawNode, RefUpdate, StoredNode, describe
 from .sqlite_check import check_store
 from .sqlite_gc import collect_garbage
 from .sqlite_lock import WriteLock
 from .sqlite_media import translate, translating
 from .sqlite_open import DURABLE_WAL_PAGES, FORMAT_VERSION, PAGE_SIZE, WAL_PAGES, open_connection
 from .sqlite_paths import PathReader, row_data, split_row, verify_node
+from .sqlite_refs import RefReads
 from .sqlite_sql import (
     APPEND_ONE,
     CAS,
     INSERT_NODE,
-    LIST_REFS,
     NEWEST,
     NODE_COLS,
 )
@@ -80,7 +80,7 @@ class _Pending(msgspec.Struct):
     reason: str
 
 
-class SqliteBackend:
+class SqliteBackend(RefReads):
     """A store in one SQLite file. See the module docstring for the layout."""
 
     def __init__(
@@ -430,18 +430,6 @@ class SqliteBackend:
 
     # -- reading -----------------------------------------------------------------------------
 
-    def _hex(self, value: object) -> NodeId:
-        """A node id read from the file, which must be 32 bytes."""
-        if not isinstance(value, bytes) or len(value) != 32:
-            raise StoreCorruptError(f"store {self.path} is damaged: a node id is unreadable")
-        return NodeId(value.hex())
-
-    def _id_of_seq(self, seq: int | None) -> NodeId | None:
-        if seq is None:
-            return None
-        row = self._db.execute("SELECT id FROM nodes WHERE seq = ?", (seq,)).fetchone()
-        return self._hex(row[0]) if row else None
-
     def get(self, id: NodeId) -> StoredNode | None:
         with self._lock, self._errors():
             row = self._db.execute(
@@ -511,52 +499,6 @@ class SqliteBackend:
                     f"store {self.path} is damaged: its id index misses node {prefix}"
                 )
         return [self._hex(r[0]) for r in rows]
-
-    def get_ref(self, name: str) -> Ref | None:
-        with self._lock, self._errors():
-            pending = self._pending.get(name)
-            if pending is not None:
-                target = self._id_of_seq(pending.new)
-                return None if target is None else Ref(name, target, time.time())
-            row = self._db.execute(
-                "SELECT d.id, l.time FROM reflog l LEFT JOIN nodes d ON d.seq = l.new "
-                "WHERE l.ref = ? ORDER BY l.n DESC LIMIT 1",
-                (name,),
-            ).fetchone()
-            if row is None or row[0] is None:
-                return None
-            return Ref(name, self._hex(row[0]), row[1])
-
-    def list_refs(self, prefix: str) -> list[Ref]:
-        with self._lock, self._errors():
-            rows = self._db.execute(LIST_REFS, (prefix, len(prefix))).fetchall()
-            refs = {r[0]: Ref(r[0], self._hex(r[1]), r[2]) for r in rows}
-            for name in [n for n in self._pending if n.startswith(prefix)]:
-                ref = self.get_ref(name)
-                if ref is None:
-                    refs.pop(name, None)
-                else:
-                    refs[name] = ref
-            return [refs[k] for k in sorted(refs)]
-
-    def reflog(self, name: str | None = None) -> list[ReflogEntry]:
-        sql = (
-            "SELECT l.ref, o.id, w.id, l.time, l.reason FROM reflog l "
-            "LEFT JOIN nodes o ON o.seq = l.old LEFT JOIN nodes w ON w.seq = l.new"
-        )
-        with self._lock, self._errors():
-            if name is None:
-                rows = self._db.execute(sql + " ORDER BY l.time, l.ref, l.n").fetchall()
-            else:
-                rows = self._db.execute(sql + " WHERE l.ref = ? ORDER BY l.n", (name,)).fetchall()
-        return [
-            ReflogEntry(
-                r[0], self._hex(r[1]) if r[1] is not None else None,
-                self._hex(r[2]) if r[2] is not None else None,
-                r[3], r[4],
-            )
-            for r in rows
-        ]
 
     def expire_reflog(self, name: str) -> int:
         with self._write():

@@ -6,6 +6,8 @@ from __future__ import annotations
 import os
 import sqlite3
 import struct
+import subprocess
+import sys
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -113,7 +115,7 @@ class IdleCheckpointer:
             self._thread.join()
 
 
-def scan_wal(path: Path) -> str | None:
+def scan_wal(path: Path, tries: int = 3) -> str | None:
     """A fault if the WAL beside store file ``path`` holds commits SQLite will ignore.
 
     SQLite reads the WAL frame by frame while each frame's salt matches the header's and its
@@ -123,12 +125,24 @@ def scan_wal(path: Path) -> str | None:
     it, means commits a damaged frame made invisible: that is what this reports. Frames that
     continue the chain are a write in progress, and a torn last frame (a crash while writing)
     has nothing after it, so neither is reported. Only the frames past SQLite's end are
-    checked, so this costs little even for a large log.
+    checked, so this costs little even for a large log. A writer at work can be caught
+    half-way through a frame while the file is read, so a finding counts only if it is the
+    same on ``tries`` readings in a row.
     """
+    first = _scan_once(path)
+    for _ in range(tries - 1):
+        if first is None:
+            return None
+        again = _scan_once(path)
+        if again != first:
+            return None  # it moved with the writer: a write in progress, not damage
+    return first
+
+
+def _scan_once(path: Path) -> str | None:
     wal = Path(str(path) + "-wal")
+    index = _read_in_child(Path(str(path) + "-shm"), 48)
     try:
-        with open(str(path) + "-shm", "rb") as f:
-            index = f.read(48)
         data = wal.read_bytes()
     except FileNotFoundError:
         return None
@@ -172,6 +186,23 @@ def scan_wal(path: Path) -> str | None:
         return (f"{wal.name}: frame {i + 1} is damaged; SQLite ignores the log from frame "
                 f"{valid + 1} on ({count - valid} frames), and the commits they hold are lost")
     return None
+
+
+def _read_in_child(path: Path, size: int) -> bytes:
+    """The first ``size`` bytes of ``path``, read by another process.
+
+    Not by this one: SQLite holds POSIX locks on ``store.db-shm`` (a reader's place in the
+    log), and closing any descriptor of a file drops all of a process's POSIX locks on it.
+    A writer could then start the log over under this process's open snapshot. (The ``-wal``
+    file carries no locks, so it is read here.)
+    """
+    code = "import sys; sys.stdout.buffer.write(open(sys.argv[1], 'rb').read(int(sys.argv[2])))"
+    try:
+        done = subprocess.run([sys.executable, "-I", "-S", "-c", code, str(path), str(size)],
+                              capture_output=True, timeout=60, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return b""
+    return done.stdout if done.returncode == 0 else b""
 
 
 def _checksum(order: str, data: bytes, seed: tuple[int, int]) -> tuple[int, int]:
