@@ -25,8 +25,10 @@ from .errors import (
     StoreCorruptError,
     StoreError,
     StoreFormatError,
+    StoreFullError,
     StoreLockedError,
     StoreNotFoundError,
+    StoreReadOnlyError,
     UnknownRevisionError,
 )
 from .events import Derived, Problem, derive_messages, register_event_type
@@ -84,8 +86,10 @@ __all__ = [
     "StoreCorruptError",
     "StoreError",
     "StoreFormatError",
+    "StoreFullError",
     "StoreLockedError",
     "StoreNotFoundError",
+    "StoreReadOnlyError",
     "Tool",
     "UnknownRevisionError",
     "__version__",

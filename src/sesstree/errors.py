@@ -7,7 +7,9 @@
     │   ├── StoreNotFoundError      no store at the path, or none found upwards
     │   ├── StoreCorruptError       the store file is damaged or not a store
     │   ├── StoreLockedError        another process holds the write lock too long
-    │   └── StoreFormatError        written by a newer sesstree
+    │   ├── StoreFormatError        written by a newer sesstree
+    │   ├── StoreReadOnlyError      a write to a store on read-only media (reads still work)
+    │   └── StoreFullError          the disk holding the store is full (nothing was lost)
     ├── RevisionError
     │   ├── UnknownRevisionError    no ref, tag or node matches
     │   └── AmbiguousPrefixError    an id prefix matches several nodes
@@ -42,8 +44,10 @@ __all__ = [
     "StoreCorruptError",
     "StoreError",
     "StoreFormatError",
+    "StoreFullError",
     "StoreLockedError",
     "StoreNotFoundError",
+    "StoreReadOnlyError",
     "UnknownRevisionError",
 ]
 
@@ -70,6 +74,15 @@ class StoreLockedError(StoreError):
 
 class StoreFormatError(StoreError):
     """The store was written by a newer sesstree whose format this one does not know."""
+
+
+class StoreReadOnlyError(StoreError):
+    """A write to a store that cannot be written (read-only media or files). Reads work."""
+
+
+class StoreFullError(StoreError):
+    """The disk holding the store is full. The write was rolled back and nothing stored was
+    lost; once there is space again, the store works as before."""
 
 
 class RevisionError(SesstreeError):
