@@ -9,7 +9,7 @@ from contextlib import contextmanager
 
 import msgspec
 
-from ..errors import ConflictError
+from ..errors import ConflictError, MissingNodeError
 from ..node import NodeId
 from .base import Chain, RawNode, Ref, ReflogEntry, RefUpdate, StoredNode, describe
 
@@ -52,12 +52,12 @@ class MemoryBackend:
                 if n.parent is not None:
                     parent = self._nodes.get(n.parent) or staged.get(n.parent)
                     if parent is None:
-                        raise ConflictError(f"parent {n.parent[:12]} of {n.id[:12]} is not stored")
+                        raise MissingNodeError(f"parent {n.parent[:12]} of {n.id[:12]} is not stored")
                     depth = parent.depth + 1
                 staged[n.id] = StoredNode(n.id, n.parent, depth, n.type, n.encoded)
             for u in updates:
                 if u.new is not None and u.new not in self._nodes and u.new not in staged:
-                    raise ConflictError(f"{u.name}: target {u.new[:12]} is not stored")
+                    raise MissingNodeError(f"{u.name}: target {u.new[:12]} is not stored")
             self._nodes.update(staged)
             if self._undo is not None and staged:
                 self._undo.append(lambda: self._drop_nodes(staged))
