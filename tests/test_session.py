@@ -163,3 +163,22 @@ def test_flush_after_delete(store: Store) -> None:
     with pytest.raises(ConflictError):
         q.flush()
     store.session("empty").flush()
+
+
+def test_a_handle_resets_by_the_same_rules_as_the_store(store: Store) -> None:
+    # Guards a past bug: Session.reset wrote a reflog entry for a reset to where the session
+    # already was, with another reason than Store.reset; there was one reset, with two rules.
+    q = store.session("q")
+    ids = [q.add_message(user(str(i))).id for i in range(3)]
+    moves = len(store.reflog("q"))
+    assert q.reset("q") == ids[-1] and store.reset("q", "q") == ids[-1]
+    assert len(store.reflog("q")) == moves  # neither logs a move that moved nothing
+    q.reset("q~1")
+    store.reset("q", "q@{1}")
+    q.refresh()
+    reasons = [e.reason for e in store.reflog("q")[-2:]]
+    assert reasons == ["reset: moving to q~1", "reset: moving to q@{1}"]
+    stale = store.session("q")
+    q.reset("q~2")
+    with pytest.raises(ConflictError):  # a handle's reset is a compare-and-set on its head
+        stale.reset("q~1")

@@ -151,11 +151,6 @@ class Store:
             if self._batch_depth == 0:
                 self._moved_in_batch.clear()
 
-    def _note_move(self, session: Session) -> None:
-        """Called by a session handle that moved its ref (so a failed batch can reset it)."""
-        if self._batch_depth and session not in self._moved_in_batch:
-            self._moved_in_batch.append(session)
-
     # -- sessions ----------------------------------------------------------------------------
 
     def session(self, name: str) -> Session:
@@ -199,7 +194,7 @@ class Store:
         target = self.resolve(start if start is not None else "HEAD")
         if self.has_session(new):
             raise RefExistsError(f"session {new!r} already exists")
-        self._move(SESSIONS + new, None, target, f"branch: created from {start or 'HEAD'}")
+        self.move_ref(SESSIONS + new, None, target, f"branch: created from {start or 'HEAD'}")
         return self.session(new)
 
     def delete_session(self, name: str) -> NodeId:
@@ -211,7 +206,7 @@ class Store:
         with self.batch():
             target = self._require_session(name)
             on_head = self.head()[0] == name
-            self._move(SESSIONS + name, target, None, "branch: deleted")
+            self.move_ref(SESSIONS + name, target, None, "branch: deleted")
             if on_head:
                 self.backend.set_meta("HEAD", target)
             self.backend.set_meta("session:" + name, None)
@@ -235,12 +230,24 @@ class Store:
             if on_head:
                 self.backend.set_meta("HEAD", "ref: " + SESSIONS + new)
 
-    def reset(self, name: str, rev: str | NodeId, reason: str | None = None) -> NodeId:
-        """Move session ``name`` to ``rev`` (rewind or fast-forward); logged, so undoable."""
+    def reset(self, name: str, rev: str | NodeId, reason: str | None = None, *,
+              handle: Session | None = None) -> NodeId:
+        """Move session ``name`` to ``rev`` (rewind or fast-forward); logged, so undoable.
+
+        Without ``handle`` the session must exist, and moves from wherever it is. With the
+        ``handle`` of the session (what :meth:`Session.reset` passes), the move is a
+        compare-and-set against the head the handle last saw. A reset to where the session is
+        moves nothing and logs nothing.
+
+        Raises:
+            UnknownRevisionError: ``rev`` names no node, or (no ``handle``) no such session.
+            ConflictError: the session is no longer where ``handle`` saw it.
+        """
         target = self.resolve(rev)
-        old = self._require_session(name)
-        if old != target:  # a reset to where it is moves nothing, so it logs nothing
-            self._move(SESSIONS + name, old, target, reason or f"reset: moving to {rev}")
+        old = self._require_session(name) if handle is None else handle.head
+        if old != target:
+            self.move_ref(SESSIONS + name, old, target, reason or f"reset: moving to {rev}",
+                          handle=handle)
         return target
 
     def session_name_of(self, rev: str) -> str:
@@ -263,8 +270,19 @@ class Store:
             raise UnknownRevisionError(f"no session named {name!r}")
         return head
 
-    def _move(self, ref: str, old: NodeId | None, new: NodeId | None, reason: str) -> None:
-        self.backend.commit([], [RefUpdate(ref, old, new, reason)])
+    def move_ref(self, ref: str, old: NodeId | None, new: NodeId | None, reason: str, *,
+                 nodes: Sequence[RawNode] = (), handle: Session | None = None) -> None:
+        """The one way a ref moves: store ``nodes`` and move ``ref`` from ``old`` to ``new`` as
+        one compare-and-set with its reflog entry. ``handle`` is the session handle that moved
+        it, so that a batch that fails puts the handle back where the store is.
+
+        Raises:
+            ConflictError: ``ref`` is not at ``old`` (nothing was written).
+            MissingNodeError: a parent, or ``new``, is not stored.
+        """
+        self.backend.commit(nodes, [RefUpdate(ref, old, new, reason)])
+        if handle is not None and self._batch_depth and handle not in self._moved_in_batch:
+            self._moved_in_batch.append(handle)
 
     def get_session_meta(self, name: str) -> dict[str, Any] | None:
         """The metadata stored with a session (``NAME.meta.json`` on import/export), or None."""
@@ -287,7 +305,7 @@ class Store:
         target = self.resolve(rev)
         if self.backend.get_ref(TAGS + name) is not None:
             raise RefExistsError(f"tag {name!r} already exists")
-        self._move(TAGS + name, None, target, f"tag: {rev}")
+        self.move_ref(TAGS + name, None, target, f"tag: {rev}")
         return target
 
     def delete_tag(self, name: str) -> NodeId:
@@ -295,7 +313,7 @@ class Store:
         ref = self.backend.get_ref(TAGS + name)
         if ref is None:
             raise UnknownRevisionError(f"no tag named {name!r}")
-        self._move(TAGS + name, ref.target, None, "tag: deleted")
+        self.move_ref(TAGS + name, ref.target, None, "tag: deleted")
         return ref.target
 
     def expire_reflog(self, name: str) -> int:

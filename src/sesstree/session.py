@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 from .errors import ConflictError, InvalidEventError, UnknownRevisionError
 from .events import MESSAGE_TYPES, Derived, derive_messages, is_registered, message_type
 from .node import Node, NodeId, encode_data, node_id_from_encoded
-from .store.base import Chain, RawNode, RefUpdate
+from .store.base import Chain, RawNode
 
 if TYPE_CHECKING:
     from .repo import Store
@@ -135,13 +135,9 @@ class Session:
     def _commit(self, type: str, data: Any, encoded: bytes) -> Node:
         parent = self._head
         id = node_id_from_encoded(parent, type, encoded)
-        self.store.backend.commit(
-            [RawNode(id, parent, type, encoded)],
-            [RefUpdate(self.ref, parent, id, f"append: {type}")],
-        )
+        self.store.move_ref(self.ref, parent, id, f"append: {type}",
+                            nodes=(RawNode(id, parent, type, encoded),), handle=self)
         self._head = id
-        if self.store._batch_depth:
-            self.store._note_move(self)
         if self._loaded:
             self._new_ids.append(id)
             self._types.append(type)
@@ -215,17 +211,19 @@ class Session:
         if n > len(ids):
             raise UnknownRevisionError(f"cannot rewind {self.name} by {n}: it has {len(ids)} events")
         target = ids[-1 - n] if n < len(ids) else None
-        self.store.backend.commit([], [RefUpdate(self.ref, self._head, target, f"rewind: {n} events")])
-        self.store._note_move(self)
+        self.store.move_ref(self.ref, self._head, target, f"rewind: {n} events", handle=self)
         self._set_head(target)
         return target
 
     def reset(self, rev: str | NodeId) -> NodeId:
-        """Move the session to any revision (rewind, fast-forward, or another path); logged."""
-        target = self.store.resolve(rev)
-        self.store.backend.commit([], [RefUpdate(self.ref, self._head, target, f"reset: {rev}")])
-        self.store._note_move(self)
-        self._set_head(target)
+        """Move the session to any revision (rewind, fast-forward, or another path); logged.
+
+        The same rules as :meth:`Store.reset`, as a compare-and-set against this handle's
+        head: a reset to where it is logs nothing.
+        """
+        target = self.store.reset(self.name, rev, handle=self)
+        if self._head != target:
+            self._set_head(target)
         return target
 
     # -- observing ---------------------------------------------------------------------------
