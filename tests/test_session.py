@@ -181,4 +181,4 @@ def test_a_handle_resets_by_the_same_rules_as_the_store(store: Store) -> None:
     stale = store.session("q")
     q.reset("q~2")
     with pytest.raises(ConflictError):  # a handle's reset is a compare-and-set on its head
-        stale.reset("q~1")
+        stale.reset(ids[1])
