@@ -1,0 +1,245 @@
+"""The ``sess`` command line: git-shaped, thin over the Python API.
+
+This module holds what every command shares: finding the store, turning errors into one line,
+and the entry point. The commands live beside it, one module per kind of work.
+
+Output is for people by default; ``--json`` gives stable machine output. A user error prints
+one line (``Error: ...``) and exits 1; it never shows a traceback.
+"""
+
+from __future__ import annotations
+
+import importlib
+import io
+import os
+import sys
+from pathlib import Path
+from typing import Any, ClassVar, NoReturn
+
+import click
+import msgspec
+
+from ..errors import (
+    SesstreeError,
+    StoreNotFoundError,
+)
+from ..repo import STORE_FILE, Store, open_store
+
+__all__ = ["STORE_DIR", "StoreLocator", "cli", "count", "emit_json", "events", "fail", "main",
+           "one_line", "pass_store"]
+
+STORE_DIR = ".sess"
+_json = msgspec.json.Encoder()
+
+
+class StoreLocator:
+    """Finds the store as git finds ``.git``: ``--store``, then ``SESS_STORE``, then ``.sess/``
+    in this folder or a parent."""
+
+    def __init__(self, option: str | None) -> None:
+        self.option = option
+        self._store: Store | None = None
+
+    def find(self) -> Path:
+        """The store folder. Raises StoreNotFoundError."""
+        explicit = self.explicit()
+        if explicit is not None:
+            # The store folder itself (what open_store made), or a folder holding .sess/.
+            for folder in (explicit, explicit / STORE_DIR):
+                if (folder / STORE_FILE).exists():
+                    return folder
+            if explicit.is_file():
+                _check_is_database(explicit)
+                return explicit
+            raise StoreNotFoundError(
+                f"no store at {explicit} (create one with 'sess --store {explicit} init')"
+            )
+        here = Path.cwd().resolve()
+        for folder in (here, *here.parents):
+            if (folder / STORE_DIR / STORE_FILE).exists():
+                return folder / STORE_DIR
+        raise StoreNotFoundError(
+            "no store found in this folder or any parent (run 'sess init', or pass --store "
+            "or set SESS_STORE)"
+        )
+
+    def explicit(self) -> Path | None:
+        """The store path given by ``--store`` or ``SESS_STORE``, if any."""
+        given = self.option or os.environ.get("SESS_STORE")
+        return Path(given) if given else None
+
+    def open(self) -> Store:
+        """Open the store once per command."""
+        if self._store is None:
+            self._store = open_store(self.find(), create=False)
+        return self._store
+
+    def close(self) -> None:
+        """Close the store if it was opened."""
+        if self._store is not None:
+            self._store.close()
+            self._store = None
+
+
+_SQLITE_MAGIC = b"SQLite format 3\x00"
+
+
+def _check_is_database(path: Path) -> None:
+    """A file given as the store must at least be an SQLite database: a text file (a
+    transcript passed by mistake) is not a damaged store, it is no store at all."""
+    with path.open("rb") as f:
+        magic = f.read(len(_SQLITE_MAGIC))
+    if magic != _SQLITE_MAGIC:
+        what = "an empty file" if not magic else "a file that is not an SQLite database"
+        raise StoreNotFoundError(f"{path} is not a sesstree store ({what})")
+
+
+class _OneLineUsage(click.ClickException):
+    exit_code = 2
+
+
+class _Group(click.Group):
+    """Turns sesstree's own errors into one line and exit code 1, and loads the commands in
+    ``lazy`` only when they are used (``run`` needs the HTTP client; the others should not
+    wait for it to load)."""
+
+    lazy: ClassVar[dict[str, str]] = {"run": "sesstree.agent.command:run"}
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*super().list_commands(ctx), *self.lazy})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name in self.lazy and cmd_name not in self.commands:
+            module, attr = self.lazy[cmd_name].split(":")
+            self.add_command(getattr(importlib.import_module(module), attr), cmd_name)
+        return super().get_command(ctx, cmd_name)
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            result = super().invoke(ctx)
+            # Flushed here, inside the handlers, so a full disk or closed pipe is reported as
+            # one line, not by the interpreter at exit.
+            sys.stdout.flush()
+            return result
+        except click.UsageError as exc:
+            # One line, as for every other user error (click's own form takes three).
+            command = f"sess {exc.ctx.command.name} --help" if exc.ctx else "sess --help"
+            raise _OneLineUsage(one_line(f"{exc.format_message()} (see '{command}')")) from None
+        except click.ClickException as exc:
+            if exc.message.isprintable():
+                raise
+            raise click.ClickException(one_line(exc.message)) from None
+        except SesstreeError as exc:
+            raise click.ClickException(one_line(str(exc))) from None
+        except BrokenPipeError:  # `sess log | head`
+            _silence_stdout()
+            sys.stderr.close()
+            ctx.exit(0)
+        except OSError as exc:
+            # A file the user named, or the output itself (a full disk, `> /dev/full`), cannot
+            # be read or written: say which and why, in one line.
+            if exc.filename is not None:
+                raise click.ClickException(f"{exc.filename}: {exc.strerror}") from None
+            writing = _raised_by_echo(exc) or _stdout_failed()
+            if writing:
+                _silence_stdout()
+            what = "cannot write the output" if writing else "input/output error"
+            raise click.ClickException(f"{what}: {exc.strerror or exc}") from None
+        except UnicodeEncodeError as exc:
+            # Only input that was not UTF-8 (an argument, stdin) gets here: the stores hold text.
+            raise click.ClickException(f"{exc.object[:80]!a} is not valid UTF-8 text") from None
+        except (RecursionError, MemoryError) as exc:
+            raise click.ClickException(f"input too large or too deeply nested ({type(exc).__name__})"
+                                       ) from None
+        finally:
+            if isinstance(ctx.obj, StoreLocator):
+                ctx.obj.close()
+
+
+def one_line(text: str) -> str:
+    """An error message as one printable line: a name or revision it quotes may hold line
+    breaks (U+2028 too) or control characters, which are shown escaped."""
+    if text.isprintable():
+        return text
+    return "".join(ch if ch.isprintable() else ascii(ch)[1:-1] for ch in text)
+
+
+def _raised_by_echo(exc: BaseException) -> bool:
+    tb = exc.__traceback__
+    while tb is not None:
+        if tb.tb_frame.f_code is click.echo.__code__:
+            return True
+        tb = tb.tb_next
+    return False
+
+
+def _stdout_failed() -> bool:
+    """True if what is buffered for stdout cannot be written."""
+    try:
+        sys.stdout.flush()
+        return False
+    except OSError:
+        return True
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null, so the interpreter's own flush at exit adds no second
+    report of an output that cannot be written."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError, io.UnsupportedOperation):
+        pass  # not a real file (a test's capture): nothing will be flushed at exit
+
+
+@click.group(cls=_Group)
+@click.option("--store", "store_path", metavar="PATH", help="Store folder (default: SESS_STORE, "
+              "then .sess/ here or in a parent).")
+@click.version_option(package_name="sesstree")
+@click.pass_context
+def cli(ctx: click.Context, store_path: str | None) -> None:
+    """Store agent sessions the way git stores commits."""
+    ctx.obj = StoreLocator(store_path)
+
+
+pass_store = click.make_pass_decorator(StoreLocator)
+
+
+def count(n: int, word: str) -> str:
+    """``1 event``, ``2 events``."""
+    return f"{n} {word}" if n == 1 else f"{n} {word}s"
+
+
+def events(n: int) -> str:
+    return count(n, "event")
+
+
+def emit_json(value: Any) -> None:
+    click.echo(_json.encode(value).decode())
+
+
+def fail(message: str) -> NoReturn:
+    raise click.ClickException(message)
+
+
+# -- setup and status ------------------------------------------------------------------------
+
+
+
+def main() -> None:
+    """Entry point of the ``sess`` console script.
+
+    Every error a user can cause is turned into one line inside the commands. Anything else is
+    a bug in sesstree: it too is one line (with ``SESS_DEBUG=1`` for the traceback), exit 70,
+    because a user should never have to read Python. Tests run ``cli`` itself, so a bug still
+    fails them loudly.
+    """
+    try:
+        cli(prog_name="sess")
+    except Exception as exc:  # the last line of defence, see above
+        if os.environ.get("SESS_DEBUG"):
+            raise
+        message = one_line(f"{type(exc).__name__}: {exc}")[:300]
+        click.echo(f"Error: internal error ({message}); please report it "
+                   "(SESS_DEBUG=1 shows the traceback)", err=True)
+        sys.exit(70)

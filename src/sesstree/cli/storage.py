@@ -1,0 +1,125 @@
+"""``sess`` commands that move whole sessions in and out, and look after the store:
+import, export, stats, fsck, gc."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+import msgspec
+
+from .core import StoreLocator, cli, count, emit_json, events, fail, one_line, pass_store
+
+
+@cli.command("import")
+@click.argument("files", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.option("--as", "name", metavar="NAME", help="Session name (default: from the source).")
+@click.option("--format", "fmt", default="auto", show_default=True, help="Input format.")
+@click.option("-r", "--recursive", is_flag=True, help="Import every file under a folder.")
+@click.option("--force", is_flag=True,
+              help="With --as: replace a session of another history (its head stays in the reflog).")
+@click.option("--json", "as_json", is_flag=True, help="Machine output.")
+@pass_store
+def import_(locator: StoreLocator, files: tuple[Path, ...], name: str | None, fmt: str,
+            recursive: bool, force: bool, as_json: bool) -> None:
+    """Import transcripts (seed JSONL: one message per line, optional NAME.meta.json).
+
+    A re-import lands where the earlier import of the same file is, even renamed.
+    """
+    from ..interop import import_files
+
+    store = locator.open()
+    results = import_files(store, list(files), name=name, format=fmt, recursive=recursive,
+                           force=force)
+    if as_json:
+        # Ids a file quotes may hold lone surrogates ("\ud800"), which UTF-8 cannot carry.
+        def safe(text: str) -> str:
+            return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+        emit_json([{**msgspec.to_builtins(r), "source": safe(r.source),
+                     "problems": [safe(p) for p in r.problems]} for r in results])
+        return
+    failed = 0
+    for r in results:
+        # A problem quotes the file (ids, keys): one printable line each, never raw escapes.
+        for problem in r.problems:
+            click.echo(one_line(f"warning: {problem}"), err=True)
+        if r.outcome == "failed":
+            failed += 1
+            click.echo(one_line(f"{r.source}: failed"), err=True)
+            continue
+        if r.outcome == "skipped":
+            continue  # its warning said why
+        click.echo(one_line(f"{r.session}: {r.outcome}, {events(r.events)} "
+                             f"({r.new_nodes} new) from {r.source}"))
+    if failed:
+        fail(f"{failed} of {count(len(results), 'file')} could not be imported")
+
+
+@cli.command()
+@click.argument("rev", default="HEAD", required=False)
+@click.option("-o", "out", type=click.Path(dir_okay=False, allow_dash=True, path_type=Path),
+              help="Output file (default: NAME.jsonl here); - for standard output.")
+@click.option("--format", "fmt", default="seed", show_default=True, help="Output format.")
+@click.option("--force", is_flag=True, help="Replace files that already exist.")
+@pass_store
+def export(locator: StoreLocator, rev: str, out: Path | None, fmt: str, force: bool) -> None:
+    """Write a session back out (seed format: NAME.jsonl + NAME.meta.json).
+
+    Files are replaced atomically and never written through a symbolic link.
+    """
+    from ..interop import export_session, render_export
+
+    store = locator.open()
+    if out is not None and str(out) == "-":
+        # The main file only: seed's NAME.meta.json has no place on a stream.
+        data = render_export(store, rev, format=fmt)[0][1]
+        sys.stdout.flush()
+        sys.stdout.buffer.write(data)
+        sys.stdout.buffer.flush()
+        return
+    for path in export_session(store, rev, out=out, format=fmt, force=force):
+        click.echo(f"wrote {path}")
+
+
+@cli.command()
+@click.option("--json", "as_json", is_flag=True, help="Machine output.")
+@pass_store
+def stats(locator: StoreLocator, as_json: bool) -> None:
+    """Nodes, refs, and bytes: as separate JSONL files (logical) against on disk (physical)."""
+    s = locator.open().stats()
+    if as_json:
+        emit_json({**msgspec.to_builtins(s), "ratio": round(s.ratio, 3)})
+        return
+    click.echo(f"nodes           {s.nodes}")
+    click.echo(f"sessions        {s.sessions}")
+    click.echo(f"tags            {s.tags}")
+    click.echo(f"reflog entries  {s.reflog_entries}")
+    click.echo(f"logical bytes   {s.logical_bytes}  (as one JSONL file per session)")
+    click.echo(f"physical bytes  {s.physical_bytes}  (on disk)")
+    click.echo(f"ratio           {s.ratio:.1f}x")
+
+
+@cli.command()
+@pass_store
+def fsck(locator: StoreLocator) -> None:
+    """Re-hash every node and check parents, refs, reflog and indexes; exit 1 on any fault."""
+    store = locator.open()
+    faults = store.fsck()
+    for fault in faults:
+        click.echo(f"fault: {fault}")
+    if faults:
+        fail(f"{count(len(faults), 'fault')} found")
+    click.echo(f"ok: {store.backend.count_nodes()} nodes, every id, parent and ref checked")
+
+
+@cli.command()
+@click.option("--dry-run", is_flag=True, help="Only say what would be removed.")
+@pass_store
+def gc(locator: StoreLocator, dry_run: bool) -> None:
+    """Remove nodes that no session, tag, HEAD or reflog entry reaches."""
+    result = locator.open().gc(dry_run=dry_run)
+    verb = "would remove" if dry_run else "removed"
+    click.echo(f"{verb} {count(len(result.unreachable), 'unreachable node')}; {result.kept} kept")
+
