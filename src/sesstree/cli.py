@@ -30,6 +30,7 @@ from .graph import GraphNode, draw_graph
 from .maintenance import ancestors
 from .node import Node, NodeId, check_ref_name
 from .repo import SESSIONS, STORE_FILE, TAGS, Store, open_store
+from .store.urls import is_store_url, redact_url
 
 __all__ = ["StoreLocator", "cli", "main"]
 
@@ -73,10 +74,16 @@ class StoreLocator:
         given = self.option or os.environ.get("SESS_STORE")
         return Path(given) if given else None
 
+    def url(self) -> str | None:
+        """The store URL (``postgresql://...``) given by ``--store`` or ``SESS_STORE``, if any:
+        a URL is not a path."""
+        given = self.option or os.environ.get("SESS_STORE")
+        return given if is_store_url(given) else None
+
     def open(self) -> Store:
         """Open the store once per command."""
         if self._store is None:
-            self._store = open_store(self.find(), create=False)
+            self._store = open_store(self.url() or self.find(), create=False)
         return self._store
 
     def close(self) -> None:
@@ -231,13 +238,20 @@ def _fail(message: str) -> NoReturn:
 
 
 @cli.command()
-@click.argument("path", required=False, type=click.Path(file_okay=False, path_type=Path))
+@click.argument("path", required=False, type=click.Path(file_okay=False))
 @click.pass_context
-def init(ctx: click.Context, path: Path | None) -> None:
-    """Create a store in PATH/.sess (default: this folder), or at --store / SESS_STORE."""
+def init(ctx: click.Context, path: str | None) -> None:
+    """Create a store in PATH/.sess (default: this folder), or at --store / SESS_STORE.
+    PATH may be a postgresql:// URL."""
     locator = ctx.find_object(StoreLocator)
+    url = path if is_store_url(path) else locator.url() if locator and not path else None
+    if url is not None:
+        open_store(url).close()
+        click.echo(f"Initialized sesstree store at {redact_url(url)}")
+        return
     explicit = locator.explicit() if locator else None
-    folder = explicit if explicit is not None and path is None else (path or Path.cwd()) / STORE_DIR
+    folder = (explicit if explicit is not None and path is None
+              else (Path(path) if path else Path.cwd()) / STORE_DIR)
     existed = (folder / STORE_FILE).exists()
     open_store(folder).close()
     state = "Reinitialized existing" if existed else "Initialized empty"
