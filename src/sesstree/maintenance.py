@@ -104,6 +104,10 @@ def gc(store: Store, *, dry_run: bool = False) -> GcResult:
     Reflog entries keep their nodes alive, so a rewind, reset or deleted session can always
     be undone; gc only removes what was written and never named (an aborted import, say).
     """
+    on_server = getattr(store.backend, "collect_garbage", None)
+    if on_server is not None:  # a database server walks the DAG where the nodes are
+        dead, kept = on_server(dry_run=dry_run)
+        return GcResult(dead, 0 if dry_run else len(dead), kept)
     with store.batch():
         nodes = list(store.backend.iter_nodes())
         live = _reachable(store, nodes)
@@ -115,6 +119,9 @@ def gc(store: Store, *, dry_run: bool = False) -> GcResult:
 def stats(store: Store) -> Stats:
     """Count nodes and refs and compare the store's size with a JSONL file per session."""
     backend = store.backend
+    on_server = getattr(backend, "server_stats", None)
+    if on_server is not None:  # a database server counts without sending every node
+        return Stats(**on_server())
     checkpoint = getattr(backend, "checkpoint", None)
     if checkpoint is not None:
         checkpoint()
