@@ -116,12 +116,12 @@ class Connector:
         conn = self._conn
         if conn is not None and not conn.closed and not conn.broken:
             return conn
-        # The first connection is tried once: a wrong host or port should be reported at
-        # once. A connection that was up and went (a server restart) is tried again until
-        # the timeout.
+        # The first connection is tried for a moment only (a connection dropped while it was
+        # being made): a wrong host or port should be reported at once. A connection that was
+        # up and went (a server restart) is tried again until the timeout.
         first = not self._connected_before
         self.discard()
-        deadline = time.monotonic() + (0 if first else self.timeout)
+        deadline = time.monotonic() + (min(1.0, self.timeout) if first else self.timeout)
         delay = 0.05
         while True:
             try:

@@ -86,20 +86,25 @@ def ensure_schema(conn: Conn, *, create: bool, shown: str) -> int:
         return version
     if version == 0 and not create:
         raise StoreNotFoundError(f"no store at {shown} (create one with 'sess init {shown}')")
-    with conn.transaction():
-        conn.execute("SELECT pg_advisory_xact_lock(%s)", (_SCHEMA_LOCK,))
-        version, ours = _version(conn)  # someone may have created it while we waited
-        if not ours:
-            raise StoreCorruptError(f"{shown} holds tables that are not a sesstree store")
-        for step in MIGRATIONS[version:]:
-            for statement in step:
-                conn.execute(statement)  # constant DDL
-        if version < FORMAT_VERSION:
-            for statement in (*OBJECT_FUNCTIONS, *REF_FUNCTIONS):
-                conn.execute(statement)
-            conn.execute(
-                "INSERT INTO meta VALUES ('format', %s), ('ids', %s) "
-                "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
-                (str(FORMAT_VERSION), f"blake3-msgpack-v{ID_VERSION}"),
-            )
+    # The lock is taken before the transaction starts: a transaction reads the catalog as of
+    # its start, so one begun after the lock sees the tables a creator before us committed.
+    conn.execute("SELECT pg_advisory_lock(%s)", (_SCHEMA_LOCK,))
+    try:
+        with conn.transaction():
+            version, ours = _version(conn)  # someone may have created it while we waited
+            if not ours:
+                raise StoreCorruptError(f"{shown} holds tables that are not a sesstree store")
+            for step in MIGRATIONS[version:]:
+                for statement in step:
+                    conn.execute(statement)  # constant DDL
+            if version < FORMAT_VERSION:
+                for statement in (*OBJECT_FUNCTIONS, *REF_FUNCTIONS):
+                    conn.execute(statement)
+                conn.execute(
+                    "INSERT INTO meta VALUES ('format', %s), ('ids', %s) "
+                    "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                    (str(FORMAT_VERSION), f"blake3-msgpack-v{ID_VERSION}"),
+                )
+    finally:
+        conn.execute("SELECT pg_advisory_unlock(%s)", (_SCHEMA_LOCK,))
     return FORMAT_VERSION

@@ -1,0 +1,145 @@
+"""Many processes, killed writers and dropped connections on one PostgreSQL store.
+
+Writers are real processes (``tests/helpers/append_loop.py``) that print ``ACK i`` only after
+the append of message ``i`` returned. Whatever happens to them or to their connections, every
+acknowledged message must be in the store exactly once, in each writer's order, and fsck must
+find nothing.
+"""
+
+from __future__ import annotations
+
+import itertools
+import random
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+from core_testkit import HELPERS
+
+from sesstree import Store, open_store
+
+SCRIPT = HELPERS / "append_loop.py"
+
+
+def spawn(url: str, session: str, *args: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, str(SCRIPT), url, session, *args],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+
+
+def finish(proc: subprocess.Popen[str]) -> list[int]:
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, err
+    assert "Traceback" not in err, err
+    return [int(line.split()[1]) for line in out.splitlines() if line.startswith("ACK")]
+
+
+def check_writers(store: Store, shared: int, own: int, count: int, acked: dict[str, list[int]]
+                  ) -> None:
+    """Every writer's messages present once, in its order; the shared log chains."""
+    contents = [m["content"] for m in store.messages("shared")] if shared else []
+    assert len(contents) == shared * count
+    assert len(set(contents)) == len(contents), "an event was written twice"
+    for w in range(shared):
+        assert acked[f"shared-{w}"] == list(range(count))
+        assert [c for c in contents if c.startswith(f"s{w}:")] == [f"s{w}:{i}" for i in range(count)]
+    for w in range(own):
+        assert acked[f"own-{w}"] == list(range(count))
+        assert [m["content"] for m in store.messages(f"own-{w}")] == [
+            f"o{w}:{i}" for i in range(count)]
+    log = store.reflog("shared") if shared else []
+    assert len(log) == shared * count
+    assert all(a.new == b.old for a, b in itertools.pairwise(log))
+    assert store.fsck() == []
+
+
+def start_writers(url: str, shared: int, own: int, count: int) -> dict[str, subprocess.Popen[str]]:
+    procs = {}
+    for w in range(shared):
+        procs[f"shared-{w}"] = spawn(url, "shared", "--count", str(count), "--tag", f"s{w}",
+                                     "--retry", "rebase")
+    for w in range(own):
+        procs[f"own-{w}"] = spawn(url, f"own-{w}", "--count", str(count), "--tag", f"o{w}")
+    return procs
+
+
+def test_sixteen_writers_lose_and_duplicate_nothing(postgres_url: str) -> None:
+    """8 processes on one session (rebase=True) and 8 on sessions of their own."""
+    open_store(postgres_url).close()
+    procs = start_writers(postgres_url, 8, 8, 40)
+    acked = {key: finish(proc) for key, proc in procs.items()}
+    with open_store(postgres_url, create=False) as store:
+        check_writers(store, 8, 8, 40, acked)
+
+
+def test_writers_creating_the_store_at_once(postgres_url: str) -> None:
+    """Four processes open a store that does not exist yet: it is created once."""
+    procs = {f"own-{w}": spawn(postgres_url, f"own-{w}", "--count", "5", "--tag", f"o{w}")
+             for w in range(4)}
+    acked = {key: finish(proc) for key, proc in procs.items()}
+    with open_store(postgres_url, create=False) as store:
+        check_writers(store, 0, 4, 5, acked)
+
+
+def test_sigkill_loses_no_acknowledged_event(postgres_url: str) -> None:
+    rng = random.Random(5)
+    acked: list[int] = []
+    for _ in range(4):
+        proc = spawn(postgres_url, "quest")
+        assert proc.stdout is not None
+        target = rng.randint(1, 120)
+        for line in proc.stdout:
+            acked.append(int(line.split()[1]))
+            if len(acked) >= target:
+                break
+        time.sleep(rng.random() * 0.02)
+        proc.send_signal(signal.SIGKILL)
+        rest, err = proc.communicate(timeout=30)
+        acked.extend(int(x.split()[1]) for x in rest.splitlines() if x.startswith("ACK"))
+        assert proc.returncode == -signal.SIGKILL, err
+        with open_store(postgres_url, create=False) as store:
+            contents = [m["content"] for m in store.messages("quest")]
+            assert contents == [f"m:{i}" for i in range(len(contents))], "gap or reorder"
+            assert len(contents) > max(acked)
+            assert store.fsck() == []
+
+
+def terminate_all(admin_url: str) -> int:
+    """pg_terminate_backend for every other client connection of the server."""
+    import psycopg
+
+    with psycopg.connect(admin_url, autocommit=True) as conn:
+        rows = conn.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+            "WHERE pid <> pg_backend_pid() AND backend_type = 'client backend'"
+        ).fetchall()
+    return len(rows)
+
+
+def test_terminating_every_connection_loses_nothing(postgres_url: str, postgres_server: str
+                                                    ) -> None:
+    """Drop every server connection several times while 4 shared and 4 own writers run: they
+    reconnect, finish, print no traceback, and every acknowledged event is stored once."""
+    open_store(postgres_url).close()
+    count = 150
+    procs = start_writers(postgres_url, 4, 4, count)
+    stop = threading.Event()
+    dropped: list[int] = []
+
+    def dropper() -> None:
+        while not stop.wait(0.15):
+            dropped.append(terminate_all(postgres_server))
+
+    thread = threading.Thread(target=dropper)
+    thread.start()
+    try:
+        acked = {key: finish(proc) for key, proc in procs.items()}
+    finally:
+        stop.set()
+        thread.join()
+    assert sum(dropped) > 0, "no connection was ever dropped"
+    with open_store(postgres_url, create=False) as store:
+        check_writers(store, 4, 4, count, acked)
