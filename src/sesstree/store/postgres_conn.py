@@ -187,10 +187,7 @@ class Connector:
         deadline: float | None = None
         while True:
             if self._batch_conn is not None and self._batch_conn is not self._conn:
-                raise StoreUnavailableError(
-                    f"lost the connection to the store at {self.shown} during a batch; "
-                    "nothing of the batch was stored"
-                )
+                raise self._batch_lost()
             conn = self.connection()
             try:
                 return work(conn, replay)
@@ -198,6 +195,7 @@ class Connector:
                 if self.in_batch:
                     if is_connection_lost(exc, conn):
                         self.discard()
+                        raise self._batch_lost() from None
                     self.raise_translated(exc)
                 if is_serialization_failure(exc) and serial_tries < _SERIAL_RETRIES:
                     serial_tries += 1
@@ -214,6 +212,12 @@ class Connector:
                         replay = True
                         continue
                 self.raise_translated(exc)
+
+    def _batch_lost(self) -> StoreUnavailableError:
+        return StoreUnavailableError(
+            f"lost the connection to the store at {self.shown} during a batch; "
+            "nothing of the batch was stored"
+        )
 
     def _text(self, exc: BaseException) -> str:
         """The server's message, first line only, and never holding the password."""

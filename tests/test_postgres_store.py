@@ -1,0 +1,198 @@
+"""What only the PostgreSQL backend has: its schema and version, its connection, its errors,
+and the CLI on a URL. The rest of its behaviour is the shared conformance suite's."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import psycopg
+import pytest
+from cli_kit import Sess, user_error
+from core_testkit import user
+
+from sesstree import (
+    StoreCorruptError,
+    StoreError,
+    StoreFormatError,
+    StoreNotFoundError,
+    open_store,
+)
+from sesstree.store.postgres import StoreUnavailableError
+from sesstree.store.postgres_schema import FORMAT_VERSION
+
+SESS = str(Path(sys.executable).with_name("sess"))  # the console script, as a user runs it
+
+
+def terminate_others(url: str) -> None:
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                     "WHERE pid <> pg_backend_pid() AND backend_type = 'client backend'")
+
+
+# -- schema ------------------------------------------------------------------------------
+
+
+def test_opening_without_create_finds_no_store(postgres_url: str) -> None:
+    with pytest.raises(StoreNotFoundError, match="sess init"):
+        open_store(postgres_url, create=False)
+
+
+def test_created_on_first_use_with_its_version(postgres_url: str) -> None:
+    with open_store(postgres_url) as store:
+        assert store.backend.get_meta("format") == str(FORMAT_VERSION)
+        assert store.backend.get_meta("ids", ) == "blake3-msgpack-v1"
+    with open_store(postgres_url, create=False) as again:
+        assert again.sessions() == []
+
+
+def test_newer_format_is_refused_and_left_alone(postgres_url: str) -> None:
+    with open_store(postgres_url) as store:
+        store.session("q").add_message(user("kept"))
+        store.backend.set_meta("format", str(FORMAT_VERSION + 1))
+    with pytest.raises(StoreFormatError, match="Upgrade sesstree"):
+        open_store(postgres_url)
+    with psycopg.connect(postgres_url, autocommit=True) as conn:
+        assert conn.execute("SELECT value FROM meta WHERE key = 'format'").fetchone() == (
+            str(FORMAT_VERSION + 1),)
+        assert conn.execute("SELECT count(*) FROM nodes").fetchone() == (1,)
+
+
+def test_foreign_tables_are_not_taken_for_a_store(postgres_url: str) -> None:
+    with psycopg.connect(postgres_url, autocommit=True) as conn:
+        conn.execute("CREATE TABLE nodes(x int)")
+    with pytest.raises(StoreCorruptError, match="not a sesstree store"):
+        open_store(postgres_url)
+    with psycopg.connect(postgres_url, autocommit=True) as conn:
+        assert conn.execute("SELECT to_regclass('meta')").fetchone() == (None,)
+
+
+def test_fsck_finds_a_wrong_depth_index(postgres_url: str) -> None:
+    with open_store(postgres_url) as store:
+        ids = [store.session("q").add_message(user(str(i))).id for i in range(3)]
+        store.backend._db.execute(  # type: ignore[attr-defined]
+            "UPDATE nodes SET depth = 7 WHERE id = %s", (bytes.fromhex(ids[2]),))
+        assert any("depth" in f for f in store.fsck())
+
+
+def test_a_long_interleaved_session_reads_back_exactly(postgres_url: str) -> None:
+    """Two sessions written alternately: neither is one run of rows, so the chain is read by
+    the recursive walk; a session written alone is read by the range scan. Both exact."""
+    with open_store(postgres_url) as store:
+        a, b, c = store.session("a"), store.session("b"), store.session("c")
+        for i in range(300):
+            a.add_message(user(f"a{i}"))
+            b.add_message(user(f"b{i}"))
+        for i in range(300):
+            c.add_message(user(f"c{i}"))
+        for name in "abc":
+            assert [m["content"] for m in store.messages(name)] == [f"{name}{i}" for i in range(300)]
+            assert store.chain(name, 7).ids == store.chain(name).ids[-7:]
+
+
+# -- connection --------------------------------------------------------------------------
+
+
+def test_a_dropped_connection_comes_back_for_the_next_operation(
+    postgres_url: str, postgres_server: str
+) -> None:
+    with open_store(postgres_url) as store:
+        q = store.session("q")
+        q.add_message(user("before"))
+        terminate_others(postgres_server)
+        q.add_message(user("after"))  # reconnects
+        terminate_others(postgres_server)
+        assert [m["content"] for m in store.messages("q")] == ["before", "after"]
+
+
+def test_a_dropped_connection_loses_the_open_batch_and_says_so(
+    postgres_url: str, postgres_server: str
+) -> None:
+    with open_store(postgres_url) as store:
+        q = store.session("q")
+        q.add_message(user("kept"))
+        with pytest.raises(StoreUnavailableError, match="batch"), store.batch():
+            q.add_message(user("lost with the batch"))
+            terminate_others(postgres_server)
+            q.add_message(user("never written"))
+        assert [m["content"] for m in store.messages("q")] == ["kept"]
+        q.refresh()
+        q.add_message(user("next"))
+        assert [m["content"] for m in store.messages("q")] == ["kept", "next"]
+        assert store.fsck() == []
+
+
+def test_an_unreachable_server_is_one_error_without_the_password() -> None:
+    url = "postgresql://someone:s3cr3t-pw@127.0.0.1:9/nowhere"
+    with pytest.raises(StoreUnavailableError) as caught:
+        open_store(url, timeout=0.2)
+    assert "s3cr3t-pw" not in str(caught.value)
+    assert "127.0.0.1:9" in str(caught.value)
+    assert isinstance(caught.value, StoreError)
+
+
+def test_a_missing_database_is_one_clear_error(postgres_server: str) -> None:
+    url = postgres_server.replace("/postgres?", "/no_such_database?")
+    with pytest.raises(StoreError, match=r"no_such_database.* does not exist"):
+        open_store(url)
+
+
+# -- the CLI on a URL --------------------------------------------------------------------
+
+
+@pytest.fixture
+def sess_pg(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Sess:
+    """``sess`` in-process, in an empty folder (no .sess/ to find)."""
+    monkeypatch.delenv("SESS_STORE", raising=False)
+    monkeypatch.chdir(tmp_path)
+    return Sess(tmp_path)
+
+
+def test_cli_on_a_url(sess_pg: Sess, postgres_url: str) -> None:
+    s = sess_pg
+    assert "Initialized" in s.ok("init", postgres_url)
+    assert not (s.root / ".sess").exists()  # a URL is not a folder
+    env = {"SESS_STORE": postgres_url}
+    s.ok("append", "user/message", json.dumps(user("hi")), env=env)
+    s.ok("append", "assistant/message", json.dumps({"role": "assistant", "content": "yo"}), env=env)
+    s.ok("--store", postgres_url, "branch", "main", "side")
+    s.ok("--store", postgres_url, "append", "side", "user/message", json.dumps(user("on side")))
+    graph = s.ok("--store", postgres_url, "log", "--graph", "--all")
+    assert "side" in graph and "main" in graph
+    assert "hi" in s.ok("log", env=env)
+    assert s.ok("fsck", env=env).startswith("ok: 3 nodes")
+    assert "removed 0 unreachable nodes; 3 kept" in s.ok("gc", env=env)
+    stats = json.loads(s.ok("stats", "--json", env=env))
+    assert (stats["nodes"], stats["sessions"], stats["reflog_entries"]) == (3, 2, 4)
+    assert stats["physical_bytes"] > 0
+
+
+def test_cli_errors_on_a_url_are_one_line(sess_pg: Sess, postgres_url: str) -> None:
+    s = sess_pg
+    user_error(s("--store", postgres_url, "log"), "no store at", "sess init")
+    bad = "postgresql://someone:s3cr3t-pw@127.0.0.1:9/nowhere"
+    line = user_error(s("--store", bad, "log"), "cannot reach")
+    assert "s3cr3t-pw" not in line
+
+
+def test_cli_user_sees_one_line_when_the_server_drops_every_connection(
+    postgres_url: str, postgres_server: str
+) -> None:
+    """A real `sess` process: the drop between two commands is not even noticed, and a store
+    that went away under it is one line, exit 1, no traceback."""
+    def sess(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([SESS, *args], capture_output=True, text=True,
+                              env={"SESS_STORE": postgres_url, "PATH": ""}, timeout=60)
+
+    assert sess("init").returncode == 0
+    assert sess("append", "user/message", json.dumps(user("one"))).returncode == 0
+    terminate_others(postgres_server)
+    assert sess("append", "user/message", json.dumps(user("two"))).returncode == 0
+    with psycopg.connect(postgres_url, autocommit=True) as conn:
+        conn.execute("DROP TABLE refs")
+    gone = sess("log")
+    assert gone.returncode == 1
+    assert "Traceback" not in gone.stderr
+    assert len(gone.stderr.strip().splitlines()) == 1, gone.stderr
