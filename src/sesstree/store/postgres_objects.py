@@ -25,6 +25,7 @@ from .sqlite_paths import row_data, split_row
 __all__ = [
     "BLOB_MIN",
     "CHAIN",
+    "CHAIN_RANGE",
     "CHECKS",
     "COUNT",
     "DELETE",
@@ -98,7 +99,6 @@ BEGIN
     RETURN got;
 END $$
 """
-OBJECT_FUNCTIONS = [_PUT_NODE_FN]
 
 PUT_NODE = "SELECT sesstree_put_node(%s, %s, %s, %s, %s, %s)"
 
@@ -110,43 +110,100 @@ _ROW = (
     "(SELECT b.data FROM blobs b WHERE b.hash = {t}.blob) END"
 )
 
-# The path ending at node %(id)s, at most %(limit)s nodes, in one statement. `rng` is the
-# optimistic read (the rows just before the head, one range scan); it is the path exactly when
-# it has no gap and each row's parent is the row before it. Otherwise `walk` follows parents.
-# k counts back from the head, so the aggregates put the path oldest first.
-CHAIN = f"""
-WITH RECURSIVE
-head AS (SELECT seq, depth FROM nodes WHERE id = %(id)s),
-want AS (SELECT seq AS hi, least(depth, %(limit)s) AS need FROM head),
-rng AS (
-    SELECT n.seq, n.parent, n.id, n.data, n.blob, w.hi - n.seq + 1 AS k
-    FROM nodes n, want w WHERE n.seq BETWEEN w.hi - w.need + 1 AND w.hi
-),
-ok AS (
-    SELECT count(*) = (SELECT need FROM want)
-       AND coalesce(bool_and(coalesce(r.parent = r.seq - 1, false)
-                         OR r.k = (SELECT need FROM want)), true) AS yes
-    FROM rng r
-),
-walk(seq, parent, id, data, blob, k) AS (
-    SELECT n.seq, n.parent, n.id, n.data, n.blob, 1
-    FROM nodes n, want w WHERE n.seq = w.hi AND w.need > 0 AND NOT (SELECT yes FROM ok)
-    UNION ALL
-    SELECT n.seq, n.parent, n.id, n.data, n.blob, c.k + 1
-    FROM walk c JOIN nodes n ON n.seq = c.parent WHERE c.k < (SELECT need FROM want)
-),
-path AS (
-    SELECT * FROM rng WHERE (SELECT yes FROM ok)
-    UNION ALL
-    SELECT * FROM walk
-)
-SELECT (SELECT depth FROM head),
-       count(*),
-       string_agg(p.id, ''::bytea ORDER BY p.k DESC),
-       string_agg({_ROW.format(t="p")}, ''::bytea ORDER BY p.k DESC),
-       (SELECT n.id FROM nodes n WHERE n.seq = (SELECT parent FROM path ORDER BY k DESC LIMIT 1))
-FROM path p
+# The path ending at node p_id, at most p_limit nodes, oldest first, as one row: the head's
+# depth, the count, the ids concatenated, the rows' data concatenated (payloads stored apart
+# put back in place), and the id of the oldest node's parent. A path is read as runs of rows:
+# a session written by one writer lies in consecutive rows, read in one range scan that also
+# proves it is a run (a parent's seq is always smaller than its child's, so the parents of
+# rows lo+1..hi sum to lo + ... + (hi - 1) exactly when each is the row just before). Where
+# writers interleaved (runs shorter than 16 rows), the rest is walked over `parent` instead.
+_CHAIN_FN = f"""
+CREATE OR REPLACE FUNCTION sesstree_chain(
+    p_id bytea, p_limit integer,
+    OUT o_depth integer, OUT o_count integer, OUT o_ids bytea, OUT o_data bytea, OUT o_base bytea
+) LANGUAGE plpgsql STABLE
+-- A range of rows is read in index order, so the aggregates need no sort: without this, a
+-- plan made before the table has statistics (or a generic one) scans and sorts instead.
+SET enable_seqscan = off SET enable_bitmapscan = off AS $$
+DECLARE
+    cur bigint;
+    need integer;
+    lo bigint;
+    start bigint;
+    cnt integer;
+    s_par numeric;
+    part_ids bytea;
+    part_data bytea;
+    ids_parts bytea[] := '{{}}';
+    data_parts bytea[] := '{{}}';
+BEGIN
+    o_count := 0;
+    SELECT seq, depth INTO cur, o_depth FROM nodes WHERE id = p_id;
+    IF NOT FOUND THEN
+        RETURN;
+    END IF;
+    need := least(o_depth, p_limit);
+    WHILE o_count < need AND cur IS NOT NULL LOOP
+        lo := cur - (need - o_count) + 1;
+        SELECT count(*), sum(parent) FILTER (WHERE seq > lo),
+               string_agg(id, ''::bytea ORDER BY seq),
+               string_agg({_ROW.format(t="nodes")}, ''::bytea ORDER BY seq)
+            INTO cnt, s_par, part_ids, part_data
+            FROM nodes WHERE seq BETWEEN lo AND cur;
+        IF cnt <> cur - lo + 1 OR coalesce(s_par, 0) <> (lo + cur - 1) * (cur - lo) / 2 THEN
+            -- Not one run: take the run that ends at cur, if it is long enough to pay.
+            SELECT coalesce(max(seq), lo) INTO start FROM nodes
+                WHERE seq > lo AND seq <= cur AND parent IS DISTINCT FROM seq - 1;
+            IF cur - start + 1 < 16 AND need - o_count > 16 THEN
+                WITH RECURSIVE walk(seq, parent, id, data, blob, k) AS (
+                    SELECT n.seq, n.parent, n.id, n.data, n.blob, 1 FROM nodes n WHERE n.seq = cur
+                    UNION ALL
+                    SELECT n.seq, n.parent, n.id, n.data, n.blob, w.k + 1
+                    FROM walk w JOIN nodes n ON n.seq = w.parent WHERE w.k < need - o_count
+                )
+                SELECT count(*), string_agg(w.id, ''::bytea ORDER BY w.k DESC),
+                       string_agg({_ROW.format(t="w")}, ''::bytea ORDER BY w.k DESC),
+                       (SELECT x.parent FROM walk x ORDER BY x.k DESC LIMIT 1)
+                    INTO cnt, part_ids, part_data, cur
+                    FROM walk w;
+                ids_parts := part_ids || ids_parts;
+                data_parts := part_data || data_parts;
+                o_count := o_count + cnt;
+                EXIT;
+            END IF;
+            SELECT count(*), string_agg(id, ''::bytea ORDER BY seq),
+                   string_agg({_ROW.format(t="nodes")}, ''::bytea ORDER BY seq)
+                INTO cnt, part_ids, part_data
+                FROM nodes WHERE seq BETWEEN start AND cur;
+            lo := start;
+        END IF;
+        ids_parts := part_ids || ids_parts;
+        data_parts := part_data || data_parts;
+        o_count := o_count + cnt;
+        SELECT parent INTO cur FROM nodes WHERE seq = lo;
+    END LOOP;
+    SELECT string_agg(x, ''::bytea ORDER BY i) INTO o_ids FROM unnest(ids_parts) WITH ORDINALITY t(x, i);
+    SELECT string_agg(x, ''::bytea ORDER BY i) INTO o_data
+        FROM unnest(data_parts) WITH ORDINALITY t(x, i);
+    SELECT id INTO o_base FROM nodes WHERE seq = cur;
+END $$
 """
+CHAIN = "SELECT * FROM sesstree_chain(%(id)s, %(limit)s)"
+# The common case in one plain statement, no function: the newest rows up to the head, read in
+# index order, with what proves they are the path (their count, the sum of their parents,
+# the parent of the oldest). When they are not, the caller asks sesstree_chain, which is
+# exact in every case: a second round trip, only for paths of interleaved writers or forks.
+CHAIN_RANGE = f"""
+SELECT h.depth, count(n.seq), sum(n.parent) FILTER (WHERE n.seq > h.seq - h.need + 1),
+       h.seq - h.need + 1, h.seq,
+       string_agg(n.id, ''::bytea ORDER BY n.seq),
+       string_agg({_ROW.format(t="n")}, ''::bytea ORDER BY n.seq),
+       (SELECT b.id FROM nodes a JOIN nodes b ON b.seq = a.parent WHERE a.seq = h.seq - h.need + 1)
+FROM (SELECT seq, depth, least(depth, %(limit)s) AS need FROM nodes WHERE id = %(id)s) h
+LEFT JOIN nodes n ON n.seq BETWEEN h.seq - h.need + 1 AND h.seq
+GROUP BY h.seq, h.depth, h.need
+"""
+OBJECT_FUNCTIONS = [_PUT_NODE_FN, _CHAIN_FN]
 
 _NODE_COLS = f"n.id, par.id, n.depth, {_ROW.format(t='n')}"
 GET = f"SELECT {_NODE_COLS} FROM nodes n LEFT JOIN nodes par ON par.seq = n.parent WHERE n.id = %s"
