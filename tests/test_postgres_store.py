@@ -14,6 +14,7 @@ from cli_kit import Sess, user_error
 from core_testkit import user
 
 from sesstree import (
+    ConflictError,
     StoreCorruptError,
     StoreError,
     StoreFormatError,
@@ -196,3 +197,33 @@ def test_cli_user_sees_one_line_when_the_server_drops_every_connection(
     assert gone.returncode == 1
     assert "Traceback" not in gone.stderr
     assert len(gone.stderr.strip().splitlines()) == 1, gone.stderr
+
+
+def test_a_batch_sends_each_sessions_run_and_reads_see_it(postgres_url: str) -> None:
+    """Inside a batch, appends to a session the batch already moved wait to be sent as one
+    run; anything that reads or moves refs sends them first, and a stale handle still loses."""
+    with open_store(postgres_url) as store:
+        a, b = store.session("a"), store.session("b")
+        a.add_message(user("a0"))
+        stale = store.session("a")
+        with store.batch():
+            for i in range(1, 4):
+                a.add_message(user(f"a{i}"))
+                b.add_message(user(f"b{i}"))
+            assert [m["content"] for m in store.messages("a")] == ["a0", "a1", "a2", "a3"]
+            store.fork("c", "a~1")
+            a.add_message(user("a4"))
+            with pytest.raises(ConflictError):
+                stale.add_message(user("lost"))
+            store.session("c").add_message(user("c3"))
+        assert [m["content"] for m in store.messages("a")] == ["a0", "a1", "a2", "a3", "a4"]
+        assert [m["content"] for m in store.messages("b")] == ["b1", "b2", "b3"]
+        assert [m["content"] for m in store.messages("c")] == ["a0", "a1", "a2", "c3"]
+        assert [e.reason for e in store.reflog("a")][-1].endswith("(batch of 4 moves)")
+        assert len(store.reflog("b")) == 1
+        with pytest.raises(RuntimeError), store.batch():
+            a.add_message(user("a5"))
+            a.add_message(user("a6"))
+            raise RuntimeError("boom")
+        assert len(store.messages("a")) == 5
+        assert store.fsck() == []

@@ -20,9 +20,9 @@ commits, as on SQLite.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, TypeVar
 
 import msgspec
 import psycopg
@@ -37,6 +37,8 @@ from .postgres_schema import ensure_schema
 from .urls import redact_url
 
 __all__ = ["PostgresBackend", "StoreUnavailableError"]
+
+T = TypeVar("T")
 
 #: Nodes per fetch when every node is read (fsck, graph): bounded memory on a large store.
 _ITER_CHUNK = 5000
@@ -62,6 +64,10 @@ class PostgresBackend:
         self._lock = threading.RLock()
         self._batch_depth = 0
         self._pending: dict[str, _Pending] = {}
+        # Inside a batch: where each ref the batch moved is now (the batch holds its row lock),
+        # and the appends not sent yet, by ref, oldest first: (expected old head, params).
+        self._heads: dict[str, NodeId | None] = {}
+        self._queue: dict[str, list[tuple[NodeId | None, tuple[Any, ...]]]] = {}
         self._create = create
         try:
             self._conn.run(self._check_schema)
@@ -96,23 +102,58 @@ class PostgresBackend:
                 return
             if self._batch_depth:
                 # A savepoint: a lost compare-and-set undoes this commit and keeps the batch.
-                self._conn.run(lambda conn, replay: self._commit_in(conn, nodes, updates, False))
+                self._run(lambda conn, replay: self._commit_in(conn, nodes, updates, False))
                 return
-            self._conn.run(lambda conn, replay: self._commit_in(conn, nodes, updates, replay))
+            self._run(lambda conn, replay: self._commit_in(conn, nodes, updates, replay))
 
     def _append(self, node: RawNode, u: RefUpdate) -> None:
         params = objects.node_params(node)
         log = not self._batch_depth
+        if not log and self._heads.get(u.name) is not None:
+            # This batch holds the ref's row lock since it first moved it, so where the ref
+            # is, is known here: decide the compare-and-set now, send the node with the rest
+            # of the ref's run (one call for the run, when anything else needs the server).
+            if self._heads[u.name] != u.old:
+                raise self._conflict(u, "conflict:" + (self._heads[u.name] or ""))
+            self._queue.setdefault(u.name, []).append((u.old, params))
+            self._heads[u.name] = u.new
+            self._note(u)
+            return
 
         def work(conn: Conn, replay: bool) -> str:
             row = conn.execute(refs.APPEND, (u.name, *params, u.reason, log, replay)).fetchone()
             return str(row[0]) if row else "conflict:"
 
-        status = self._conn.run(work)
+        status = self._run(work)
         if status != "ok":
             raise self._conflict(u, status)
         if not log:
+            self._heads[u.name] = u.new
             self._note(u)
+
+    def _run(self, work: Callable[[Conn, bool], T]) -> T:
+        """Run ``work`` on the server, after the batch's queued appends (it may read them)."""
+        if self._queue:
+            self._send_queue()
+        return self._conn.run(work)
+
+    def _send_queue(self) -> None:
+        """Send each ref's queued run of appends, one call per ref."""
+        queue, self._queue = self._queue, {}
+
+        def work(conn: Conn, replay: bool) -> None:
+            for name, run in queue.items():
+                old = run[0][0]
+                columns = list(zip(*(p for _, p in run), strict=True))
+                row = conn.execute(refs.APPEND_RUN, (
+                    name, bytes.fromhex(old) if old is not None else None,
+                    list(columns[0]), list(columns[2]), list(columns[3]), list(columns[4]),
+                    list(columns[5]),
+                )).fetchone()
+                if row is None or row[0] != "ok":  # pragma: no cover - the batch holds the lock
+                    raise ConflictError(f"{name} moved during the batch")
+
+        self._conn.run(work)
 
     def _commit_in(
         self, conn: Conn, nodes: Sequence[RawNode],
@@ -150,6 +191,7 @@ class PostgresBackend:
                     raise self._conflict(u, status)
         if not log:
             for u in updates:
+                self._heads[u.name] = u.new
                 self._note(u)
 
     @staticmethod
@@ -194,9 +236,12 @@ class PostgresBackend:
             self._conn.begin_batch(conn)
             try:
                 yield
+                if self._queue:
+                    self._send_queue()
                 self._flush_pending(conn)
             except BaseException as exc:
                 self._pending.clear()
+                self._queue.clear()
                 self._end_batch()
                 try:
                     txn.__exit__(type(exc), exc, exc.__traceback__)
@@ -211,6 +256,7 @@ class PostgresBackend:
 
     def _end_batch(self) -> None:
         self._batch_depth = 0
+        self._heads.clear()
         self._conn.end_batch()
 
     def _flush_pending(self, conn: Conn) -> None:
@@ -233,13 +279,16 @@ class PostgresBackend:
                                                      replay)).fetchone()
                 return str(row[0]) if row else "conflict:"
 
-            if self._conn.run(work) != "ok":
+            if self._run(work) != "ok":
                 raise ConflictError(f"cannot rename {old} to {new}: one of them moved")
 
     def _flush_in_batch(self) -> None:
         """Log a batch's moves so far: an operation that rewrites the log must see them."""
+        if self._queue:
+            self._send_queue()
         if self._batch_depth and self._pending:
             self._flush_pending(self._conn.connection())
+        self._heads.clear()  # a rename or gc may move refs: ask the server again
 
     def expire_reflog(self, name: str) -> int:
         with self._lock:
@@ -271,7 +320,7 @@ class PostgresBackend:
             return cur.fetchall() if fetch and cur.description is not None else []
 
         with self._lock:
-            return self._conn.run(work)
+            return self._run(work)
 
     def get(self, id: NodeId) -> StoredNode | None:
         rows = self._read(objects.GET, (bytes.fromhex(id),))
@@ -400,7 +449,7 @@ class PostgresBackend:
 
         with self._lock:
             self._flush_in_batch()
-            return self._conn.run(work)
+            return self._run(work)
 
     def server_stats(self) -> dict[str, int]:
         """Counts and bytes, computed on the server: no node is read."""

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 __all__ = [
     "APPEND",
+    "APPEND_RUN",
     "EXPIRE",
     "GET_META",
     "GET_REF",
@@ -29,6 +30,7 @@ __all__ = [
     "MOVE_REF",
     "REFLOG",
     "REFLOG_ALL",
+    "REF_CHECKS",
     "REF_FUNCTIONS",
     "REF_TABLES",
     "RENAME_REF",
@@ -178,7 +180,51 @@ BEGIN
     RETURN 'ok';
 END $$
 """
-REF_FUNCTIONS = [_MOVE_FN, _APPEND_FN, _RENAME_FN]
+# A batch's run of appends to one ref, in one call: the ref's row is locked (it already is:
+# the batch moved it before), compared once, each node written as the child of the one
+# before, and the ref moved once. The batch logs the ref's moves when it commits.
+_APPEND_RUN_FN = """
+CREATE OR REPLACE FUNCTION sesstree_append_run(
+    p_ref text, p_old bytea, p_ids bytea[], p_datas bytea[], p_blobs bytea[],
+    p_blob_datas bytea[], p_lines bigint[]
+) RETURNS text LANGUAGE plpgsql AS $$
+DECLARE
+    cur bigint;
+    cur_id bytea;
+    par_seq bigint;
+    par_depth integer;
+    par_bytes bigint;
+    got bigint;
+BEGIN
+    SELECT target INTO cur FROM refs WHERE name = p_ref FOR UPDATE;
+    SELECT seq, depth, path_bytes, id INTO par_seq, par_depth, par_bytes, cur_id
+        FROM nodes WHERE seq = cur;
+    IF cur_id IS NULL OR cur_id <> p_old THEN
+        RETURN 'conflict:' || coalesce(encode(cur_id, 'hex'), '');
+    END IF;
+    FOR i IN 1 .. array_length(p_ids, 1) LOOP
+        IF p_blobs[i] IS NOT NULL THEN
+            INSERT INTO blobs(hash, data) VALUES (p_blobs[i], p_blob_datas[i])
+                ON CONFLICT (hash) DO NOTHING;
+        END IF;
+        par_depth := par_depth + 1;
+        par_bytes := par_bytes + p_lines[i];
+        got := NULL;
+        INSERT INTO nodes(id, parent, depth, path_bytes, data, blob)
+            VALUES (p_ids[i], par_seq, par_depth, par_bytes, p_datas[i], p_blobs[i])
+            ON CONFLICT (id) DO NOTHING RETURNING seq INTO got;
+        IF got IS NULL THEN
+            SELECT seq INTO got FROM nodes WHERE id = p_ids[i];
+        END IF;
+        par_seq := got;
+    END LOOP;
+    UPDATE refs SET target = par_seq, moved = extract(epoch FROM clock_timestamp())
+        WHERE name = p_ref;
+    RETURN 'ok';
+END $$
+"""
+REF_FUNCTIONS = [_MOVE_FN, _APPEND_FN, _RENAME_FN, _APPEND_RUN_FN]
+APPEND_RUN = "SELECT sesstree_append_run(%s, %b, %b, %b, %b, %b, %b::int8[])"  # %b: binary arrays
 
 MOVE_REF = "SELECT sesstree_move_ref(%s, %s, %s, %s, %s, %s)"
 APPEND = "SELECT sesstree_append(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"

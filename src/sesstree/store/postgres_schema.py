@@ -18,10 +18,14 @@ Tables (see docs/storage.md, "PostgreSQL", for why each is shaped so):
 The version is the ``format`` row of ``meta``. ``MIGRATIONS[k]`` takes a store from format
 ``k`` to ``k + 1``; a new store is format 0 (nothing) taken through every step, so the path
 that creates a store is the path that upgrades one, and both are tested by every test run.
-The functions (``sesstree_*``) are replaced on every upgrade.
+The functions (``sesstree_*``) are replaced whenever they differ from this sesstree's (their
+hash is the ``functions`` row of ``meta``), so an upgrade that changes only them needs no new
+format.
 """
 
 from __future__ import annotations
+
+from blake3 import blake3
 
 from ..errors import StoreCorruptError, StoreFormatError, StoreNotFoundError
 from ..node import ID_VERSION
@@ -46,6 +50,11 @@ assert len(MIGRATIONS) == FORMAT_VERSION
 # An arbitrary constant: the advisory lock under which a store is created or upgraded, so
 # that two processes opening a new store at once do not both create it.
 _SCHEMA_LOCK = 0x5E557EE
+
+
+def _functions_key() -> str:
+    """A hash of the server-side functions this sesstree uses."""
+    return blake3("\n".join((*OBJECT_FUNCTIONS, *REF_FUNCTIONS)).encode()).hexdigest()[:16]
 
 
 def _version(conn: Conn) -> tuple[int, bool]:
@@ -83,7 +92,9 @@ def ensure_schema(conn: Conn, *, create: bool, shown: str) -> int:
             "Upgrade sesstree to open it."
         )
     if version == FORMAT_VERSION:
-        return version
+        found = conn.execute("SELECT value FROM meta WHERE key = 'functions'").fetchone()
+        if found is not None and found[0] == _functions_key():
+            return version
     if version == 0 and not create:
         raise StoreNotFoundError(f"no store at {shown} (create one with 'sess init {shown}')")
     # The lock is taken before the transaction starts: a transaction reads the catalog as of
@@ -97,13 +108,16 @@ def ensure_schema(conn: Conn, *, create: bool, shown: str) -> int:
             for step in MIGRATIONS[version:]:
                 for statement in step:
                     conn.execute(statement)  # constant DDL
-            if version < FORMAT_VERSION:
+            # The functions are replaced whenever this sesstree's differ from the store's
+            # (an upgrade that changes no table changes only them).
+            found = conn.execute("SELECT value FROM meta WHERE key = 'functions'").fetchone()
+            if version < FORMAT_VERSION or found is None or found[0] != _functions_key():
                 for statement in (*OBJECT_FUNCTIONS, *REF_FUNCTIONS):
                     conn.execute(statement)
                 conn.execute(
-                    "INSERT INTO meta VALUES ('format', %s), ('ids', %s) "
+                    "INSERT INTO meta VALUES ('format', %s), ('ids', %s), ('functions', %s) "
                     "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
-                    (str(FORMAT_VERSION), f"blake3-msgpack-v{ID_VERSION}"),
+                    (str(FORMAT_VERSION), f"blake3-msgpack-v{ID_VERSION}", _functions_key()),
                 )
     finally:
         conn.execute("SELECT pg_advisory_unlock(%s)", (_SCHEMA_LOCK,))
