@@ -77,6 +77,10 @@ class PostgresBackend:
 
     def _setup(self, conn: Conn) -> None:
         """Per-connection settings, applied on every (re)connection."""
+        # Every read of sesstree is a lookup or a range of `seq`: read in index order, a range
+        # needs no sort for the path's aggregates, where a bitmap scan would (measured: a
+        # 10,000-event load 0.9 ms faster on the server).
+        conn.execute("SET enable_bitmapscan = off")
         if self._durable:
             # The server's default is already `on`; a durable store insists on it, whatever
             # the server or the role was configured with.
@@ -342,7 +346,7 @@ class PostgresBackend:
         params = {"id": bytes.fromhex(head), "limit": 2**31 - 1 if limit is None else limit}
         # binary: the path's bytes come as they are, not as hex text
         rows = self._read(objects.CHAIN_RANGE, params, binary=True)
-        if not rows:
+        if not rows or rows[0][0] is None:
             raise KeyError(head)
         depth, count, parents, lo, hi, ids, data, base = rows[0]
         # A parent's seq is always below its child's, so the parents of rows lo+1..hi sum to

@@ -193,15 +193,17 @@ CHAIN = "SELECT * FROM sesstree_chain(%(id)s, %(limit)s)"
 # index order, with what proves they are the path (their count, the sum of their parents,
 # the parent of the oldest). When they are not, the caller asks sesstree_chain, which is
 # exact in every case: a second round trip, only for paths of interleaved writers or forks.
+# No GROUP BY, so the rows come in index order and the aggregates need no sort.
 CHAIN_RANGE = f"""
-SELECT h.depth, count(n.seq), sum(n.parent) FILTER (WHERE n.seq > h.seq - h.need + 1),
-       h.seq - h.need + 1, h.seq,
+WITH h AS MATERIALIZED (
+    SELECT seq AS hi, depth, seq - least(depth, %(limit)s) + 1 AS lo FROM nodes WHERE id = %(id)s
+)
+SELECT (SELECT depth FROM h), count(n.seq), sum(n.parent) FILTER (WHERE n.seq > (SELECT lo FROM h)),
+       (SELECT lo FROM h), (SELECT hi FROM h),
        string_agg(n.id, ''::bytea ORDER BY n.seq),
        string_agg({_ROW.format(t="n")}, ''::bytea ORDER BY n.seq),
-       (SELECT b.id FROM nodes a JOIN nodes b ON b.seq = a.parent WHERE a.seq = h.seq - h.need + 1)
-FROM (SELECT seq, depth, least(depth, %(limit)s) AS need FROM nodes WHERE id = %(id)s) h
-LEFT JOIN nodes n ON n.seq BETWEEN h.seq - h.need + 1 AND h.seq
-GROUP BY h.seq, h.depth, h.need
+       (SELECT b.id FROM nodes a JOIN nodes b ON b.seq = a.parent WHERE a.seq = (SELECT lo FROM h))
+FROM nodes n WHERE n.seq BETWEEN (SELECT lo FROM h) AND (SELECT hi FROM h)
 """
 OBJECT_FUNCTIONS = [_PUT_NODE_FN, _CHAIN_FN]
 
