@@ -18,6 +18,7 @@ from sesstree import (
     StoreCorruptError,
     StoreError,
     StoreFormatError,
+    StoreLockedError,
     StoreNotFoundError,
     open_store,
 )
@@ -227,3 +228,19 @@ def test_a_batch_sends_each_sessions_run_and_reads_see_it(postgres_url: str) -> 
             raise RuntimeError("boom")
         assert len(store.messages("a")) == 5
         assert store.fsck() == []
+
+
+def test_writers_on_other_sessions_never_wait_and_one_on_a_locked_session_times_out(
+    postgres_url: str,
+) -> None:
+    """A long batch holds only its own sessions' rows: another session's writer goes on at
+    once; a writer on the batch's session waits out the timeout, then StoreLockedError."""
+    with open_store(postgres_url) as holder, open_store(postgres_url, timeout=0.3) as other:
+        holder.session("q").add_message(user("q0"))
+        with holder.batch():
+            holder.session("q").add_message(user("held"))
+            other.session("free").add_message(user("not blocked"))
+            with pytest.raises(StoreLockedError):
+                other.session("q").add_message(user("blocked"))
+        assert [m["content"] for m in other.messages("q")] == ["q0", "held"]
+        assert [m["content"] for m in other.messages("free")] == ["not blocked"]

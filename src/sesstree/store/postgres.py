@@ -60,6 +60,7 @@ class PostgresBackend:
     ) -> None:
         self.url = redact_url(url)
         self._durable = durable
+        self._timeout = timeout
         self._conn = Connector(url, timeout=timeout, setup=self._setup)
         self._lock = threading.RLock()
         self._batch_depth = 0
@@ -82,6 +83,10 @@ class PostgresBackend:
         # 10,000-event load 0.9 ms faster on the server). Only a speed-up: an engine without
         # the setting (CockroachDB, YugabyteDB) is used as it is.
         self._try_setting(conn, "SET enable_bitmapscan = off")
+        # A writer waits for a ref's row as long as the store's timeout, as on SQLite, and
+        # then gets StoreLockedError (SQLSTATE 55P03) instead of waiting for ever on a long
+        # batch. Writers on other sessions never wait: each locks only its own ref's row.
+        self._try_setting(conn, f"SET lock_timeout = {max(1, int(self._timeout * 1000))}")
         if self._durable:
             # The server's default is already `on`; a durable store insists on it, whatever
             # the server or the role was configured with.
