@@ -24,6 +24,7 @@ from sesstree import (
 )
 from sesstree.store.postgres import StoreUnavailableError
 from sesstree.store.postgres_schema import FORMAT_VERSION
+from sesstree.store.urls import is_store_url, redact_url
 
 SESS = str(Path(sys.executable).with_name("sess"))  # the console script, as a user runs it
 
@@ -244,3 +245,23 @@ def test_writers_on_other_sessions_never_wait_and_one_on_a_locked_session_times_
                 other.session("q").add_message(user("blocked"))
         assert [m["content"] for m in other.messages("q")] == ["q0", "held"]
         assert [m["content"] for m in other.messages("free")] == ["not blocked"]
+
+
+def test_without_the_driver_a_url_is_one_clear_error(tmp_path: Path) -> None:
+    """A machine without psycopg (no ``sesstree[postgres]``): `sess` says what to install."""
+    blocker = tmp_path / "sitecustomize.py"
+    blocker.write_text("import sys\nsys.modules['psycopg'] = None  # as if not installed\n")
+    result = subprocess.run(
+        [SESS, "--store", "postgresql://someone@127.0.0.1:9/db", "log"], capture_output=True,
+        text=True, env={"PYTHONPATH": str(tmp_path), "PATH": ""}, timeout=60)
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines() == [
+        "Error: a PostgreSQL store needs psycopg, which is not installed (psycopg): "
+        "pip install 'sesstree[postgres]'"]
+
+
+def test_urls_are_shown_without_their_password() -> None:
+    assert redact_url("postgresql://u:pw@h:5432/db?sslmode=require&password=pw2") == (
+        "postgresql://u@h:5432/db?sslmode=require")
+    assert redact_url("postgres://u@/db?host=/run/postgresql") == "postgres://u@/db?host=/run/postgresql"
+    assert is_store_url("POSTGRESQL://h/db") and not is_store_url("./postgresql")

@@ -27,7 +27,7 @@ from .node import Node, NodeId, check_ref_name, encode_data, node_id_from_encode
 from .store.base import Backend, Chain, RawNode, Ref, ReflogEntry, RefUpdate
 from .store.memory import MemoryBackend
 from .store.sqlite import SqliteBackend
-from .store.urls import is_store_url
+from .store.urls import is_store_url, open_url
 
 if TYPE_CHECKING:
     from .maintenance import GcResult, Stats
@@ -86,10 +86,8 @@ def open_store(
     if str(path) == ":memory:":
         return Store(MemoryBackend())
     if is_store_url(path):
-        from .store.postgres import PostgresBackend  # psycopg is loaded only for a URL
-
-        return Store(PostgresBackend(str(path), create=create, durable=durability == "durable",
-                                     timeout=timeout))
+        return Store(open_url(str(path), create=create, durable=durability == "durable",
+                              timeout=timeout))
     folder = Path(path)
     if folder.is_file():
         file = folder

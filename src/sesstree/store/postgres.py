@@ -13,8 +13,9 @@ together: what a commit, a batch, a read is, in round trips.
 Round trips: an append (one node on the session's head) is one statement, a server-side
 function, in autocommit, so one round trip and one commit; a chain is one statement; other
 commits are one transaction (the nodes pipelined, then one statement per ref moved). A batch
-is one transaction: its appends skip the reflog, and each ref it moved gets one entry when it
-commits, as on SQLite.
+is one transaction: once it has moved a ref it holds that ref's row lock, so its later appends
+to it are decided here and sent as one call per ref (before anything else reaches the server,
+and at the end); each ref it moved gets one reflog entry when it commits, as on SQLite.
 """
 
 from __future__ import annotations

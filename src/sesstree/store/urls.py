@@ -1,10 +1,20 @@
-"""Telling a store URL from a folder, without loading any database driver."""
+"""Store URLs: telling one from a folder, showing it safely, opening its backend.
+
+Nothing here loads a database driver until a URL is opened: a store in a folder never pays
+for psycopg, and a machine without it gets one clear error only when it asks for a URL.
+"""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
 from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
-__all__ = ["URL_SCHEMES", "is_store_url", "redact_url"]
+from ..errors import StoreError
+
+if TYPE_CHECKING:
+    from .base import Backend
+
+__all__ = ["URL_SCHEMES", "is_store_url", "open_url", "redact_url"]
 
 #: URL schemes that name a PostgreSQL store.
 URL_SCHEMES = ("postgresql://", "postgres://")
@@ -29,3 +39,20 @@ def redact_url(url: str) -> str:
         return urlunsplit((parts.scheme, user + host, parts.path, query, ""))
     except ValueError:
         return url.split("://", 1)[0] + "://..."
+
+
+def open_url(url: str, *, create: bool, durable: bool, timeout: float) -> Backend:
+    """The backend of a store URL (today: PostgreSQL).
+
+    Raises:
+        StoreError: the driver is not installed (``pip install 'sesstree[postgres]'``), or any
+            of the errors of :class:`~sesstree.store.postgres.PostgresBackend`.
+    """
+    try:
+        from .postgres import PostgresBackend
+    except ImportError as exc:
+        raise StoreError(
+            f"a PostgreSQL store needs psycopg, which is not installed ({exc.name}): "
+            "pip install 'sesstree[postgres]'"
+        ) from None
+    return PostgresBackend(url, create=create, durable=durable, timeout=timeout)
