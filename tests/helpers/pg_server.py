@@ -81,9 +81,10 @@ def postgres_url(postgres_server: str) -> Iterator[str]:
         conn.execute(f"CREATE SCHEMA {schema}")  # type: ignore[arg-type]
     yield with_schema(postgres_server, schema)
     with psycopg.connect(postgres_server, autocommit=True) as conn:
-        # Whatever a test left connected there (a killed writer's session) goes first.
+        # Tests run one at a time, so any other connection is one this test left behind (a
+        # killed or failed writer's): it goes first, or it could hold locks the drop needs.
         conn.execute(
             "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-            "WHERE pid <> pg_backend_pid() AND query LIKE %s", (f"%{schema}%",)
+            "WHERE pid <> pg_backend_pid() AND backend_type = 'client backend'"
         )
         conn.execute(f"DROP SCHEMA {schema} CASCADE")  # type: ignore[arg-type]

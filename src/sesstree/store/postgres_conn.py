@@ -149,6 +149,19 @@ class Connector:
             try:
                 if self._setup is not None:
                     self._setup(conn)
+            except psycopg.Error as exc:
+                # Dropped while being set up: as if the connection had failed, try again.
+                lost = is_connection_lost(exc, conn)
+                conn.close()
+                if not lost:
+                    self.raise_translated(exc)
+                if time.monotonic() + delay > deadline:
+                    raise StoreUnavailableError(
+                        f"cannot reach the store at {self.shown}: {self._text(exc)}"
+                    ) from None
+                time.sleep(delay)
+                delay = min(delay * 2, 1.0)
+                continue
             except BaseException:
                 conn.close()
                 raise
