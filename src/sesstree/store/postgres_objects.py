@@ -25,7 +25,7 @@ from .sqlite_paths import row_data, split_row
 __all__ = [
     "BLOB_MIN",
     "CHAIN",
-    "CHAIN_RANGE",
+    "CHAIN_ONE",
     "CHECKS",
     "COUNT",
     "DELETE",
@@ -189,21 +189,31 @@ BEGIN
 END $$
 """
 CHAIN = "SELECT * FROM sesstree_chain(%(id)s, %(limit)s)"
-# The common case in one plain statement, no function: the newest rows up to the head, read in
-# index order, with what proves they are the path (their count, the sum of their parents,
-# the parent of the oldest). When they are not, the caller asks sesstree_chain, which is
-# exact in every case: a second round trip, only for paths of interleaved writers or forks.
-# No GROUP BY, so the rows come in index order and the aggregates need no sort.
-CHAIN_RANGE = f"""
+# A chain in one statement, so one round trip and one snapshot in every case. The common case
+# needs no function: the newest rows up to the head, read in index order (no GROUP BY, so the
+# aggregates need no sort). `ok` is the proof that they are the path: their count, and the sum
+# of their parents, from a first scan of the same range that reads no payload (materializing
+# the aggregate itself instead would copy the whole path once more: measured 3 ms slower for
+# 10,000 events). Only when the proof fails is sesstree_chain called (a one-time filter: it
+# does not run otherwise), for paths of interleaved writers or forks.
+CHAIN_ONE = f"""
 WITH h AS MATERIALIZED (
     SELECT seq AS hi, depth, seq - least(depth, %(limit)s) + 1 AS lo FROM nodes WHERE id = %(id)s
+),
+ok AS MATERIALIZED (
+    SELECT count(*) = (SELECT hi - lo + 1 FROM h)
+       AND coalesce(sum(parent) FILTER (WHERE seq > (SELECT lo FROM h)), 0)
+           = (SELECT (lo + hi - 1) * (hi - lo) / 2 FROM h) AS yes
+    FROM nodes WHERE seq BETWEEN (SELECT lo FROM h) AND (SELECT hi FROM h)
 )
-SELECT (SELECT depth FROM h), count(n.seq), sum(n.parent) FILTER (WHERE n.seq > (SELECT lo FROM h)),
-       (SELECT lo FROM h), (SELECT hi FROM h),
+SELECT (SELECT depth FROM h), count(n.seq)::integer,
        string_agg(n.id, ''::bytea ORDER BY n.seq),
        string_agg({_ROW.format(t="n")}, ''::bytea ORDER BY n.seq),
        (SELECT b.id FROM nodes a JOIN nodes b ON b.seq = a.parent WHERE a.seq = (SELECT lo FROM h))
 FROM nodes n WHERE n.seq BETWEEN (SELECT lo FROM h) AND (SELECT hi FROM h)
+HAVING coalesce((SELECT yes FROM ok), false)
+UNION ALL
+SELECT * FROM sesstree_chain(%(id)s, %(limit)s) WHERE NOT coalesce((SELECT yes FROM ok), false)
 """
 OBJECT_FUNCTIONS = [_PUT_NODE_FN, _CHAIN_FN]
 
