@@ -265,3 +265,13 @@ def test_urls_are_shown_without_their_password() -> None:
         "postgresql://u@h:5432/db?sslmode=require")
     assert redact_url("postgres://u@/db?host=/run/postgresql") == "postgres://u@/db?host=/run/postgresql"
     assert is_store_url("POSTGRESQL://h/db") and not is_store_url("./postgresql")
+
+
+def test_durable_mode_insists_on_synchronous_commit(postgres_url: str) -> None:
+    """The default keeps the server's (or role's) setting; durable sets it on regardless."""
+    url = postgres_url + "%20-csynchronous_commit%3Doff"  # a role or server default of off
+    with open_store(url) as lax, open_store(url, durability="durable") as durable:
+        lax_setting = lax.backend._db.execute("SHOW synchronous_commit").fetchone()  # type: ignore[attr-defined]
+        durable_setting = durable.backend._db.execute(  # type: ignore[attr-defined]
+            "SHOW synchronous_commit").fetchone()
+    assert (lax_setting, durable_setting) == (("off",), ("on",))

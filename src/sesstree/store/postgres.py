@@ -33,7 +33,7 @@ from ..node import NodeId
 from . import postgres_objects as objects
 from . import postgres_refs as refs
 from .base import Chain, RawNode, Ref, ReflogEntry, RefUpdate, StoredNode, describe
-from .postgres_conn import Conn, Connector, StoreUnavailableError
+from .postgres_conn import Conn, Connector, StoreUnavailableError, is_connection_lost
 from .postgres_schema import ensure_schema
 from .urls import redact_url
 
@@ -270,6 +270,14 @@ class PostgresBackend:
             try:
                 txn.__exit__(None, None, None)
             except psycopg.Error as exc:
+                if is_connection_lost(exc, conn):
+                    self._conn.discard()
+                    # The COMMIT was sent: whether the server ran it before the connection
+                    # went cannot be known from here. Say so rather than guess.
+                    raise StoreUnavailableError(
+                        f"lost the connection to the store at {self.url} while the batch "
+                        "committed: it may or may not be stored; look before writing it again"
+                    ) from None
                 self._conn.raise_translated(exc)
 
     def _end_batch(self) -> None:
