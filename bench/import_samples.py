@@ -2,6 +2,9 @@
 
     .venv/bin/python bench/import_samples.py [SAMPLES_DIR]
 
+SAMPLES_DIR defaults to ``shared/interop-samples`` beside the clone (``../shared`` from the
+repository); without it, the script says so and exits 2.
+
 Prints, per format folder and in total: files, sessions landed, events on those sessions'
 paths, nodes stored, seconds, source bytes and store bytes, then the same for a second import
 of everything (which must write nothing) and for a folder holding each file twice, as a
@@ -20,7 +23,7 @@ from sesstree import open_store
 from sesstree.interop import import_files
 
 HERE = Path(__file__).resolve().parent
-DEFAULT = HERE.parent / ".." / "shared" / "interop-samples"
+DEFAULT = HERE.parent.parent / "shared" / "interop-samples"
 
 
 def _files(folder: Path) -> list[Path]:
@@ -79,5 +82,17 @@ def main(samples: Path) -> None:
         store.close()
 
 
+def _samples(argv: list[str]) -> Path:
+    """The samples folder to use, or exit 2 with one line saying what to pass."""
+    folder = Path(argv[1]) if len(argv) > 1 else DEFAULT
+    if not folder.is_dir() or not any(p.is_dir() for p in folder.iterdir()):
+        given = "" if len(argv) > 1 else " (the default, beside the clone)"
+        print(f"error: no interop samples at {folder}{given}; pass the folder holding one "
+              "sub-folder per format: python bench/import_samples.py SAMPLES_DIR",
+              file=sys.stderr)
+        sys.exit(2)
+    return folder
+
+
 if __name__ == "__main__":
-    main(Path(sys.argv[1]) if len(sys.argv) > 1 else DEFAULT)
+    main(_samples(sys.argv))

@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
-from sesstree import Session, Store, open_store
+from sesstree import InputError, Session, Store, open_store
 from sesstree.interop import import_files
 
 NAMES = ["a", "b", "c", "team/d"]
@@ -125,7 +125,12 @@ class SeedModel(RuleBasedStateMachine):
         self.files += 1
         path = self.tmp / f"import-{self.files}.jsonl"
         path.write_text("".join(json.dumps(m) + "\n" for m in lines), encoding="utf-8")
-        [result] = import_files(self.store, [path], name=name, format="seed")
+        if not lines:
+            with pytest.raises(InputError, match="empty file"):
+                import_files(self.store, [path], name=name, format="seed")
+            return
+        # --force: --as NAME over a history the file does not extend is refused without it
+        [result] = import_files(self.store, [path], name=name, format="seed", force=True)
         if lines and lines != current[: len(lines)]:
             self.model[name] = lines
         assert result.session == name

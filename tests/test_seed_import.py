@@ -9,8 +9,9 @@ from typing import Any
 
 import pytest
 
-from sesstree import Store, open_store
+from sesstree import InputError, Store, open_store
 from sesstree.interop import export_session, import_files
+from sesstree.interop.provenance import PROVENANCE_KEY
 
 QUEST = [
     {"role": "user", "content": "I need to get into the Cave of Echoes. Find out what it takes."},
@@ -123,8 +124,13 @@ def test_import_never_takes_over_another_session(store: Store, tmp_path: Path) -
     assert res.session != "quest-1"
     assert store.messages("quest-1") == [{"role": "user", "content": "something else entirely"}]
     assert store.messages(res.session) == QUEST
-    [again] = import_files(store, [path], name="quest-1")  # explicit: the user asked for it
-    assert again.outcome == "rewritten" and store.messages("quest-1") == QUEST
+    # explicit, yet a hand-made session: refused unless forced, and the reflog says so
+    with pytest.raises(InputError, match="'quest-1' was not imported from this file"):
+        import_files(store, [path], name="quest-1")
+    assert store.messages("quest-1") == [{"role": "user", "content": "something else entirely"}]
+    [again] = import_files(store, [path], name="quest-1", force=True)
+    assert again.outcome == "replaced" and store.messages("quest-1") == QUEST
+    assert "replaced this session's history (--force)" in store.reflog("quest-1")[-1].reason
 
 
 def test_import_as_name_and_meta(store: Store, tmp_path: Path) -> None:
@@ -133,7 +139,9 @@ def test_import_as_name_and_meta(store: Store, tmp_path: Path) -> None:
     (tmp_path / "quest-1.meta.json").write_text(json.dumps(meta), encoding="utf-8")
     [res] = import_files(store, [path], name="team/quest")
     assert res.session == "team/quest"
-    assert store.get_session_meta("team/quest") == meta
+    stored = store.get_session_meta("team/quest")
+    assert stored is not None and stored.pop(PROVENANCE_KEY)["source"] == str(path.resolve())
+    assert stored == meta
     assert store.messages("team/quest") == QUEST
 
 
@@ -214,3 +222,12 @@ def test_a_grouped_session_name_survives_export_and_import(store: Store, tmp_pat
         assert other.messages("team/quest") == [{"role": "user", "content": "hi"}]
     finally:
         other.close()
+
+
+def test_a_decomposed_file_name_names_the_composed_session(store: Store, tmp_path: Path) -> None:
+    # macOS writes file names decomposed (NFD); session names are NFC, so the file still imports
+    # and lands on the name a user types.
+    path = tmp_path / "cafe\u0301.jsonl"
+    path.write_text(json.dumps({"role": "user", "content": "un café"}) + "\n")
+    result = import_files(store, [path])[0]
+    assert result.session == "café" and store.has_session("café")

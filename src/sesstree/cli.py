@@ -684,44 +684,68 @@ def diff(locator: StoreLocator, a: str, b: str, as_json: bool) -> None:
 @click.option("--as", "name", metavar="NAME", help="Session name (default: from the source).")
 @click.option("--format", "fmt", default="auto", show_default=True, help="Input format.")
 @click.option("-r", "--recursive", is_flag=True, help="Import every file under a folder.")
+@click.option("--force", is_flag=True,
+              help="With --as: replace a session of another history (its head stays in the reflog).")
 @click.option("--json", "as_json", is_flag=True, help="Machine output.")
 @pass_store
 def import_(locator: StoreLocator, files: tuple[Path, ...], name: str | None, fmt: str,
-            recursive: bool, as_json: bool) -> None:
-    """Import transcripts (seed JSONL: one message per line, optional NAME.meta.json)."""
+            recursive: bool, force: bool, as_json: bool) -> None:
+    """Import transcripts (seed JSONL: one message per line, optional NAME.meta.json).
+
+    A re-import lands where the earlier import of the same file is, even renamed.
+    """
     from .interop import import_files
 
     store = locator.open()
-    results = import_files(store, list(files), name=name, format=fmt, recursive=recursive)
+    results = import_files(store, list(files), name=name, format=fmt, recursive=recursive,
+                           force=force)
     if as_json:
-        _emit_json([msgspec.to_builtins(r) for r in results])
+        # Ids a file quotes may hold lone surrogates ("\ud800"), which UTF-8 cannot carry.
+        def safe(text: str) -> str:
+            return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+        _emit_json([{**msgspec.to_builtins(r), "source": safe(r.source),
+                     "problems": [safe(p) for p in r.problems]} for r in results])
         return
     failed = 0
     for r in results:
+        # A problem quotes the file (ids, keys): one printable line each, never raw escapes.
         for problem in r.problems:
-            click.echo(f"warning: {problem}", err=True)
+            click.echo(_one_line(f"warning: {problem}"), err=True)
         if r.outcome == "failed":
             failed += 1
-            click.echo(f"{r.source}: failed", err=True)
+            click.echo(_one_line(f"{r.source}: failed"), err=True)
             continue
-        click.echo(f"{r.session}: {r.outcome}, {_events(r.events)} ({r.new_nodes} new) "
-                   f"from {r.source}")
+        if r.outcome == "skipped":
+            continue  # its warning said why
+        click.echo(_one_line(f"{r.session}: {r.outcome}, {_events(r.events)} "
+                             f"({r.new_nodes} new) from {r.source}"))
     if failed:
         _fail(f"{failed} of {_count(len(results), 'file')} could not be imported")
 
 
 @cli.command()
 @click.argument("rev", default="HEAD", required=False)
-@click.option("-o", "out", type=click.Path(dir_okay=False, path_type=Path),
-              help="Output file (default: NAME.jsonl here).")
+@click.option("-o", "out", type=click.Path(dir_okay=False, allow_dash=True, path_type=Path),
+              help="Output file (default: NAME.jsonl here); - for standard output.")
 @click.option("--format", "fmt", default="seed", show_default=True, help="Output format.")
 @click.option("--force", is_flag=True, help="Replace files that already exist.")
 @pass_store
 def export(locator: StoreLocator, rev: str, out: Path | None, fmt: str, force: bool) -> None:
-    """Write a session back out (seed format: NAME.jsonl + NAME.meta.json)."""
-    from .interop import export_session
+    """Write a session back out (seed format: NAME.jsonl + NAME.meta.json).
+
+    Files are replaced atomically and never written through a symbolic link.
+    """
+    from .interop import export_session, render_export
 
     store = locator.open()
+    if out is not None and str(out) == "-":
+        # The main file only: seed's NAME.meta.json has no place on a stream.
+        data = render_export(store, rev, format=fmt)[0][1]
+        sys.stdout.flush()
+        sys.stdout.buffer.write(data)
+        sys.stdout.buffer.flush()
+        return
     for path in export_session(store, rev, out=out, format=fmt, force=force):
         click.echo(f"wrote {path}")
 

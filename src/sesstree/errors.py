@@ -7,7 +7,9 @@
     │   ├── StoreNotFoundError      no store at the path, or none found upwards
     │   ├── StoreCorruptError       the store file is damaged or not a store
     │   ├── StoreLockedError        another process holds the write lock too long
-    │   └── StoreFormatError        written by a newer sesstree
+    │   ├── StoreFormatError        written by a newer sesstree
+    │   ├── StoreReadOnlyError      a write to a store on read-only media (reads still work)
+    │   └── StoreFullError          the disk holding the store is full (nothing was lost)
     ├── RevisionError
     │   ├── UnknownRevisionError    no ref, tag or node matches
     │   └── AmbiguousPrefixError    an id prefix matches several nodes
@@ -18,6 +20,7 @@
     ├── InputError                  a malformed input file (names file and line)
     └── AgentError
         ├── ProviderError           the model endpoint failed or answered garbage
+        │   └── IncompleteReplyError  the reply stopped part-way (a cut or stalled stream)
         └── MaxTurnsExceeded        the loop ran out of turns without an answer
 
 A CLI user sees the message of any of these as one line; none of them is a bug in sesstree.
@@ -29,6 +32,7 @@ __all__ = [
     "AgentError",
     "AmbiguousPrefixError",
     "ConflictError",
+    "IncompleteReplyError",
     "InputError",
     "InvalidEventError",
     "InvalidRefNameError",
@@ -40,8 +44,10 @@ __all__ = [
     "StoreCorruptError",
     "StoreError",
     "StoreFormatError",
+    "StoreFullError",
     "StoreLockedError",
     "StoreNotFoundError",
+    "StoreReadOnlyError",
     "UnknownRevisionError",
 ]
 
@@ -68,6 +74,15 @@ class StoreLockedError(StoreError):
 
 class StoreFormatError(StoreError):
     """The store was written by a newer sesstree whose format this one does not know."""
+
+
+class StoreReadOnlyError(StoreError):
+    """A write to a store that cannot be written (read-only media or files). Reads work."""
+
+
+class StoreFullError(StoreError):
+    """The disk holding the store is full. The write was rolled back and nothing stored was
+    lost; once there is space again, the store works as before."""
 
 
 class RevisionError(SesstreeError):
@@ -124,6 +139,15 @@ class ProviderError(AgentError):
     def __init__(self, message: str, *, status: int | None = None) -> None:
         super().__init__(message)
         self.status = status
+
+
+class IncompleteReplyError(ProviderError):
+    """A reply that stopped before it was complete, after part of it was already received.
+
+    A stream that ended with no ``finish_reason``, no ``[DONE]`` and no error (a proxy or the
+    server cut it), or broke off or stalled past the read timeout. The part received is
+    recorded as ``assistant/chunk`` events; the turn ends with reason ``incomplete``.
+    """
 
 
 class MaxTurnsExceeded(AgentError):

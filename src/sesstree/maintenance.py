@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import msgspec
 
+from .errors import StoreCorruptError
 from .node import NodeId, node_id_from_encoded
 from .repo import SESSIONS, TAGS, Store
-from .store.base import StoredNode
 
 __all__ = ["GcResult", "Stats", "ancestors", "fsck", "gc", "stats"]
 
@@ -46,8 +46,18 @@ class GcResult(msgspec.Struct, frozen=True):
 def fsck(store: Store) -> list[str]:
     """Every fault found: re-hash every node, check parents, refs, reflog, HEAD and indexes.
 
-    An empty list means the store is sound.
+    An empty list means the store is sound. Everything is read from one snapshot, so writers
+    at work meanwhile cannot make a sound store look damaged.
     """
+    try:
+        with store.backend.snapshot():
+            return _fsck(store)
+    except StoreCorruptError as exc:
+        # Damage that stops the check itself is a finding like any other.
+        return [str(exc)]
+
+
+def _fsck(store: Store) -> list[str]:
     backend = store.backend
     faults = list(backend.check())
     seen: dict[NodeId, int] = {}
@@ -87,33 +97,16 @@ def ancestors(tips: set[NodeId], parent: dict[NodeId, NodeId | None]) -> set[Nod
     return live
 
 
-def _reachable(store: Store, nodes: list[StoredNode]) -> set[NodeId]:
-    backend = store.backend
-    roots: set[NodeId] = {r.target for r in backend.list_refs("")}
-    for entry in backend.reflog():
-        roots.update(t for t in (entry.old, entry.new) if t is not None)
-    raw_head = backend.get_meta("HEAD")
-    if raw_head is not None and not raw_head.startswith("ref: "):
-        roots.add(NodeId(raw_head))
-    return ancestors(roots, {n.id: n.parent for n in nodes})
-
-
 def gc(store: Store, *, dry_run: bool = False) -> GcResult:
     """Remove nodes (and payloads) that no ref, tag, HEAD or reflog entry reaches.
 
     Reflog entries keep their nodes alive, so a rewind, reset or deleted session can always
     be undone; gc only removes what was written and never named (an aborted import, say).
+    Reachability comes from ids and parents alone (no payload is loaded), and the removal
+    happens in short write transactions, so writers in other processes keep their turns.
     """
-    on_server = getattr(store.backend, "collect_garbage", None)
-    if on_server is not None:  # a database server walks the DAG where the nodes are
-        dead, kept = on_server(dry_run=dry_run)
-        return GcResult(dead, 0 if dry_run else len(dead), kept)
-    with store.batch():
-        nodes = list(store.backend.iter_nodes())
-        live = _reachable(store, nodes)
-        dead = [n.id for n in reversed(nodes) if n.id not in live]
-        removed = 0 if dry_run else store.backend.delete_nodes(dead)
-    return GcResult(dead, removed, len(nodes) - len(dead))
+    dead, removed, kept = store.backend.collect_garbage(dry_run)
+    return GcResult(dead, removed, kept)
 
 
 def stats(store: Store) -> Stats:

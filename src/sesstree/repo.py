@@ -19,6 +19,7 @@ from .errors import (
     AmbiguousPrefixError,
     InvalidEventError,
     RefExistsError,
+    StoreCorruptError,
     StoreNotFoundError,
     UnknownRevisionError,
 )
@@ -27,6 +28,7 @@ from .node import Node, NodeId, check_ref_name, encode_data, node_id_from_encode
 from .store.base import Backend, Chain, RawNode, Ref, ReflogEntry, RefUpdate
 from .store.memory import MemoryBackend
 from .store.sqlite import SqliteBackend
+from .store.sqlite_media import media_error
 from .store.urls import is_store_url, open_url
 
 if TYPE_CHECKING:
@@ -82,6 +84,7 @@ def open_store(
     Raises:
         StoreNotFoundError: no store there and ``create`` is false.
         StoreCorruptError, StoreFormatError, StoreLockedError: the file cannot be used as it is.
+        StoreReadOnlyError, StoreFullError: a new store cannot be created on this medium.
     """
     if str(path) == ":memory:":
         return Store(MemoryBackend())
@@ -95,10 +98,21 @@ def open_store(
         if not folder.exists():
             if not create:
                 raise StoreNotFoundError(f"no store at {folder}")
-            folder.mkdir(parents=True)
+            _make_private_folder(folder)
         file = folder / STORE_FILE
     backend = SqliteBackend(file, create=create, durable=durability == "durable", timeout=timeout)
     return Store(backend)
+
+
+def _make_private_folder(folder: Path) -> None:
+    """Create the store's folder 0700 whatever the umask; another creator may win the race."""
+    try:
+        folder.mkdir(parents=True, mode=0o700)
+    except FileExistsError:
+        return  # made by a concurrent creator (which makes it private the same way)
+    except OSError as exc:
+        raise media_error(folder / STORE_FILE, exc) from None
+    os.chmod(folder, 0o700)
 
 
 class Store:
@@ -164,8 +178,10 @@ class Store:
         out = []
         for ref in self.backend.list_refs(SESSIONS):
             node = self.backend.get(ref.target)
-            out.append(SessionInfo(ref.name[len(SESSIONS):], ref.target,
-                                   node.depth if node else 0, ref.moved))
+            if node is None:  # a ref names only stored nodes: the store is damaged
+                raise StoreCorruptError(f"session {ref.name[len(SESSIONS):]} points at a "
+                                        f"node that cannot be found ({ref.target[:12]})")
+            out.append(SessionInfo(ref.name[len(SESSIONS):], ref.target, node.depth, ref.moved))
         return out
 
     def session_head(self, name: str) -> NodeId | None:
@@ -192,30 +208,37 @@ class Store:
         return self.session(new)
 
     def delete_session(self, name: str) -> NodeId:
-        """Delete session ``name``; its reflog stays, so ``sess branch NAME ID`` restores it."""
-        target = self._require_session(name)
-        on_head = self.head()[0] == name
-        self._move(SESSIONS + name, target, None, "branch: deleted")
-        if on_head:
-            self.backend.set_meta("HEAD", target)
-        self.backend.set_meta("session:" + name, None)
+        """Delete session ``name``; its reflog stays, so ``sess branch NAME ID`` restores it.
+
+        The ref, HEAD (detached at the last node if it named the session) and the session's
+        metadata change in one transaction: a crash leaves all of it or none.
+        """
+        with self.batch():
+            target = self._require_session(name)
+            on_head = self.head()[0] == name
+            self._move(SESSIONS + name, target, None, "branch: deleted")
+            if on_head:
+                self.backend.set_meta("HEAD", target)
+            self.backend.set_meta("session:" + name, None)
         return target
 
     def rename_session(self, old: str, new: str) -> None:
-        """Rename a session, carrying its reflog, metadata and HEAD along."""
+        """Rename a session, carrying its reflog, metadata and HEAD along, in one transaction:
+        a crash leaves the old name or the new one, never HEAD on a name that is gone."""
         check_ref_name(new)
-        target = self._require_session(old)
-        if self.has_session(new):
-            raise RefExistsError(f"session {new!r} already exists")
-        on_head = self.head()[0] == old
-        self.backend.rename_ref(SESSIONS + old, SESSIONS + new, target,
-                                f"branch: renamed {old} to {new}")
-        meta = self.backend.get_meta("session:" + old)
-        if meta is not None:
-            self.backend.set_meta("session:" + new, meta)
-            self.backend.set_meta("session:" + old, None)
-        if on_head:
-            self.backend.set_meta("HEAD", "ref: " + SESSIONS + new)
+        with self.batch():
+            target = self._require_session(old)
+            if self.has_session(new):
+                raise RefExistsError(f"session {new!r} already exists")
+            on_head = self.head()[0] == old
+            self.backend.rename_ref(SESSIONS + old, SESSIONS + new, target,
+                                    f"branch: renamed {old} to {new}")
+            meta = self.backend.get_meta("session:" + old)
+            if meta is not None:
+                self.backend.set_meta("session:" + new, meta)
+                self.backend.set_meta("session:" + old, None)
+            if on_head:
+                self.backend.set_meta("HEAD", "ref: " + SESSIONS + new)
 
     def reset(self, name: str, rev: str | NodeId, reason: str | None = None) -> NodeId:
         """Move session ``name`` to ``rev`` (rewind or fast-forward); logged, so undoable."""
@@ -335,7 +358,7 @@ class Store:
         node = self._resolve_base(base, rev)
         if back == 0:
             return node
-        chain = self.backend.chain(node, limit=back + 1)
+        chain = self._chain_of(node, back + 1)
         if len(chain.ids) <= back:
             raise UnknownRevisionError(
                 f"{_shown(rev)}: {_shown(base)} has only {_plural(len(chain.ids), 'event')}, "
@@ -393,7 +416,17 @@ class Store:
 
     def chain(self, rev: str | NodeId, limit: int | None = None) -> Chain:
         """The events from the root to ``rev`` (only the newest ``limit``), oldest first."""
-        return self.backend.chain(self.resolve(rev), limit)
+        return self._chain_of(self.resolve(rev), limit)
+
+    def _chain_of(self, node: NodeId, limit: int | None) -> Chain:
+        try:
+            return self.backend.chain(node, limit)
+        except KeyError:
+            # Every id resolved here came from the store (a ref, a prefix), and gc never
+            # removes what a ref reaches: only damage makes it disappear.
+            raise StoreCorruptError(
+                f"node {node[:12]} cannot be found: the store is damaged"
+            ) from None
 
     def log(self, rev: str | NodeId = "HEAD", limit: int | None = None) -> list[Node]:
         """Nodes walking back from ``rev``, newest first."""
@@ -404,14 +437,19 @@ class Store:
 
     def show(self, rev: str | NodeId) -> Node:
         """One node in full."""
-        stored = self.backend.get(self.resolve(rev))
-        assert stored is not None
+        target = self.resolve(rev)
+        stored = self.backend.get(target)
+        if stored is None:  # resolved ids come from the store: only damage loses one
+            raise StoreCorruptError(f"node {target[:12]} cannot be found: the store is damaged")
         return Node(stored.id, stored.parent, stored.type, msgspec.msgpack.decode(stored.encoded))
 
     def depth(self, rev: str | NodeId) -> int:
         """How many events lead to ``rev``, itself included."""
-        stored = self.backend.get(self.resolve(rev))
-        return stored.depth if stored else 0
+        target = self.resolve(rev)
+        stored = self.backend.get(target)
+        if stored is None:
+            raise StoreCorruptError(f"node {target[:12]} cannot be found: the store is damaged")
+        return stored.depth
 
     def derive(self, rev: str | NodeId = "HEAD", *, sending: bool = False) -> Derived:
         """The derived chat messages at ``rev`` and the problems found in them; with

@@ -9,6 +9,7 @@ released, and reproduce the quirks of real servers byte for byte.
 
 from __future__ import annotations
 
+import itertools
 import json
 import threading
 import time
@@ -18,7 +19,19 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-__all__ = ["FakeOpenAI", "Reply", "call", "chunk", "error", "message", "stream"]
+__all__ = [
+    "NGINX_502",
+    "FakeOpenAI",
+    "Reply",
+    "call",
+    "chunk",
+    "error",
+    "message",
+    "rejects_null_content",
+    "stream",
+    "strict_roles",
+    "template_error",
+]
 
 
 @dataclass
@@ -33,6 +46,14 @@ class Reply:
     done: bool = True  # end a stream with data: [DONE]
     delay: float = 0.0  # seconds between stream events
     stall_after: int | None = None  # stall (until released) after this many events
+    #: Hold the request this many seconds (or until released) before answering anything: a
+    #: slow CPU server, or one stuck, longer than the client's read timeout.
+    hold: float = 0.0
+    #: The Content-Type sent; None for the usual one (JSON, or text/event-stream for events),
+    #: "" for none at all.
+    content_type: str | None = None
+    #: Bytes written to the socket instead of an HTTP response (a broken server or proxy).
+    raw: bytes | None = None
 
 
 def call(name: str, arguments: Any, id: Any = "call_1", **extra: Any) -> dict[str, Any]:
@@ -100,6 +121,60 @@ def error(status: int, body: Any = None, *, retry_after: str | None = None) -> R
     return Reply(status=status, body=body, headers=headers)
 
 
+#: A proxy's error page (nginx in front of a model server that went away), many lines of HTML.
+NGINX_502 = b"""<html>
+<head><title>502 Bad Gateway</title></head>
+<body>
+<center><h1>502 Bad Gateway</h1></center>
+<hr><center>nginx/1.24.0</center>
+</body>
+</html>
+""" + b"<!-- a padding comment, as some proxies add -->\n" * 8
+
+
+def template_error(status: int = 400) -> Reply:
+    """A chat template that refused the history, its message over many lines (llama.cpp's
+    jinja errors quote the template around the failing spot)."""
+    message = (
+        "Conversation roles must alternate user/assistant/user/assistant/...\n"
+        "  at row 1, column 1790:\n"
+        "{%- for message in messages %}\n"
+        "    {%- if (message['role'] == 'user') != (loop.index0 % 2 == 0) %}\n"
+        "        {{- raise_exception('Conversation roles must alternate') }}\n"
+        + "    " * 200
+    )
+    return error(status, {"error": {"code": status, "message": message,
+                                    "type": "invalid_request_error"}})
+
+
+def strict_roles(then: Reply) -> Callable[[dict[str, Any]], Reply]:
+    """A server with a strict chat template: two user messages in a row are refused with 400,
+    anything else gets ``then``."""
+
+    def answer(body: dict[str, Any]) -> Reply:
+        roles = [m.get("role") for m in body.get("messages", [])]
+        if any(a == b == "user" for a, b in itertools.pairwise(roles)):
+            return template_error(400)
+        return then
+
+    return answer
+
+
+def rejects_null_content(then: Reply) -> Callable[[dict[str, Any]], Reply]:
+    """llama-cpp-python's server: an assistant message whose ``content`` is null is refused
+    with 400 (it accepts ``""``, or no key); anything else gets ``then``."""
+
+    def answer(body: dict[str, Any]) -> Reply:
+        for i, m in enumerate(body.get("messages", [])):
+            if m.get("role") == "assistant" and "content" in m and m["content"] is None:
+                return error(400, {"error": {
+                    "message": f"messages.{i}.content: Input should be a valid string",
+                    "type": "invalid_request_error"}})
+        return then
+
+    return answer
+
+
 class FakeOpenAI:
     """The server. Use as a context manager; ``url`` is the base URL (ending in ``/v1``)."""
 
@@ -128,7 +203,7 @@ class FakeOpenAI:
                     fake.requests.append(body)
                     fake.request_headers.append(dict(self.headers))
                     item = fake.script.popleft() if fake.script else None
-                if self.path.rstrip("/") != "/v1/chat/completions":
+                if self.path.split("?")[0].rstrip("/") != "/v1/chat/completions":
                     fake._send(self, error(404, {"error": "not found"}))
                     return
                 if item is None:
@@ -137,26 +212,38 @@ class FakeOpenAI:
                     reply = item(body) if callable(item) else item
                 fake._send(self, reply)
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
+        class Server(ThreadingHTTPServer):
+            def handle_error(self, request: Any, client_address: Any) -> None:
+                # A client that gave up (a read timeout) leaves a broken pipe: expected here.
+                pass
+
+        self._server = Server(("127.0.0.1", port), Handler)
         self._server.daemon_threads = True
         self.port = self._server.server_address[1]
         self.url = f"http://127.0.0.1:{self.port}/v1"
         self._thread = threading.Thread(
-            target=self._server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True
+            target=self._server.serve_forever, kwargs={"poll_interval": 0.005}, daemon=True
         )
 
     def _send(self, handler: BaseHTTPRequestHandler, reply: Reply) -> None:
+        if reply.hold:
+            self.release.wait(reply.hold)
+        if reply.raw is not None:
+            handler.wfile.write(reply.raw)
+            return
         handler.send_response(reply.status)
         for k, v in reply.headers.items():
             handler.send_header(k, v)
         if reply.events is None:
             data = reply.body if isinstance(reply.body, bytes) else json.dumps(reply.body).encode()
-            handler.send_header("Content-Type", "application/json")
+            if reply.content_type != "":
+                handler.send_header("Content-Type", reply.content_type or "application/json")
             handler.send_header("Content-Length", str(len(data)))
             handler.end_headers()
             handler.wfile.write(data)
             return
-        handler.send_header("Content-Type", "text/event-stream")
+        if reply.content_type != "":
+            handler.send_header("Content-Type", reply.content_type or "text/event-stream")
         handler.end_headers()
         for i, event in enumerate(reply.events):
             if reply.stall_after is not None and i == reply.stall_after:

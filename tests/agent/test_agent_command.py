@@ -7,7 +7,17 @@ from pathlib import Path
 import click
 import pytest
 from click.testing import CliRunner
-from fake_openai import FakeOpenAI, call, message, stream
+from fake_openai import (
+    FakeOpenAI,
+    Reply,
+    call,
+    chunk,
+    error,
+    message,
+    rejects_null_content,
+    stream,
+    strict_roles,
+)
 
 from sesstree import ProviderError, Store, open_store
 from sesstree.agent.command import run
@@ -77,7 +87,10 @@ def test_run_defaults_to_head_session(tmp_path: Path, server: FakeOpenAI) -> Non
                      "--no-stream")
     assert result.exit_code == 0, result.output
     assert result.output == "Hello again.\n"
-    assert len(server.requests[0]["messages"]) == 2
+    # The stored history ends with a user message: the sending view merges it with the new
+    # prompt rather than send two user messages in a row.
+    (sent,) = server.requests[0]["messages"]
+    assert sent["role"] == "user" and "hi" in sent["content"] and "what did I" in sent["content"]
 
 
 @pytest.mark.parametrize(
@@ -85,7 +98,7 @@ def test_run_defaults_to_head_session(tmp_path: Path, server: FakeOpenAI) -> Non
     [
         (["s", "p", "--model", "m"], "no endpoint"),
         (["s", "p", "--base-url", "http://x/v1"], "no model"),
-        (["a", "b", "c", "--base-url", "http://x/v1", "--model", "m"], "[SESSION] PROMPT"),
+        (["a", "b", "c", "--base-url", "http://x/v1", "--model", "m"], "[SESSION] [PROMPT]"),
         (["s", "p", "--base-url", "http://x/v1", "--model", "m", "--tools", "nope"],
          "module:attr"),
         (["s", "p", "--base-url", "http://x/v1", "--model", "m", "--tools", "no_such_mod:x"],
@@ -106,3 +119,124 @@ def test_server_down_raises_provider_error(tmp_path: Path) -> None:
     result = _invoke(tmp_path, "s", "p", "--base-url", "http://127.0.0.1:9/v1", "--model", "m")
     # The real CLI's main() turns any SesstreeError into one line and exit code 1.
     assert isinstance(result.exception, ProviderError)
+
+
+# -- against misbehaving servers, through the real `sess` CLI (one-line errors, exit codes) --
+
+
+def _sess(tmp_path: Path, server: FakeOpenAI, *args: str, stream: bool = True,
+          env: dict[str, str] | None = None) -> click.testing.Result:
+    from sesstree.cli import cli
+
+    store = tmp_path / "store"
+    if not store.exists():
+        open_store(store).close()
+    flags = ["--base-url", server.url, "--model", "m", "--stream" if stream else "--no-stream"]
+    return CliRunner().invoke(cli, ["--store", str(store), "run", *args, *flags], env=env)
+
+
+def test_cut_stream_ends_the_line_reports_and_fails(tmp_path: Path, server: FakeOpenAI) -> None:
+    server.add(Reply(events=[chunk({"content": "The key is under"})], done=False))
+    result = _sess(tmp_path, server, "s", "where is the key?")
+    assert result.exit_code == 1
+    assert result.stdout == "The key is under\n"  # the error is not glued to the text
+    assert "reply is incomplete" in result.stderr and "`sess run s` retries it" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1 and "Traceback" not in result.output
+    with open_store(tmp_path / "store") as store:
+        end = store.session("s").events()[-1]
+    assert end.type == "turn/end" and end.data["reason"]["kind"] == "incomplete"
+
+
+def test_stream_error_event_is_on_its_own_line(tmp_path: Path, server: FakeOpenAI) -> None:
+    server.add(Reply(events=[chunk({"content": "Half"}),
+                             {"error": {"message": "the model crashed\nat layer 3"}}]))
+    result = _sess(tmp_path, server, "s", "hi")
+    assert result.exit_code == 1 and result.stdout == "Half\n"
+    assert result.stderr == (f"Error: the stream from {server.url}/chat/completions sent an "
+                             "error mid-stream: the model crashed at layer 3\n")
+
+
+def test_run_without_prompt_retries_the_pending_turn(tmp_path: Path, server: FakeOpenAI) -> None:
+    server.add(error(400, {"error": {"message": "model is loading"}}))
+    assert _sess(tmp_path, server, "quest-1", "Find the key").exit_code == 1
+    # A strict chat template refuses two user messages in a row.
+    server.add(strict_roles(message("Under the mat.")))
+    result = _sess(tmp_path, server, "quest-1", stream=False)
+    assert result.exit_code == 0, result.output
+    assert result.stdout == "Under the mat.\n"
+    assert server.requests[-1]["messages"] == [{"role": "user", "content": "Find the key"}]
+    # Nothing is pending now: without a prompt there is nothing to do.
+    result = _sess(tmp_path, server, "quest-1")
+    assert result.exit_code == 2 and "no pending turn" in result.stderr
+    assert len(server.requests) == 2
+
+
+def test_run_with_no_arguments_retries_the_head_session(tmp_path: Path,
+                                                        server: FakeOpenAI) -> None:
+    with open_store(tmp_path / "store") as store:
+        store.session("main").add_message({"role": "user", "content": "hi"})
+        store.set_head_session("main")
+    server.add(message("Hello."))
+    result = _sess(tmp_path, server, stream=False)
+    assert result.exit_code == 0, result.output
+    assert result.stdout == "Hello.\n"
+
+
+def test_max_turns_then_run_without_prompt_continues(tmp_path: Path, server: FakeOpenAI,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "cli_tools_mod2.py").write_text(TOOLS)
+    monkeypatch.chdir(tmp_path)
+    server.add(message(tool_calls=[call("shout", '{"word": "a"}', id="c1")]))
+    result = _sess(tmp_path, server, "s", "go", "--tools", "cli_tools_mod2:TOOLS",
+                   "--max-turns", "1", stream=False)
+    assert result.exit_code == 1 and "`sess run s` (no prompt) continues it" in result.stderr
+    server.add(message("A!"))
+    result = _sess(tmp_path, server, "s", "--tools", "cli_tools_mod2:TOOLS", stream=False)
+    assert result.exit_code == 0 and result.stdout == "A!\n"
+
+
+@pytest.mark.parametrize(("finish", "words"), [("length", "token limit"),
+                                               ("content_filter", "content filter")])
+@pytest.mark.parametrize("stream", [True, False])
+def test_answer_cut_short_says_so_and_exits_3(tmp_path: Path, server: FakeOpenAI, finish: str,
+                                              words: str, stream: bool) -> None:
+    if stream:
+        server.add(Reply(events=[chunk({"content": "The first half"}), chunk({}, finish)]))
+    else:
+        server.add(message("The first half", finish_reason=finish))
+    result = _sess(tmp_path, server, "s", "hi", stream=stream)
+    assert result.exit_code == 3
+    assert result.stdout == "The first half\n"
+    assert words in result.stderr and f"finish_reason {finish}" in result.stderr
+
+
+def test_timeout_flags(tmp_path: Path, server: FakeOpenAI) -> None:
+    server.add(*[Reply(hold=10, body=message("late").body) for _ in range(4)])
+    result = _sess(tmp_path, server, "s", "hi", "--timeout", "0.2", "--connect-timeout", "5")
+    assert result.exit_code == 1 and len(server.requests) == 1
+    assert "sent no answer within 0.2 s (the read timeout" in result.stderr
+
+
+def test_null_content_flag(tmp_path: Path, server: FakeOpenAI,
+                           monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "cli_tools_mod3.py").write_text(TOOLS)
+    monkeypatch.chdir(tmp_path)
+    results = []
+    for flags in [], ["--null-content", "empty"]:
+        server.add(message(tool_calls=[call("shout", '{"word": "a"}', id="c1")]),
+                   rejects_null_content(message("A!")))
+        results.append(_sess(tmp_path, server, f"s{len(flags)}", "go", "--tools",
+                             "cli_tools_mod3:TOOLS", *flags, stream=False))
+    refused, accepted = results
+    assert refused.exit_code == 1 and "sess run --null-content empty" in refused.stderr
+    assert len(server.requests) == 4  # two per run: the refused request was not sent again
+    assert accepted.exit_code == 0 and accepted.stdout == "A!\n"
+    assert server.requests[-1]["messages"][1]["content"] == ""
+
+
+def test_retries_are_shown_on_stderr(tmp_path: Path, server: FakeOpenAI) -> None:
+    server.add(error(429, retry_after="0"), stream("ok"))
+    result = _sess(tmp_path, server, "s", "hi")
+    assert result.exit_code == 0 and result.stdout == "ok\n"
+    assert result.stderr.startswith("sess: retrying after attempt 1: ")
+    assert "answered 429" in result.stderr

@@ -8,7 +8,7 @@ import pytest
 from conftest import Town, quest_tools
 from fake_openai import FakeOpenAI, Reply, call, chunk, message
 
-from sesstree import Agent, OpenAIProvider, ProviderError, Store
+from sesstree import Agent, IncompleteReplyError, OpenAIProvider, ProviderError, Store
 
 
 def _agent(provider: OpenAIProvider, store: Store, stream: bool = False,
@@ -59,18 +59,23 @@ def test_length_truncated_call_is_not_run(server: FakeOpenAI, provider: OpenAIPr
     assert "cut off" in _results(agent)["c2"]
 
 
-def test_stream_truncated_by_eof_is_not_run(server: FakeOpenAI, provider: OpenAIProvider,
-                                            store: Store) -> None:
+def test_stream_cut_mid_call_is_incomplete_and_not_run(
+    server: FakeOpenAI, provider: OpenAIProvider, store: Store
+) -> None:
+    # The body ends (the connection closes) with no finish_reason and no [DONE]: the call's
+    # arguments are half there, and so may be the list of calls. Nothing of it is run.
     server.add(
         Reply(events=[chunk({"tool_calls": [{"index": 0, "id": "c1", "type": "function",
                                              "function": {"name": "buy", "arguments": '{"it'}}]})],
               done=False),
-        message("ok"),
     )
     town = Town()
     agent = _agent(provider, store, stream=True, town=town)
-    agent.run("go")
-    assert town.gold == 10 and "cut off" in _results(agent)["c1"]
+    with pytest.raises(IncompleteReplyError):
+        agent.run("go")
+    types = [n.type for n in agent.session.events()]
+    assert town.gold == 10 and "tool/call" not in types and "assistant/message" not in types
+    assert agent.session.events()[-1].data["reason"]["kind"] == "incomplete"
 
 
 def test_fragments_keyed_by_index_with_odd_ids(server: FakeOpenAI, provider: OpenAIProvider,

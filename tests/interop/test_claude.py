@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import time
 from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from sesstree import Store
-from sesstree.interop import detect_format, export_session, import_files
+from sesstree.interop import claude, detect_format, export_session, import_files
 
 
 def test_tree_branches_become_sessions(store: Store, data: Path) -> None:
@@ -64,7 +69,10 @@ def test_compaction_links_roots_and_replaces_history(store: Store, data: Path) -
 
 def test_orphan_tool_call_is_reported_not_fatal(store: Store, data: Path) -> None:
     path = data / "claude_compact.jsonl"
-    path.write_text("".join(path.read_text().splitlines(keepends=True)[:2]))
+    first, call = path.read_text().splitlines()[:2]
+    reply = json.loads(call)
+    reply["message"]["stop_reason"] = "tool_use"  # a whole reply, its call still pending
+    path.write_text(first + "\n" + json.dumps(reply) + "\n")
     result = import_files(store, [path])[0]
     assert result.outcome == "created"
     assert any("tool call with no result yet (the last in the file): t9" in p for p in result.problems)
@@ -81,7 +89,8 @@ def test_reimport_writes_nothing_and_growth_appends(store: Store, data: Path) ->
     with path.open("a") as f:
         f.write(json.dumps({"parentUuid": "u2", "isSidechain": False, "sessionId": "c1",
                             "type": "assistant", "uuid": "a9", "timestamp": "t",
-                            "message": {"role": "assistant", "content": "ok"}}) + "\n")
+                            "message": {"role": "assistant", "content": "ok",
+                                        "stop_reason": "end_turn"}}) + "\n")
     grown = import_files(store, [path])
     assert grown[0].outcome == "fast-forward"
     assert grown[0].new_nodes == 2  # the raw record and its message
@@ -121,8 +130,10 @@ def test_real_samples(store: Store, samples: Path) -> None:
         by_file.setdefault(Path(r.source).name[37:45], []).append(r.session)
     assert len(by_file["9b92ce83"]) == 2  # the in-file branch
     f67 = next(r for r in results if "f67ab274" in r.session)
-    # 3 roots, one path; 169 replies are split over several entries and derive as one message
-    assert f67.events == 1284 and len(by_file["f67ab274"]) == 1
+    # 3 roots, one path; 169 replies are split over several entries and derive as one message;
+    # the last reply has no stop_reason: it may still be being written, so not a message yet
+    assert f67.events == 1283 and len(by_file["f67ab274"]) == 1
+    assert any(":727: the last reply may still be being written" in p for p in f67.problems)
     chain = store.chain(f67.session)
     assert chain.types.count("compaction/marker") == 2
     f61 = next(r for r in results if "f6108699" in r.session)
@@ -162,3 +173,58 @@ def test_a_reply_split_over_entries_is_one_message(store: Store, tmp_path: Path)
     assert store.derive(result.session).problems == []
     # every entry is still kept as its raw record
     assert store.chain(result.session).types.count("claude/assistant") == 3
+
+
+def _entries(*spec: tuple[str, str | None, str, str]) -> str:
+    return "".join(json.dumps({
+        "type": kind, "uuid": uuid, "parentUuid": parent, "sessionId": "r1",
+        "message": {"role": kind, "content": text,
+                    **({"stop_reason": "end_turn"} if kind == "assistant" else {})}}) + "\n"
+        for uuid, parent, kind, text in spec)
+
+
+def test_a_rewind_in_the_tool_moves_the_session_and_keeps_the_old_line(
+        store: Store, tmp_path: Path) -> None:
+    path = tmp_path / "r1.jsonl"
+    side = json.dumps({"type": "user", "uuid": "s1", "parentUuid": None, "isSidechain": True,
+                       "sessionId": "r1", "message": {"role": "user", "content": "sub task"}})
+    first = _entries(("u1", None, "user", "hi"), ("a1", "u1", "assistant", "hello"),
+                     ("u2", "a1", "user", "go left"), ("a2", "u2", "assistant", "went left"),
+                     ) + side + "\n"
+    path.write_text(first)
+    results = import_files(store, [path])
+    assert [r.session for r in results] == ["r1", "r1/branch-2"]  # the sidechain
+    old_head = results[0].head
+    # the user rewound to a1 and asked again: the file only grew
+    path.write_text(first + _entries(("u3", "a1", "user", "go right"),
+                                     ("a3", "u3", "assistant", "went right")))
+    results = import_files(store, [path])
+    # the old main line sorts before the sidechain now, yet the sidechain keeps its session
+    assert {(r.session, r.outcome) for r in results} == {
+        ("r1", "moved"), ("r1/branch-2", "up to date"), ("r1/branch-3", "created")}
+    assert store.session_head("r1/branch-3") == old_head  # the old line is a session still
+    assert "went on from an earlier point" in store.reflog("r1")[-1].reason
+    assert not any("edited" in e.reason for e in store.reflog())
+    assert {r.outcome for r in import_files(store, [path])} == {"up to date"}
+
+
+def test_the_last_reply_of_a_finished_file_is_a_message(
+        store: Store, samples: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The newest reply of a file written to minutes ago may still be streaming; one of a file
+    # untouched for longer is finished, and its last reply must read back as a message.
+    monkeypatch.setattr(claude, "LIVE_WINDOW", 600.0)
+    name = next(p.name for p in (samples / "claude-code").iterdir() if "f67ab274" in p.name)
+    old = tmp_path / name
+    shutil.copyfile(samples / "claude-code" / name, old)
+    hour_ago = time.time() - 3600
+    os.utime(old, (hour_ago, hour_ago))
+    result = import_files(store, [old])[0]
+    assert not any("may still be being written" in p for p in result.problems)
+    last = json.loads(old.read_text().splitlines()[-1])
+    assert store.messages(result.session)[-1]["role"] == "assistant"
+    assert store.chain(result.session).types[-1] == "assistant/message"
+    assert last["type"] == "assistant"
+    os.utime(old)  # written again just now: the same file is taken as possibly live
+    again = import_files(store, [old])[0]
+    assert again.outcome == "ahead" and again.session == result.session
+    assert store.chain(result.session).types[-1] == "assistant/message"  # nothing lost

@@ -95,3 +95,18 @@ def test_reading_a_file_as_another_format_never_replaces_its_session(
     assert again[0].session != "s"
     assert store.session_head("s") == head
     assert store.messages("s")[-1] == {"role": "assistant", "content": "hello"}
+
+
+def test_openai_export_is_the_sending_view(store: Store, tmp_path: Path) -> None:
+    call = {"id": "c1", "type": "function", "function": {"name": "look", "arguments": "{}"}}
+    stored = [{"role": "user", "content": "a"}, {"role": "user", "content": "b"},
+              {"role": "assistant", "content": None, "tool_calls": [call]}]
+    q = store.session("q")
+    for m in stored:
+        q.add_message(m)
+    out = export_session(store, "q", out=tmp_path / "q.json", format="openai")[0]
+    sent = json.loads(out.read_text())
+    assert sent[0] == {"role": "user", "content": "a\n\nb"}
+    assert sent[2]["role"] == "tool" and sent[2]["tool_call_id"] == "c1"
+    seed = export_session(store, "q", out=tmp_path / "q.jsonl", format="seed")[0]
+    assert [json.loads(x) for x in seed.read_text().splitlines()] == stored  # exact

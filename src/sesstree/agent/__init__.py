@@ -11,4 +11,12 @@ from .provider import OpenAIProvider, Provider
 from .tools import Tool, ToolOutcome, tool
 from .wire import Completion
 
-__all__ = ["Agent", "Completion", "OpenAIProvider", "Provider", "Tool", "ToolOutcome", "tool"]
+__all__ = [
+    "Agent",
+    "Completion",
+    "OpenAIProvider",
+    "Provider",
+    "Tool",
+    "ToolOutcome",
+    "tool",
+]

@@ -1,4 +1,4 @@
-"""``sess run [SESSION] PROMPT``: run the agent loop on a session from the shell."""
+"""``sess run [SESSION] [PROMPT]``: run the agent loop on a session from the shell."""
 
 from __future__ import annotations
 
@@ -9,10 +9,12 @@ from typing import Any, Protocol
 
 import click
 
+from ..errors import IncompleteReplyError
 from ..node import Node
 from ..repo import Store
 from .loop import Agent
-from .provider import OpenAIProvider
+from .provider import NullContent, OpenAIProvider
+from .sending import has_pending_turn
 from .tools import Tool, as_tools
 
 __all__ = ["load_tools", "run"]
@@ -53,7 +55,7 @@ def load_tools(spec: str) -> list[Tool]:
 
 
 @click.command("run")
-@click.argument("args", nargs=-1, required=True, metavar="[SESSION] PROMPT")
+@click.argument("args", nargs=-1, metavar="[SESSION] [PROMPT]")
 @click.option("--base-url", envvar="SESSTREE_BASE_URL", help="OpenAI-compatible endpoint, "
               "e.g. http://localhost:11434/v1 [env SESSTREE_BASE_URL]")
 @click.option("--model", envvar="SESSTREE_MODEL", help="Model name [env SESSTREE_MODEL]")
@@ -66,9 +68,21 @@ def load_tools(spec: str) -> list[Tool]:
 @click.option("--stream/--no-stream", default=True, show_default=True,
               help="Stream the reply (printed, and recorded as chunks, as it arrives).")
 @click.option("--system", default=None, help="System prompt, recorded if the session is new.")
-@click.pass_obj
+@click.option("--timeout", default=600.0, show_default=True, metavar="SECONDS",
+              type=click.FloatRange(min=0, min_open=True),
+              help="Read timeout: how long to wait for the reply to start and, when streaming, "
+                   "between two chunks (never for the whole reply).")
+@click.option("--connect-timeout", default=10.0, show_default=True, metavar="SECONDS",
+              type=click.FloatRange(min=0, min_open=True),
+              help="How long to wait for the connection to the endpoint.")
+@click.option("--null-content", type=click.Choice(["null", "empty", "omit"]), default="null",
+              show_default=True,
+              help="How to send an assistant message that has tool calls and no text: "
+                   "content null (OpenAI), \"\" (llama-cpp-python's server needs this), "
+                   "or no content key.")
+@click.pass_context
 def run(
-    locator: _Locator,
+    ctx: click.Context,
     args: tuple[str, ...],
     base_url: str | None,
     model: str | None,
@@ -77,14 +91,24 @@ def run(
     max_turns: int,
     stream: bool,
     system: str | None,
+    timeout: float,
+    connect_timeout: float,
+    null_content: NullContent,
 ) -> None:
     """Send PROMPT to the model on SESSION (default: the HEAD session) and print the answer.
 
     The session is continued if it exists, started if not; every event is recorded as it
-    happens, so an interrupted run is picked up by the next one.
+    happens, so an interrupted run is picked up by the next one. Without a PROMPT (``sess run
+    SESSION``, or ``sess run`` for the HEAD session) the pending turn of a session whose last
+    turn failed is retried. A single argument naming an existing session is that session;
+    anything else is a prompt for the HEAD session.
+
+    Exit status: 0 for an answer; 1 for an error (the server failed, or the reply was
+    incomplete); 2 for a usage error; 3 for an answer the server cut short (the token limit,
+    a content filter), which is printed all the same.
     """
     if len(args) > 2:
-        raise click.UsageError("expected [SESSION] PROMPT (quote the prompt)")
+        raise click.UsageError("expected [SESSION] [PROMPT] (quote the prompt)")
     if not base_url:
         raise click.UsageError("no endpoint: give --base-url or set SESSTREE_BASE_URL")
     if not model:
@@ -92,37 +116,96 @@ def run(
     tools: list[Tool] = []
     for spec in tool_specs:
         tools.extend(load_tools(spec))
+    locator: _Locator = ctx.obj
     store = locator.open()
     try:
-        if len(args) == 2:
-            name, prompt = args
-        else:
-            (prompt,) = args
-            current, _ = store.head()
-            if current is None:
-                raise click.UsageError("HEAD is not on a session: use sess run SESSION PROMPT")
-            name = current
-        if not prompt.strip():
-            raise click.UsageError("the prompt is empty")
+        name, prompt = _target(store, args)
         session = store.session(name)
-        provider = OpenAIProvider(base_url, model, api_key_env=api_key_env, stream=stream)
+        if prompt is None and not has_pending_turn(session):
+            raise click.UsageError(
+                f"session {name} has no pending turn to retry (its last turn ended with an "
+                f"answer, or it is empty): give a prompt, as in sess run {name} PROMPT"
+            )
+        provider = OpenAIProvider(
+            base_url, model, api_key_env=api_key_env, stream=stream, timeout=timeout,
+            connect_timeout=connect_timeout, null_content=null_content,
+        )
         agent = Agent(provider, session, tools, system=system, max_turns=max_turns)
-        printed = False
-        if stream:
-            def show(node: Node) -> None:
-                nonlocal printed
-                if node.type == "assistant/chunk" and node.data.get("content"):
-                    click.echo(node.data["content"], nl=False)
-                    printed = True
-                elif node.type == "assistant/message" and printed:
-                    click.echo()  # end the streamed text of this step on its own line
-
-            agent.subscribe(show)
+        screen = _Screen()
+        agent.subscribe(screen.show)
         try:
-            answer = agent.run(prompt)
+            answer = agent.run(prompt) if prompt is not None else agent.resume()
+        except IncompleteReplyError as exc:
+            screen.end_line()
+            raise click.ClickException(
+                f"{exc}; the part received is recorded, the turn as incomplete: "
+                f"`sess run {name}` retries it"
+            ) from None
+        except BaseException:
+            screen.end_line()  # the error is printed on its own line, not after the text
+            raise
         finally:
             provider.close()
-        if not printed:
+        if not screen.printed:
             click.echo(answer)
+        if screen.cut_short is not None:
+            click.echo(f"sess: {_CUT_SHORT.get(screen.cut_short, screen.cut_short)}", err=True)
+            ctx.exit(3)
     finally:
         store.close()
+
+
+#: What a cut-short answer is told as, by the finish_reason that cut it.
+_CUT_SHORT = {
+    "length": "the answer above is cut short: the reply reached the model's token limit "
+              "(finish_reason length)",
+    "content_filter": "the answer above is cut short: the server's content filter stopped it "
+                      "(finish_reason content_filter)",
+}
+
+
+def _target(store: Store, args: tuple[str, ...]) -> tuple[str, str | None]:
+    """``(session, prompt or None)`` from the arguments, as the help text says."""
+    prompt: str | None
+    if len(args) == 2:
+        name, prompt = args
+    elif len(args) == 1 and store.has_session(args[0]):
+        return args[0], None
+    else:
+        current, _ = store.head()
+        if current is None:
+            raise click.UsageError("HEAD is not on a session: use sess run SESSION [PROMPT]")
+        name, prompt = current, (args[0] if args else None)
+    if prompt is not None and not prompt.strip():
+        raise click.UsageError("the prompt is empty")
+    return name, prompt
+
+
+class _Screen:
+    """Shows a run as it is recorded: streamed text on stdout, retries on stderr."""
+
+    def __init__(self) -> None:
+        self.printed = False  # some streamed text was shown: the answer is not echoed again
+        self.line_open = False  # the streamed text has no newline yet
+        self.cut_short: str | None = None
+
+    def show(self, node: Node) -> None:
+        data = node.data if isinstance(node.data, dict) else {}
+        if node.type == "assistant/chunk" and isinstance(data.get("content"), str):
+            click.echo(data["content"], nl=False)
+            self.printed = self.line_open = True
+        elif node.type == "assistant/message":
+            self.end_line()  # end the streamed text of this step on its own line
+        elif node.type == "error" and data.get("kind") == "retry":
+            self.end_line()
+            click.echo(f"sess: retrying after attempt {data.get('attempt')}: "
+                       f"{data.get('message')}", err=True)
+        elif node.type == "turn/end":
+            reason = data.get("reason")
+            kind = reason.get("kind") if isinstance(reason, dict) else None
+            self.cut_short = kind if kind in _CUT_SHORT else None
+
+    def end_line(self) -> None:
+        if self.line_open:
+            click.echo()
+            self.line_open = False

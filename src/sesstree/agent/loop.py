@@ -16,10 +16,11 @@ from typing import Any
 import msgspec
 from blake3 import blake3
 
-from ..errors import AgentError, MaxTurnsExceeded, ProviderError, SesstreeError
+from ..errors import AgentError, IncompleteReplyError, MaxTurnsExceeded, ProviderError, SesstreeError
 from ..node import Node
 from ..session import Session
 from .provider import Provider
+from .sending import sending_messages
 from .tools import Tool, ToolOutcome, as_tools
 from .wire import Completion, Delta
 
@@ -44,6 +45,9 @@ class _ToolCall(msgspec.Struct):
 
 _Effect = _ModelCall | _ToolCall
 _Turn = Generator[_Effect, Any, str]
+
+#: Finish reasons that mean the answer is not the whole answer the model would have given.
+_CUT_SHORT = frozenset({"length", "content_filter"})
 
 
 class _ChunkWriter:
@@ -74,6 +78,13 @@ class _ChunkWriter:
         self.session.append("assistant/chunk", _merge_deltas(self.pending))
         self.pending = []
         self.last = time.monotonic()
+
+    def flush_quietly(self) -> None:
+        """Flush on the way out of a failed call: a store error here must not hide that one."""
+        try:
+            self.flush()
+        except SesstreeError:
+            pass
 
 
 def _merge_deltas(deltas: list[Delta]) -> dict[str, Any]:
@@ -138,9 +149,14 @@ class Agent:
     def run(self, prompt: str, *, max_turns: int | None = None) -> str:
         """Add ``prompt`` as a user message and loop until the model answers; return the answer.
 
+        An answer cut short by the server (``finish_reason`` ``length`` or ``content_filter``)
+        is returned too, and the turn is recorded as ended with that reason.
+
         Raises:
             MaxTurnsExceeded: no answer after ``max_turns`` model calls (the turn is recorded
                 as ended with reason ``max_turns``).
+            IncompleteReplyError: the reply stopped part-way (a cut or stalled stream); the part
+                received is recorded as chunks, the turn as ended ``incomplete``.
             ProviderError: the endpoint failed after its retries (recorded as an error).
         """
         return self._drive(self._turn({"kind": "user"}, prompt, max_turns))
@@ -173,8 +189,8 @@ class Agent:
         )
 
     def messages(self) -> list[dict[str, Any]]:
-        """The chat messages the model would be sent now (derived from the session)."""
-        return self.session.messages()
+        """The chat messages the model would be sent now: the session's sending view."""
+        return sending_messages(self.session)
 
     def subscribe(self, callback: Callable[[Node], None]) -> Callable[[], None]:
         """Call ``callback(node)`` after every event the loop appends; returns an unsubscribe."""
@@ -208,13 +224,17 @@ class Agent:
         if isinstance(effect, _ToolCall):
             return effect.tool.run(effect.arguments)
         writer = _ChunkWriter(self.session, self.chunk_interval)
-        completion = self.provider.complete(
-            effect.messages,
-            effect.tools,
-            stream=self.stream,
-            on_delta=writer if self.stream else None,
-            on_retry=self._record_retry,
-        )
+        try:
+            completion = self.provider.complete(
+                effect.messages,
+                effect.tools,
+                stream=self.stream,
+                on_delta=writer if self.stream else None,
+                on_retry=self._record_retry,
+            )
+        except BaseException:
+            writer.flush_quietly()  # a reply that stopped part-way keeps what arrived
+            raise
         writer.flush()
         return completion
 
@@ -236,20 +256,29 @@ class Agent:
         if isinstance(effect, _ToolCall):
             return await effect.tool.arun(effect.arguments)
         writer = _ChunkWriter(self.session, self.chunk_interval)
-        completion = await self.provider.acomplete(
-            effect.messages,
-            effect.tools,
-            stream=self.stream,
-            on_delta=writer if self.stream else None,
-            on_retry=self._record_retry,
-        )
+        try:
+            completion = await self.provider.acomplete(
+                effect.messages,
+                effect.tools,
+                stream=self.stream,
+                on_delta=writer if self.stream else None,
+                on_retry=self._record_retry,
+            )
+        except BaseException:
+            writer.flush_quietly()  # a reply that stopped part-way keeps what arrived
+            raise
         writer.flush()
         return completion
 
+    def _redact(self, text: str) -> str:
+        # The provider knows the secrets (its API key, credential headers); a tool that prints
+        # its environment or an error that quotes a request must not write them to the store.
+        redact = getattr(self.provider, "redact", None)
+        return str(redact(text)) if callable(redact) else text
+
     def _record_retry(self, attempt: int, status: int | None, message: str) -> None:
-        self.session.append(
-            "error", {"kind": "retry", "attempt": attempt, "status": status, "message": message}
-        )
+        self.session.append("error", {"kind": "retry", "attempt": attempt, "status": status,
+                                      "message": self._redact(message)})
 
     # -- the loop, once -----------------------------------------------------------------------
 
@@ -268,13 +297,15 @@ class Agent:
             if prompt is not None:
                 s.append("user/message", {"role": "user", "content": prompt})
             for step in range(1, limit + 1):
-                answer = yield from self._step(step)
-                if answer is not None:
-                    s.append("turn/end", {"reason": {"kind": "answer"}, "steps": step})
+                ended = yield from self._step(step)
+                if ended is not None:
+                    answer, finish = ended
+                    kind = finish if finish in _CUT_SHORT else "answer"
+                    s.append("turn/end", {"reason": {"kind": kind}, "steps": step})
                     return answer
             raise MaxTurnsExceeded(
                 f"no answer after {limit} model calls in session {s.name}; "
-                f"`resume()` or `sess run` continues it"
+                f"`resume()` or `sess run {s.name}` (no prompt) continues it"
             )
         except MaxTurnsExceeded:
             self._end({"kind": "max_turns", "max_turns": limit})
@@ -291,7 +322,8 @@ class Agent:
 
     def _record_error(self, exc: Exception) -> None:
         kind = "provider" if isinstance(exc, ProviderError) else "loop"
-        data: dict[str, Any] = {"kind": kind, "type": type(exc).__name__, "message": str(exc)}
+        message = self._redact(str(exc))
+        data: dict[str, Any] = {"kind": kind, "type": type(exc).__name__, "message": message}
         status = getattr(exc, "status", None)
         if isinstance(status, int):
             data["status"] = status
@@ -299,7 +331,10 @@ class Agent:
             self.session.append("error", data)
         except SesstreeError:
             pass  # the store itself failed (e.g. a conflict): the original error matters more
-        self._end({"kind": "error", "error": str(exc)})
+        # An incomplete reply is its own end: the chunks hold part of a reply, and the next
+        # run must ask again rather than take them for an answer.
+        end = "incomplete" if isinstance(exc, IncompleteReplyError) else "error"
+        self._end({"kind": end, "error": message})
 
     def _end(self, reason: dict[str, Any]) -> None:
         try:
@@ -307,10 +342,13 @@ class Agent:
         except SesstreeError:
             pass  # as above: never hide the error that ended the turn
 
-    def _step(self, step: int) -> Generator[_Effect, Any, str | None]:
+    def _step(self, step: int) -> Generator[_Effect, Any, tuple[str, str | None] | None]:
+        """One model call and the tools it calls; ``(answer, finish_reason)`` when it answered."""
         s = self.session
         s.append("step/start", {"step": step})
-        completion: Completion = yield _ModelCall(s.messages(), [t.schema() for t in self.tools])
+        completion: Completion = yield _ModelCall(
+            sending_messages(s), [t.schema() for t in self.tools]
+        )
         message = completion.message
         calls: list[dict[str, Any]] = message.get("tool_calls") or []
         generated = set(completion.missing_ids)
@@ -332,7 +370,7 @@ class Agent:
         if not calls:
             s.append("step/end", {"step": step, "finish_reason": completion.finish_reason})
             content = message.get("content")
-            return content if isinstance(content, str) else ""
+            return (content if isinstance(content, str) else "", completion.finish_reason)
         for i, call in enumerate(calls):
             raw = completion.raw_arguments[i] if i < len(completion.raw_arguments) else None
             yield from self._call(
@@ -364,10 +402,10 @@ class Agent:
         else:
             outcome = yield _ToolCall(tool, raw)
         s.append("tool/result", {"role": "tool", "tool_call_id": call["id"],
-                                 "content": outcome.content})
+                                 "content": self._redact(outcome.content)})
         if outcome.error is not None:
             s.append("error", {"kind": "tool", "tool_call_id": call["id"], "name": name,
-                               "message": outcome.error})
+                               "message": self._redact(outcome.error)})
         return outcome
 
     def _settle_interrupted(self) -> Generator[_Effect, Any, None]:

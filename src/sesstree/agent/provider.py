@@ -1,7 +1,9 @@
 """Talking to an OpenAI-compatible ``/chat/completions`` endpoint over httpx, sync and async.
 
 The provider knows HTTP, retries and the wire format; it knows nothing of the store. The loop
-hands it the derived messages and gets a :class:`~sesstree.agent.wire.Completion` back.
+hands it the session's sending view and gets a :class:`~sesstree.agent.wire.Completion` back.
+Reading the reply off the wire is in :mod:`~sesstree.agent.reading`; scrubbing secrets and
+flattening error bodies in :mod:`~sesstree.agent.text`.
 """
 
 from __future__ import annotations
@@ -10,11 +12,13 @@ import json
 import os
 import random
 import time
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
-from typing import TYPE_CHECKING, Any, Protocol
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from ..errors import ProviderError
-from .wire import Completion, Delta, StreamAssembler, error_message, normalise_completion
+from .reading import Retry, StreamReading, is_event_stream, plural, seconds
+from .text import Redactor, scrub_http_logs, secret_header_values, shown_url
+from .wire import Completion, Delta, error_message
 from .wire import request_message as _request_message
 
 if TYPE_CHECKING:
@@ -22,10 +26,17 @@ if TYPE_CHECKING:
     # than the rest of the package to import, and most ``sess`` commands never use it.
     import httpx
 
-__all__ = ["OpenAIProvider", "Provider", "RetryNotice"]
+__all__ = ["NullContent", "OpenAIProvider", "Provider", "RetryNotice"]
 
-#: Statuses worth another try: rate limited, or the server (or a proxy in front) failed.
-_RETRY_STATUS = frozenset({408, 409, 425, 429, 500, 502, 503, 504, 520, 522, 524, 529})
+#: Statuses worth another try: a timeout or conflict, rate limited, or the server (or a
+#: proxy in front) failed. Every other 4xx says the request itself is wrong: sending it again
+#: gets the same answer, so it is not retried.
+_RETRY_STATUS = frozenset({408, 409, 429, 500, 502, 503, 504, 520, 522, 524, 529})
+
+NullContent = Literal["null", "empty", "omit"]
+"""How an assistant message with tool calls and no text is sent: ``content: null`` (OpenAI's
+form), ``content: ""`` (llama-cpp-python's server and some llama.cpp builds need it), or no
+``content`` key at all."""
 
 RetryNotice = Callable[[int, "int | None", str], None]
 """Called before each retry with ``(attempt, status or None, message)``."""
@@ -61,28 +72,29 @@ class Provider(Protocol):
         ...
 
 
-class _Retry(Exception):
-    """Internal: this attempt failed in a way worth retrying."""
-
-    def __init__(self, message: str, status: int | None, after: float | None) -> None:
-        super().__init__(message)
-        self.status = status
-        self.after = after
-
-
 class OpenAIProvider:
     """Any OpenAI-compatible chat-completions endpoint: OpenAI, Ollama, LM Studio, vLLM, a proxy.
 
     ``api_key`` is taken from the argument, else from the environment variable ``api_key_env``
     (default ``OPENAI_API_KEY``); without one no ``Authorization`` header is sent (local
     servers ignore it). The key lives only in this object: it is never recorded, it is masked
-    in its ``repr`` and removed from every error message (servers echo bad keys back).
+    in its ``repr``, and it (with every credential-looking value in ``headers``) is scrubbed
+    from everything the server sends back before it is parsed, recorded or shown: servers and
+    proxies echo keys back, in error bodies and elsewhere.
 
-    Requests that fail with 429, a 5xx or a connection error are retried up to
-    ``max_retries`` times with exponential backoff from ``backoff`` seconds, capped at
-    ``max_backoff``; a ``Retry-After`` header (seconds or an HTTP date) is honoured, up to
-    ``max_backoff``. ``timeout`` is httpx's: seconds per connect/read/write, or an
-    ``httpx.Timeout``. ``extra_body`` is merged into every request (``temperature``,
+    Requests that fail with 408, 409, 429, a 5xx, a connection error or a connect timeout
+    are retried up to ``max_retries`` times with exponential backoff from ``backoff`` seconds,
+    capped at ``max_backoff``; a ``Retry-After`` header (seconds or an HTTP date) is honoured,
+    up to ``max_backoff``. Other 4xx answers say the request itself is invalid and are not
+    retried; nor is a read timeout (the server has the request and is still on it, or stuck:
+    asking again starts the work over, behind the first). A stream that ends before its reply
+    is complete is retried only when nothing of the reply had arrived yet.
+
+    ``timeout`` is the read (and write) timeout in seconds: how long to wait for the reply to
+    start and, when streaming, between two chunks, never for the whole reply. It may also be an
+    ``httpx.Timeout``. ``connect_timeout`` (default: ``timeout``) bounds making the connection.
+    ``null_content`` is how an assistant message that has tool calls and no text is sent (see
+    :data:`NullContent`). ``extra_body`` is merged into every request (``temperature``,
     ``tool_choice``, ...). ``stream`` is the default for :class:`~sesstree.Agent`.
     """
 
@@ -94,31 +106,63 @@ class OpenAIProvider:
         *,
         api_key_env: str = "OPENAI_API_KEY",
         timeout: float | httpx.Timeout = 60.0,
+        connect_timeout: float | None = None,
         max_retries: int = 3,
         backoff: float = 0.5,
         max_backoff: float = 30.0,
         stream: bool = False,
         stream_usage: bool = True,
+        null_content: NullContent = "null",
         extra_body: dict[str, Any] | None = None,
         headers: dict[str, str] | None = None,
     ) -> None:
+        if null_content not in ("null", "empty", "omit"):
+            raise ValueError(f"null_content must be 'null', 'empty' or 'omit', not {null_content!r}")
         self.base_url = base_url.rstrip("/")
-        self.url = self.base_url + "/chat/completions"
+        self.url = _endpoint(self.base_url)
+        #: The URL as messages show it: a password or key in it (``https://user:pw@host``,
+        #: ``?key=...``) is a credential, replaced by ``***``.
+        self.shown_url, self._url_secrets = shown_url(self.url)
         self.model = model
         self._api_key = api_key if api_key is not None else os.environ.get(api_key_env) or None
         self.timeout = timeout
+        self.connect_timeout = connect_timeout
         self.max_retries = max_retries
         self.backoff = backoff
         self.max_backoff = max_backoff
         self.stream = stream
         self.stream_usage = stream_usage
+        self.null_content: NullContent = null_content
         self.extra_body = dict(extra_body or {})
         self.headers = dict(headers or {})
         self._client: httpx.Client | None = None
+        self._redactor_for: tuple[str | None, ...] | None = None
+        self._redactor_cache = Redactor()
+        scrub_http_logs(self)
 
     def __repr__(self) -> str:
         key = "***" if self._api_key else None
-        return f"OpenAIProvider(base_url={self.base_url!r}, model={self.model!r}, api_key={key})"
+        base_url = shown_url(self.base_url)[0]
+        return f"OpenAIProvider(base_url={base_url!r}, model={self.model!r}, api_key={key})"
+
+    # -- secrets ------------------------------------------------------------------------------
+
+    @property
+    def _redactor(self) -> Redactor:
+        # Rebuilt when the key or headers change (both are plain attributes).
+        secrets = (self._api_key, *secret_header_values(self._headers()), *self._url_secrets)
+        if self._redactor_for != secrets:
+            self._redactor_cache = Redactor(secrets)
+            self._redactor_for = secrets
+        return self._redactor_cache
+
+    def redact(self, text: str) -> str:
+        """``text`` with the API key and every credential in ``headers`` replaced by ``***``.
+
+        The loop passes every text it records that did not come through this provider (tool
+        results, error messages) through here too.
+        """
+        return self._redactor.text(text)
 
     # -- plumbing shared by sync and async ----------------------------------------------------
 
@@ -128,13 +172,21 @@ class OpenAIProvider:
             headers["Authorization"] = f"Bearer {self._api_key}"
         return headers
 
+    def _httpx_timeout(self) -> httpx.Timeout:
+        import httpx
+
+        if isinstance(self.timeout, httpx.Timeout):
+            return self.timeout
+        connect = self.timeout if self.connect_timeout is None else self.connect_timeout
+        return httpx.Timeout(self.timeout, connect=connect)
+
     def _body(
         self, messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]], stream: bool
     ) -> dict[str, Any]:
-        body: dict[str, Any] = {
-            "model": self.model,
-            "messages": [_request_message(m) for m in messages],
-        }
+        sent = [_request_message(m) for m in messages]
+        if self.null_content != "null":
+            sent = [_without_null_content(m, self.null_content) for m in sent]
+        body: dict[str, Any] = {"model": self.model, "messages": sent}
         if tools:
             # No tool_choice: Ollama ignores it and vLLM rejects "auto" unless launched for it;
             # "auto" is every server's default anyway. extra_body can still set one.
@@ -146,42 +198,59 @@ class OpenAIProvider:
         body.update(self.extra_body)
         return body
 
-    def _redact(self, text: str) -> str:
-        if self._api_key and self._api_key in text:
-            text = text.replace(self._api_key, "***")
-        return text
-
-    def _status_error(self, status: int, text: str, headers: httpx.Headers) -> Exception:
+    def _status_error(
+        self, status: int, text: str, headers: httpx.Headers, body: dict[str, Any]
+    ) -> Exception:
+        text = self._redactor.text(text)
         try:
-            detail = error_message(json.loads(text))
+            detail = error_message(self._redactor.value(json.loads(text)))
         except ValueError:
             detail = error_message(text)
-        detail = self._redact(detail)
-        message = f"{self.url} answered {status}: {detail}"
+        message = f"{self.shown_url} answered {status}: {detail}"
         if status == 404 and not self.base_url.endswith("/v1"):
             message += " (does the base URL need to end in /v1?)"
+        elif (status == 400 or status >= 500) and _sends_null_content(body) and (
+            "content" in detail.lower()
+        ):
+            message += (" (this server may not accept content: null next to tool calls: "
+                        "try null_content=\"empty\", sess run --null-content empty)")
         if status in _RETRY_STATUS:
-            return _Retry(message, status, _retry_after(headers.get("retry-after")))
+            return Retry(message, status, _retry_after(headers.get("retry-after")))
         return ProviderError(message, status=status)
 
-    def _transport_error(self, exc: httpx.HTTPError) -> Exception:
+    def _transport_error(self, exc: Exception) -> Exception:
         import httpx
 
+        timeout = self._httpx_timeout()
         if isinstance(exc, (httpx.UnsupportedProtocol, httpx.InvalidURL)):
-            return ProviderError(f"cannot use the base URL {self.base_url!r}: {exc}")
+            shown = shown_url(self.base_url)[0]
+            return ProviderError(self.redact(f"cannot use the base URL {shown!r}: {exc}"))
+        if isinstance(exc, UnicodeEncodeError):
+            # httpx encodes headers as ASCII; the exception's text names no secret, but its
+            # .object holds the whole header value, so only its position is passed on.
+            return ProviderError("the API key or a header value has a character HTTP headers "
+                                 f"cannot carry (non-ASCII at position {exc.start})")
+        if isinstance(exc, httpx.ReadTimeout):
+            return ProviderError(
+                f"{self.shown_url} sent no answer within {seconds(timeout.read)} (the read timeout; "
+                "raise it with timeout= or sess run --timeout)")
+        if isinstance(exc, httpx.ConnectTimeout):
+            return Retry(f"could not connect to {self.shown_url} within {seconds(timeout.connect)} "
+                         "(the connect timeout)", None)
         kind = type(exc).__name__
-        return _Retry(self._redact(f"{kind} talking to {self.url}: {exc}"), None, None)
+        detail = str(exc) or "no detail given"  # an async timeout's text is empty
+        return Retry(self.redact(f"{kind} talking to {self.shown_url}: {detail}"), None)
 
-    def _delay(self, attempt: int, failure: _Retry) -> float:
+    def _delay(self, attempt: int, failure: Retry) -> float:
         if failure.after is not None:
             return min(failure.after, self.max_backoff)
         # Full jitter keeps many clients that failed together from retrying together.
         ceiling = min(self.max_backoff, self.backoff * (2 ** (attempt - 1)))
         return float(ceiling / 2 + random.uniform(0, ceiling / 2))
 
-    def _give_up(self, failure: _Retry) -> ProviderError:
-        tries = self.max_retries + 1
-        return ProviderError(f"{failure} (gave up after {tries} attempts)", status=failure.status)
+    def _give_up(self, failure: Retry) -> ProviderError:
+        tries = plural(self.max_retries + 1, "attempt")
+        return ProviderError(f"{failure} (gave up after {tries})", status=failure.status)
 
     # -- sync ---------------------------------------------------------------------------------
 
@@ -189,7 +258,7 @@ class OpenAIProvider:
         import httpx
 
         if self._client is None:
-            self._client = httpx.Client(timeout=self.timeout)
+            self._client = httpx.Client(timeout=self._httpx_timeout())
         return self._client
 
     def close(self) -> None:
@@ -210,6 +279,7 @@ class OpenAIProvider:
         """One model call, retried as the class says.
 
         Raises:
+            IncompleteReplyError: the reply stopped part-way, after part of it was received.
             ProviderError: the server refused, failed after every retry, or answered garbage.
         """
         body = self._body(messages, tools, stream)
@@ -218,7 +288,7 @@ class OpenAIProvider:
             attempt += 1
             try:
                 return self._attempt(body, stream, on_delta)
-            except _Retry as failure:
+            except Retry as failure:
                 if attempt > self.max_retries:
                     raise self._give_up(failure) from None
                 if on_retry is not None:
@@ -231,36 +301,31 @@ class OpenAIProvider:
         import httpx
 
         client = self._sync_client()
+        # Failures are raised after the except blocks, not in them: httpx's exception quotes
+        # what the server sent (an echoed key, say), and must not ride along as __context__.
+        failure: Exception
         try:
             with client.stream("POST", self.url, json=body, headers=self._headers()) as response:
                 if response.status_code >= 400:
                     response.read()
                     raise self._status_error(
-                        response.status_code, response.text, response.headers
+                        response.status_code, response.text, response.headers, body
                     )
-                if not stream:
+                reading = StreamReading(self.shown_url, response.status_code, self._redactor, on_delta)
+                if not stream or not is_event_stream(response.headers):
                     response.read()
-                    return _decode_completion(response.text)
-                assembler = StreamAssembler(on_delta)
-                started = False
+                    return reading.whole(response.text)
                 try:
-                    for payload in _sse_payloads(response.iter_lines()):
-                        started = True
-                        if payload == "[DONE]":
-                            assembler.done = True
+                    for line in response.iter_lines():
+                        if reading.line(line):
                             break
-                        assembler.feed(_decode_event(payload))
                 except httpx.HTTPError as exc:
-                    if not started:
-                        raise
-                    # Part of the reply is already recorded as chunks; retrying would record
-                    # a second, different reply after it. Fail the step instead.
-                    raise ProviderError(
-                        self._redact(f"the stream from {self.url} broke off: {exc}")
-                    ) from None
-                return assembler.finish()
-        except httpx.HTTPError as exc:
-            raise self._transport_error(exc) from None
+                    failure = reading.broken(exc, self._httpx_timeout().read)
+                else:
+                    return reading.finish()
+        except (httpx.HTTPError, httpx.InvalidURL, UnicodeEncodeError) as exc:
+            failure = self._transport_error(exc)
+        raise failure
 
     # -- async --------------------------------------------------------------------------------
 
@@ -282,12 +347,12 @@ class OpenAIProvider:
         attempt = 0
         # One client per call: an httpx.AsyncClient is bound to the event loop that made it,
         # and users run agents from several loops (asyncio.run per day of a quest).
-        async with httpx.AsyncClient(timeout=self.timeout) as client:
+        async with httpx.AsyncClient(timeout=self._httpx_timeout()) as client:
             while True:
                 attempt += 1
                 try:
                     return await self._aattempt(client, body, stream, on_delta)
-                except _Retry as failure:
+                except Retry as failure:
                     if attempt > self.max_retries:
                         raise self._give_up(failure) from None
                     if on_retry is not None:
@@ -303,6 +368,7 @@ class OpenAIProvider:
     ) -> Completion:
         import httpx
 
+        failure: Exception  # raised outside the except blocks, as in _attempt
         try:
             async with client.stream(
                 "POST", self.url, json=body, headers=self._headers()
@@ -310,29 +376,52 @@ class OpenAIProvider:
                 if response.status_code >= 400:
                     await response.aread()
                     raise self._status_error(
-                        response.status_code, response.text, response.headers
+                        response.status_code, response.text, response.headers, body
                     )
-                if not stream:
+                reading = StreamReading(self.shown_url, response.status_code, self._redactor, on_delta)
+                if not stream or not is_event_stream(response.headers):
                     await response.aread()
-                    return _decode_completion(response.text)
-                assembler = StreamAssembler(on_delta)
-                started = False
+                    return reading.whole(response.text)
                 try:
-                    async for payload in _asse_payloads(response.aiter_lines()):
-                        started = True
-                        if payload == "[DONE]":
-                            assembler.done = True
+                    async for line in response.aiter_lines():
+                        if reading.line(line):
                             break
-                        assembler.feed(_decode_event(payload))
                 except httpx.HTTPError as exc:
-                    if not started:
-                        raise
-                    raise ProviderError(
-                        self._redact(f"the stream from {self.url} broke off: {exc}")
-                    ) from None
-                return assembler.finish()
-        except httpx.HTTPError as exc:
-            raise self._transport_error(exc) from None
+                    failure = reading.broken(exc, self._httpx_timeout().read)
+                else:
+                    return reading.finish()
+        except (httpx.HTTPError, httpx.InvalidURL, UnicodeEncodeError) as exc:
+            failure = self._transport_error(exc)
+        raise failure
+
+
+def _endpoint(base_url: str) -> str:
+    # The path gets /chat/completions; a query (Azure's ?api-version=...) stays after it.
+    import urllib.parse
+
+    parts = urllib.parse.urlsplit(base_url)
+    if not parts.query:
+        return base_url + "/chat/completions"
+    return urllib.parse.urlunsplit(parts._replace(path=parts.path.rstrip("/") + "/chat/completions"))
+
+
+def _sends_null_content(body: dict[str, Any]) -> bool:
+    messages = body.get("messages")
+    return isinstance(messages, list) and any(
+        isinstance(m, dict) and m.get("role") == "assistant" and "content" in m
+        and m["content"] is None for m in messages
+    )
+
+
+def _without_null_content(message: dict[str, Any], mode: NullContent) -> dict[str, Any]:
+    if message.get("role") != "assistant" or message.get("content", "") is not None:
+        return message
+    out = dict(message)
+    if mode == "empty":
+        out["content"] = ""
+    else:
+        del out["content"]
+    return out
 
 
 def _retry_after(value: str | None) -> float | None:
@@ -352,39 +441,3 @@ def _retry_after(value: str | None) -> float | None:
     return max(0.0, when.timestamp() - time.time())
 
 
-def _decode_completion(text: str) -> Completion:
-    try:
-        body = json.loads(text)
-    except ValueError:
-        raise ProviderError(
-            f"the server's reply is not JSON: {text.strip()[:200]!r}"
-        ) from None
-    return normalise_completion(body)
-
-
-def _decode_event(payload: str) -> Any:
-    try:
-        return json.loads(payload)
-    except ValueError:
-        raise ProviderError(f"a stream event is not JSON: {payload[:200]!r}") from None
-
-
-def _sse_payload(line: str) -> str | None:
-    # Only data lines matter; comments (":"), "event:", "id:" and blank lines are framing.
-    if line.startswith("data:"):
-        return line[5:].strip()
-    return None
-
-
-def _sse_payloads(lines: Iterator[str]) -> Iterator[str]:
-    for line in lines:
-        payload = _sse_payload(line)
-        if payload:
-            yield payload
-
-
-async def _asse_payloads(lines: AsyncIterator[str]) -> AsyncIterator[str]:
-    async for line in lines:
-        payload = _sse_payload(line)
-        if payload:
-            yield payload

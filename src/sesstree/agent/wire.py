@@ -17,6 +17,7 @@ from typing import Any
 import msgspec
 
 from ..errors import ProviderError
+from .text import PieceScrubber, Redactor, one_line
 
 __all__ = [
     "Completion",
@@ -134,15 +135,18 @@ def normalise_completion(body: Any) -> Completion:
     """Normalise a non-streamed ``chat.completion`` body.
 
     Raises:
-        ProviderError: the body has no usable choice (or is an error body).
+        ProviderError: the body has no usable choice (or is an error body); its message says
+            what the body is ("an error: ...", "no choices: ..."), for the caller to say who
+            sent it.
     """
     if not isinstance(body, dict):
-        raise ProviderError(f"the server answered {type(body).__name__}, not a JSON object")
+        raise ProviderError(f"a JSON {type(body).__name__}, not an object")
     if "error" in body or body.get("object") == "error":
-        raise ProviderError(error_message(body))
+        raise ProviderError("an error: " + error_message(body))
     choices = body.get("choices")
     if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
-        raise ProviderError(f"the server's reply has no choices: {str(body)[:200]}")
+        shown = one_line(json.dumps(body, ensure_ascii=False, default=str))
+        raise ProviderError(f"no choices: {shown}")
     choice = choices[0]
     message = choice.get("message") if isinstance(choice.get("message"), dict) else {}
     assert isinstance(message, dict)
@@ -206,11 +210,16 @@ class StreamAssembler:
     concatenated, or taken whole when a server sends them as an object.
 
     ``on_delta`` receives a compact delta for each event that carried something, for the
-    loop to persist as ``assistant/chunk``.
+    loop to persist as ``assistant/chunk``. With a ``redactor``, text and arguments are passed
+    on through a :class:`~sesstree.agent.text.PieceScrubber`, so no delta holds a secret or
+    part of one even when the server splits an echo of the key over two events.
     """
 
-    def __init__(self, on_delta: Callable[[Delta], None] | None = None) -> None:
+    def __init__(
+        self, on_delta: Callable[[Delta], None] | None = None, redactor: Redactor | None = None
+    ) -> None:
         self.on_delta = on_delta
+        self._scrub = PieceScrubber(redactor) if redactor else None
         self.content: list[str] = []
         self.extras: dict[str, list[str]] = {}
         self.slots: list[_Slot] = []
@@ -219,13 +228,24 @@ class StreamAssembler:
         self.usage: dict[str, Any] | None = None
         self.model: str | None = None
         self.done = False
+        #: Something of the reply (text, reasoning, a call fragment) has arrived and been
+        #: handed to ``on_delta``: from then on a retry would record a second reply.
+        self.received = False
+        #: ``data:`` events taken, for messages.
+        self.events = 0
+
+    @property
+    def complete(self) -> bool:
+        """The server said the reply is over: a ``finish_reason`` or ``[DONE]`` arrived."""
+        return self.done or self.finish_reason is not None
 
     def feed(self, event: Any) -> None:
         """Take one decoded ``data:`` payload."""
+        self.events += 1
         if not isinstance(event, dict):
             return
         if "error" in event or event.get("object") == "error":
-            raise ProviderError("the server sent an error mid-stream: " + error_message(event))
+            raise ProviderError("an error mid-stream: " + error_message(event))
         if isinstance(event.get("model"), str):
             self.model = event["model"]
         if isinstance(event.get("usage"), dict):
@@ -240,22 +260,30 @@ class StreamAssembler:
         if not isinstance(delta, dict):
             return
         out: Delta = {}
-        text = delta.get("content")
-        if isinstance(text, str) and text:
-            self.content.append(text)
-            out["content"] = text
-        for key in ("reasoning", "reasoning_content", "refusal"):
+        for key in ("content", "reasoning", "reasoning_content", "refusal"):
             value = delta.get(key)
             if isinstance(value, str) and value:
-                self.extras.setdefault(key, []).append(value)
-                out[key] = value
+                self._take_text(out, key, value)
         calls = delta.get("tool_calls")
         if isinstance(calls, list):
             frags = [f for f in (self._take_call(c) for c in calls) if f]
             if frags:
                 out["tool_calls"] = frags
-        if out and self.on_delta is not None:
-            self.on_delta(out)
+        self._pass_on(out)
+
+    def _pass_on(self, out: Delta) -> None:
+        if out:
+            self.received = True
+            if self.on_delta is not None:
+                self.on_delta(out)
+
+    def _take_text(self, out: Delta, key: str, value: str) -> None:
+        if self._scrub is not None:
+            value = self._scrub.piece(key, value)
+            if not value:
+                return
+        (self.content if key == "content" else self.extras.setdefault(key, [])).append(value)
+        out[key] = value
 
     def _take_call(self, frag: Any) -> dict[str, Any] | None:
         if not isinstance(frag, dict):
@@ -278,6 +306,8 @@ class StreamAssembler:
         args = fn.get("arguments")
         piece = ""
         if isinstance(args, str):
+            if self._scrub is not None:
+                args = self._scrub.piece(("call", pos), args)
             slot.arguments += args
             piece = args
         elif isinstance(args, dict):
@@ -295,8 +325,25 @@ class StreamAssembler:
             out["arguments"] = piece
         return out
 
+    def _release_held(self) -> None:
+        # The stream is complete: what was held back as a possible start of a secret was not.
+        out: Delta = {}
+        frags: list[dict[str, Any]] = []
+        for channel, text in (self._scrub.rest() if self._scrub is not None else {}).items():
+            if isinstance(channel, str):
+                (self.content if channel == "content"
+                 else self.extras.setdefault(channel, [])).append(text)
+                out[channel] = text
+            else:
+                self.slots[channel[1]].arguments += text
+                frags.append({"index": channel[1], "arguments": text})
+        if frags:
+            out["tool_calls"] = frags
+        self._pass_on(out)
+
     def finish(self) -> Completion:
-        """The assembled reply; call at ``[DONE]`` or at the end of the body."""
+        """The assembled reply; call once the stream is :attr:`complete`."""
+        self._release_held()
         message: dict[str, Any] = {"role": "assistant", "content": "".join(self.content) or None}
         for key, parts in self.extras.items():
             message[key] = "".join(parts)
@@ -317,22 +364,22 @@ class StreamAssembler:
                     },
                 }
             )
-        completion = _build(message, calls, self.finish_reason, self.usage, self.model)
-        if calls and not self.done and self.finish_reason is None:
-            # The body ended with no [DONE] and no finish_reason: the calls may be cut off.
-            # Only a call whose arguments do not parse is treated as truncated.
-            for i, raw in enumerate(completion.raw_arguments):
-                if parse_arguments(raw)[1] is not None and i not in completion.truncated:
-                    completion.truncated.append(i)
-        return completion
+        # A body that ended with neither [DONE] nor a finish_reason never gets here: the
+        # provider raises IncompleteReplyError (or retries) instead of taking it for a reply.
+        return _build(message, calls, self.finish_reason, self.usage, self.model)
 
 
 def error_message(body: Any) -> str:
-    """A readable message from an error body of any shape a server uses.
+    """A readable one-line message from an error body of any shape a server uses.
 
     ``{"error": {"message": ...}}`` (OpenAI, Ollama), ``{"object": "error", "message": ...}``
-    (vLLM), ``{"error": "..."}`` (some proxies), or anything else (shown shortened).
+    (vLLM), ``{"error": "..."}`` (some proxies), or anything else: an HTML page, a template
+    error over many lines. Always one line of at most 200 characters (:func:`one_line`).
     """
+    return one_line(_error_text(body))
+
+
+def _error_text(body: Any) -> str:
     if isinstance(body, dict):
         err = body.get("error")
         if isinstance(err, dict):
@@ -346,8 +393,7 @@ def error_message(body: Any) -> str:
         if isinstance(msg, str) and msg:
             kind = body.get("type")
             return f"{msg} ({kind})" if isinstance(kind, str) and kind else msg
-    text = body if isinstance(body, str) else json.dumps(body, default=str)
-    return text.strip()[:300] or "(empty body)"
+    return body if isinstance(body, str) else json.dumps(body, ensure_ascii=False, default=str)
 
 
 def request_message(message: dict[str, Any]) -> dict[str, Any]:

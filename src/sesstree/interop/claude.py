@@ -24,6 +24,7 @@ entry form a chain of their own.
 from __future__ import annotations
 
 import collections
+import time
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +33,7 @@ import msgspec
 from ..repo import Store
 from .common import ImportResult
 from .jsonl import Record, read_records, record_type, ref_safe
+from .provenance import Provenance
 from .tree import Entry, build_tree, land_tree
 
 __all__ = ["claude_message_events", "import_claude", "looks_like_claude"]
@@ -180,6 +182,43 @@ def _merge_split_replies(records: list[Record]) -> tuple[dict[str, dict[str, Any
     return merged, silent
 
 
+def _reply_in_progress(records: list[Record]) -> tuple[str, int] | None:
+    """The uuid and line of the file's newest entry if it is a reply that may still be
+    streaming, else None.
+
+    Claude Code appends a reply block by block as it streams, and marks no entry as the last
+    one (``stop_reason`` is often null on every entry, even the final one). The newest entry
+    of the file, if it is an assistant entry without a ``stop_reason``, may be continued by
+    the next write: deriving its message now and again, longer, later would turn a re-import
+    into a rewrite. So it stays its raw record until the file grows past it or it carries a
+    ``stop_reason``. Only the newest entry can be in progress: the file grows at its end.
+    Only a file written to in the last ``LIVE_WINDOW`` seconds is asked: in an older one the
+    last reply is finished, and is a message like every other.
+    """
+    for r in reversed(records):
+        uuid = r.data.get("uuid")
+        if not isinstance(uuid, str):
+            continue
+        message = r.data.get("message")
+        if (r.data.get("type") == "assistant" and isinstance(message, dict)
+                and message.get("stop_reason") is None):
+            return uuid, r.line
+        return None
+    return None
+
+
+#: A transcript written to within this many seconds may be mid-reply; an older one is finished
+#: (Claude Code writes a reply's blocks seconds apart), so its last reply is a message.
+LIVE_WINDOW = 600.0
+
+
+def _may_be_live(path: Path) -> bool:
+    try:
+        return time.time() - path.stat().st_mtime < LIVE_WINDOW
+    except OSError:
+        return True
+
+
 def _entry_events(
     rec: dict[str, Any], raw: dict[str, Any], message: Any = None, silent: bool = False
 ) -> list[tuple[str, Any]]:
@@ -209,12 +248,20 @@ def _session_id(records: list[Record], path: Path) -> str:
     return ids.most_common(1)[0][0] if ids else stem
 
 
-def import_claude(store: Store, path: Path, name: str | None = None) -> list[ImportResult]:
+def import_claude(
+    store: Store, path: Path, name: str | None = None, *, owners: Provenance | None = None,
+    force: bool = False,
+) -> list[ImportResult]:
     """Import one Claude Code transcript: one session per leaf, the main one named ``name``."""
     problems: list[str] = []
     records = read_records(path, problems)
     session_id = _session_id(records, path)
     merged, silent = _merge_split_replies(records)
+    pending = _reply_in_progress(records) if _may_be_live(path) else None
+    if pending is not None:
+        silent.add(pending[0])
+        problems.append(f"{path}:{pending[1]}: the last reply may still be being written (it "
+                        "has no stop_reason): kept as its record, not yet as a message")
     entries: list[Entry] = []
     last_key: str | None = None  # the previous record of the file, for splicing
     last_main: str | None = None  # the previous main-line entry, for compaction roots
@@ -225,11 +272,13 @@ def import_claude(store: Store, path: Path, name: str | None = None) -> list[Imp
         if isinstance(uuid, str) and rec.get("sessionId") == session_id:
             raw = {k: v for k, v in rec.items() if k != "sessionId"}
         side = bool(rec.get("isSidechain"))
+        # a uuid of another type (a damaged file) is no key: a list cannot even be looked up
         events = _entry_events(rec, raw, merged.get(uuid) if isinstance(uuid, str) else None,
-                               uuid in silent)
+                               isinstance(uuid, str) and uuid in silent)
         if not isinstance(uuid, str):
             key = f"@{r.line}"
-            entries.append(Entry(r.line, key, last_key, events, splice=last_key is not None))
+            entries.append(Entry(r.line, key, last_key, events, splice=last_key is not None,
+                                 prelude=last_main is None))
             last_key = key
             continue
         parent = rec.get("parentUuid")
@@ -246,4 +295,4 @@ def import_claude(store: Store, path: Path, name: str | None = None) -> list[Imp
     base = name or ref_safe(path.name.removesuffix(".jsonl"))
     meta = {"format": "claude", "sessionId": session_id, "source": str(path)}
     return land_tree(store, tree, path=path, base=base, explicit=name is not None, meta=meta,
-                     problems=problems, format="claude")
+                     problems=problems, format="claude", owners=owners, force=force)

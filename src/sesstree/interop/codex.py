@@ -25,6 +25,7 @@ import msgspec
 from ..repo import Store
 from .common import ImportResult
 from .jsonl import read_records, record_type, ref_safe
+from .provenance import Provenance
 from .tree import Entry, build_tree, land_tree
 
 __all__ = ["import_codex", "looks_like_codex", "response_item_events"]
@@ -118,12 +119,16 @@ def _events(rec: dict[str, Any]) -> list[tuple[str, Any]]:
             events.append(("system/message", {"role": "system", "content": text}))
     elif kind == "compacted":
         events.append(("compaction/marker", {"summary": str(payload.get("message", ""))}))
-        for item in payload.get("replacement_history") or []:
+        history = payload.get("replacement_history")
+        for item in history if isinstance(history, list) else []:
             events.extend(response_item_events(item))
     return events
 
 
-def import_codex(store: Store, path: Path, name: str | None = None) -> list[ImportResult]:
+def import_codex(
+    store: Store, path: Path, name: str | None = None, *, owners: Provenance | None = None,
+    force: bool = False,
+) -> list[ImportResult]:
     """Import one Codex rollout as one session named after its thread id."""
     problems: list[str] = []
     records = read_records(path, problems)
@@ -142,4 +147,4 @@ def import_codex(store: Store, path: Path, name: str | None = None) -> list[Impo
                             else path.name.removesuffix(".jsonl"))
     meta = {"format": "codex", "thread": thread, "source": str(path)}
     return land_tree(store, tree, path=path, base=base, explicit=name is not None, meta=meta,
-                     problems=problems, format="codex")
+                     problems=problems, format="codex", owners=owners, force=force)

@@ -18,29 +18,40 @@ from ..errors import InputError
 from ..repo import Store
 from .common import write_new
 
-__all__ = ["export_openai", "export_records"]
+__all__ = ["export_openai", "export_records", "render_openai", "render_records"]
 
 _encoder = msgspec.json.Encoder()
 
 
 def export_openai(store: Store, rev: str, out: Path | None = None, *, force: bool = False) -> Path:
-    """Write the messages a model would be sent at ``rev``, tool calls paired.
+    """Write the messages a model would be sent at ``rev``: the sending view (every tool call
+    answered, no result without a call, no two user messages in a row).
 
     A ``.jsonl`` path gets one message per line; anything else a JSON array.
     """
-    messages = store.messages(rev)
+    return write_new([render_openai(store, rev, out)], force=force)[0]
+
+
+def render_openai(store: Store, rev: str, out: Path | None = None) -> tuple[Path, bytes]:
+    """The file :func:`export_openai` writes: its path and its bytes."""
+    messages = store.derive(rev, sending=True).messages
     target = out if out is not None else Path(f"{store.session_name_of(rev).replace('/', '_')}.json")
     if target.name.endswith(".jsonl"):
         data = b"".join(_encoder.encode(m) + b"\n" for m in messages)
     else:
         data = msgspec.json.format(_encoder.encode(messages), indent=1) + b"\n"
-    return write_new([(target, data)], force=force)[0]
+    return target, data
 
 
 def export_records(
     store: Store, rev: str, fmt: str, out: Path | None = None, *, force: bool = False
 ) -> Path:
     """Rebuild the ``claude`` or ``pi`` JSONL file of the session at ``rev``."""
+    return write_new([render_records(store, rev, fmt, out)], force=force)[0]
+
+
+def render_records(store: Store, rev: str, fmt: str, out: Path | None = None) -> tuple[Path, bytes]:
+    """The file :func:`export_records` writes: its path and its bytes."""
     chain = store.chain(rev)
     prefix = fmt + "/"
     records = [d for t, d in zip(chain.types, chain.datas, strict=True) if t.startswith(prefix)]
@@ -62,4 +73,4 @@ def export_records(
             lines.append(r)
     target = out if out is not None else Path(f"{name.replace('/', '_')}.jsonl")
     data = b"".join(_encoder.encode(r) + b"\n" for r in lines)
-    return write_new([(target, data)], force=force)[0]
+    return target, data

@@ -18,7 +18,7 @@ import msgspec
 from ..errors import InputError
 from ..events import is_registered, register_event_type
 
-__all__ = ["Record", "read_records", "record_type", "ref_safe"]
+__all__ = ["Record", "decode_line", "read_records", "record_type", "ref_safe"]
 
 _decoder = msgspec.json.Decoder()
 _raw = json.JSONDecoder()
@@ -46,11 +46,10 @@ def read_records(path: Path, problems: list[str], *, strict: bool = False) -> li
         if not line.strip():
             continue
         try:
-            value = _decoder.decode(line)
-        except msgspec.DecodeError as exc:
+            value = decode_line(line)
+        except InputError as exc:
             if strict:
-                detail = "truncated line" if "truncated" in str(exc) else f"malformed JSON ({exc})"
-                raise InputError(detail, path=str(path), line=number) from None
+                raise InputError(str(exc), path=str(path), line=number) from None
             recovered = _glued(line)
             if recovered:
                 problems.append(
@@ -59,8 +58,7 @@ def read_records(path: Path, problems: list[str], *, strict: bool = False) -> li
                 )
                 out.extend(Record(number, v) for v in recovered)
             else:
-                what = "truncated line" if "truncated" in str(exc) else "malformed JSON"
-                problems.append(f"{path}:{number}: {what}; skipped")
+                problems.append(f"{path}:{number}: {exc}; skipped")
             continue
         if isinstance(value, dict):
             out.append(Record(number, value))
@@ -72,6 +70,20 @@ def read_records(path: Path, problems: list[str], *, strict: bool = False) -> li
         else:
             problems.append(f"{path}:{number}: not a JSON object; skipped")
     return out
+
+
+def decode_line(data: bytes) -> Any:
+    """One JSON value. Raises InputError (with no place: the caller knows it) for a truncated,
+    malformed, too deeply nested or out-of-range value."""
+    try:
+        return _decoder.decode(data)
+    except msgspec.DecodeError as exc:
+        if "truncated" in str(exc):
+            raise InputError("truncated line") from None
+        raise InputError(f"malformed JSON ({exc})") from None
+    except RecursionError:
+        # msgspec gives up past about a thousand levels with a RecursionError of its own
+        raise InputError("JSON nested too deeply") from None
 
 
 def _glued(line: bytes) -> list[dict[str, Any]]:
@@ -86,7 +98,7 @@ def _glued(line: bytes) -> list[dict[str, Any]]:
     while pos < len(text):
         try:
             value, end = _raw.raw_decode(text, pos)
-        except json.JSONDecodeError:
+        except (ValueError, RecursionError):  # JSONDecodeError, or an int of 4,300+ digits
             return []
         if not isinstance(value, dict):
             return []

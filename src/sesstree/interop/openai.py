@@ -8,15 +8,16 @@ object is an error, because skipping it would change the conversation.
 
 from __future__ import annotations
 
+import unicodedata
 from pathlib import Path
 from typing import Any
-
-import msgspec
 
 from ..errors import InputError
 from ..node import check_ref_name
 from ..repo import Store
 from .common import ImportResult, land, message_chain
+from .jsonl import decode_line
+from .provenance import Origin, Provenance
 
 __all__ = ["import_openai_json", "looks_like_messages", "messages_of"]
 
@@ -45,21 +46,26 @@ def messages_of(value: Any, path: Path) -> tuple[list[dict[str, Any]], dict[str,
     return value, rest
 
 
-def import_openai_json(store: Store, path: Path, name: str | None = None) -> ImportResult:
+def import_openai_json(
+    store: Store, path: Path, name: str | None = None, *, owners: Provenance | None = None,
+    force: bool = False,
+) -> ImportResult:
     """Import a JSON file of chat messages into session ``name`` (default: the file's stem)."""
     try:
-        value = msgspec.json.decode(path.read_bytes())
-    except msgspec.DecodeError as exc:
-        raise InputError(f"malformed JSON ({exc})", path=str(path)) from None
+        value = decode_line(path.read_bytes())
+    except InputError as exc:
+        raise InputError(str(exc), path=str(path)) from None
+    except OSError as exc:
+        raise InputError(f"cannot read: {exc.strerror}", path=str(path)) from None
     messages, rest = messages_of(value, path)
-    session = name or path.name.removesuffix(".json").removesuffix(".traj")
+    # NFC: a file name from macOS (NFD) names the same session as one typed by hand.
+    session = name or unicodedata.normalize(
+        "NFC", path.name.removesuffix(".json").removesuffix(".traj"))
     check_ref_name(session)
-    nodes = message_chain(messages)
-    result = land(store, session, nodes, source=str(path.resolve()), format="openai",
-                  explicit_name=name is not None)
-    if result.outcome in ("created", "fast-forward", "rewritten"):
-        meta: dict[str, Any] = {"format": "openai", "source": str(path)}
-        if rest:
-            meta["document"] = rest
-        store.set_session_meta(result.session, meta)
-    return result
+    nodes = message_chain(messages, path)
+    meta: dict[str, Any] = {"format": "openai", "source": str(path)}
+    if rest:
+        meta["document"] = rest
+    return land(store, session, nodes, origin=Origin("openai", str(path.resolve())),
+                owners=owners if owners is not None else Provenance(store),
+                explicit_name=name is not None, force=force, meta=meta)

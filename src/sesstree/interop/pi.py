@@ -28,6 +28,7 @@ import msgspec
 from ..repo import Store
 from .common import ImportResult
 from .jsonl import read_records, record_type, ref_safe
+from .provenance import Provenance
 from .tree import Entry, build_tree, land_tree
 
 __all__ = ["import_pi", "looks_like_pi", "pi_message_events"]
@@ -139,7 +140,10 @@ def _events(rec: dict[str, Any]) -> list[tuple[str, Any]]:
     return events
 
 
-def import_pi(store: Store, path: Path, name: str | None = None) -> list[ImportResult]:
+def import_pi(
+    store: Store, path: Path, name: str | None = None, *, owners: Provenance | None = None,
+    force: bool = False,
+) -> list[ImportResult]:
     """Import one pi session file: one session per leaf, the main one named after the session."""
     problems: list[str] = []
     records = read_records(path, problems)
@@ -175,4 +179,4 @@ def import_pi(store: Store, path: Path, name: str | None = None) -> list[ImportR
     if title is not None:
         meta["title"] = title
     return land_tree(store, tree, path=path, base=base, explicit=name is not None, meta=meta,
-                     problems=problems, format="pi")
+                     problems=problems, format="pi", owners=owners, force=force)

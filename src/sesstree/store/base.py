@@ -122,6 +122,10 @@ class Backend(Protocol):
     def batch(self) -> AbstractContextManager[None]:
         """Group commits: one transaction, acknowledged (and durable) when the block exits."""
 
+    def snapshot(self) -> AbstractContextManager[None]:
+        """Read everything inside the block from one consistent state of the store (one read
+        transaction): what other writers commit meanwhile is not seen. Writes nothing."""
+
     def get(self, id: NodeId) -> StoredNode | None:
         """One node, or None."""
 
@@ -156,6 +160,9 @@ class Backend(Protocol):
     def set_meta(self, key: str, value: str | None) -> None:
         """Set or (with None) delete a setting."""
 
+    def list_meta(self, prefix: str) -> dict[str, str]:
+        """Every setting whose key starts with ``prefix``, by key (one read, not one per key)."""
+
     def iter_nodes(self) -> Iterator[StoredNode]:
         """Every stored node, parents before children."""
 
@@ -164,6 +171,12 @@ class Backend(Protocol):
 
     def delete_nodes(self, ids: Sequence[NodeId]) -> int:
         """Remove nodes (gc only: the caller ensures nothing reaches them). Returns the count."""
+
+    def collect_garbage(self, dry_run: bool) -> tuple[list[NodeId], int, int]:
+        """Remove (unless ``dry_run``) nodes and payloads that no ref, reflog entry or
+        detached HEAD reaches. Returns the unreachable ids, how many were removed, how many
+        nodes are kept. Finds reachability from ids and parents only, and never holds the
+        write lock for long."""
 
     def check(self) -> list[str]:
         """Backend-level faults (storage integrity, derived indexes, payload hashes)."""

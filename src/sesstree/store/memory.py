@@ -29,7 +29,7 @@ class MemoryBackend:
         self._lock = threading.RLock()
         self._batch_depth = 0
         self._snapshot: (
-            tuple[dict[NodeId, StoredNode], dict[str, Ref], int, dict[str, str]] | None
+            tuple[dict[NodeId, StoredNode], dict[str, Ref], list[ReflogEntry], dict[str, str]] | None
         ) = None
         self._pending: dict[str, tuple[NodeId | None, int, str]] = {}
 
@@ -74,8 +74,9 @@ class MemoryBackend:
     def batch(self) -> Iterator[None]:
         with self._lock:
             if self._batch_depth == 0:
+                # The whole reflog, not its length: a rename inside the batch rewrites entries.
                 self._snapshot = (
-                    dict(self._nodes), dict(self._refs), len(self._reflog), dict(self._meta)
+                    dict(self._nodes), dict(self._refs), list(self._reflog), dict(self._meta)
                 )
             self._batch_depth += 1
             try:
@@ -84,15 +85,20 @@ class MemoryBackend:
                     self._flush_pending()
             except BaseException:
                 if self._batch_depth == 1 and self._snapshot is not None:
-                    nodes, refs, n, meta = self._snapshot
-                    self._nodes, self._refs, self._meta = nodes, refs, meta
-                    del self._reflog[n:]
+                    nodes, refs, log, meta = self._snapshot
+                    self._nodes, self._refs, self._reflog, self._meta = nodes, refs, log, meta
                     self._pending.clear()
                 raise
             finally:
                 self._batch_depth -= 1
                 if self._batch_depth == 0:
                     self._snapshot = None
+
+    @contextmanager
+    def snapshot(self) -> Iterator[None]:
+        # The lock keeps other threads' writes out until the block ends.
+        with self._lock:
+            yield
 
     def _flush_pending(self) -> None:
         now = time.time()
@@ -182,6 +188,9 @@ class MemoryBackend:
         else:
             self._meta[key] = value
 
+    def list_meta(self, prefix: str) -> dict[str, str]:
+        return {k: v for k, v in self._meta.items() if k.startswith(prefix)}
+
     def iter_nodes(self) -> Iterator[StoredNode]:
         # Insertion order of a dict is parents-first, as nodes are only stored after parents.
         yield from list(self._nodes.values())
@@ -192,6 +201,23 @@ class MemoryBackend:
     def delete_nodes(self, ids: Sequence[NodeId]) -> int:
         with self._lock:
             return sum(self._nodes.pop(i, None) is not None for i in ids)
+
+    def collect_garbage(self, dry_run: bool) -> tuple[list[NodeId], int, int]:
+        with self._lock:
+            roots = {r.target for r in self._refs.values()}
+            roots.update(t for e in self._reflog for t in (e.old, e.new) if t is not None)
+            head = self._meta.get("HEAD")
+            if head is not None and not head.startswith("ref: "):
+                roots.add(NodeId(head))
+            live: set[NodeId] = set()
+            for root in roots:
+                cur: NodeId | None = root
+                while cur is not None and cur not in live and cur in self._nodes:
+                    live.add(cur)
+                    cur = self._nodes[cur].parent
+            dead = [i for i in reversed(self._nodes) if i not in live]
+            removed = 0 if dry_run else self.delete_nodes(dead)
+            return dead, removed, len(live)
 
     def check(self) -> list[str]:
         return []

@@ -407,10 +407,47 @@ class PostgresBackend:
         rows = self._read(refs.GET_META, (key,))
         return str(rows[0][0]) if rows else None
 
+    def list_meta(self, prefix: str) -> dict[str, str]:
+        return {str(k): str(v) for k, v in self._read(refs.LIST_META, (len(prefix), prefix))}
+
+    @contextmanager
+    def snapshot(self) -> Iterator[None]:
+        """Reads inside the block see one state of the store: one REPEATABLE READ, READ ONLY
+        transaction (inside a batch, the batch's own transaction)."""
+        with self._lock:
+            if self._batch_depth or self._conn.in_batch:
+                yield
+                return
+            conn = self._conn.connection()
+            try:
+                txn = conn.transaction()
+                txn.__enter__()
+                conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
+            except psycopg.Error as exc:
+                self._conn.raise_translated(exc)
+            # Pinned like a batch: a read must not run again on a new connection, outside the
+            # snapshot.
+            self._conn.begin_batch(conn)
+            try:
+                yield
+            except BaseException as exc:
+                self._conn.end_batch()
+                try:
+                    txn.__exit__(type(exc), exc, exc.__traceback__)
+                except psycopg.Error:
+                    self._conn.discard()
+                raise
+            self._conn.end_batch()
+            try:
+                txn.__exit__(None, None, None)
+            except psycopg.Error as exc:
+                self._conn.discard()
+                self._conn.raise_translated(exc)
+
     def iter_nodes(self) -> Iterator[StoredNode]:
         """Every node, parents first, fetched in chunks from one snapshot (bounded memory)."""
         with self._lock:
-            if self._batch_depth:
+            if self._batch_depth or self._conn.in_batch:  # a batch's or a snapshot's
                 for row in self._read(objects.ITER):
                     yield self._stored(row)
                 return
@@ -446,14 +483,15 @@ class PostgresBackend:
 
     # -- maintenance on the server -----------------------------------------------------------
 
-    def collect_garbage(self, *, dry_run: bool = False) -> tuple[list[NodeId], int]:
+    def collect_garbage(self, dry_run: bool) -> tuple[list[NodeId], int, int]:
         """Find (and unless ``dry_run`` remove) what nothing reaches, walking on the server.
 
-        Returns the unreachable ids (newest first) and how many nodes are kept. While it runs,
-        writers wait: a node being appended to must not be removed under them.
+        Returns the unreachable ids (newest first), how many were removed and how many nodes
+        are kept. Only the ids come to the client. While it removes, writers wait (for at most
+        the store's timeout): a node being appended to must not be removed under them.
         """
 
-        def work(conn: Conn, replay: bool) -> tuple[list[NodeId], int]:
+        def work(conn: Conn, replay: bool) -> tuple[list[NodeId], int, int]:
             with conn.transaction():
                 if not dry_run:
                     # Writers wait until gc commits: a node must not go while a writer appends
@@ -467,7 +505,8 @@ class PostgresBackend:
                 total = conn.execute(objects.COUNT).fetchone()
                 if dead and not dry_run:
                     conn.execute(objects.DELETE, {"ids": dead})
-            return [NodeId(d.hex()) for d in dead], int(total[0] if total else 0) - len(dead)
+            kept = int(total[0] if total else 0) - len(dead)
+            return [NodeId(d.hex()) for d in dead], 0 if dry_run else len(dead), kept
 
         with self._lock:
             self._flush_in_batch()

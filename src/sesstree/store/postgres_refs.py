@@ -25,6 +25,7 @@ __all__ = [
     "EXPIRE",
     "GET_META",
     "GET_REF",
+    "LIST_META",
     "LIST_REFS",
     "LOG_BATCH",
     "MOVE_REF",
@@ -263,6 +264,7 @@ SELECT count(*) FROM gone
 """
 
 GET_META = "SELECT value FROM meta WHERE key = %s"
+LIST_META = "SELECT key, value FROM meta WHERE left(key, %s) = %s ORDER BY key"
 SET_META = (
     "INSERT INTO meta(key, value) VALUES (%s, %s) "
     "ON CONFLICT (key) DO UPDATE SET value = excluded.value"

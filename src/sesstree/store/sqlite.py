@@ -27,7 +27,7 @@ import threading
 import time
 import zlib
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import NoReturn
 
@@ -37,44 +37,42 @@ from blake3 import blake3
 from ..errors import (
     ConflictError,
     StoreCorruptError,
-    StoreFormatError,
     StoreLockedError,
-    StoreNotFoundError,
 )
-from ..node import ID_VERSION, NodeId
-from .base import Chain, RawNode, Ref, ReflogEntry, RefUpdate, StoredNode, describe
-from .sqlite_paths import IdPart, PathReader, row_data, split_row
+from ..node import NodeId
+from .base import Chain, RawNode, RefUpdate, StoredNode, describe
+from .sqlite_check import check_store
+from .sqlite_gc import collect_garbage
+from .sqlite_lock import WriteLock
+from .sqlite_media import translate, translating
+from .sqlite_open import DURABLE_WAL_PAGES, FORMAT_VERSION, PAGE_SIZE, WAL_PAGES, open_connection
+from .sqlite_paths import PathReader, row_data, split_row, verify_node
+from .sqlite_refs import RefReads
 from .sqlite_sql import (
     APPEND_ONE,
-    APPEND_TEMP,
     CAS,
-    CHECKS,
     INSERT_NODE,
-    LIST_REFS,
     NEWEST,
     NODE_COLS,
-    SCHEMA,
 )
-from .sqlite_wal import preallocate_wal
+from .sqlite_wal import IdleCheckpointer, preallocate_wal
 
-__all__ = ["FORMAT_VERSION", "SqliteBackend"]
+__all__ = [
+    "BLOB_MIN", "DURABLE_WAL_PAGES", "FORMAT_VERSION", "PAGE_SIZE", "SIZE_WAL_AFTER", "WAL_PAGES",
+    "SqliteBackend",
+]
 
-FORMAT_VERSION = 1
 #: Payloads larger than this are stored once, by hash, zlib-compressed (tool results, files).
 BLOB_MIN = 1024
-#: A commit writes whole pages to the WAL, and an append dirties three: smaller pages make it
-#: cheaper, while 1 KB pages would cost disk space (measured in bench/bench_store.py).
-PAGE_SIZE = 2048
-# Checkpoint every 10,000 pages (~20 MB of WAL) instead of 1,000: fewer checkpoints (each one
-# fsyncs) make committed appends cheaper; the WAL file is reused, so it stays about this size.
-WAL_PAGES = 10_000
 # A connection that has committed this many single appends is a long writer: its WAL is then
 # given its full size once, so that later appends overwrite blocks instead of growing the file.
 SIZE_WAL_AFTER = 1_000
-# A durable store checkpoints sooner, so that its WAL stays within the size it is given when
-# opened (see _preallocate_wal): ~4 MB with 2 KB pages.
-DURABLE_WAL_PAGES = 2_000
 _CACHE_MAX = 200_000
+# A writer idle this many seconds has its commits folded into the main file (see
+# sqlite_wal.IdleCheckpointer): recent history does not live on only in the WAL.
+IDLE_CHECKPOINT = 1.0
+
+
 class _Pending(msgspec.Struct):
     old: int | None
     new: int | None
@@ -82,7 +80,7 @@ class _Pending(msgspec.Struct):
     reason: str
 
 
-class SqliteBackend:
+class SqliteBackend(RefReads):
     """A store in one SQLite file. See the module docstring for the layout."""
 
     def __init__(
@@ -90,24 +88,21 @@ class SqliteBackend:
         timeout: float = 10.0,
     ) -> None:
         self.path = Path(path)
-        exists = self.path.exists()
-        size = self.path.stat().st_size if exists else 0
-        if not exists and not create:
-            raise StoreNotFoundError(f"no store at {self.path}")
-        if exists and not create and size == 0:
-            # Opening an existing store must never turn some other (empty) file into one.
-            raise StoreCorruptError(f"{self.path} is an empty file, not a sesstree store")
-        try:
-            self._db = sqlite3.connect(
-                self.path, isolation_level=None, timeout=timeout, check_same_thread=False
-            )
-        except sqlite3.Error as exc:
-            raise StoreCorruptError(f"cannot open store {self.path}: {exc}") from None
+        self._db, read_only = open_connection(
+            self.path, create=create, durable=durable, timeout=timeout
+        )
+        #: True when the store could only be opened for reading (read-only media).
+        self.read_only = read_only
+        self._timeout = timeout
+        self._queue = WriteLock(self.path)
+        self._queue_depth = 0
         self._lock = threading.RLock()
+        self._idle = IdleCheckpointer(self._checkpoint_idle, IDLE_CHECKPOINT)
         self._paths = PathReader(self._db, self.path)
         # Appends committed by this connection, until the WAL is given its size (a long
-        # writer's appends then stop growing the file; see sqlite_wal).
-        self._appends_to_size_wal = SIZE_WAL_AFTER
+        # writer's appends then stop growing the file; see sqlite_wal). A durable store's WAL
+        # was sized when it was opened.
+        self._appends_to_size_wal = -1 if durable else SIZE_WAL_AFTER
         self._batch_depth = 0
         self._pending: dict[str, _Pending] = {}
         self._txn_new: list[NodeId] = []
@@ -116,83 +111,12 @@ class SqliteBackend:
         # PRAGMA data_version when the cache was last known good: it changes when another
         # connection commits (a gc there may have removed rows the cache still names).
         self._data_version = -1
-        try:
-            self._open(size > 0, durable)
-        except BaseException:
-            self._db.close()
-            raise
 
-    # -- opening -----------------------------------------------------------------------------
-
-    def _open(self, exists: bool, durable: bool) -> None:
-        db = self._db
-        with self._errors():
-            if exists:
-                # Read before any write: a damaged or newer store must stay exactly as it is.
-                tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master")}
-                if "meta" not in tables or "nodes" not in tables:
-                    raise StoreCorruptError(f"{self.path} is an SQLite file but not a sesstree store")
-                row = db.execute("SELECT value FROM meta WHERE key = 'format'").fetchone()
-                version = int(row[0]) if row else 0
-                if version > FORMAT_VERSION:
-                    raise StoreFormatError(
-                        f"{self.path} has store format {version}; this sesstree reads up to "
-                        f"{FORMAT_VERSION}. Upgrade sesstree to open it."
-                    )
-                if version < 1:
-                    raise StoreCorruptError(f"{self.path} has no valid format version")
-            if not exists:
-                db.execute(f"PRAGMA page_size={PAGE_SIZE}")
-            mode = db.execute("PRAGMA journal_mode=WAL").fetchone()[0]
-            if str(mode).lower() != "wal":
-                raise StoreLockedError(f"cannot switch {self.path} to WAL mode (is it in use?)")
-            db.execute(f"PRAGMA synchronous={'FULL' if durable else 'NORMAL'}")
-            db.execute("PRAGMA cache_size=-65536")
-            db.execute(f"PRAGMA wal_autocheckpoint={DURABLE_WAL_PAGES if durable else WAL_PAGES}")
-            db.execute("PRAGMA mmap_size=268435456")
-            db.execute("PRAGMA temp_store=MEMORY")
-            for statement in APPEND_TEMP:
-                db.execute(statement)
-            if not exists:
-                db.execute("BEGIN IMMEDIATE")
-                try:
-                    tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master")}
-                    if "meta" not in tables:
-                        for statement in SCHEMA:
-                            db.execute(statement)
-                        db.executemany(
-                            "INSERT INTO meta VALUES (?, ?)",
-                            [("format", str(FORMAT_VERSION)), ("ids", f"blake3-msgpack-v{ID_VERSION}")],
-                        )
-                    db.execute("COMMIT")
-                except BaseException:
-                    db.execute("ROLLBACK")
-                    raise
-            if durable:
-                preallocate_wal(db, self.path, DURABLE_WAL_PAGES)
-                self._appends_to_size_wal = -1  # done already
-
-    @contextmanager
-    def _errors(self) -> Iterator[None]:
-        try:
-            yield
-        except sqlite3.Error as exc:
-            self._translate(exc)
+    def _errors(self) -> AbstractContextManager[None]:
+        return translating(self.path)
 
     def _translate(self, exc: sqlite3.Error) -> NoReturn:
-        """Raise the sesstree error an SQLite error means."""
-        text = str(exc)
-        if isinstance(exc, sqlite3.OperationalError):
-            if "locked" in text or "busy" in text:
-                raise StoreLockedError(
-                    f"store {self.path} is locked by another process: {text}"
-                ) from None
-            if "malformed" in text or "not a database" in text or "no such" in text:
-                raise StoreCorruptError(f"store {self.path} is damaged: {text}") from None
-            raise exc
-        if isinstance(exc, sqlite3.DatabaseError) and not isinstance(exc, sqlite3.IntegrityError):
-            raise StoreCorruptError(f"store {self.path} is damaged: {exc}") from None
-        raise exc
+        translate(self.path, exc)
 
     # -- writing -----------------------------------------------------------------------------
 
@@ -211,36 +135,82 @@ class SqliteBackend:
             if self._batch_depth or self._db.in_transaction:
                 yield
                 return
-            self._db.execute("BEGIN IMMEDIATE")
+            with self._queued():
+                self._db.execute("BEGIN IMMEDIATE")
+                try:
+                    self._sync_cache()
+                    yield
+                    self._db.execute("COMMIT")
+                    self._txn_new.clear()
+                except BaseException:
+                    self._rollback()
+                    raise
+
+    @contextmanager
+    def _queued(self) -> Iterator[None]:
+        """Hold this store's place in the writers' queue (see sqlite_lock) for the block."""
+        if self._queue_depth:
+            self._queue_depth += 1
             try:
-                self._sync_cache()
                 yield
-                self._db.execute("COMMIT")
-                self._txn_new.clear()
-            except BaseException:
-                self._rollback()
-                raise
+            finally:
+                self._queue_depth -= 1
+            return
+        if not self._queue.acquire(self._timeout):
+            raise self._starved()
+        self._queue_depth = 1
+        try:
+            yield
+        finally:
+            self._queue_depth = 0
+            self._queue.release()
+            self._idle.wrote()
+
+    def _starved(self) -> StoreLockedError:
+        return StoreLockedError(
+            f"store {self.path} is locked by another process: waited {self._timeout:g} s "
+            "for its write to finish"
+        )
 
     @contextmanager
     def batch(self) -> Iterator[None]:
         with self._lock, self._errors():
-            outer = self._batch_depth == 0
-            if outer:
+            if self._batch_depth:
+                self._batch_depth += 1
+                try:
+                    yield
+                finally:
+                    self._batch_depth -= 1
+                return
+            with self._queued():
                 self._db.execute("BEGIN IMMEDIATE")
                 self._sync_cache()
-            self._batch_depth += 1
-            try:
-                yield
-                if outer:
+                self._batch_depth = 1
+                try:
+                    yield
                     self._flush_pending()
                     self._db.execute("COMMIT")
                     self._txn_new.clear()
-            except BaseException:
-                if outer:
+                except BaseException:
                     self._rollback()
-                raise
+                    raise
+                finally:
+                    self._batch_depth = 0
+
+    @contextmanager
+    def snapshot(self) -> Iterator[None]:
+        with self._lock, self._errors():
+            if self._db.in_transaction:  # a batch or write already sees one state
+                yield
+                return
+            self._db.execute("BEGIN")
+            try:
+                # A deferred transaction takes its snapshot at the first read: take it now.
+                self._db.execute("SELECT count(*) FROM meta").fetchone()
+                yield
             finally:
-                self._batch_depth -= 1
+                if self._db.in_transaction:
+                    self._db.execute("COMMIT")
 
     def _flush_pending(self) -> None:
         now = time.time()
@@ -329,28 +299,46 @@ class SqliteBackend:
                 with self._errors():
                     self._commit_batched(nodes, updates)
                 return
-            db = self._db
-            if (
-                len(nodes) == 1 and len(updates) == 1 and self._append_one(nodes[0], updates[0])
-            ):
+            # The writers' queue, inline rather than through _queued: this is every append's
+            # path, and a generator-based context manager costs about a microsecond.
+            if self._queue_depth:
+                self._commit_alone(nodes, updates)
                 return
+            queue = self._queue
+            if not queue.acquire(self._timeout):
+                raise self._starved()
+            self._queue_depth = 1
             try:
-                db.execute("BEGIN IMMEDIATE")
-                self._sync_cache()
-                for n in nodes:
-                    self._insert(n)
-                now = time.time()
-                for u in updates:
-                    if not self._log(u.name, self._old_seq(u), self._new_seq(u), u.reason, now):
-                        raise self._conflict(u)
-                db.execute("COMMIT")
-                self._txn_new.clear()
-            except sqlite3.Error as exc:
-                self._rollback()
-                self._translate(exc)
-            except BaseException:
-                self._rollback()
-                raise
+                self._commit_alone(nodes, updates)
+            finally:
+                self._queue_depth = 0
+                queue.release()
+                self._idle.wrote()
+
+    def _commit_alone(self, nodes: Sequence[RawNode], updates: Sequence[RefUpdate]) -> None:
+        """A commit outside any batch: the one-statement append, or one transaction."""
+        db = self._db
+        if (
+            len(nodes) == 1 and len(updates) == 1 and self._append_one(nodes[0], updates[0])
+        ):
+            return
+        try:
+            db.execute("BEGIN IMMEDIATE")
+            self._sync_cache()
+            for n in nodes:
+                self._insert(n)
+            now = time.time()
+            for u in updates:
+                if not self._log(u.name, self._old_seq(u), self._new_seq(u), u.reason, now):
+                    raise self._conflict(u)
+            db.execute("COMMIT")
+            self._txn_new.clear()
+        except sqlite3.Error as exc:
+            self._rollback()
+            self._translate(exc)
+        except BaseException:
+            self._rollback()
+            raise
 
     def _append_one(self, node: RawNode, u: RefUpdate) -> bool:
         """The hot path of every append, in one statement. False if it does not apply."""
@@ -442,27 +430,35 @@ class SqliteBackend:
 
     # -- reading -----------------------------------------------------------------------------
 
-    def _id_of_seq(self, seq: int | None) -> NodeId | None:
-        if seq is None:
-            return None
-        row = self._db.execute("SELECT id FROM nodes WHERE seq = ?", (seq,)).fetchone()
-        return NodeId(row[0].hex()) if row else None
-
     def get(self, id: NodeId) -> StoredNode | None:
         with self._lock, self._errors():
             row = self._db.execute(
-                f"SELECT {NODE_COLS}, n.depth FROM nodes n WHERE n.id = ?", (bytes.fromhex(id),)
+                f"SELECT {NODE_COLS}, n.depth, p.id FROM nodes n LEFT JOIN nodes p "
+                "ON p.seq = n.parent WHERE n.id = ?",
+                (bytes.fromhex(id),),
             ).fetchone()
             if row is None:
                 return None
             type, encoded = self._split(row[3], row[4])
-            return StoredNode(NodeId(row[1].hex()), self._id_of_seq(row[2]), row[5], type, encoded)
+            payload = None if row[4] is None else encoded
+            # Checked against its id like every read: damage shows as an error, never as data.
+            # (A parent row that is missing gives no parent id, and so fails the check.)
+            if (row[2] is not None and row[6] is None) or not verify_node(
+                row[1], row[6], row[3], payload
+            ):
+                raise StoreCorruptError(
+                    f"store {self.path} is damaged: node {row[1].hex()[:12]} does not hash to its id"
+                )
+            parent = self._hex(row[6]) if row[6] is not None else None
+            return StoredNode(self._hex(row[1]), parent, row[5], type, encoded)
 
     def _split(self, data: bytes, compressed: bytes | None) -> tuple[str, bytes]:
         """Type and payload bytes of a row, inflating a payload stored apart."""
         try:
+            if not isinstance(data, bytes):
+                raise TypeError("row data is not bytes")
             type, encoded = split_row(data)
-        except (ValueError, IndexError, UnicodeDecodeError):
+        except (ValueError, IndexError, UnicodeDecodeError, TypeError):
             raise StoreCorruptError(f"store {self.path} is damaged: a node row is unreadable") from None
         return type, encoded if compressed is None else self._inflate(compressed)
 
@@ -484,18 +480,8 @@ class SqliteBackend:
                 raise KeyError(head)
             seq, depth = found
             need = depth if limit is None else min(limit, depth)
-            types, datas, id_parts, base = self._paths.read(seq, need)
-            return Chain(
-                types,
-                datas,
-                depth - need + 1,
-                self._id_of_seq(base),
-                packed_ids=lambda: self._packed_ids(id_parts),
-            )
-
-    def _packed_ids(self, parts: list[IdPart]) -> bytes:
-        with self._lock, self._errors():
-            return self._paths.packed_ids(parts)
+            types, datas, ids, base = self._paths.read(seq, need, need == depth)
+            return Chain(types, datas, depth - need + 1, self._id_of_seq(base), packed_ids=ids)
 
     def resolve_prefix(self, prefix: str, limit: int = 2) -> list[NodeId]:
         lo = bytes.fromhex((prefix + "0" * 64)[:64])
@@ -504,52 +490,15 @@ class SqliteBackend:
             rows = self._db.execute(
                 "SELECT id FROM nodes WHERE id BETWEEN ? AND ? LIMIT ?", (lo, hi, limit)
             ).fetchall()
-        return [NodeId(r[0].hex()) for r in rows]
-
-    def get_ref(self, name: str) -> Ref | None:
-        with self._lock, self._errors():
-            pending = self._pending.get(name)
-            if pending is not None:
-                target = self._id_of_seq(pending.new)
-                return None if target is None else Ref(name, target, time.time())
-            row = self._db.execute(
-                "SELECT d.id, l.time FROM reflog l LEFT JOIN nodes d ON d.seq = l.new "
-                "WHERE l.ref = ? ORDER BY l.n DESC LIMIT 1",
-                (name,),
-            ).fetchone()
-            if row is None or row[0] is None:
-                return None
-            return Ref(name, NodeId(row[0].hex()), row[1])
-
-    def list_refs(self, prefix: str) -> list[Ref]:
-        with self._lock, self._errors():
-            rows = self._db.execute(LIST_REFS, (prefix, len(prefix))).fetchall()
-            refs = {r[0]: Ref(r[0], NodeId(r[1].hex()), r[2]) for r in rows}
-            for name in [n for n in self._pending if n.startswith(prefix)]:
-                ref = self.get_ref(name)
-                if ref is None:
-                    refs.pop(name, None)
-                else:
-                    refs[name] = ref
-            return [refs[k] for k in sorted(refs)]
-
-    def reflog(self, name: str | None = None) -> list[ReflogEntry]:
-        sql = (
-            "SELECT l.ref, o.id, w.id, l.time, l.reason FROM reflog l "
-            "LEFT JOIN nodes o ON o.seq = l.old LEFT JOIN nodes w ON w.seq = l.new"
-        )
-        with self._lock, self._errors():
-            if name is None:
-                rows = self._db.execute(sql + " ORDER BY l.time, l.ref, l.n").fetchall()
-            else:
-                rows = self._db.execute(sql + " WHERE l.ref = ? ORDER BY l.n", (name,)).fetchall()
-        return [
-            ReflogEntry(
-                r[0], NodeId(r[1].hex()) if r[1] else None, NodeId(r[2].hex()) if r[2] else None,
-                r[3], r[4],
-            )
-            for r in rows
-        ]
+            if not rows and self._db.execute(
+                "SELECT 1 FROM nodes NOT INDEXED WHERE id BETWEEN ? AND ? LIMIT 1", (lo, hi)
+            ).fetchone():
+                # Only on a miss (a mistyped id, usually): the table has what the index
+                # does not, so the index is damaged. Saying "no such node" would be wrong.
+                raise StoreCorruptError(
+                    f"store {self.path} is damaged: its id index misses node {prefix}"
+                )
+        return [self._hex(r[0]) for r in rows]
 
     def expire_reflog(self, name: str) -> int:
         with self._write():
@@ -578,6 +527,15 @@ class SqliteBackend:
             else:
                 self._db.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (key, value))
 
+    def list_meta(self, prefix: str) -> dict[str, str]:
+        # A range on the primary key, not LIKE: keys may hold % and _, and the range uses the index.
+        with self._lock, self._errors():
+            rows = self._db.execute(
+                "SELECT key, value FROM meta WHERE key >= ? AND key < ?",
+                (prefix, prefix + "\U0010ffff"),
+            ).fetchall()
+        return {str(k): str(v) for k, v in rows if str(k).startswith(prefix)}
+
     def iter_nodes(self) -> Iterator[StoredNode]:
         with self._lock, self._errors():
             rows = self._db.execute(
@@ -590,9 +548,10 @@ class SqliteBackend:
                 type, encoded = self._split(r[3], r[4])
             except StoreCorruptError:
                 # Yield it as it is: it will not hash to its id, and fsck reports it as such.
-                type, encoded = "", r[3]
+                type, encoded = "", r[3] if isinstance(r[3], bytes) else b""
             yield StoredNode(
-                NodeId(r[0].hex()), NodeId(r[1].hex()) if r[1] else None, r[2], type, encoded
+                self._hex(r[0]), self._hex(r[1]) if r[1] is not None else None, r[2], type,
+                encoded,
             )
 
     def count_nodes(self) -> int:
@@ -610,29 +569,14 @@ class SqliteBackend:
             self._known.clear()
             return cur.rowcount
 
+    def collect_garbage(self, dry_run: bool) -> tuple[list[NodeId], int, int]:
+        # Each step takes the connection's lock itself, so other threads get turns too.
+        with self._errors():
+            return collect_garbage(self, dry_run)
+
     def check(self) -> list[str]:
-        faults: list[str] = []
-        db = self._db
         with self._lock, self._errors():
-            for (msg,) in db.execute("PRAGMA quick_check"):
-                if msg != "ok":
-                    faults.append(f"sqlite: {msg}")
-            for what, sql in CHECKS.items():
-                for (key,) in db.execute(sql + " LIMIT 20"):
-                    faults.append(f"{what}: {key.hex()[:12]}")
-            for ref, n in db.execute(
-                "SELECT ref, n FROM reflog WHERE (old IS NOT NULL AND old NOT IN "
-                "(SELECT seq FROM nodes)) OR (new IS NOT NULL AND new NOT IN (SELECT seq FROM nodes))"
-            ):
-                faults.append(f"reflog entry {n} of {ref} points at a missing node")
-            for digest, data in db.execute("SELECT hash, data FROM blobs"):
-                try:
-                    intact = blake3(zlib.decompress(data)).digest() == digest
-                except zlib.error:
-                    intact = False
-                if not intact:
-                    faults.append(f"payload {digest.hex()[:12]} does not match its hash")
-        return faults
+            return check_store(self._db, self.path)
 
     def physical_bytes(self) -> int:
         total = 0
@@ -647,6 +591,21 @@ class SqliteBackend:
         with self._lock, self._errors():
             self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
 
-    def close(self) -> None:
+    def _checkpoint_idle(self) -> None:
+        """Fold this writer's commits into the main file (see IdleCheckpointer), unless a
+        transaction is open: then the next pause will."""
         with self._lock:
+            if not self._db.in_transaction:
+                self._db.execute("PRAGMA wal_checkpoint(PASSIVE)")
+
+    def close(self) -> None:
+        self._idle.stop()
+        with self._lock:
+            if self._idle.wrote_since_checkpoint:
+                # What this connection wrote should not live on only in the WAL.
+                try:
+                    self._checkpoint_idle()
+                except sqlite3.Error:
+                    pass  # the commits are safe in the WAL all the same
             self._db.close()
+            self._queue.close()

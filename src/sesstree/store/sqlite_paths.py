@@ -11,26 +11,31 @@ from __future__ import annotations
 import sqlite3
 import struct
 import zlib
+from itertools import accumulate
 from pathlib import Path
 from typing import Any
 
 import msgspec
+from blake3 import blake3
 
 from ..errors import StoreCorruptError
-from .sqlite_sql import BLOBS_IN, READ_IDS, READ_RANGE, READ_RUN, RUN_BREAK, WALK_ROWS
+from ..node import ID_VERSION
+from .sqlite_sql import BLOBS_IN, READ_RANGE, READ_RUN, RUN_BREAK, WALK_ROWS
 
-__all__ = ["IdPart", "PathReader", "row_data", "split_row"]
+__all__ = ["PathReader", "row_data", "split_row", "verify_node"]
 
 #: Runs shorter than this mean interleaved writers: reading row by row is then cheaper.
 _MIN_RUN = 16
 _msgpack = msgspec.msgpack.Decoder()
 _type_bytes: dict[str, bytes] = {}
 
-#: Where the ids of a piece come from: packed bytes, or a row range read only if asked for.
-IdPart = bytes | tuple[int, int]
-#: A piece of a path being read: its ids, how many nodes, their rows' data concatenated, and
-#: (index, compressed payload) for the payloads stored apart.
-_Piece = tuple[IdPart, int, bytes, list[tuple[int, bytes]]]
+#: A piece of a path being read: its packed ids, the length of each row's data, the rows' data
+#: concatenated, and (index, compressed payload) for the payloads stored apart.
+_Piece = tuple[bytes, list[int], bytes, list[tuple[int, bytes]]]
+# The hashed form of a node starts [ID_VERSION, parent, ...; see sesstree.node. A row's data is
+# the rest of it (type, then payload), so a node is checked by hashing prefix + parent + data.
+_ROOT_HEAD = b"\x94" + msgspec.msgpack.encode(ID_VERSION) + b"\xc0"
+_PARENT_HEAD = b"\x94" + msgspec.msgpack.encode(ID_VERSION) + b"\xc4\x20"
 
 
 def row_data(type: str, encoded: bytes | None) -> bytes:
@@ -84,9 +89,16 @@ class PathReader:
         except zlib.error as exc:
             raise self._damaged(f"a payload: {exc}") from None
 
-    def read(self, cur: int, need: int) -> tuple[list[str], list[Any], list[IdPart], int | None]:
-        """Types, payloads and id sources of the newest ``need`` nodes of the path ending at
-        row ``cur``, oldest first, and the row of the parent of the oldest (None at a root)."""
+    def read(
+        self, cur: int, need: int, whole: bool
+    ) -> tuple[list[str], list[Any], bytes, int | None]:
+        """Types, payloads and packed ids of the newest ``need`` nodes of the path ending at
+        row ``cur``, oldest first, and the row of the parent of the oldest (None at a root).
+
+        Every node is checked against its id before anything is decoded (``whole``: the path
+        must also start at a root), so damaged content raises StoreCorruptError naming the
+        node, never a wrong value or a decoding error.
+        """
         pieces: list[_Piece] = []  # newest first
         got = 0
         base: int | None = None
@@ -104,46 +116,77 @@ class PathReader:
                 unbroken = (row[2] or 0) - (base or 0) == (lo + cur - 1) * (cur - lo) // 2
                 if unbroken:
                     blobs = self._blobs_in(lo, cur) if row[1] else []
-                    pieces.append(((lo, cur), cur - lo + 1, row[0], blobs))
+                    pieces.append((row[4], _lengths(row[5]), row[0], blobs))
                     got += cur - lo + 1
                     next_seq = base
                     continue
             start, base = self._run_start(cur, need - got)
             if cur - start + 1 < _MIN_RUN and need - got > _MIN_RUN:
                 # Short runs: writers interleaved here. Walk row by row instead.
-                piece, got_now, base = self._walk_rows(cur, need - got)
+                piece, base = self._walk_rows(cur, need - got)
             else:
-                data, blobs = self._read_run(start, cur)
-                got_now = cur - start + 1
-                piece = ((start, cur), got_now, data, blobs)
+                piece = self._read_run(start, cur)
             pieces.append(piece)
-            got += got_now
+            got += len(piece[1])
             next_seq = base
-        if got < need:
-            raise self._damaged("a path is shorter than its depth")
+        if got < need or (whole and base is not None):
+            raise self._damaged("a path does not match its depth index")
         pieces.reverse()
         data = pieces[0][2] if len(pieces) == 1 else b"".join(p[2] for p in pieces)
-        flat = _decode_many(data, 2 * got)
-        types: list[str] = flat[0::2]
-        if types and set(map(type, types)) != {str}:  # every row must start with its type
-            raise self._damaged("a node row is unreadable")
-        datas = flat[1::2]
+        ids = pieces[0][0] if len(pieces) == 1 else b"".join(p[0] for p in pieces)
+        lengths = pieces[0][1] if len(pieces) == 1 else [n for p in pieces for n in p[1]]
+        apart: dict[int, bytes] = {}
         offset = 0
         for p in pieces:
             for index, compressed in p[3]:
-                datas[offset + index] = _msgpack.decode(self.inflate(compressed))
-            offset += p[1]
-        return types, datas, [p[0] for p in pieces], base
+                apart[offset + index] = self.inflate(compressed)
+            offset += len(p[1])
+        if len(ids) != 32 * len(lengths) or sum(lengths) != len(data):
+            raise self._damaged("a node row is unreadable")
+        self._verify(self._id_bytes(base), ids, data, lengths, apart)
+        try:
+            flat = _decode_many(data, 2 * got)
+            types: list[str] = flat[0::2]
+            if types and set(map(type, types)) != {str}:  # every row must start with its type
+                raise ValueError("a row without a type")
+            datas = flat[1::2]
+            for index, payload in apart.items():
+                datas[index] = _msgpack.decode(payload)
+        except (msgspec.DecodeError, ValueError, TypeError) as exc:
+            raise self._damaged(f"a node row is unreadable ({exc})") from None
+        return types, datas, ids, base
 
-    def packed_ids(self, parts: list[IdPart]) -> bytes:
-        """The 32-byte ids of a path read earlier, concatenated, oldest first."""
-        out = []
-        for part in parts:
-            if isinstance(part, tuple):
-                out.append(self._db.execute(READ_IDS, part).fetchone()[0] or b"")
-            else:
-                out.append(part)
-        return b"".join(out)
+    def _verify(
+        self, parent: bytes | None, ids: bytes, data: bytes, lengths: list[int],
+        apart: dict[int, bytes],
+    ) -> None:
+        """Hash every node of a path (its parent is the node before it) against its id.
+
+        One blake3 call per node is the cost that remains (~1 us each); the loop around it is
+        kept to list comprehensions, and the digests are compared all at once.
+        """
+        if not lengths:
+            return
+        ends = list(accumulate(lengths))
+        bodies = [data[s:e] for s, e in zip([0, *ends[:-1]], ends, strict=True)]
+        for k, payload in apart.items():
+            # A payload stored apart: the row holds the type and nil, the blob the payload.
+            bodies[k] = bodies[k][:-1] + payload
+        first = _ROOT_HEAD if parent is None else _PARENT_HEAD + parent
+        heads = [first, *[_PARENT_HEAD + ids[i : i + 32] for i in range(0, len(ids) - 32, 32)]]
+        digests = [blake3(h + b).digest() for h, b in zip(heads, bodies, strict=True)]
+        if b"".join(digests) != ids:
+            bad = next(i for i, d in enumerate(digests) if d != ids[32 * i : 32 * i + 32])
+            raise self._damaged(f"node {ids[32 * bad : 32 * bad + 32].hex()[:12]} does not hash to its id")
+
+    def _id_bytes(self, seq: int | None) -> bytes | None:
+        if seq is None:
+            return None
+        row = self._db.execute("SELECT id FROM nodes WHERE seq = ?", (seq,)).fetchone()
+        if row is None:
+            raise self._damaged(f"node row {seq} is missing")
+        found: bytes = row[0]
+        return found
 
     def _parent_of(self, seq: int) -> int | None:
         row = self._db.execute("SELECT parent FROM nodes WHERE seq = ?", (seq,)).fetchone()
@@ -160,18 +203,18 @@ class PathReader:
         start = lo if row is None else int(row[0])
         return start, self._parent_of(start)
 
-    def _read_run(self, lo: int, hi: int) -> tuple[bytes, list[tuple[int, bytes]]]:
-        """The data of rows ``lo..hi`` in one statement; payloads stored apart come with their
-        index in the run."""
+    def _read_run(self, lo: int, hi: int) -> _Piece:
+        """Rows ``lo..hi`` in one statement; payloads stored apart come with their index in
+        the run."""
         row = self._db.execute(READ_RUN, (lo, hi)).fetchone()
         if not row[0]:
             raise self._damaged(f"rows {lo}..{hi} are missing")
-        return row[0], self._blobs_in(lo, hi) if row[1] else []
+        return row[2] or b"", _lengths(row[3]), row[0], self._blobs_in(lo, hi) if row[1] else []
 
     def _blobs_in(self, lo: int, hi: int) -> list[tuple[int, bytes]]:
         return [(seq - lo, data) for seq, data in self._db.execute(BLOBS_IN, (lo, hi))]
 
-    def _walk_rows(self, cur: int, need: int) -> tuple[_Piece, int, int | None]:
+    def _walk_rows(self, cur: int, need: int) -> tuple[_Piece, int | None]:
         rows: list[Any] = []
         next_seq: int | None = cur
         while next_seq is not None and len(rows) < need:
@@ -187,5 +230,18 @@ class PathReader:
                 raise self._damaged(f"node row {next_seq} is missing")
         rows.reverse()
         blobs = [(i, r[4]) for i, r in enumerate(rows) if r[4] is not None]
-        piece = (b"".join(r[2] for r in rows), len(rows), b"".join(r[3] for r in rows), blobs)
-        return piece, len(rows), next_seq
+        piece = (b"".join(r[2] for r in rows), [len(r[3]) for r in rows],
+                 b"".join(r[3] for r in rows), blobs)
+        return piece, next_seq
+
+
+def _lengths(text: str | None) -> list[int]:
+    """The lengths SQLite listed with ``group_concat(length(data))``."""
+    return [int(n) for n in text.split(",")] if text else []
+
+
+def verify_node(id: bytes, parent: bytes | None, data: bytes, payload: bytes | None) -> bool:
+    """True if a row (its ``data``, and the payload stored apart if any) hashes to ``id``."""
+    head = _ROOT_HEAD if parent is None else _PARENT_HEAD + parent
+    body = data if payload is None else data[:-1] + payload
+    return bool(blake3(head + body).digest() == id)

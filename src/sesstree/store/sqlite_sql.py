@@ -108,13 +108,16 @@ RUN_BREAK = (
 # A rowid range is scanned in ascending order, so the aggregate concatenates oldest first:
 # type, payload, type, payload... (nil for a payload stored apart, fetched with BLOBS_IN).
 READ_RUN = (
-    "SELECT CAST(group_concat(n.data, x'') AS BLOB), count(n.bid) "
+    "SELECT CAST(group_concat(n.data, x'') AS BLOB), count(n.bid), "
+    "CAST(group_concat(n.id, x'') AS BLOB), group_concat(length(n.data)) "
     "FROM nodes n WHERE n.seq BETWEEN ?1 AND ?2"
 )
 # The same, plus the sum of the rows' parents and their count: one scan both reads a range and
-# proves it is an unbroken run of the path (see PathReader.read).
+# proves it is an unbroken run of the path (see PathReader.read). The ids and the length of each
+# row's data come along so that every node can be checked against its id.
 READ_RANGE = (
-    "SELECT CAST(group_concat(n.data, x'') AS BLOB), count(n.bid), sum(n.parent), count(*) "
+    "SELECT CAST(group_concat(n.data, x'') AS BLOB), count(n.bid), sum(n.parent), count(*), "
+    "CAST(group_concat(n.id, x'') AS BLOB), group_concat(length(n.data)) "
     "FROM nodes n WHERE n.seq BETWEEN ?1 AND ?2"
 )
 # The compressed payloads of rows ?1..?2.

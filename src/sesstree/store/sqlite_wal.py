@@ -1,12 +1,20 @@
-"""Giving a durable store's write-ahead log its size up front."""
+"""The write-ahead log: its size up front, checkpoints when a writer pauses, and a scan for
+commits a damaged frame has hidden."""
 
 from __future__ import annotations
 
 import os
 import sqlite3
+import struct
+import subprocess
+import sys
+import threading
+from collections.abc import Callable
 from pathlib import Path
 
-__all__ = ["preallocate_wal"]
+from ..errors import StoreError
+
+__all__ = ["IdleCheckpointer", "preallocate_wal", "scan_wal"]
 
 
 def preallocate_wal(db: sqlite3.Connection, path: Path, pages: int, *, sync: bool = True) -> None:
@@ -46,3 +54,162 @@ def preallocate_wal(db: sqlite3.Connection, path: Path, pages: int, *, sync: boo
             os.close(fd)
     finally:
         db.execute("ROLLBACK")
+
+
+class IdleCheckpointer:
+    """Fold a writer's recent commits into the main file once it has been idle a moment.
+
+    A committed transaction first lives only in the WAL; SQLite copies it into the main file
+    at a checkpoint, every ``wal_autocheckpoint`` pages (~20 MB here). A flipped bit in the
+    WAL makes SQLite treat the log as ending just before the damaged frame, so that commit and
+    every later one would be lost at the next open. Checkpointing as soon as a writer pauses
+    (an agent waiting for its model, a CLI command ending) keeps that exposure to what was
+    written in the last :attr:`idle` seconds of activity instead of the last 20 MB.
+
+    One daemon thread per connection that writes, started on its first write; a write only
+    counts itself. A period of :attr:`idle` seconds without a write is a pause (so the
+    checkpoint comes one to two periods after the last write). The checkpoint is PASSIVE:
+    it waits for no reader or writer.
+    """
+
+    def __init__(self, run: Callable[[], None], idle: float) -> None:
+        self.idle = idle
+        self._run = run
+        self._writes = 0  # counted, not timed: a write costs one increment
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        #: Set after each idle checkpoint (tests wait on it).
+        self.done = threading.Event()
+
+    @property
+    def wrote_since_checkpoint(self) -> bool:
+        """True if a write came after the last idle checkpoint."""
+        return self._writes > 0
+
+    def wrote(self) -> None:
+        """Called after each commit: cheap, it only counts."""
+        self._writes += 1
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._loop, name="sesstree-checkpoint",
+                                            daemon=True)
+            self._thread.start()
+
+    def _loop(self) -> None:
+        seen = 0
+        while not self._stop.wait(self.idle):
+            writes = self._writes
+            if writes and writes == seen:  # wrote, then nothing for a whole period: a pause
+                self._writes = 0
+                try:
+                    self._run()
+                except (sqlite3.Error, OSError, StoreError):
+                    self._writes = writes  # try again at the next pause
+                    continue
+                self.done.set()
+            seen = self._writes
+
+    def stop(self) -> None:
+        """End the thread (the caller checkpoints one last time itself if it wrote)."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+
+
+def scan_wal(path: Path, tries: int = 3) -> str | None:
+    """A fault if the WAL beside store file ``path`` holds commits SQLite will ignore.
+
+    SQLite reads the WAL frame by frame while each frame's salt matches the header's and its
+    running checksum holds: the log ends at the last commit before the first frame that
+    fails, and the index (the ``-shm`` file) records where. A frame of the same log (same
+    salts) past that point whose checksum breaks the chain, with more frames of the log after
+    it, means commits a damaged frame made invisible: that is what this reports. Frames that
+    continue the chain are a write in progress, and a torn last frame (a crash while writing)
+    has nothing after it, so neither is reported. Only the frames past SQLite's end are
+    checked, so this costs little even for a large log. A writer at work can be caught
+    half-way through a frame while the file is read, so a finding counts only if it is the
+    same on ``tries`` readings in a row.
+    """
+    first = _scan_once(path)
+    for _ in range(tries - 1):
+        if first is None:
+            return None
+        again = _scan_once(path)
+        if again != first:
+            return None  # it moved with the writer: a write in progress, not damage
+    return first
+
+
+def _scan_once(path: Path) -> str | None:
+    wal = Path(str(path) + "-wal")
+    index = _read_in_child(Path(str(path) + "-shm"), 48)
+    try:
+        data = wal.read_bytes()
+    except FileNotFoundError:
+        return None
+    if len(index) < 48 or len(data) < 32:
+        return None
+    # SQLite's WAL index header: the valid frames, the page size (1 means 64 KB), the running
+    # checksum after the last valid frame, and the salts of the log.
+    valid = struct.unpack("=I", index[16:20])[0]
+    page_size = struct.unpack("=H", index[14:16])[0]
+    page_size = 65536 if page_size == 1 else page_size
+    checksum: tuple[int, int] = struct.unpack("=II", index[24:32])
+    salts = index[32:40]
+    magic = struct.unpack(">I", data[:4])[0]
+    if not page_size:
+        return None
+    frame = 24 + page_size
+    count = (len(data) - 32) // frame
+    if magic not in (0x377F0682, 0x377F0683) or data[16:24] != salts:
+        if valid:
+            return None  # the log was started over since the index was written
+        # SQLite found no valid header: every frame of the log is ignored.
+        same = sum(1 for i in range(count) if data[40 + i * frame : 48 + i * frame]
+                   == data[40:48] and any(data[40:48]))
+        return (f"{wal.name}: the log header is damaged; SQLite ignores all {same} frames "
+                "of it, and the commits they hold are lost") if same else None
+    order = ">" if magic & 1 else "<"
+    # SQLite's log ends at the last commit before the first bad frame: walk on from there
+    # while the chain holds (the rest of that transaction, or a write in progress).
+    for i in range(valid, count):
+        at = 32 + i * frame
+        head = data[at : at + 24]
+        if head[8:16] != salts:
+            return None  # the end of this log: zeros, or an older log's frames
+        checksum = _checksum(order, head[:8] + data[at + 24 : at + frame], checksum)
+        if checksum == struct.unpack(">II", head[16:24]):
+            continue
+        later = sum(1 for k in range(i + 1, count)
+                    if data[40 + k * frame : 48 + k * frame] == salts)
+        if not later:
+            return None  # a torn last write: nothing after it was acknowledged
+        return (f"{wal.name}: frame {i + 1} is damaged; SQLite ignores the log from frame "
+                f"{valid + 1} on ({count - valid} frames), and the commits they hold are lost")
+    return None
+
+
+def _read_in_child(path: Path, size: int) -> bytes:
+    """The first ``size`` bytes of ``path``, read by another process.
+
+    Not by this one: SQLite holds POSIX locks on ``store.db-shm`` (a reader's place in the
+    log), and closing any descriptor of a file drops all of a process's POSIX locks on it.
+    A writer could then start the log over under this process's open snapshot. (The ``-wal``
+    file carries no locks, so it is read here.)
+    """
+    code = "import sys; sys.stdout.buffer.write(open(sys.argv[1], 'rb').read(int(sys.argv[2])))"
+    try:
+        done = subprocess.run([sys.executable, "-I", "-S", "-c", code, str(path), str(size)],
+                              capture_output=True, timeout=60, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return b""
+    return done.stdout if done.returncode == 0 else b""
+
+
+def _checksum(order: str, data: bytes, seed: tuple[int, int]) -> tuple[int, int]:
+    """SQLite's WAL checksum (two running 32-bit sums over pairs of words)."""
+    s0, s1 = seed
+    words = struct.unpack(f"{order}{len(data) // 4}I", data)
+    for k in range(0, len(words), 2):
+        s0 = (s0 + words[k] + s1) & 0xFFFFFFFF
+        s1 = (s1 + words[k + 1] + s0) & 0xFFFFFFFF
+    return s0, s1

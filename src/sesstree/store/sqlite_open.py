@@ -1,0 +1,148 @@
+"""Opening an SQLite store: create it if asked, connect (read-only on read-only media), check
+that it is a sesstree store this version can read, and set the connection up.
+
+Nothing is written to an existing file before it is known to be a sesstree store: a damaged,
+foreign or newer file stays exactly as it was.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+from ..errors import StoreCorruptError, StoreFormatError, StoreLockedError, StoreNotFoundError
+from ..node import ID_VERSION
+from .sqlite_create import create_store_file, remove_leftovers
+from .sqlite_media import media_error, one_line, open_read_only, translating, unopenable
+from .sqlite_sql import APPEND_TEMP, SCHEMA
+from .sqlite_wal import preallocate_wal
+
+__all__ = ["DURABLE_WAL_PAGES", "FORMAT_VERSION", "PAGE_SIZE", "WAL_PAGES", "open_connection"]
+
+FORMAT_VERSION = 1
+#: A commit writes whole pages to the WAL, and an append dirties three: smaller pages make it
+#: cheaper, while 1 KB pages would cost disk space (measured in bench/bench_store.py).
+PAGE_SIZE = 2048
+# Checkpoint every 10,000 pages (~20 MB of WAL) instead of 1,000: fewer checkpoints (each one
+# fsyncs) make committed appends cheaper; the WAL file is reused, so it stays about this size.
+WAL_PAGES = 10_000
+# A durable store checkpoints sooner, so that its WAL stays within the size it is given when
+# opened (see sqlite_wal.preallocate_wal): ~4 MB with 2 KB pages.
+DURABLE_WAL_PAGES = 2_000
+
+
+class _NotCreated(Exception):
+    """The file is an SQLite file with no tables: a store whose creation never finished."""
+
+
+def open_connection(
+    path: Path, *, create: bool, durable: bool, timeout: float
+) -> tuple[sqlite3.Connection, bool]:
+    """A connection to the store file ``path``, set up, and whether it is read-only."""
+    exists = path.exists()
+    size = path.stat().st_size if exists else 0
+    if not exists and not create:
+        raise StoreNotFoundError(f"no store at {path}")
+    if exists and not create and size == 0:
+        # Opening an existing store must never turn some other (empty) file into one.
+        raise StoreCorruptError(f"{path} is an empty file, not a sesstree store")
+    if create and size == 0:
+        _create(path, durable)
+    db, read_only = _connect(path, timeout)
+    try:
+        try:
+            _prepare(db, path, durable, read_only)
+        except _NotCreated:
+            if not create:
+                raise StoreCorruptError(
+                    f"{path} is an SQLite file but not a sesstree store"
+                ) from None
+            # A first open killed before its schema landed (an older sesstree): finish it.
+            db.close()
+            _create(path, durable)
+            db, read_only = _connect(path, timeout)
+            _prepare(db, path, durable, read_only)
+    except BaseException:
+        db.close()
+        raise
+    if not read_only:
+        remove_leftovers(path)
+    return db, read_only
+
+
+def _build_schema(db: sqlite3.Connection) -> None:
+    """Page size, WAL mode, tables and format version of a new store (sqlite_create)."""
+    db.execute(f"PRAGMA page_size={PAGE_SIZE}")
+    db.execute("PRAGMA journal_mode=WAL")
+    db.execute("BEGIN IMMEDIATE")
+    for statement in SCHEMA:
+        db.execute(statement)
+    db.executemany(
+        "INSERT INTO meta VALUES (?, ?)",
+        [("format", str(FORMAT_VERSION)), ("ids", f"blake3-msgpack-v{ID_VERSION}")],
+    )
+    db.execute("COMMIT")
+
+
+def _create(path: Path, durable: bool) -> None:
+    """Create the store file atomically (see sqlite_create), mapping OS errors."""
+    try:
+        create_store_file(path, _build_schema, sync=durable)
+    except (OSError, sqlite3.Error) as exc:
+        raise media_error(path, exc) from None
+
+
+def _connect(path: Path, timeout: float) -> tuple[sqlite3.Connection, bool]:
+    """Connect for reading and writing, or (read-only media) for reading only."""
+    db = sqlite3.connect(path, isolation_level=None, timeout=timeout, check_same_thread=False)
+    try:
+        # Touch the file: on read-only media a WAL store fails here, not on first use.
+        db.execute("SELECT count(*) FROM sqlite_master").fetchone()
+        return db, False
+    except UnicodeDecodeError:
+        db.close()
+        raise StoreCorruptError(f"store {path} is damaged: unreadable text") from None
+    except sqlite3.Error as exc:
+        db.close()
+        if not unopenable(exc):
+            raise StoreCorruptError(f"store {path} is damaged: {one_line(str(exc))}") from None
+    return open_read_only(path, timeout), True
+
+
+def _prepare(db: sqlite3.Connection, path: Path, durable: bool, read_only: bool) -> None:
+    with translating(path):
+        # Read before any write: a damaged or newer store must stay exactly as it is.
+        tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master")}
+        if not tables:
+            raise _NotCreated
+        if "meta" not in tables or "nodes" not in tables:
+            raise StoreCorruptError(f"{path} is an SQLite file but not a sesstree store")
+        row = db.execute("SELECT value FROM meta WHERE key = 'format'").fetchone()
+        try:
+            version = int(row[0]) if row else 0
+        except (TypeError, ValueError):
+            version = 0
+        if version > FORMAT_VERSION:
+            raise StoreFormatError(
+                f"{path} has store format {version}; this sesstree reads up to "
+                f"{FORMAT_VERSION}. Upgrade sesstree to open it."
+            )
+        if version < 1:
+            raise StoreCorruptError(f"{path} has no valid format version")
+        mode = db.execute("PRAGMA journal_mode").fetchone()[0]
+        if str(mode).lower() != "wal" and not read_only:
+            mode = db.execute("PRAGMA journal_mode=WAL").fetchone()[0]
+            if str(mode).lower() != "wal":
+                raise StoreLockedError(f"cannot switch {path} to WAL mode (is it in use?)")
+        db.execute(f"PRAGMA synchronous={'FULL' if durable else 'NORMAL'}")
+        db.execute("PRAGMA cache_size=-65536")
+        db.execute(f"PRAGMA wal_autocheckpoint={DURABLE_WAL_PAGES if durable else WAL_PAGES}")
+        db.execute("PRAGMA mmap_size=268435456")
+        db.execute("PRAGMA temp_store=MEMORY")
+        for statement in APPEND_TEMP:
+            db.execute(statement)
+        if durable and not read_only:
+            try:
+                preallocate_wal(db, path, DURABLE_WAL_PAGES)
+            except (OSError, sqlite3.Error):
+                pass  # only a speed-up (a full disk, say): the WAL then grows as it goes

@@ -1,0 +1,92 @@
+"""Reading refs and the reflog of an SQLite store: a part of :class:`SqliteBackend`.
+
+A ref's value is its newest reflog entry (see :mod:`sesstree.store.sqlite`); inside a batch,
+the moves not yet logged are in ``_pending`` and win over the log.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+import time
+from contextlib import AbstractContextManager
+from pathlib import Path
+from typing import Any
+
+from ..errors import StoreCorruptError
+from ..node import NodeId
+from .base import Ref, ReflogEntry
+from .sqlite_sql import LIST_REFS
+
+__all__ = ["RefReads"]
+
+
+class RefReads:
+    """The ref and reflog reads of the SQLite backend (which provides what is declared here)."""
+
+    path: Path
+    _db: sqlite3.Connection
+    _lock: threading.RLock
+    _pending: dict[str, Any]
+
+    def _errors(self) -> AbstractContextManager[None]:  # pragma: no cover - the backend's
+        raise NotImplementedError
+
+    def _hex(self, value: object) -> NodeId:
+        """A node id read from the file, which must be 32 bytes."""
+        if not isinstance(value, bytes) or len(value) != 32:
+            raise StoreCorruptError(f"store {self.path} is damaged: a node id is unreadable")
+        return NodeId(value.hex())
+
+    def _id_of_seq(self, seq: int | None) -> NodeId | None:
+        if seq is None:
+            return None
+        row = self._db.execute("SELECT id FROM nodes WHERE seq = ?", (seq,)).fetchone()
+        return self._hex(row[0]) if row else None
+
+    def get_ref(self, name: str) -> Ref | None:
+        with self._lock, self._errors():
+            pending = self._pending.get(name)
+            if pending is not None:
+                target = self._id_of_seq(pending.new)
+                return None if target is None else Ref(name, target, time.time())
+            row = self._db.execute(
+                "SELECT d.id, l.time FROM reflog l LEFT JOIN nodes d ON d.seq = l.new "
+                "WHERE l.ref = ? ORDER BY l.n DESC LIMIT 1",
+                (name,),
+            ).fetchone()
+            if row is None or row[0] is None:
+                return None
+            return Ref(name, self._hex(row[0]), row[1])
+
+    def list_refs(self, prefix: str) -> list[Ref]:
+        with self._lock, self._errors():
+            rows = self._db.execute(LIST_REFS, (prefix, len(prefix))).fetchall()
+            refs = {r[0]: Ref(r[0], self._hex(r[1]), r[2]) for r in rows}
+            for name in [n for n in self._pending if n.startswith(prefix)]:
+                ref = self.get_ref(name)
+                if ref is None:
+                    refs.pop(name, None)
+                else:
+                    refs[name] = ref
+            return [refs[k] for k in sorted(refs)]
+
+    def reflog(self, name: str | None = None) -> list[ReflogEntry]:
+        sql = (
+            "SELECT l.ref, o.id, w.id, l.time, l.reason FROM reflog l "
+            "LEFT JOIN nodes o ON o.seq = l.old LEFT JOIN nodes w ON w.seq = l.new"
+        )
+        with self._lock, self._errors():
+            if name is None:
+                rows = self._db.execute(sql + " ORDER BY l.time, l.ref, l.n").fetchall()
+            else:
+                rows = self._db.execute(sql + " WHERE l.ref = ? ORDER BY l.n", (name,)).fetchall()
+        return [
+            ReflogEntry(
+                r[0], self._hex(r[1]) if r[1] is not None else None,
+                self._hex(r[2]) if r[2] is not None else None,
+                r[3], r[4],
+            )
+            for r in rows
+        ]
+

@@ -1,0 +1,177 @@
+"""Import provenance: a re-import finds its earlier import wherever it landed, and only there."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sesstree import InputError, Store, open_store
+from sesstree.interop import import_files
+from sesstree.interop.provenance import LEGACY_PREFIX, PROVENANCE_KEY
+
+
+def test_list_meta_reads_one_prefix_on_every_backend(tmp_path: Path) -> None:
+    for store in (open_store(":memory:"), open_store(tmp_path / "s")):
+        with store:
+            b = store.backend
+            b.set_meta("session:a", "1")
+            b.set_meta("session:b_%", "2")
+            b.set_meta("sessionx", "3")
+            b.set_meta("HEAD", "ref: sessions/a")
+            assert b.list_meta("session:") == {"session:a": "1", "session:b_%": "2"}
+            assert b.list_meta("nothing:") == {}
+
+
+QUEST = [{"role": "user", "content": "I need to get into the Cave of Echoes."},
+         {"role": "assistant", "content": "Go west past the old mill."}]
+
+
+def _seed(path: Path, messages: list[dict[str, Any]]) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(m) + "\n" for m in messages))
+    return path
+
+
+def _hand_made(store: Store, name: str, text: str = "made by hand") -> None:
+    store.session(name).add_message({"role": "user", "content": text})
+
+
+def _names(store: Store) -> list[str]:
+    return [s.name for s in store.sessions()]
+
+
+# Guards a past bug: every re-import of a file whose name a hand-made session holds grew a
+# new NAME-3, NAME-4, ...
+def test_reimport_finds_name_2_and_never_grows_name_3(store: Store, tmp_path: Path) -> None:
+    _hand_made(store, "quest-1")
+    path = _seed(tmp_path / "quest-1.jsonl", QUEST)
+    assert import_files(store, [path])[0].session == "quest-1-2"
+    again = import_files(store, [path])
+    assert [(r.session, r.outcome) for r in again] == [("quest-1-2", "up to date")]
+    _seed(path, [*QUEST, {"role": "user", "content": "I go west."}])
+    assert [(r.session, r.outcome) for r in import_files(store, [path])] == [
+        ("quest-1-2", "fast-forward")]
+    _seed(path, [QUEST[0], {"role": "assistant", "content": "Go east."}])
+    assert [(r.session, r.outcome) for r in import_files(store, [path])] == [
+        ("quest-1-2", "rewritten")]
+    assert _names(store) == ["quest-1", "quest-1-2"]
+    assert store.messages("quest-1") == [{"role": "user", "content": "made by hand"}]
+
+
+def test_nightly_recursive_import_of_real_samples_is_stable(store: Store, samples: Path) -> None:
+    # hand-made sessions hold the names the samples would take
+    _hand_made(store, "Durban-Designer__vsla__raw_sessions__9b92ce83-1981-4cdc-9f5d-7f66c4b10389")
+    _hand_made(store, "SWE-agent__mini-swe-agent__tests-test_data__github_issue")
+    first = import_files(store, [samples], recursive=True)
+    names = _names(store)
+    heads = {s.name: s.head for s in store.sessions()}
+    assert "Durban-Designer__vsla__raw_sessions__9b92ce83-1981-4cdc-9f5d-7f66c4b10389-2" in names
+    for _ in range(2):
+        again = import_files(store, [samples], recursive=True)
+        assert {r.outcome for r in again} == {"up to date"}, again
+        assert [r.session for r in again] == [r.session for r in first]
+        assert _names(store) == names
+        assert {s.name: s.head for s in store.sessions()} == heads
+
+
+# Guards a past bug: provenance stayed with the old name on `branch -m`.
+def test_reimport_finds_a_renamed_session(store: Store, tmp_path: Path) -> None:
+    path = _seed(tmp_path / "quest-1.jsonl", QUEST)
+    import_files(store, [path])
+    store.rename_session("quest-1", "adventure")
+    assert [(r.session, r.outcome) for r in import_files(store, [path])] == [
+        ("adventure", "up to date")]
+    _seed(path, [*QUEST, {"role": "user", "content": "I go west."}])
+    assert [(r.session, r.outcome) for r in import_files(store, [path])] == [
+        ("adventure", "fast-forward")]
+    assert _names(store) == ["adventure"]
+
+
+# Guards a past bug: provenance survived `branch -d`, and a later unrelated session of the
+# same name was "rewritten" by the next re-import.
+def test_a_deleted_sessions_provenance_goes_with_it(store: Store, tmp_path: Path) -> None:
+    path = _seed(tmp_path / "quest-1.jsonl", QUEST)
+    import_files(store, [path])
+    store.delete_session("quest-1")
+    _hand_made(store, "quest-1", "another story")
+    [result] = import_files(store, [path])
+    assert (result.session, result.outcome) == ("quest-1-2", "created")
+    assert store.messages("quest-1") == [{"role": "user", "content": "another story"}]
+    assert not any("import" in e.reason for e in store.reflog("quest-1")[-1:])
+
+
+# Guards a past bug: --as took over another file's session and logged "was edited".
+def test_as_name_never_takes_over_another_files_session(store: Store, tmp_path: Path) -> None:
+    a = _seed(tmp_path / "a.jsonl", QUEST)
+    b = _seed(tmp_path / "b.jsonl", [{"role": "user", "content": "something else"}])
+    import_files(store, [a], name="quest")
+    head = store.session_head("quest")
+    with pytest.raises(InputError, match=r"'quest' holds the import of .*a\.jsonl.*--force"):
+        import_files(store, [b], name="quest")
+    assert store.session_head("quest") == head and _names(store) == ["quest"]
+    [forced] = import_files(store, [b], name="quest", force=True)
+    assert forced.outcome == "replaced"
+    last = store.reflog("quest")[-1]
+    assert last.old == head and "replaced this session's history (--force)" in last.reason
+    assert not any("was edited" in e.reason for e in store.reflog("quest"))
+    # the session is b's now: b's re-import finds it, a's lands beside it
+    assert import_files(store, [b])[0].session == "quest"
+    assert import_files(store, [a])[0].session == "a"
+
+
+def test_as_name_on_a_session_this_file_extends(store: Store, tmp_path: Path) -> None:
+    store.session("quest").add_message(QUEST[0])
+    path = _seed(tmp_path / "a.jsonl", QUEST)
+    [result] = import_files(store, [path], name="quest")  # nothing lost: allowed
+    assert result.outcome == "fast-forward"
+    assert import_files(store, [path])[0].session == "quest"  # and it is this file's now
+
+
+def test_legacy_key_trusted_only_while_the_reflog_shows_the_import(store: Store,
+                                                                   tmp_path: Path) -> None:
+    path = _seed(tmp_path / "quest-1.jsonl", QUEST)
+    source = str(path.resolve())
+    import_files(store, [path])
+    store.set_session_meta("quest-1", None)
+    store.backend.set_meta(LEGACY_PREFIX + "quest-1", "seed:" + source)
+    _seed(path, [*QUEST, {"role": "user", "content": "I go west."}])
+    assert [(r.session, r.outcome) for r in import_files(store, [path])] == [
+        ("quest-1", "fast-forward")]
+    assert store.backend.get_meta(LEGACY_PREFIX + "quest-1") is None  # migrated
+    meta = store.get_session_meta("quest-1")
+    assert meta is not None and meta[PROVENANCE_KEY]["source"] == source
+    # a legacy key left behind by a delete does not make a new session of that name the file's
+    store.backend.set_meta(LEGACY_PREFIX + "quest-1", "seed:" + source)
+    store.set_session_meta("quest-1", None)
+    store.delete_session("quest-1")
+    _hand_made(store, "quest-1", "another story")
+    _seed(path, [QUEST[0], {"role": "assistant", "content": "Go east."}])
+    assert import_files(store, [path])[0].session == "quest-1-2"
+    assert store.messages("quest-1") == [{"role": "user", "content": "another story"}]
+
+
+def test_metadata_someone_else_wrote_is_no_provenance(store: Store, tmp_path: Path) -> None:
+    path = _seed(tmp_path / "quest-1.jsonl", QUEST)
+    _hand_made(store, "quest-1")
+    for odd in ({PROVENANCE_KEY: {"format": 5}}, {PROVENANCE_KEY: "x"}, {"other": 1}):
+        store.set_session_meta("quest-1", odd)
+        [result] = import_files(store, [path])
+        assert result.session == "quest-1-2"  # never the hand-made one
+    assert store.messages("quest-1") == [{"role": "user", "content": "made by hand"}]
+
+
+def test_a_copy_of_an_imported_file_lands_nowhere_new(store: Store, tmp_path: Path) -> None:
+    path = _seed(tmp_path / "a" / "quest-1.jsonl", QUEST)
+    import_files(store, [path])
+    copy = _seed(tmp_path / "b" / "quest-1.jsonl", QUEST)  # an export, a backup, a copy
+    assert [(r.session, r.outcome) for r in import_files(store, [copy])] == [
+        ("quest-1", "up to date")]
+    _seed(copy, [*QUEST, {"role": "user", "content": "I go west."}])  # the copy goes on
+    assert [(r.session, r.outcome) for r in import_files(store, [copy])] == [
+        ("quest-1-2", "created")]  # the original's session is not moved by another file
+    assert store.messages("quest-1") == QUEST
+    assert import_files(store, [copy])[0].session == "quest-1-2"
+    assert _names(store) == ["quest-1", "quest-1-2"]

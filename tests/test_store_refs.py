@@ -1,0 +1,113 @@
+"""Renaming and deleting a session move the ref, HEAD and the session's metadata together.
+
+A failure part-way (an error injected after the ref moved) leaves nothing changed, on every
+backend; a writer killed with SIGKILL at random moments in a loop of renames never leaves HEAD
+on a name that no longer exists, nor metadata under the wrong name.
+"""
+
+from __future__ import annotations
+
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from core_testkit import HELPERS
+
+from sesstree import Store, open_store
+
+CHILD = HELPERS / "store_child.py"
+
+
+class Boom(Exception):
+    pass
+
+
+def prepare(store: Store, name: str = "a") -> None:
+    store.session(name).add_message({"role": "user", "content": "hi"})
+    store.set_head_session(name)
+    store.set_session_meta(name, {"source": "import"})
+
+
+def fail_on_meta(store: Store, monkeypatch: pytest.MonkeyPatch, key: str) -> None:
+    """Make the write of meta ``key`` fail, as a crash at that point would."""
+    real = store.backend.set_meta
+
+    def set_meta(k: str, value: str | None) -> None:
+        if k == key:
+            raise Boom(k)
+        real(k, value)
+
+    monkeypatch.setattr(store.backend, "set_meta", set_meta)
+
+
+@pytest.mark.parametrize("failing", ["session:b", "session:a", "HEAD"])
+def test_a_rename_that_fails_part_way_changes_nothing(
+        store: Store, monkeypatch: pytest.MonkeyPatch, failing: str) -> None:
+    prepare(store)
+    head_before, log_before = store.head(), store.reflog("a")
+    fail_on_meta(store, monkeypatch, failing)
+    with pytest.raises(Boom):
+        store.rename_session("a", "b")
+    assert store.head() == head_before
+    assert store.has_session("a") and not store.has_session("b")
+    assert store.get_session_meta("a") == {"source": "import"}
+    assert store.get_session_meta("b") is None
+    assert store.reflog("a") == log_before and store.reflog("b") == []
+
+
+@pytest.mark.parametrize("failing", ["session:a", "HEAD"])
+def test_a_delete_that_fails_part_way_changes_nothing(
+        store: Store, monkeypatch: pytest.MonkeyPatch, failing: str) -> None:
+    prepare(store)
+    fail_on_meta(store, monkeypatch, failing)
+    with pytest.raises(Boom):
+        store.delete_session("a")
+    assert store.head()[0] == "a" and store.has_session("a")
+    assert store.get_session_meta("a") == {"source": "import"}
+    assert len(store.reflog("a")) == 1
+
+
+def check_consistent(folder: Path) -> str:
+    with open_store(folder, create=False) as store:
+        names = [s.name for s in store.sessions()]
+        assert len(names) == 1 and names[0] in ("a", "b"), names
+        (name,) = names
+        head_name, head_node = store.head()
+        assert head_name == name and head_node is not None, (head_name, name)
+        assert store.get_session_meta(name) == {"source": "import"}
+        other = "b" if name == "a" else "a"
+        assert store.get_session_meta(other) is None
+        assert store.fsck() == []
+        return name
+
+
+def kill_renames(folder: Path, rounds: int, seed: int) -> int:
+    rng = random.Random(seed)
+    with open_store(folder) as store:
+        prepare(store)
+    for _ in range(rounds):
+        proc = subprocess.Popen([sys.executable, str(CHILD), "rename", str(folder)],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        assert proc.stdout is not None
+        for _ in range(rng.randint(1, 20)):
+            if not proc.stdout.readline().startswith("ACK"):
+                raise AssertionError(proc.communicate(timeout=30)[1])
+        time.sleep(rng.random() * 0.005)
+        proc.send_signal(signal.SIGKILL)
+        _, err = proc.communicate(timeout=30)
+        assert proc.returncode == -signal.SIGKILL, err
+        check_consistent(folder)
+    return rounds
+
+
+def test_sigkill_during_renames_never_leaves_head_dangling(tmp_path: Path) -> None:
+    kill_renames(tmp_path / "s", rounds=12, seed=1)
+
+
+@pytest.mark.stress
+def test_sigkill_during_renames_many_rounds(tmp_path: Path) -> None:
+    kill_renames(tmp_path / "s", rounds=150, seed=2)
