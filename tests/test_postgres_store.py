@@ -7,6 +7,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
@@ -275,3 +276,40 @@ def test_durable_mode_insists_on_synchronous_commit(postgres_url: str) -> None:
         durable_setting = durable.backend._db.execute(  # type: ignore[attr-defined]
             "SHOW synchronous_commit").fetchone()
     assert (lax_setting, durable_setting) == (("off",), ("on",))
+
+
+def edit(db: psycopg.Connection[Any], table: str, key: str, value: bytes, old: bytes,
+         new: bytes) -> None:
+    """Replace bytes ``old`` by ``new`` in the ``data`` of one row, as damage would."""
+    (data,) = db.execute(f"SELECT data FROM {table} WHERE {key} = %s", (value,)).fetchone()
+    assert old in data
+    db.execute(f"UPDATE {table} SET data = %s WHERE {key} = %s", (data.replace(old, new), value))
+
+
+def test_every_read_checks_what_it_returns_against_the_id(postgres_url: str) -> None:
+    """Damage made with SQL (a changed word, a changed payload stored apart) is an error that
+    names the node, on every read path: a range, the server-side walk, one node."""
+    with open_store(postgres_url) as store:
+        q = store.session("q")
+        ids = [q.add_message(user(text)).id for text in ("hello", "transfer 100 to alice")]
+        ids.append(q.add_message({"role": "tool", "tool_call_id": "c", "content": "x" * 5000}).id)
+        ids.append(q.add_message(user("done")).id)
+        other = store.session("other")
+        other.add_message(user("interleaved"))
+        store.fork("f", "q~1")
+        store.session("f").add_message(user("fork"))  # its path is two runs: the walk reads it
+        db = store.backend._db  # type: ignore[attr-defined]
+        edit(db, "nodes", "id", bytes.fromhex(ids[1]), b"alice", b"mallo")
+        for read in (lambda: store.messages("q"), lambda: store.messages("f"),
+                     lambda: store.show(ids[1])):
+            with pytest.raises(StoreCorruptError, match=ids[1][:12]):
+                read()
+        edit(db, "nodes", "id", bytes.fromhex(ids[1]), b"mallo", b"alice")
+        assert len(store.messages("q")) == 4
+        (digest,) = db.execute("SELECT hash FROM blobs").fetchone()
+        edit(db, "blobs", "hash", digest, b"xxx", b"xyx")
+        with pytest.raises(StoreCorruptError, match=ids[2][:12]):
+            store.messages("q")
+        with pytest.raises(StoreCorruptError, match=ids[2][:12]):
+            store.show(ids[2])
+        assert any(ids[2][:12] in f for f in store.fsck())

@@ -350,7 +350,14 @@ class PostgresBackend:
 
     def get(self, id: NodeId) -> StoredNode | None:
         rows = self._read(objects.GET, (bytes.fromhex(id),))
-        return self._stored(rows[0]) if rows else None
+        if not rows:
+            return None
+        row = rows[0]
+        if (row[1] is None and row[4] is not None) or not objects.row_is_intact(
+                bytes(row[0]), None if row[1] is None else bytes(row[1]), bytes(row[3])):
+            raise StoreCorruptError(f"the store at {self.url} is damaged: node {id[:12]} does "
+                                    "not hash to its id")
+        return self._stored(row)
 
     def _stored(self, row: Any) -> StoredNode:
         try:
@@ -370,19 +377,26 @@ class PostgresBackend:
         rows = self._read(objects.CHAIN_ONE, params, binary=True)
         if not rows or rows[0][0] is None:
             raise KeyError(head)
-        depth, count, ids, data, base = rows[0]
+        depth, count, ids, data, base, lengths = rows[0]
         want = depth if limit is None else min(limit, depth)
-        if count != want:
-            raise StoreCorruptError(f"the store at {self.url} is damaged: a path is shorter "
-                                    "than its depth")
+        if count != want or (want == depth and count and base is not None):
+            raise StoreCorruptError(f"the store at {self.url} is damaged: a path does not "
+                                    "match its depth index")
         if count == 0:
             return Chain([], [], depth + 1, head, ids=[])
+        # Every node read is checked against its id: damage is an error, never wrong data.
+        ids, data, base = bytes(ids), bytes(data), None if base is None else bytes(base)
+        bad = objects.first_bad_node(base, ids, data, lengths or [])
+        if bad is not None:
+            raise StoreCorruptError(f"the store at {self.url} is damaged: node "
+                                    f"{ids[32 * bad : 32 * bad + 32].hex()[:12]} does not hash "
+                                    "to its id")
         try:
             types, datas = objects.decode_path(data, count)
         except (msgspec.DecodeError, ValueError):
             raise StoreCorruptError(f"the store at {self.url} is damaged: a node row is "
                                     "unreadable") from None
-        return Chain(types, datas, depth - count + 1, objects.hex_id(base), packed_ids=bytes(ids))
+        return Chain(types, datas, depth - count + 1, objects.hex_id(base), packed_ids=ids)
 
     def resolve_prefix(self, prefix: str, limit: int = 2) -> list[NodeId]:
         lo = bytes.fromhex((prefix + "0" * 64)[:64])

@@ -13,12 +13,13 @@ the client makes one round trip and msgspec decodes the whole path in one call.
 
 from __future__ import annotations
 
+from itertools import accumulate
 from typing import Any
 
 import msgspec
 from blake3 import blake3
 
-from ..node import NodeId
+from ..node import ID_VERSION, NodeId, node_id_from_encoded
 from .base import RawNode
 from .sqlite_paths import row_data, split_row
 
@@ -40,9 +41,11 @@ __all__ = [
     "PUT_NODE",
     "STATS",
     "decode_path",
+    "first_bad_node",
     "hex_id",
     "node_params",
     "row_data",
+    "row_is_intact",
     "split_row",
 ]
 
@@ -109,6 +112,12 @@ _ROW = (
     "substring({t}.data FROM 1 FOR length({t}.data) - 1) || "
     "(SELECT b.data FROM blobs b WHERE b.hash = {t}.blob) END"
 )
+# The length of _ROW, without building it again (the length of a stored value is read from
+# its header): the client cuts the concatenated rows apart with these to verify each node.
+_LENGTH = (
+    "CASE WHEN {t}.blob IS NULL THEN length({t}.data) ELSE "
+    "length({t}.data) - 1 + (SELECT length(b.data) FROM blobs b WHERE b.hash = {t}.blob) END"
+)
 
 # The path ending at node p_id, at most p_limit nodes, oldest first, as one row: the head's
 # depth, the count, the ids concatenated, the rows' data concatenated (payloads stored apart
@@ -117,10 +126,13 @@ _ROW = (
 # proves it is a run (a parent's seq is always smaller than its child's, so the parents of
 # rows lo+1..hi sum to lo + ... + (hi - 1) exactly when each is the row just before). Where
 # writers interleaved (runs shorter than 16 rows), the rest is walked over `parent` instead.
+# Its result columns may change between versions, which CREATE OR REPLACE cannot do.
+_DROP_CHAIN_FN = "DROP FUNCTION IF EXISTS sesstree_chain(bytea, integer)"
 _CHAIN_FN = f"""
 CREATE OR REPLACE FUNCTION sesstree_chain(
     p_id bytea, p_limit integer,
-    OUT o_depth integer, OUT o_count integer, OUT o_ids bytea, OUT o_data bytea, OUT o_base bytea
+    OUT o_depth integer, OUT o_count integer, OUT o_ids bytea, OUT o_data bytea, OUT o_base bytea,
+    OUT o_lengths integer[]
 ) LANGUAGE plpgsql STABLE
 -- A range of rows is read in index order, so the aggregates need no sort: without this, a
 -- plan made before the table has statistics (or a generic one) scans and sorts instead.
@@ -134,10 +146,12 @@ DECLARE
     s_par numeric;
     part_ids bytea;
     part_data bytea;
+    part_lengths integer[];
     ids_parts bytea[] := '{{}}';
     data_parts bytea[] := '{{}}';
 BEGIN
     o_count := 0;
+    o_lengths := '{{}}';
     SELECT seq, depth INTO cur, o_depth FROM nodes WHERE id = p_id;
     IF NOT FOUND THEN
         RETURN;
@@ -147,8 +161,9 @@ BEGIN
         lo := cur - (need - o_count) + 1;
         SELECT count(*), sum(parent) FILTER (WHERE seq > lo),
                string_agg(id, ''::bytea ORDER BY seq),
-               string_agg({_ROW.format(t="nodes")}, ''::bytea ORDER BY seq)
-            INTO cnt, s_par, part_ids, part_data
+               string_agg({_ROW.format(t="nodes")}, ''::bytea ORDER BY seq),
+               array_agg({_LENGTH.format(t="nodes")} ORDER BY seq)
+            INTO cnt, s_par, part_ids, part_data, part_lengths
             FROM nodes WHERE seq BETWEEN lo AND cur;
         IF cnt <> cur - lo + 1 OR coalesce(s_par, 0) <> (lo + cur - 1) * (cur - lo) / 2 THEN
             -- Not one run: take the run that ends at cur, if it is long enough to pay.
@@ -163,22 +178,26 @@ BEGIN
                 )
                 SELECT count(*), string_agg(w.id, ''::bytea ORDER BY w.k DESC),
                        string_agg({_ROW.format(t="w")}, ''::bytea ORDER BY w.k DESC),
+                       array_agg({_LENGTH.format(t="w")} ORDER BY w.k DESC),
                        (SELECT x.parent FROM walk x ORDER BY x.k DESC LIMIT 1)
-                    INTO cnt, part_ids, part_data, cur
+                    INTO cnt, part_ids, part_data, part_lengths, cur
                     FROM walk w;
                 ids_parts := part_ids || ids_parts;
                 data_parts := part_data || data_parts;
+                o_lengths := part_lengths || o_lengths;
                 o_count := o_count + cnt;
                 EXIT;
             END IF;
             SELECT count(*), string_agg(id, ''::bytea ORDER BY seq),
-                   string_agg({_ROW.format(t="nodes")}, ''::bytea ORDER BY seq)
-                INTO cnt, part_ids, part_data
+                   string_agg({_ROW.format(t="nodes")}, ''::bytea ORDER BY seq),
+                   array_agg({_LENGTH.format(t="nodes")} ORDER BY seq)
+                INTO cnt, part_ids, part_data, part_lengths
                 FROM nodes WHERE seq BETWEEN start AND cur;
             lo := start;
         END IF;
         ids_parts := part_ids || ids_parts;
         data_parts := part_data || data_parts;
+        o_lengths := part_lengths || o_lengths;
         o_count := o_count + cnt;
         SELECT parent INTO cur FROM nodes WHERE seq = lo;
     END LOOP;
@@ -209,16 +228,21 @@ ok AS MATERIALIZED (
 SELECT (SELECT depth FROM h), count(n.seq)::integer,
        string_agg(n.id, ''::bytea ORDER BY n.seq),
        string_agg({_ROW.format(t="n")}, ''::bytea ORDER BY n.seq),
-       (SELECT b.id FROM nodes a JOIN nodes b ON b.seq = a.parent WHERE a.seq = (SELECT lo FROM h))
+       (SELECT b.id FROM nodes a JOIN nodes b ON b.seq = a.parent WHERE a.seq = (SELECT lo FROM h)),
+       array_agg({_LENGTH.format(t="n")} ORDER BY n.seq)
 FROM nodes n WHERE n.seq BETWEEN (SELECT lo FROM h) AND (SELECT hi FROM h)
 HAVING coalesce((SELECT yes FROM ok), false)
 UNION ALL
 SELECT * FROM sesstree_chain(%(id)s, %(limit)s) WHERE NOT coalesce((SELECT yes FROM ok), false)
 """
-OBJECT_FUNCTIONS = [_PUT_NODE_FN, _CHAIN_FN]
+OBJECT_FUNCTIONS = [_PUT_NODE_FN, _DROP_CHAIN_FN, _CHAIN_FN]
 
 _NODE_COLS = f"n.id, par.id, n.depth, {_ROW.format(t='n')}"
-GET = f"SELECT {_NODE_COLS} FROM nodes n LEFT JOIN nodes par ON par.seq = n.parent WHERE n.id = %s"
+# (The parent's seq comes too: a parent id that is missing while a seq is there is damage.)
+GET = (
+    f"SELECT {_NODE_COLS}, n.parent FROM nodes n LEFT JOIN nodes par ON par.seq = n.parent "
+    "WHERE n.id = %s"
+)
 HAS = "SELECT id FROM nodes WHERE id = ANY(%s)"
 PREFIX = "SELECT id FROM nodes WHERE id BETWEEN %s AND %s ORDER BY id LIMIT %s"
 # Parents come before children because a parent's seq is always the smaller.
@@ -316,6 +340,42 @@ def decode_path(data: bytes, count: int) -> tuple[list[str], list[Any]]:
         head = b"\xdd" + n.to_bytes(4, "big")
     flat: list[Any] = _msgpack.decode(head + data)
     return flat[0::2], flat[1::2]
+
+
+# The start of the msgpack a node's id hashes (see node.node_id_from_encoded): a 4-item array,
+# the id version, then the parent as 32 raw bytes or nil; the type and payload follow, which
+# is exactly a row's data. Checked against node.py when this module loads.
+_ROOT_HEAD = b"\x94" + msgspec.msgpack.encode(ID_VERSION) + b"\xc0"
+_PARENT_HEAD = b"\x94" + msgspec.msgpack.encode(ID_VERSION) + b"\xc4\x20"
+_probe = msgspec.msgpack.encode({"probe": 1})
+assert blake3(_ROOT_HEAD + row_data("usage", _probe)).hexdigest() == node_id_from_encoded(
+    None, "usage", _probe)
+
+
+def first_bad_node(base: bytes | None, ids: bytes, data: bytes, lengths: list[int]) -> int | None:
+    """The index of the first node of a path whose row does not hash to its id, or None.
+
+    ``base`` is the parent of the oldest (None at a root); each later node's parent is the one
+    before it. One blake3 call per node (about 1 µs); the digests are compared all at once.
+    """
+    if not lengths:
+        return None
+    if len(ids) != 32 * len(lengths) or sum(lengths) != len(data):
+        return 0
+    ends = list(accumulate(lengths))
+    bodies = [data[s:e] for s, e in zip([0, *ends[:-1]], ends, strict=True)]
+    first = _ROOT_HEAD if base is None else _PARENT_HEAD + base
+    heads = [first, *[_PARENT_HEAD + ids[i : i + 32] for i in range(0, len(ids) - 32, 32)]]
+    digests = [blake3(h + b).digest() for h, b in zip(heads, bodies, strict=True)]
+    if b"".join(digests) == ids:
+        return None
+    return next(i for i, d in enumerate(digests) if d != ids[32 * i : 32 * i + 32])
+
+
+def row_is_intact(id: bytes, parent: bytes | None, row: bytes) -> bool:
+    """True if one node's row (payload put back in place) hashes to ``id``."""
+    head = _ROOT_HEAD if parent is None else _PARENT_HEAD + parent
+    return bool(blake3(head + row).digest() == id)
 
 
 def hex_id(raw: bytes | None) -> NodeId | None:
