@@ -459,25 +459,33 @@ class PostgresBackend:
                 self._conn.raise_translated(exc)
 
     def iter_nodes(self) -> Iterator[StoredNode]:
-        """Every node, parents first, fetched in chunks from one snapshot (bounded memory)."""
+        """Every node, parents first, fetched in chunks from one snapshot (bounded memory):
+        the open snapshot's, or a read-only transaction of its own."""
         with self._lock:
-            if self._batch_depth or self._conn.in_batch:  # a batch's or a snapshot's
-                for row in self._read(objects.ITER):
+            if self._batch_depth:
+                for row in self._read(objects.ITER):  # (sends the batch's queued appends)
                     yield self._stored(row)
                 return
             conn = self._conn.connection()
             try:
+                if self._conn.in_batch:  # inside snapshot(): read through its transaction
+                    yield from self._iter_cursor(conn)
+                    return
                 with conn.transaction():
                     conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
-                    with conn.cursor(name="sesstree_iter_nodes") as cur:
-                        cur.itersize = _ITER_CHUNK
-                        cur.execute(objects.ITER)
-                        for row in cur:
-                            yield self._stored(row)
+                    yield from self._iter_cursor(conn)
             except psycopg.Error as exc:
-                if self._conn.raw is not conn:
+                if is_connection_lost(exc, conn):
                     self._conn.discard()
                 self._conn.raise_translated(exc)
+
+    def _iter_cursor(self, conn: Conn) -> Iterator[StoredNode]:
+        # A server-side cursor: the rows come _ITER_CHUNK at a time, not all at once.
+        with conn.cursor(name="sesstree_iter_nodes") as cur:
+            cur.itersize = _ITER_CHUNK
+            cur.execute(objects.ITER)
+            for row in cur:
+                yield self._stored(row)
 
     def count_nodes(self) -> int:
         return int(self._read(objects.COUNT)[0][0])
