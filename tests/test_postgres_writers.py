@@ -197,3 +197,30 @@ def test_a_server_restart_mid_run_loses_nothing(postgres_url: str) -> None:
     acked.update({key: finish(proc) for key, proc in procs.items() if key != "own-0"})
     with open_store(postgres_url, create=False) as store:
         check_writers(store, 2, 2, count, acked)
+
+
+def test_fsck_while_writers_append_raises_no_false_alarm(postgres_url: str) -> None:
+    """fsck reads one snapshot: two writers creating nodes and moving refs meanwhile (one on
+    a session of its own, one forking and rebasing on a shared one) never make it report
+    damage on a sound store."""
+    with open_store(postgres_url) as store:
+        base = store.session("shared")
+        with store.batch():
+            for i in range(1000):
+                base.add_message({"role": "user", "content": f"base {i}"})
+    procs = start_writers(postgres_url, 1, 1, 100_000)
+    alarms: list[list[str]] = []
+    try:
+        for proc in procs.values():
+            assert proc.stdout is not None
+            assert proc.stdout.readline().startswith("ACK")  # it is writing
+        with open_store(postgres_url) as store:
+            for _ in range(8):
+                faults = store.fsck()
+                if faults:
+                    alarms.append(faults)
+    finally:
+        for proc in procs.values():
+            proc.kill()
+            proc.communicate(timeout=30)
+    assert alarms == [], f"{len(alarms)} of 8 runs raised false alarms: {alarms[0][:3]}"
