@@ -21,6 +21,7 @@ from sesstree import (
     StoreFormatError,
     StoreLockedError,
     StoreNotFoundError,
+    StoreReadOnlyError,
     open_store,
 )
 from sesstree.store.postgres import StoreUnavailableError
@@ -313,3 +314,16 @@ def test_every_read_checks_what_it_returns_against_the_id(postgres_url: str) -> 
         with pytest.raises(StoreCorruptError, match=ids[2][:12]):
             store.show(ids[2])
         assert any(ids[2][:12] in f for f in store.fsck())
+
+
+def test_a_read_only_server_is_store_read_only_and_reads_still_work(postgres_url: str) -> None:
+    """A session that may not write (a hot standby, a read-only role): SQLSTATE 25006 is
+    StoreReadOnlyError, one line, and reading goes on."""
+    with open_store(postgres_url) as store:
+        store.session("q").add_message(user("kept"))
+    url = postgres_url + "%20-cdefault_transaction_read_only%3Don"
+    with open_store(url, create=False) as ro:
+        assert [m["content"] for m in ro.messages("q")] == ["kept"]
+        with pytest.raises(StoreReadOnlyError, match="read-only"):
+            ro.session("q").add_message(user("refused"))
+        assert [m["content"] for m in ro.messages("q")] == ["kept"]

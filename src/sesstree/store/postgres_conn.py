@@ -31,14 +31,15 @@ from typing import Any, NoReturn, TypeVar
 from urllib.parse import urlsplit
 
 import psycopg
-from psycopg import errors as pg_errors
 
 from ..errors import (
     ConflictError,
     StoreCorruptError,
     StoreError,
+    StoreFullError,
     StoreLockedError,
     StoreNotFoundError,
+    StoreReadOnlyError,
 )
 from .urls import redact_url
 
@@ -264,6 +265,11 @@ class Connector:
             # Internal errors (data or index corruption), or tables, functions or columns
             # missing: the store was damaged or dropped under us.
             raise StoreCorruptError(f"the store at {where} is damaged: {text} ({state})") from None
-        if isinstance(exc, pg_errors.ReadOnlySqlTransaction) or state == "25006":
-            raise StoreError(f"the store at {where} is read-only: {text}") from None
+        if state == "25006":  # read-only transaction: a hot standby, a read-only role
+            raise StoreReadOnlyError(f"the store at {where} is read-only: {text}") from None
+        if state in ("53100", "53200"):  # disk full, out of memory on the server
+            raise StoreFullError(
+                f"the server of the store at {where} is out of space: {text} ({state}); "
+                "nothing was written"
+            ) from None
         raise StoreError(f"the store at {where} failed: {text} (SQLSTATE {state or 'none'})") from None
