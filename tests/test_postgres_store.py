@@ -22,8 +22,10 @@ from sesstree import (
     StoreLockedError,
     StoreNotFoundError,
     StoreReadOnlyError,
+    make_node,
     open_store,
 )
+from sesstree.store import postgres_objects as objects
 from sesstree.store.postgres import StoreUnavailableError
 from sesstree.store.postgres_schema import FORMAT_VERSION
 from sesstree.store.urls import is_store_url, redact_url
@@ -327,3 +329,29 @@ def test_a_read_only_server_is_store_read_only_and_reads_still_work(postgres_url
         with pytest.raises(StoreReadOnlyError, match="read-only"):
             ro.session("q").add_message(user("refused"))
         assert [m["content"] for m in ro.messages("q")] == ["kept"]
+
+
+def test_gc_keeps_what_became_reachable_after_its_walk(postgres_url: str) -> None:
+    """gc walks a snapshot without blocking anyone, then removes under a short lock: a node
+    that a ref reached only after the walk (a fork at an unnamed node) is kept, the rest goes.
+    The two steps are run by hand here, with the move in between."""
+    with open_store(postgres_url) as store:
+        store.session("q").add_message(user("named"))
+        a = make_node(None, "user/message", user("unnamed a"))
+        b = make_node(a.id, "user/message", user("unnamed b"))
+        junk = make_node(None, "user/message", user("junk"))
+        store.write([a, b, junk])
+        db = store.backend._db  # type: ignore[attr-defined]
+        marks = db.execute(objects.GC_MARKS).fetchone()
+        dead = db.execute(objects.GC_DEAD, (None,)).fetchall()
+        assert sorted(bytes(r[1]).hex() for r in dead) == sorted([a.id, b.id, junk.id])
+        store.fork("saved", b.id)  # after the walk, before the removal
+        with db.transaction():
+            db.execute("LOCK TABLE nodes, blobs, refs, reflog IN SHARE MODE")
+            gone = db.execute(objects.GC_DELETE, {
+                "cand": [int(r[0]) for r in dead], "max_seq": marks[0], "max_n": marks[1],
+                "head": None}).fetchall()
+        assert len(gone) == 1
+        assert store.backend.has([a.id, b.id, junk.id]) == {a.id, b.id}
+        assert [m["content"] for m in store.messages("saved")] == ["unnamed a", "unnamed b"]
+        assert store.fsck() == []

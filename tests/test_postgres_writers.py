@@ -224,3 +224,25 @@ def test_fsck_while_writers_append_raises_no_false_alarm(postgres_url: str) -> N
             proc.kill()
             proc.communicate(timeout=30)
     assert alarms == [], f"{len(alarms)} of 8 runs raised false alarms: {alarms[0][:3]}"
+
+
+def test_gc_while_writers_append_blocks_no_one_and_loses_nothing(postgres_url: str) -> None:
+    """gc runs again and again (with unnamed nodes to remove each time) while a shared and an
+    own writer append: the writers never wait out the timeout, nothing of theirs goes."""
+    from core_testkit import user
+
+    from sesstree import make_node
+
+    open_store(postgres_url).close()
+    count = 300
+    procs = start_writers(postgres_url, 1, 1, count)
+    removed = 0
+    with open_store(postgres_url) as store:
+        for i in range(15):
+            junk = make_node(None, "user/message", user(f"junk {i}"))
+            store.write([junk, make_node(junk.id, "usage", {"i": i})])
+            removed += store.gc().removed
+    acked = {key: finish(proc) for key, proc in procs.items()}
+    assert removed == 30
+    with open_store(postgres_url, create=False) as store:
+        check_writers(store, 1, 1, count, acked)

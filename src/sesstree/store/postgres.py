@@ -509,26 +509,41 @@ class PostgresBackend:
         """Find (and unless ``dry_run`` remove) what nothing reaches, walking on the server.
 
         Returns the unreachable ids (newest first), how many were removed and how many nodes
-        are kept. Only the ids come to the client. While it removes, writers wait (for at most
-        the store's timeout): a node being appended to must not be removed under them.
+        are kept; only those ids come to the client. The walk reads a snapshot and blocks no
+        one. The removal is one short transaction that first waits for writers in progress
+        and holds new ones back (SHARE locks) while it keeps whatever they made reachable
+        since the snapshot, so a node being appended to, or a payload a new node shares, never
+        goes.
         """
 
         def work(conn: Conn, replay: bool) -> tuple[list[NodeId], int, int]:
             with conn.transaction():
-                if not dry_run:
-                    # Writers wait until gc commits: a node must not go while a writer appends
-                    # to it, nor a payload while a writer's new node starts to share it.
-                    conn.execute("LOCK TABLE nodes, blobs, refs, reflog IN EXCLUSIVE MODE")
+                if not self._conn.in_batch:  # (inside a batch or snapshot: its own view)
+                    conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
                 head = conn.execute(refs.GET_META, ("HEAD",)).fetchone()
                 detached = None
                 if head is not None and not str(head[0]).startswith("ref: "):
                     detached = bytes.fromhex(str(head[0]))
-                dead = [r[0] for r in conn.execute(objects.GC_DEAD, (detached,)).fetchall()]
+                marks = conn.execute(objects.GC_MARKS).fetchone()
+                dead = conn.execute(objects.GC_DEAD, (detached,)).fetchall()
                 total = conn.execute(objects.COUNT).fetchone()
-                if dead and not dry_run:
-                    conn.execute(objects.DELETE, {"ids": dead})
-            kept = int(total[0] if total else 0) - len(dead)
-            return [NodeId(d.hex()) for d in dead], 0 if dry_run else len(dead), kept
+            assert marks is not None and total is not None
+            kept = int(total[0]) - len(dead)
+            ids = [NodeId(bytes(r[1]).hex()) for r in dead]
+            if dry_run or not dead:
+                return ids, 0, kept
+            with conn.transaction():
+                conn.execute("LOCK TABLE nodes, blobs, refs, reflog IN SHARE MODE")
+                head = conn.execute(refs.GET_META, ("HEAD",)).fetchone()
+                detached = None
+                if head is not None and not str(head[0]).startswith("ref: "):
+                    detached = bytes.fromhex(str(head[0]))
+                gone = {int(r[0]) for r in conn.execute(objects.GC_DELETE, {
+                    "cand": [int(r[0]) for r in dead], "max_seq": int(marks[0]),
+                    "max_n": int(marks[1]), "head": detached,
+                }).fetchall()}
+            removed = [i for i, r in zip(ids, dead, strict=True) if int(r[0]) in gone]
+            return removed, len(removed), kept + len(ids) - len(removed)
 
         with self._lock:
             self._flush_in_batch()

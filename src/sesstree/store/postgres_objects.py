@@ -31,6 +31,8 @@ __all__ = [
     "COUNT",
     "DELETE",
     "GC_DEAD",
+    "GC_DELETE",
+    "GC_MARKS",
     "GET",
     "HAS",
     "ITER",
@@ -277,8 +279,40 @@ live(seq) AS (
     UNION
     SELECT n.parent FROM live l JOIN nodes n ON n.seq = l.seq WHERE n.parent IS NOT NULL
 )
-SELECT n.id FROM nodes n WHERE NOT EXISTS (SELECT 1 FROM live l WHERE l.seq = n.seq)
+SELECT n.seq, n.id FROM nodes n WHERE NOT EXISTS (SELECT 1 FROM live l WHERE l.seq = n.seq)
 ORDER BY n.seq DESC
+"""
+# The newest node and reflog entry when GC_DEAD's snapshot was taken.
+GC_MARKS = "SELECT coalesce((SELECT max(seq) FROM nodes), 0), coalesce((SELECT max(n) FROM reflog), 0)"
+# Under gc's lock: remove the candidates that nothing written since the snapshot reaches. What
+# could have made one live again is a ref moved or a reflog entry written since (n above the
+# mark), a detached HEAD, or a new node (seq above the mark) under one of those: the walk starts
+# there and goes up through new nodes and candidates only, so it is as short as what changed.
+GC_DELETE = """
+WITH RECURSIVE
+cand AS MATERIALIZED (SELECT unnest(%(cand)s::int8[]) AS seq),
+tips(seq) AS (
+    SELECT target FROM refs
+    UNION SELECT old FROM reflog WHERE n > %(max_n)s AND old IS NOT NULL
+    UNION SELECT new FROM reflog WHERE n > %(max_n)s AND new IS NOT NULL
+    UNION SELECT seq FROM nodes WHERE id = %(head)s
+),
+rescued(seq) AS (
+    SELECT t.seq FROM tips t WHERE t.seq > %(max_seq)s OR t.seq IN (SELECT seq FROM cand)
+    UNION
+    SELECT n.parent FROM rescued r JOIN nodes n ON n.seq = r.seq
+    WHERE n.parent > %(max_seq)s OR n.parent IN (SELECT seq FROM cand)
+),
+gone AS (
+    DELETE FROM nodes WHERE seq IN (SELECT seq FROM cand)
+    AND seq NOT IN (SELECT seq FROM rescued) RETURNING seq, blob
+),
+unused AS (
+    DELETE FROM blobs b WHERE b.hash IN (SELECT blob FROM gone WHERE blob IS NOT NULL)
+    AND NOT EXISTS (SELECT 1 FROM nodes n WHERE n.blob = b.hash
+                    AND n.seq NOT IN (SELECT seq FROM gone))
+)
+SELECT seq FROM gone
 """
 
 # Counts and logical bytes (each session's path as JSONL lines, from the derived path_bytes).
