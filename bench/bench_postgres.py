@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -73,6 +74,7 @@ def server(url: str | None) -> Iterator[str]:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             pg._cleanup()
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def fresh_schema(base: str) -> str:

