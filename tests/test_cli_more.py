@@ -463,3 +463,23 @@ def test_tag_delete_and_reflog_expire_then_gc(sess: Sess) -> None:
     assert sess.ok("reflog", "--expire", "side").startswith("Expired 3 reflog entries of side")
     assert sess.ok("gc") == "removed 1 unreachable node; 3 kept\n"
     assert sess.ok("fsck").startswith("ok: 3 nodes")
+
+
+def test_log_all_without_graph_is_refused_not_ignored(sess: Sess) -> None:
+    # Guards a past bug: `sess log --all` silently showed HEAD's history only.
+    sess.quest()
+    sess.fail("log", "--all", needles=("--all", "--graph"))
+    assert sess.ok("log", "--graph", "--all")
+
+
+def test_reflog_of_head_and_of_a_tag_by_its_short_name(sess: Sess) -> None:
+    # Guards a past bug: `sess reflog HEAD` and `sess reflog v1` were unknown.
+    ids = sess.quest()
+    sess.ok("tag", "v1", "main~1")
+    assert sess.ok("reflog", "HEAD") == sess.ok("reflog", "main") == sess.ok("reflog")
+    tag_log = sess.json("reflog", "v1")
+    assert [(e["ref"], e["new"]) for e in tag_log] == [("tags/v1", ids[1])]
+    assert sess.lines("reflog", "v1")[0].startswith(f"{ids[1][:10]} v1@{{0}}: tag: main~1")
+    assert sess.json("show", "v1@{0}")["id"] == ids[1]
+    sess.ok("checkout", ids[0][:8])
+    sess.fail("reflog", "HEAD", needles=("HEAD is detached",))

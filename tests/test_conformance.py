@@ -19,6 +19,7 @@ from core_testkit import assistant, user
 from sesstree import (
     AmbiguousPrefixError,
     ConflictError,
+    MissingNodeError,
     Node,
     RefExistsError,
     Store,
@@ -84,13 +85,30 @@ def test_store_write_idempotent_and_checks_ids(store: Store) -> None:
 def test_missing_parent_refused_nothing_written(store: Store) -> None:
     a = raw(None, "user/message", user("a"))
     orphan = raw("ab" * 32, "user/message", user("o"))
-    with pytest.raises(ConflictError):
+    # Not a ConflictError: that one tells the caller to retry, which never helps here.
+    with pytest.raises(MissingNodeError, match="parent abababababab"):
         store.backend.commit([a, orphan], [])
     assert store.backend.count_nodes() == 0
 
 
-def test_ref_to_missing_node_refused(store: Store) -> None:
+def test_a_stale_handle_on_a_removed_head_conflicts_then_rebases(store: Store) -> None:
+    # The head a handle remembers was rewound away and collected: that is a lost
+    # compare-and-set (retrying on the new head works), not a missing node.
+    q = store.session("q")
+    for text in ("a", "b", "c"):
+        q.add_message(user(text))
+    stale = store.session("q")
+    q.rewind(1)
+    store.expire_reflog("q")
+    assert store.gc().unreachable
     with pytest.raises(ConflictError):
+        stale.add_message(user("d"))
+    stale.add_message(user("d"), rebase=True)
+    assert [m["content"] for m in store.messages("q")] == ["a", "b", "d"]
+
+
+def test_ref_to_missing_node_refused(store: Store) -> None:
+    with pytest.raises(MissingNodeError, match="not stored"):
         store.backend.commit([], [RefUpdate("sessions/x", None, "cd" * 32, "t")])  # type: ignore[arg-type]
     assert store.backend.list_refs("") == []
     assert store.backend.reflog() == []

@@ -16,6 +16,7 @@
     ├── InvalidRefNameError         a name that cannot be a ref (``../x``, ``-x``, empty)
     ├── RefExistsError              creating a ref that already exists
     ├── ConflictError               compare-and-set lost: the ref moved under the writer
+    ├── MissingNodeError            a node's parent, or a ref's target, is not stored
     ├── InvalidEventError           an unknown event type or data that is not JSON
     ├── InputError                  a malformed input file (names file and line)
     └── AgentError
@@ -37,6 +38,7 @@ __all__ = [
     "InvalidEventError",
     "InvalidRefNameError",
     "MaxTurnsExceeded",
+    "MissingNodeError",
     "ProviderError",
     "RefExistsError",
     "RevisionError",
@@ -110,6 +112,14 @@ class ConflictError(SesstreeError):
 
     Nothing was written. Call :meth:`sesstree.Session.refresh` to see the new head, then
     append again, or append with ``rebase=True`` to put the event on whatever the head is now.
+    """
+
+
+class MissingNodeError(SesstreeError):
+    """A node whose parent is not stored, or a ref moved to a node that is not stored.
+
+    Nothing was written. Unlike :class:`ConflictError`, retrying does not help: store the
+    parent (or the target) first, or in the same write before its children.
     """
 
 

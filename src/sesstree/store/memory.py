@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 
 import msgspec
 
-from ..errors import ConflictError
+from ..errors import ConflictError, MissingNodeError
 from ..node import NodeId
 from .base import Chain, RawNode, Ref, ReflogEntry, RefUpdate, StoredNode, describe
 
@@ -26,11 +26,13 @@ class MemoryBackend:
         self._refs: dict[str, Ref] = {}
         self._reflog: list[ReflogEntry] = []
         self._meta: dict[str, str] = {}
+        # Every read and write holds the lock: a reader iterating a dict while another thread
+        # writes it would otherwise fail ("dictionary changed size during iteration").
         self._lock = threading.RLock()
         self._batch_depth = 0
-        self._snapshot: (
-            tuple[dict[NodeId, StoredNode], dict[str, Ref], list[ReflogEntry], dict[str, str]] | None
-        ) = None
+        # Inside a batch: how to undo each change made so far, newest last. A rollback runs
+        # them backwards; the store is never copied, so a batch costs what it writes.
+        self._undo: list[Callable[[], None]] | None = None
         self._pending: dict[str, tuple[NodeId | None, int, str]] = {}
 
     def commit(self, nodes: Sequence[RawNode], updates: Sequence[RefUpdate]) -> None:
@@ -50,15 +52,18 @@ class MemoryBackend:
                 if n.parent is not None:
                     parent = self._nodes.get(n.parent) or staged.get(n.parent)
                     if parent is None:
-                        raise ConflictError(f"parent {n.parent[:12]} of {n.id[:12]} is not stored")
+                        raise MissingNodeError(f"parent {n.parent[:12]} of {n.id[:12]} is not stored")
                     depth = parent.depth + 1
                 staged[n.id] = StoredNode(n.id, n.parent, depth, n.type, n.encoded)
             for u in updates:
                 if u.new is not None and u.new not in self._nodes and u.new not in staged:
-                    raise ConflictError(f"{u.name}: target {u.new[:12]} is not stored")
+                    raise MissingNodeError(f"{u.name}: target {u.new[:12]} is not stored")
             self._nodes.update(staged)
+            if self._undo is not None and staged:
+                self._undo.append(lambda: self._drop_nodes(staged))
             now = time.time()
             for u in updates:
+                self._remember_ref(u.name)
                 if u.new is None:
                     self._refs.pop(u.name, None)
                 else:
@@ -70,29 +75,53 @@ class MemoryBackend:
                 else:
                     self._reflog.append(ReflogEntry(u.name, u.old, u.new, now, u.reason))
 
+    def _remember_ref(self, name: str) -> None:
+        """Inside a batch, note how to put ref ``name`` back as it is now."""
+        if self._undo is not None:
+            before = self._refs.get(name)
+
+            def restore() -> None:
+                if before is None:
+                    self._refs.pop(name, None)
+                else:
+                    self._refs[name] = before
+
+            self._undo.append(restore)
+
+    def _remember_reflog(self) -> None:
+        """Inside a batch, note how to put the reflog back: appends are undone by length,
+        a rewrite (rename, expire) by the list it replaced."""
+        if self._undo is not None:
+            log, length = self._reflog, len(self._reflog)
+
+            def restore() -> None:
+                self._reflog = log
+                del self._reflog[length:]
+
+            self._undo.append(restore)
+
     @contextmanager
     def batch(self) -> Iterator[None]:
         with self._lock:
-            if self._batch_depth == 0:
-                # The whole reflog, not its length: a rename inside the batch rewrites entries.
-                self._snapshot = (
-                    dict(self._nodes), dict(self._refs), list(self._reflog), dict(self._meta)
-                )
+            outer = self._batch_depth == 0
+            if outer:
+                self._undo = []
+                self._remember_reflog()
             self._batch_depth += 1
             try:
                 yield
                 if self._batch_depth == 1:
                     self._flush_pending()
             except BaseException:
-                if self._batch_depth == 1 and self._snapshot is not None:
-                    nodes, refs, log, meta = self._snapshot
-                    self._nodes, self._refs, self._reflog, self._meta = nodes, refs, log, meta
+                if outer and self._undo is not None:
+                    for undo in reversed(self._undo):
+                        undo()
                     self._pending.clear()
                 raise
             finally:
                 self._batch_depth -= 1
-                if self._batch_depth == 0:
-                    self._snapshot = None
+                if outer:
+                    self._undo = None
 
     @contextmanager
     def snapshot(self) -> Iterator[None]:
@@ -110,12 +139,18 @@ class MemoryBackend:
         self._pending.clear()
 
     def get(self, id: NodeId) -> StoredNode | None:
-        return self._nodes.get(id)
+        with self._lock:
+            return self._nodes.get(id)
 
     def has(self, ids: Sequence[NodeId]) -> set[NodeId]:
-        return {i for i in ids if i in self._nodes}
+        with self._lock:
+            return {i for i in ids if i in self._nodes}
 
     def chain(self, head: NodeId, limit: int | None = None) -> Chain:
+        with self._lock:
+            return self._chain(head, limit)
+
+    def _chain(self, head: NodeId, limit: int | None) -> Chain:
         ids: list[NodeId] = []
         types: list[str] = []
         raws: list[bytes] = []
@@ -138,28 +173,35 @@ class MemoryBackend:
 
     def resolve_prefix(self, prefix: str, limit: int = 2) -> list[NodeId]:
         found: list[NodeId] = []
-        for i in self._nodes:
-            if i.startswith(prefix):
-                found.append(i)
-                if len(found) >= limit:
-                    break
+        with self._lock:
+            for i in self._nodes:
+                if i.startswith(prefix):
+                    found.append(i)
+                    if len(found) >= limit:
+                        break
         return found
 
     def get_ref(self, name: str) -> Ref | None:
-        return self._refs.get(name)
+        with self._lock:
+            return self._refs.get(name)
 
     def list_refs(self, prefix: str) -> list[Ref]:
-        return sorted((r for r in self._refs.values() if r.name.startswith(prefix)),
-                      key=lambda r: r.name)
+        with self._lock:
+            refs = [r for r in self._refs.values() if r.name.startswith(prefix)]
+        return sorted(refs, key=lambda r: r.name)
 
     def reflog(self, name: str | None = None) -> list[ReflogEntry]:
-        return [e for e in self._reflog if name is None or e.ref == name]
+        with self._lock:
+            return [e for e in self._reflog if name is None or e.ref == name]
 
     def rename_ref(self, old: str, new: str, target: NodeId, reason: str) -> None:
         with self._lock:
             current, taken = self._refs.get(old), self._refs.get(new)
             if current is None or current.target != target or taken is not None:
                 raise ConflictError(f"cannot rename {old} to {new}: one of them moved")
+            self._remember_ref(old)
+            self._remember_ref(new)
+            self._remember_reflog()
             # As on disk: the log of `old` moves over and one entry records the rename.
             self._reflog = [
                 ReflogEntry(new, e.old, e.new, e.time, e.reason) if e.ref == old else e
@@ -176,31 +218,53 @@ class MemoryBackend:
             keep = mine[-1:] if name in self._refs else []
             # The entry kept no longer remembers where the ref was before it.
             forgotten = [ReflogEntry(e.ref, None, e.new, e.time, e.reason) for e in keep]
+            self._remember_reflog()
             self._reflog = [e for e in self._reflog if e.ref != name] + forgotten
             return len(mine) - len(keep)
 
     def get_meta(self, key: str) -> str | None:
-        return self._meta.get(key)
+        with self._lock:
+            return self._meta.get(key)
 
     def set_meta(self, key: str, value: str | None) -> None:
+        with self._lock:
+            if self._undo is not None:
+                before = self._meta.get(key)
+                self._undo.append(lambda: self._put_meta(key, before))
+            self._put_meta(key, value)
+
+    def _put_meta(self, key: str, value: str | None) -> None:
         if value is None:
             self._meta.pop(key, None)
         else:
             self._meta[key] = value
 
     def list_meta(self, prefix: str) -> dict[str, str]:
-        return {k: v for k, v in self._meta.items() if k.startswith(prefix)}
+        with self._lock:
+            return {k: v for k, v in self._meta.items() if k.startswith(prefix)}
 
     def iter_nodes(self) -> Iterator[StoredNode]:
         # Insertion order of a dict is parents-first, as nodes are only stored after parents.
-        yield from list(self._nodes.values())
+        with self._lock:
+            nodes = list(self._nodes.values())
+        yield from nodes
 
     def count_nodes(self) -> int:
-        return len(self._nodes)
+        with self._lock:
+            return len(self._nodes)
 
     def delete_nodes(self, ids: Sequence[NodeId]) -> int:
         with self._lock:
-            return sum(self._nodes.pop(i, None) is not None for i in ids)
+            gone = {i: n for i in ids if (n := self._nodes.pop(i, None)) is not None}
+            if self._undo is not None and gone:
+                # Parents first, as iter_nodes promises: by depth.
+                self._undo.append(lambda: self._nodes.update(
+                    sorted(gone.items(), key=lambda item: item[1].depth)))
+            return len(gone)
+
+    def _drop_nodes(self, ids: dict[NodeId, StoredNode]) -> None:
+        for i in ids:
+            self._nodes.pop(i, None)
 
     def collect_garbage(self, dry_run: bool) -> tuple[list[NodeId], int, int]:
         with self._lock:

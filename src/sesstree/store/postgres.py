@@ -28,7 +28,7 @@ from typing import Any, TypeVar
 import msgspec
 import psycopg
 
-from ..errors import ConflictError, StoreCorruptError
+from ..errors import ConflictError, MissingNodeError, StoreCorruptError
 from ..node import NodeId
 from . import postgres_objects as objects
 from . import postgres_refs as refs
@@ -195,7 +195,7 @@ class PostgresBackend:
                 if missing:
                     bad = next(n for n in nodes if n.parent is not None
                                and not self._has_in(conn, n.parent, nodes))
-                    raise ConflictError(
+                    raise MissingNodeError(
                         f"parent {describe(bad.parent)} of {bad.id[:12]} is not stored")
             # Refs in name order: two commits moving the same refs lock them in one order and
             # so cannot deadlock each other.
@@ -227,9 +227,9 @@ class PostgresBackend:
             p.count += 1
             p.reason = u.reason
 
-    def _conflict(self, u: RefUpdate, status: str) -> ConflictError:
+    def _conflict(self, u: RefUpdate, status: str) -> ConflictError | MissingNodeError:
         if status == "missing-target":
-            return ConflictError(f"{u.name}: target {describe(u.new)} is not stored")
+            return MissingNodeError(f"{u.name}: target {describe(u.new)} is not stored")
         found = status.partition(":")[2] or None
         return ConflictError(f"{u.name} moved: expected {describe(u.old)}, found {describe(found)}")
 

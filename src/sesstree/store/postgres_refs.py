@@ -72,12 +72,8 @@ DECLARE
     new_seq bigint;
     now_ double precision := extract(epoch FROM clock_timestamp());
 BEGIN
-    IF p_new IS NOT NULL THEN
-        SELECT seq INTO new_seq FROM nodes WHERE id = p_new;
-        IF NOT FOUND THEN
-            RETURN 'missing-target';
-        END IF;
-    END IF;
+    -- The compare-and-set is decided first: a writer whose expectation is stale is told to
+    -- look again (a conflict), even if its target is gone too.
     SELECT target INTO cur FROM refs WHERE name = p_ref FOR UPDATE;
     IF cur IS NOT NULL THEN
         SELECT id INTO cur_id FROM nodes WHERE seq = cur;
@@ -87,6 +83,12 @@ BEGIN
             RETURN 'ok';
         END IF;
         RETURN 'conflict:' || coalesce(encode(cur_id, 'hex'), '');
+    END IF;
+    IF p_new IS NOT NULL THEN
+        SELECT seq INTO new_seq FROM nodes WHERE id = p_new;
+        IF NOT FOUND THEN
+            RETURN 'missing-target';
+        END IF;
     END IF;
     IF p_new IS NULL THEN
         DELETE FROM refs WHERE name = p_ref;

@@ -36,6 +36,7 @@ from blake3 import blake3
 
 from ..errors import (
     ConflictError,
+    MissingNodeError,
     StoreCorruptError,
     StoreLockedError,
 )
@@ -264,7 +265,7 @@ class SqliteBackend(RefReads):
         if node.parent is not None:
             parent = self._seq_of(node.parent)
             if parent is None:
-                raise ConflictError(f"parent {node.parent[:12]} of {node.id[:12]} is not stored")
+                raise MissingNodeError(f"parent {node.parent[:12]} of {node.id[:12]} is not stored")
             parent_seq, depth = parent[0], parent[1] + 1
         inline: bytes | None = node.encoded
         bid: int | None = None
@@ -325,6 +326,11 @@ class SqliteBackend(RefReads):
         try:
             db.execute("BEGIN IMMEDIATE")
             self._sync_cache()
+            # Every compare-and-set first: a lost one is a conflict (retrying helps) even when
+            # a node is missing too.
+            for u in updates:
+                if self._ref_seq(u.name) != self._old_seq(u):
+                    raise self._conflict(u)
             for n in nodes:
                 self._insert(n)
             now = time.time()
@@ -352,10 +358,9 @@ class SqliteBackend(RefReads):
         except sqlite3.IntegrityError as exc:
             if "sesstree-conflict" not in str(exc):
                 raise
-            if node.parent is not None and self._seq_of(node.parent) is None:
-                raise ConflictError(
-                    f"parent {node.parent[:12]} of {node.id[:12]} is not stored"
-                ) from None
+            # Here the parent is the ref's expected old value: if it is not stored, the ref
+            # cannot be there either, so this is a lost compare-and-set (a retry on the new
+            # head works), whatever else is missing.
             raise self._conflict(u) from None
         except sqlite3.Error as exc:
             self._translate(exc)
@@ -381,7 +386,7 @@ class SqliteBackend(RefReads):
             return None
         found = self._seq_of(u.new)
         if found is None:
-            raise ConflictError(f"{u.name}: target {u.new[:12]} is not stored")
+            raise MissingNodeError(f"{u.name}: target {u.new[:12]} is not stored")
         return found[0]
 
     def _commit_batched(self, nodes: Sequence[RawNode], updates: Sequence[RefUpdate]) -> None:

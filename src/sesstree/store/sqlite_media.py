@@ -31,13 +31,33 @@ __all__ = [
     "unopenable",
 ]
 
+# SQLite's primary result codes (the low byte of an extended code).
+SQLITE_PERM, SQLITE_BUSY, SQLITE_LOCKED, SQLITE_READONLY = 3, 5, 6, 8
+SQLITE_IOERR, SQLITE_FULL, SQLITE_CANTOPEN = 10, 13, 14
+_UNOPENABLE = frozenset({SQLITE_PERM, SQLITE_READONLY, SQLITE_CANTOPEN})
+# Only where Python gives no result code (3.10) is the message read instead.
 _READ_ONLY_TEXT = ("readonly", "read-only", "unable to open", "attempt to write")
+
+
+def result_code(exc: sqlite3.Error) -> int | None:
+    """SQLite's primary result code for an error (Python 3.11+), or None where unknown."""
+    code = getattr(exc, "sqlite_errorcode", None)
+    return code & 0xFF if isinstance(code, int) else None
 
 
 def unopenable(exc: sqlite3.Error) -> bool:
     """True if an SQLite error means the files cannot be opened or written as they are."""
+    code = result_code(exc)
+    if code is not None:
+        return code in _UNOPENABLE
     text = str(exc)
     return any(t in text for t in _READ_ONLY_TEXT)
+
+
+def _is_full(exc: BaseException) -> bool:
+    if isinstance(exc, sqlite3.Error) and (code := result_code(exc)) is not None:
+        return code == SQLITE_FULL
+    return "full" in str(exc)
 
 
 def one_line(text: str, limit: int = 200) -> str:
@@ -48,6 +68,9 @@ def one_line(text: str, limit: int = 200) -> str:
 
 def is_media_error(exc: sqlite3.Error) -> bool:
     """True if an SQLite error is about the medium (full, read-only, cannot open, I/O)."""
+    code = result_code(exc)
+    if code is not None:
+        return code in (SQLITE_FULL, SQLITE_IOERR) or code in _UNOPENABLE
     text = str(exc)
     return "full" in text or "disk I/O" in text or unopenable(exc)
 
@@ -63,7 +86,7 @@ def media_error(path: Path, exc: BaseException) -> StoreError:
             )
         return StoreError(f"store {path}: {exc.strerror or exc}")
     text = str(exc)
-    if "full" in text:
+    if _is_full(exc):
         return StoreFullError(
             f"store {path}: the disk is full; nothing was written, free space and retry"
         )
@@ -110,8 +133,10 @@ def open_read_only(path: Path, timeout: float) -> sqlite3.Connection:
 def translate(path: Path, exc: sqlite3.Error) -> NoReturn:
     """Raise the sesstree error an SQLite error on the store at ``path`` means."""
     text = one_line(str(exc))
+    code = result_code(exc)
     if isinstance(exc, sqlite3.OperationalError):
-        if "locked" in text or "busy" in text:
+        if (code in (SQLITE_BUSY, SQLITE_LOCKED) if code is not None
+                else "locked" in text or "busy" in text):
             raise StoreLockedError(f"store {path} is locked by another process: {text}") from None
         if is_media_error(exc):
             raise media_error(path, exc) from None
