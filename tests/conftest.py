@@ -15,11 +15,14 @@ HELPERS = Path(__file__).parent / "helpers"
 sys.path.insert(0, str(HELPERS))
 
 from cli_kit import Sess  # noqa: E402 - found through the path set just above
+from pg_server import postgres_server, postgres_url  # noqa: E402, F401 - fixtures
 
-BACKENDS = ["memory", "sqlite"]
+BACKENDS = ["memory", "sqlite", "postgres"]
 
 
-def _open(kind: str, folder: Path) -> Store:
+def _open(kind: str, folder: Path, request: pytest.FixtureRequest) -> Store:
+    if kind == "postgres":
+        return open_store(request.getfixturevalue("postgres_url"))
     return open_store(":memory:") if kind == "memory" else open_store(folder)
 
 
@@ -30,9 +33,9 @@ def backend_kind(request: pytest.FixtureRequest) -> str:
 
 
 @pytest.fixture
-def store(backend_kind: str, tmp_path: Path) -> Iterator[Store]:
+def store(backend_kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Store]:
     """A fresh store on each backend, closed after the test."""
-    s = _open(backend_kind, tmp_path / "s")
+    s = _open(backend_kind, tmp_path / "s", request)
     try:
         yield s
     finally:

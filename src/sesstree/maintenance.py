@@ -112,6 +112,9 @@ def gc(store: Store, *, dry_run: bool = False) -> GcResult:
 def stats(store: Store) -> Stats:
     """Count nodes and refs and compare the store's size with a JSONL file per session."""
     backend = store.backend
+    on_server = getattr(backend, "server_stats", None)
+    if on_server is not None:  # a database server counts without sending every node
+        return Stats(**on_server())
     checkpoint = getattr(backend, "checkpoint", None)
     if checkpoint is not None:
         checkpoint()

@@ -29,6 +29,7 @@ from .store.base import Backend, Chain, RawNode, Ref, ReflogEntry, RefUpdate
 from .store.memory import MemoryBackend
 from .store.sqlite import SqliteBackend
 from .store.sqlite_media import media_error
+from .store.urls import is_store_url, open_url
 
 if TYPE_CHECKING:
     from .maintenance import GcResult, Stats
@@ -73,7 +74,8 @@ def open_store(
     create: bool = True,
     timeout: float = 10.0,
 ) -> Store:
-    """Open (and by default create) the store in folder ``path``; ``":memory:"`` for a throwaway one.
+    """Open (and by default create) the store in folder ``path``; ``":memory:"`` for a throwaway one;
+    a ``postgresql://`` URL for a store on a PostgreSQL server (``pip install sesstree[postgres]``).
 
     ``durability="default"``: an acknowledged append survives the process being killed.
     ``durability="durable"``: it also survives power loss (an fsync per commit).
@@ -86,6 +88,9 @@ def open_store(
     """
     if str(path) == ":memory:":
         return Store(MemoryBackend())
+    if is_store_url(path):
+        return Store(open_url(str(path), create=create, durable=durability == "durable",
+                              timeout=timeout))
     folder = Path(path)
     if folder.is_file():
         file = folder

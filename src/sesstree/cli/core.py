@@ -24,6 +24,7 @@ from ..errors import (
     StoreNotFoundError,
 )
 from ..repo import STORE_FILE, Store, open_store
+from ..store.urls import is_store_url
 
 __all__ = ["STORE_DIR", "StoreLocator", "cli", "count", "emit_json", "events", "fail", "main",
            "one_line", "pass_store"]
@@ -68,10 +69,16 @@ class StoreLocator:
         given = self.option or os.environ.get("SESS_STORE")
         return Path(given) if given else None
 
+    def url(self) -> str | None:
+        """The store URL (``postgresql://...``) given by ``--store`` or ``SESS_STORE``, if any:
+        a URL is not a path."""
+        given = self.option or os.environ.get("SESS_STORE")
+        return given if is_store_url(given) else None
+
     def open(self) -> Store:
         """Open the store once per command."""
         if self._store is None:
-            self._store = open_store(self.find(), create=False)
+            self._store = open_store(self.url() or self.find(), create=False)
         return self._store
 
     def close(self) -> None:

@@ -21,17 +21,25 @@ from ..events import is_registered
 from ..fmt import relative_time, short
 from ..node import check_ref_name
 from ..repo import SESSIONS, STORE_FILE, TAGS, Store, open_store
+from ..store.urls import is_store_url, redact_url
 from .core import STORE_DIR, StoreLocator, cli, emit_json, events, fail, pass_store
 
 
 @cli.command()
-@click.argument("path", required=False, type=click.Path(file_okay=False, path_type=Path))
+@click.argument("path", required=False, type=click.Path(file_okay=False))
 @click.pass_context
-def init(ctx: click.Context, path: Path | None) -> None:
-    """Create a store in PATH/.sess (default: this folder), or at --store / SESS_STORE."""
+def init(ctx: click.Context, path: str | None) -> None:
+    """Create a store in PATH/.sess (default: this folder), or at --store / SESS_STORE.
+    PATH may be a postgresql:// URL."""
     locator = ctx.find_object(StoreLocator)
+    url = path if is_store_url(path) else locator.url() if locator and not path else None
+    if url is not None:
+        open_store(url).close()
+        click.echo(f"Initialized sesstree store at {redact_url(url)}")
+        return
     explicit = locator.explicit() if locator else None
-    folder = explicit if explicit is not None and path is None else (path or Path.cwd()) / STORE_DIR
+    folder = (explicit if explicit is not None and path is None
+              else (Path(path) if path else Path.cwd()) / STORE_DIR)
     existed = (folder / STORE_FILE).exists()
     open_store(folder).close()
     state = "Reinitialized existing" if existed else "Initialized empty"

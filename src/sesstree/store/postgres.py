@@ -1,0 +1,561 @@
+"""A store on a PostgreSQL server: many processes on many machines share one DAG.
+
+``open_store("postgresql://user@host/db")`` opens one. The backend is three parts, kept apart
+so each maps onto one side of the seam:
+
+- :mod:`.postgres_objects`: nodes and payloads (SQL, and the encoding of a node's row);
+- :mod:`.postgres_refs`: refs, their compare-and-set, the reflog, settings;
+- :mod:`.postgres_conn`: the connection, reconnecting, retrying, translating errors;
+
+and :mod:`.postgres_schema` creates and upgrades the tables. This module only puts them
+together: what a commit, a batch, a read is, in round trips.
+
+Round trips: an append (one node on the session's head) is one statement, a server-side
+function, in autocommit, so one round trip and one commit; a chain is one statement; other
+commits are one transaction (the nodes pipelined, then one statement per ref moved). A batch
+is one transaction: once it has moved a ref it holds that ref's row lock, so its later appends
+to it are decided here and sent as one call per ref (before anything else reaches the server,
+and at the end); each ref it moved gets one reflog entry when it commits, as on SQLite.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any, TypeVar
+
+import msgspec
+import psycopg
+
+from ..errors import ConflictError, MissingNodeError, StoreCorruptError
+from ..node import NodeId
+from . import postgres_objects as objects
+from . import postgres_refs as refs
+from .base import Chain, RawNode, Ref, ReflogEntry, RefUpdate, StoredNode, describe
+from .postgres_conn import Conn, Connector, StoreUnavailableError, is_connection_lost
+from .postgres_schema import ensure_schema
+from .urls import redact_url
+
+__all__ = ["PostgresBackend", "StoreUnavailableError"]
+
+T = TypeVar("T")
+
+#: Nodes per fetch when every node is read (fsck, graph): bounded memory on a large store.
+_ITER_CHUNK = 5000
+
+
+class _Pending(msgspec.Struct):
+    """A ref moved inside a batch: where it was before, how often, why last."""
+
+    old: NodeId | None
+    count: int
+    reason: str
+
+
+class PostgresBackend:
+    """A store in a PostgreSQL database (or one schema of it). See the module docstring."""
+
+    def __init__(
+        self, url: str, *, create: bool = True, durable: bool = False, timeout: float = 10.0,
+    ) -> None:
+        self.url = redact_url(url)
+        self._durable = durable
+        self._timeout = timeout
+        self._conn = Connector(url, timeout=timeout, setup=self._setup)
+        self._lock = threading.RLock()
+        self._batch_depth = 0
+        self._pending: dict[str, _Pending] = {}
+        # Inside a batch: where each ref the batch moved is now (the batch holds its row lock),
+        # and the appends not sent yet, by ref, oldest first: (expected old head, params).
+        self._heads: dict[str, NodeId | None] = {}
+        self._queue: dict[str, list[tuple[NodeId | None, tuple[Any, ...]]]] = {}
+        self._create = create
+        try:
+            self._conn.run(self._check_schema)
+        except BaseException:
+            self._conn.close()
+            raise
+
+    def _setup(self, conn: Conn) -> None:
+        """Per-connection settings, applied on every (re)connection."""
+        # Every read of sesstree is a lookup or a range of `seq`: read in index order, a range
+        # needs no sort for the path's aggregates, where a bitmap scan would (measured: a
+        # 10,000-event load 0.9 ms faster on the server). Only a speed-up: an engine without
+        # the setting (CockroachDB, YugabyteDB) is used as it is.
+        self._try_setting(conn, "SET enable_bitmapscan = off")
+        # A writer waits for a ref's row as long as the store's timeout, as on SQLite, and
+        # then gets StoreLockedError (SQLSTATE 55P03) instead of waiting for ever on a long
+        # batch. Writers on other sessions never wait: each locks only its own ref's row.
+        self._try_setting(conn, f"SET lock_timeout = {max(1, int(self._timeout * 1000))}")
+        if self._durable:
+            # The server's default is already `on`; a durable store insists on it, whatever
+            # the server or the role was configured with.
+            conn.execute("SET synchronous_commit = on")
+
+    @staticmethod
+    def _try_setting(conn: Conn, statement: str) -> None:
+        try:
+            conn.execute(statement)
+        except psycopg.errors.UndefinedObject:
+            pass  # SQLSTATE 42704: the engine has no such setting
+
+    def _check_schema(self, conn: Conn, replay: bool) -> None:
+        ensure_schema(conn, create=self._create, shown=self.url)
+
+    @property
+    def _db(self) -> Conn:
+        """The current connection (tests use it to reach under the API)."""
+        return self._conn.raw
+
+    # -- writing -----------------------------------------------------------------------------
+
+    def commit(self, nodes: Sequence[RawNode], updates: Sequence[RefUpdate]) -> None:
+        with self._lock:
+            if (
+                len(nodes) == 1 and len(updates) == 1
+                and updates[0].new == nodes[0].id and updates[0].old == nodes[0].parent
+            ):
+                self._append(nodes[0], updates[0])
+                return
+            if self._batch_depth:
+                # A savepoint: a lost compare-and-set undoes this commit and keeps the batch.
+                self._run(lambda conn, replay: self._commit_in(conn, nodes, updates, False))
+                return
+            self._run(lambda conn, replay: self._commit_in(conn, nodes, updates, replay))
+
+    def _append(self, node: RawNode, u: RefUpdate) -> None:
+        params = objects.node_params(node)
+        log = not self._batch_depth
+        if not log and self._heads.get(u.name) is not None:
+            # This batch holds the ref's row lock since it first moved it, so where the ref
+            # is, is known here: decide the compare-and-set now, send the node with the rest
+            # of the ref's run (one call for the run, when anything else needs the server).
+            if self._heads[u.name] != u.old:
+                raise self._conflict(u, "conflict:" + (self._heads[u.name] or ""))
+            self._queue.setdefault(u.name, []).append((u.old, params))
+            self._heads[u.name] = u.new
+            self._note(u)
+            return
+
+        def work(conn: Conn, replay: bool) -> str:
+            row = conn.execute(refs.APPEND, (u.name, *params, u.reason, log, replay)).fetchone()
+            return str(row[0]) if row else "conflict:"
+
+        status = self._run(work)
+        if status != "ok":
+            raise self._conflict(u, status)
+        if not log:
+            self._heads[u.name] = u.new
+            self._note(u)
+
+    def _run(self, work: Callable[[Conn, bool], T]) -> T:
+        """Run ``work`` on the server, after the batch's queued appends (it may read them)."""
+        if self._queue:
+            self._send_queue()
+        return self._conn.run(work)
+
+    def _send_queue(self) -> None:
+        """Send each ref's queued run of appends, one call per ref."""
+        queue, self._queue = self._queue, {}
+
+        def work(conn: Conn, replay: bool) -> None:
+            for name, run in queue.items():
+                old = run[0][0]
+                columns = list(zip(*(p for _, p in run), strict=True))
+                row = conn.execute(refs.APPEND_RUN, (
+                    name, bytes.fromhex(old) if old is not None else None,
+                    list(columns[0]), list(columns[2]), list(columns[3]), list(columns[4]),
+                    list(columns[5]),
+                )).fetchone()
+                if row is None or row[0] != "ok":  # pragma: no cover - the batch holds the lock
+                    raise ConflictError(f"{name} moved during the batch")
+
+        self._conn.run(work)
+
+    def _commit_in(
+        self, conn: Conn, nodes: Sequence[RawNode],
+        updates: Sequence[RefUpdate], replay: bool,
+    ) -> None:
+        """One commit as one transaction (or, inside a batch, one savepoint)."""
+        log = not self._batch_depth
+        # Outside a batch this is the commit's transaction; inside one, a savepoint.
+        with conn.transaction():
+            if nodes:
+                params = [objects.node_params(n) for n in nodes]
+                with conn.cursor() as cur:
+                    # Pipelined: the nodes go in one round trip, parents before children.
+                    cur.executemany(objects.PUT_NODE, params, returning=True)
+                    missing = 0
+                    while True:
+                        row = cur.fetchone()
+                        missing += row is None or row[0] is None
+                        if not cur.nextset():
+                            break
+                if missing:
+                    bad = next(n for n in nodes if n.parent is not None
+                               and not self._has_in(conn, n.parent, nodes))
+                    raise MissingNodeError(
+                        f"parent {describe(bad.parent)} of {bad.id[:12]} is not stored")
+            # Refs in name order: two commits moving the same refs lock them in one order and
+            # so cannot deadlock each other.
+            for u in sorted(updates, key=lambda u: u.name):
+                old = bytes.fromhex(u.old) if u.old is not None else None
+                new = bytes.fromhex(u.new) if u.new is not None else None
+                row = conn.execute(refs.MOVE_REF, (u.name, old, new, u.reason, log, replay)
+                                   ).fetchone()
+                status = str(row[0]) if row else "conflict:"
+                if status != "ok":
+                    raise self._conflict(u, status)
+        if not log:
+            for u in updates:
+                self._heads[u.name] = u.new
+                self._note(u)
+
+    @staticmethod
+    def _has_in(conn: Conn, id: NodeId, nodes: Sequence[RawNode]) -> bool:
+        if any(n.id == id for n in nodes):
+            return True
+        return conn.execute(objects.HAS, ([bytes.fromhex(id)],)).fetchone() is not None
+
+    def _note(self, u: RefUpdate) -> None:
+        """Remember a move made inside a batch, for the batch's one reflog entry per ref."""
+        p = self._pending.get(u.name)
+        if p is None:
+            self._pending[u.name] = _Pending(u.old, 1, u.reason)
+        else:
+            p.count += 1
+            p.reason = u.reason
+
+    def _conflict(self, u: RefUpdate, status: str) -> ConflictError | MissingNodeError:
+        if status == "missing-target":
+            return MissingNodeError(f"{u.name}: target {describe(u.new)} is not stored")
+        found = status.partition(":")[2] or None
+        return ConflictError(f"{u.name} moved: expected {describe(u.old)}, found {describe(found)}")
+
+    @contextmanager
+    def batch(self) -> Iterator[None]:
+        with self._lock:
+            outer = self._batch_depth == 0
+            if not outer:
+                self._batch_depth += 1
+                try:
+                    yield
+                finally:
+                    self._batch_depth -= 1
+                return
+            conn = self._conn.connection()
+            txn = conn.transaction()
+            try:
+                txn.__enter__()
+            except psycopg.Error as exc:
+                self._conn.raise_translated(exc)
+            self._batch_depth = 1
+            self._conn.begin_batch(conn)
+            try:
+                yield
+                if self._queue:
+                    self._send_queue()
+                self._flush_pending(conn)
+            except BaseException as exc:
+                self._pending.clear()
+                self._queue.clear()
+                self._end_batch()
+                try:
+                    txn.__exit__(type(exc), exc, exc.__traceback__)
+                except psycopg.Error:
+                    self._conn.discard()  # the connection went with the batch
+                raise
+            self._end_batch()
+            try:
+                txn.__exit__(None, None, None)
+            except psycopg.Error as exc:
+                if is_connection_lost(exc, conn):
+                    self._conn.discard()
+                    # The COMMIT was sent: whether the server ran it before the connection
+                    # went cannot be known from here. Say so rather than guess.
+                    raise StoreUnavailableError(
+                        f"lost the connection to the store at {self.url} while the batch "
+                        "committed: it may or may not be stored; look before writing it again"
+                    ) from None
+                self._conn.raise_translated(exc)
+
+    def _end_batch(self) -> None:
+        self._batch_depth = 0
+        self._heads.clear()
+        self._conn.end_batch()
+
+    def _flush_pending(self, conn: Conn) -> None:
+        try:
+            for name, p in self._pending.items():
+                reason = p.reason if p.count == 1 else f"{p.reason} (batch of {p.count} moves)"
+                old = bytes.fromhex(p.old) if p.old is not None else None
+                conn.execute(refs.LOG_BATCH, {"ref": name, "old": old, "reason": reason})
+        except psycopg.Error as exc:
+            self._conn.raise_translated(exc)
+        finally:
+            self._pending.clear()
+
+    def rename_ref(self, old: str, new: str, target: NodeId, reason: str) -> None:
+        with self._lock:
+            self._flush_in_batch()
+
+            def work(conn: Conn, replay: bool) -> str:
+                row = conn.execute(refs.RENAME_REF, (old, new, bytes.fromhex(target), reason,
+                                                     replay)).fetchone()
+                return str(row[0]) if row else "conflict:"
+
+            if self._run(work) != "ok":
+                raise ConflictError(f"cannot rename {old} to {new}: one of them moved")
+
+    def _flush_in_batch(self) -> None:
+        """Log a batch's moves so far: an operation that rewrites the log must see them."""
+        if self._queue:
+            self._send_queue()
+        if self._batch_depth and self._pending:
+            self._flush_pending(self._conn.connection())
+        self._heads.clear()  # a rename or gc may move refs: ask the server again
+
+    def expire_reflog(self, name: str) -> int:
+        with self._lock:
+            self._flush_in_batch()
+            row = self._read(refs.EXPIRE, {"ref": name})
+            return int(row[0][0])
+
+    def set_meta(self, key: str, value: str | None) -> None:
+        with self._lock:
+            if value is None:
+                self._read(refs.UNSET_META, (key,))
+            else:
+                self._read(refs.SET_META, (key, value))
+
+    def delete_nodes(self, ids: Sequence[NodeId]) -> int:
+        rows = self._read(objects.DELETE, {"ids": [bytes.fromhex(i) for i in ids]})
+        return int(rows[0][0])
+
+    # -- reading -----------------------------------------------------------------------------
+
+    def _read(
+        self, sql: str, params: Any = None, *, fetch: bool = True, binary: bool = False,
+    ) -> list[Any]:
+        """One statement (rerun after a lost connection), its rows."""
+
+        def work(conn: Conn, replay: bool) -> list[Any]:
+            # The SQL is one of this package's constants.
+            cur = conn.execute(sql, params, binary=binary)
+            return cur.fetchall() if fetch and cur.description is not None else []
+
+        with self._lock:
+            return self._run(work)
+
+    def get(self, id: NodeId) -> StoredNode | None:
+        rows = self._read(objects.GET, (bytes.fromhex(id),))
+        if not rows:
+            return None
+        row = rows[0]
+        if (row[1] is None and row[4] is not None) or not objects.row_is_intact(
+                bytes(row[0]), None if row[1] is None else bytes(row[1]), bytes(row[3])):
+            raise StoreCorruptError(f"the store at {self.url} is damaged: node {id[:12]} does "
+                                    "not hash to its id")
+        return self._stored(row)
+
+    def _stored(self, row: Any) -> StoredNode:
+        try:
+            type, encoded = objects.split_row(row[3])
+        except (ValueError, IndexError, UnicodeDecodeError):
+            # Give it back as it is: it will not hash to its id, and fsck says so.
+            type, encoded = "", bytes(row[3])
+        return StoredNode(NodeId(row[0].hex()), objects.hex_id(row[1]), row[2], type, encoded)
+
+    def has(self, ids: Sequence[NodeId]) -> set[NodeId]:
+        rows = self._read(objects.HAS, ([bytes.fromhex(i) for i in ids],))
+        return {NodeId(r[0].hex()) for r in rows}
+
+    def chain(self, head: NodeId, limit: int | None = None) -> Chain:
+        params = {"id": bytes.fromhex(head), "limit": 2**31 - 1 if limit is None else limit}
+        # binary: the path's bytes come as they are, not as hex text
+        rows = self._read(objects.CHAIN_ONE, params, binary=True)
+        if not rows or rows[0][0] is None:
+            raise KeyError(head)
+        depth, count, ids, data, base, lengths = rows[0]
+        want = depth if limit is None else min(limit, depth)
+        if count != want or (want == depth and count and base is not None):
+            raise StoreCorruptError(f"the store at {self.url} is damaged: a path does not "
+                                    "match its depth index")
+        if count == 0:
+            return Chain([], [], depth + 1, head, ids=[])
+        # Every node read is checked against its id: damage is an error, never wrong data.
+        ids, data, base = bytes(ids), bytes(data), None if base is None else bytes(base)
+        bad = objects.first_bad_node(base, ids, data, lengths or [])
+        if bad is not None:
+            raise StoreCorruptError(f"the store at {self.url} is damaged: node "
+                                    f"{ids[32 * bad : 32 * bad + 32].hex()[:12]} does not hash "
+                                    "to its id")
+        try:
+            types, datas = objects.decode_path(data, count)
+        except (msgspec.DecodeError, ValueError):
+            raise StoreCorruptError(f"the store at {self.url} is damaged: a node row is "
+                                    "unreadable") from None
+        return Chain(types, datas, depth - count + 1, objects.hex_id(base), packed_ids=ids)
+
+    def resolve_prefix(self, prefix: str, limit: int = 2) -> list[NodeId]:
+        lo = bytes.fromhex((prefix + "0" * 64)[:64])
+        hi = bytes.fromhex((prefix + "f" * 64)[:64])
+        return [NodeId(r[0].hex()) for r in self._read(objects.PREFIX, (lo, hi, limit))]
+
+    def get_ref(self, name: str) -> Ref | None:
+        rows = self._read(refs.GET_REF, (name,))
+        return Ref(name, NodeId(rows[0][0].hex()), rows[0][1]) if rows else None
+
+    def list_refs(self, prefix: str) -> list[Ref]:
+        rows = self._read(refs.LIST_REFS, (len(prefix), prefix))
+        return [Ref(r[0], NodeId(r[1].hex()), r[2]) for r in rows]
+
+    def reflog(self, name: str | None = None) -> list[ReflogEntry]:
+        rows = self._read(refs.REFLOG_ALL) if name is None else self._read(refs.REFLOG, (name,))
+        return [
+            ReflogEntry(r[0], objects.hex_id(r[1]), objects.hex_id(r[2]), r[3], r[4]) for r in rows
+        ]
+
+    def get_meta(self, key: str) -> str | None:
+        rows = self._read(refs.GET_META, (key,))
+        return str(rows[0][0]) if rows else None
+
+    def list_meta(self, prefix: str) -> dict[str, str]:
+        return {str(k): str(v) for k, v in self._read(refs.LIST_META, (len(prefix), prefix))}
+
+    @contextmanager
+    def snapshot(self) -> Iterator[None]:
+        """Reads inside the block see one state of the store: one REPEATABLE READ, READ ONLY
+        transaction (inside a batch, the batch's own transaction)."""
+        with self._lock:
+            if self._batch_depth or self._conn.in_batch:
+                yield
+                return
+            conn = self._conn.connection()
+            try:
+                txn = conn.transaction()
+                txn.__enter__()
+                conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
+            except psycopg.Error as exc:
+                self._conn.raise_translated(exc)
+            # Pinned like a batch: a read must not run again on a new connection, outside the
+            # snapshot.
+            self._conn.begin_batch(conn)
+            try:
+                yield
+            except BaseException as exc:
+                self._conn.end_batch()
+                try:
+                    txn.__exit__(type(exc), exc, exc.__traceback__)
+                except psycopg.Error:
+                    self._conn.discard()
+                raise
+            self._conn.end_batch()
+            try:
+                txn.__exit__(None, None, None)
+            except psycopg.Error as exc:
+                self._conn.discard()
+                self._conn.raise_translated(exc)
+
+    def iter_nodes(self) -> Iterator[StoredNode]:
+        """Every node, parents first, fetched in chunks from one snapshot (bounded memory):
+        the open snapshot's, or a read-only transaction of its own."""
+        with self._lock:
+            if self._batch_depth:
+                for row in self._read(objects.ITER):  # (sends the batch's queued appends)
+                    yield self._stored(row)
+                return
+            conn = self._conn.connection()
+            try:
+                if self._conn.in_batch:  # inside snapshot(): read through its transaction
+                    yield from self._iter_cursor(conn)
+                    return
+                with conn.transaction():
+                    conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
+                    yield from self._iter_cursor(conn)
+            except psycopg.Error as exc:
+                if is_connection_lost(exc, conn):
+                    self._conn.discard()
+                self._conn.raise_translated(exc)
+
+    def _iter_cursor(self, conn: Conn) -> Iterator[StoredNode]:
+        # A server-side cursor: the rows come _ITER_CHUNK at a time, not all at once.
+        with conn.cursor(name="sesstree_iter_nodes") as cur:
+            cur.itersize = _ITER_CHUNK
+            cur.execute(objects.ITER)
+            for row in cur:
+                yield self._stored(row)
+
+    def count_nodes(self) -> int:
+        return int(self._read(objects.COUNT)[0][0])
+
+    def check(self) -> list[str]:
+        faults: list[str] = []
+        for what, sql in objects.CHECKS.items():
+            for (key,) in self._read(sql + " LIMIT 20"):
+                faults.append(f"{what}: {key.hex()[:12]}")
+        for what, sql in refs.REF_CHECKS.items():
+            for (key,) in self._read(sql + " LIMIT 20"):
+                faults.append(f"{what}: {key}")
+        return faults
+
+    def physical_bytes(self) -> int:
+        return int(self._read(objects.PHYSICAL_BYTES)[0][0] or 0)
+
+    # -- maintenance on the server -----------------------------------------------------------
+
+    def collect_garbage(self, dry_run: bool) -> tuple[list[NodeId], int, int]:
+        """Find (and unless ``dry_run`` remove) what nothing reaches, walking on the server.
+
+        Returns the unreachable ids (newest first), how many were removed and how many nodes
+        are kept; only those ids come to the client. The walk reads a snapshot and blocks no
+        one. The removal is one short transaction that first waits for writers in progress
+        and holds new ones back (SHARE locks) while it keeps whatever they made reachable
+        since the snapshot, so a node being appended to, or a payload a new node shares, never
+        goes.
+        """
+
+        def work(conn: Conn, replay: bool) -> tuple[list[NodeId], int, int]:
+            with conn.transaction():
+                if not self._conn.in_batch:  # (inside a batch or snapshot: its own view)
+                    conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
+                head = conn.execute(refs.GET_META, ("HEAD",)).fetchone()
+                detached = None
+                if head is not None and not str(head[0]).startswith("ref: "):
+                    detached = bytes.fromhex(str(head[0]))
+                marks = conn.execute(objects.GC_MARKS).fetchone()
+                dead = conn.execute(objects.GC_DEAD, (detached,)).fetchall()
+                total = conn.execute(objects.COUNT).fetchone()
+            assert marks is not None and total is not None
+            kept = int(total[0]) - len(dead)
+            ids = [NodeId(bytes(r[1]).hex()) for r in dead]
+            if dry_run or not dead:
+                return ids, 0, kept
+            with conn.transaction():
+                conn.execute("LOCK TABLE nodes, blobs, refs, reflog IN SHARE MODE")
+                head = conn.execute(refs.GET_META, ("HEAD",)).fetchone()
+                detached = None
+                if head is not None and not str(head[0]).startswith("ref: "):
+                    detached = bytes.fromhex(str(head[0]))
+                gone = {int(r[0]) for r in conn.execute(objects.GC_DELETE, {
+                    "cand": [int(r[0]) for r in dead], "max_seq": int(marks[0]),
+                    "max_n": int(marks[1]), "head": detached,
+                }).fetchall()}
+            removed = [i for i, r in zip(ids, dead, strict=True) if int(r[0]) in gone]
+            return removed, len(removed), kept + len(ids) - len(removed)
+
+        with self._lock:
+            self._flush_in_batch()
+            return self._run(work)
+
+    def server_stats(self) -> dict[str, int]:
+        """Counts and bytes, computed on the server: no node is read."""
+        rows = self._read(objects.STATS)
+        nodes, sessions, tags, reflog, logical = (int(v) for v in rows[0])
+        return {"nodes": nodes, "sessions": sessions, "tags": tags, "reflog_entries": reflog,
+                "logical_bytes": logical, "physical_bytes": self.physical_bytes()}
+
+    def close(self) -> None:
+        with self._lock:
+            self._conn.close()
