@@ -26,6 +26,12 @@ def _open(kind: str, folder: Path, request: pytest.FixtureRequest) -> Store:
     return open_store(":memory:") if kind == "memory" else open_store(folder)
 
 
+@pytest.fixture(autouse=True)
+def private_sess_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A checkout's HEAD of a shared store is kept under SESS_HOME: never the tester's own."""
+    monkeypatch.setenv("SESS_HOME", str(tmp_path / "sess-home"))
+
+
 @pytest.fixture(params=BACKENDS)
 def backend_kind(request: pytest.FixtureRequest) -> str:
     """The name of the backend under test."""

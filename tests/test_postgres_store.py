@@ -355,3 +355,34 @@ def test_gc_keeps_what_became_reachable_after_its_walk(postgres_url: str) -> Non
         assert store.backend.has([a.id, b.id, junk.id]) == {a.id, b.id}
         assert [m["content"] for m in store.messages("saved")] == ["unnamed a", "unnamed b"]
         assert store.fsck() == []
+
+
+def test_each_user_of_a_shared_store_has_a_head_of_their_own(
+        postgres_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # One user's `sess checkout` must not move everyone's HEAD: on a shared store, HEAD is
+    # kept on the user's machine, one file per store URL.
+    with open_store(postgres_url) as setup:
+        for name in ("quest-1", "quest-2"):
+            setup.session(name).add_message({"role": "user", "content": name})
+    monkeypatch.setenv("SESS_HOME", str(tmp_path / "alice"))
+    with open_store(postgres_url) as alice:
+        alice.checkout("quest-1")
+        detached = alice.resolve("quest-2")
+    monkeypatch.setenv("SESS_HOME", str(tmp_path / "bob"))
+    with open_store(postgres_url) as bob:
+        assert bob.head() == ("main", None)  # untouched by alice
+        bob.checkout("quest-2")
+        bob.rename_session("quest-2", "west")
+        assert bob.head()[0] == "west"
+    monkeypatch.setenv("SESS_HOME", str(tmp_path / "alice"))
+    with open_store(postgres_url) as alice:
+        assert alice.head()[0] == "quest-1"
+        alice.checkout(detached[:12])
+        # alice's detached HEAD keeps its node through her gc, though no ref names it
+        alice.delete_session("west")
+        alice.expire_reflog("west")
+        assert detached not in alice.gc(dry_run=True).unreachable
+        assert alice.fsck() == []
+    files = list((tmp_path / "alice" / "heads").iterdir())
+    assert len(files) == 1 and files[0].read_text().strip() == detached
+    assert oct(files[0].stat().st_mode & 0o777) == "0o600"

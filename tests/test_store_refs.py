@@ -33,7 +33,19 @@ def prepare(store: Store, name: str = "a") -> None:
 
 
 def fail_on_meta(store: Store, monkeypatch: pytest.MonkeyPatch, key: str) -> None:
-    """Make the write of meta ``key`` fail, as a crash at that point would."""
+    """Make the write of meta ``key`` fail, as a crash at that point would (HEAD: wherever
+    the store keeps it; a shared store keeps it on the user's machine)."""
+    if key == "HEAD" and not store._head.in_store:
+        head = store._head
+        real_set, before = head.set, head.get()
+
+        def set_head(value: str) -> None:
+            if value != before:  # moving it fails; putting it back works
+                raise Boom("HEAD")
+            real_set(value)
+
+        monkeypatch.setattr(head, "set", set_head)
+        return
     real = store.backend.set_meta
 
     def set_meta(k: str, value: str | None) -> None:

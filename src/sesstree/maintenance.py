@@ -80,9 +80,9 @@ def _fsck(store: Store) -> list[str]:
         for target in (entry.old, entry.new):
             if target is not None and target not in seen:
                 faults.append(f"reflog of {entry.ref} names missing node {target[:12]}")
-    raw_head = backend.get_meta("HEAD")
-    if raw_head is not None and not raw_head.startswith("ref: ") and raw_head not in seen:
-        faults.append(f"HEAD points at missing node {raw_head[:12]}")
+    head_name, head = store.head()  # this checkout's HEAD, wherever it is kept
+    if head_name is None and head is not None and head not in seen:
+        faults.append(f"HEAD points at missing node {head[:12]}")
     return list(dict.fromkeys(faults))
 
 
@@ -105,7 +105,11 @@ def gc(store: Store, *, dry_run: bool = False) -> GcResult:
     Reachability comes from ids and parents alone (no payload is loaded), and the removal
     happens in short write transactions, so writers in other processes keep their turns.
     """
-    dead, removed, kept = store.backend.collect_garbage(dry_run)
+    # This checkout's detached HEAD is kept; for a shared store it lives on this machine,
+    # where the server cannot see it. (Other users' detached HEADs are theirs to tag.)
+    head_name, head = store.head()
+    keep = head if head_name is None else None
+    dead, removed, kept = store.backend.collect_garbage(dry_run, keep)
     return GcResult(dead, removed, kept)
 
 

@@ -24,6 +24,7 @@ from .errors import (
     UnknownRevisionError,
 )
 from .events import Derived, derive_messages, is_registered
+from .head import FileHead, HeadKeeper, MetaHead, head_file_for
 from .node import Node, NodeId, check_ref_name, encode_data, node_id_from_encoded
 from .store.base import Backend, Chain, RawNode, Ref, ReflogEntry, RefUpdate
 from .store.memory import MemoryBackend
@@ -89,8 +90,9 @@ def open_store(
     if str(path) == ":memory:":
         return Store(MemoryBackend())
     if is_store_url(path):
+        # A shared store: this user's HEAD is kept on this machine, not in the store.
         return Store(open_url(str(path), create=create, durable=durability == "durable",
-                              timeout=timeout))
+                              timeout=timeout), head=FileHead(head_file_for(str(path))))
     folder = Path(path)
     if folder.is_file():
         file = folder
@@ -118,8 +120,10 @@ def _make_private_folder(folder: Path) -> None:
 class Store:
     """A session store: one DAG of events, with sessions and tags as named refs into it."""
 
-    def __init__(self, backend: Backend) -> None:
+    def __init__(self, backend: Backend, *, head: HeadKeeper | None = None) -> None:
         self.backend = backend
+        #: Where HEAD is kept: in the store (a local store), or on this machine (a shared one).
+        self._head: HeadKeeper = head if head is not None else MetaHead(backend)
         # Session handles that moved inside the open batch: if it rolls back, they must forget
         # what it wrote.
         self._batch_depth = 0
@@ -142,6 +146,10 @@ class Store:
         Appends inside the block are acknowledged (and durable) when the block exits; each ref
         moved gets one reflog entry for the whole batch.
         """
+        # A HEAD kept outside the store (a shared store's) is not in the transaction: put it
+        # back by hand if the batch fails.
+        outside = self._batch_depth == 0 and not self._head.in_store
+        head_before = self._head.get() if outside else None
         self._batch_depth += 1
         try:
             with self.backend.batch():
@@ -150,6 +158,8 @@ class Store:
             if self._batch_depth == 1:
                 for session in self._moved_in_batch:
                     session.refresh()
+                if outside and self._head.get() != head_before:
+                    self._head.set(head_before or "ref: " + SESSIONS + "main")
             raise
         finally:
             self._batch_depth -= 1
@@ -208,32 +218,52 @@ class Store:
         The ref, HEAD (detached at the last node if it named the session) and the session's
         metadata change in one transaction: a crash leaves all of it or none.
         """
-        with self.batch():
-            target = self._require_session(name)
-            on_head = self.head()[0] == name
-            self.move_ref(SESSIONS + name, target, None, "branch: deleted")
-            if on_head:
-                self.backend.set_meta("HEAD", target)
-            self.backend.set_meta("session:" + name, None)
+        target = self._require_session(name)
+        with self._moving_head(name, target):
+            with self.batch():
+                target = self._require_session(name)
+                self.move_ref(SESSIONS + name, target, None, "branch: deleted")
+                self._move_head(name, target)
+                self.backend.set_meta("session:" + name, None)
         return target
 
     def rename_session(self, old: str, new: str) -> None:
         """Rename a session, carrying its reflog, metadata and HEAD along, in one transaction:
         a crash leaves the old name or the new one, never HEAD on a name that is gone."""
         check_ref_name(new)
-        with self.batch():
-            target = self._require_session(old)
-            if self.has_session(new):
-                raise RefExistsError(f"session {new!r} already exists")
-            on_head = self.head()[0] == old
-            self.backend.rename_ref(SESSIONS + old, SESSIONS + new, target,
-                                    f"branch: renamed {old} to {new}")
-            meta = self.backend.get_meta("session:" + old)
-            if meta is not None:
-                self.backend.set_meta("session:" + new, meta)
-                self.backend.set_meta("session:" + old, None)
-            if on_head:
-                self.backend.set_meta("HEAD", "ref: " + SESSIONS + new)
+        with self._moving_head(old, "ref: " + SESSIONS + new):
+            with self.batch():
+                target = self._require_session(old)
+                if self.has_session(new):
+                    raise RefExistsError(f"session {new!r} already exists")
+                self.backend.rename_ref(SESSIONS + old, SESSIONS + new, target,
+                                        f"branch: renamed {old} to {new}")
+                meta = self.backend.get_meta("session:" + old)
+                if meta is not None:
+                    self.backend.set_meta("session:" + new, meta)
+                    self.backend.set_meta("session:" + old, None)
+                self._move_head(old, "ref: " + SESSIONS + new)
+
+    def _move_head(self, name: str, value: str) -> None:
+        """Inside the transaction that renames or deletes ``name``: HEAD follows, when it is
+        kept in the store (a shared store's is moved by :meth:`_moving_head`)."""
+        if self._head.in_store and self.head()[0] == name:
+            self._head.set(value)
+
+    @contextmanager
+    def _moving_head(self, name: str, value: str) -> Iterator[None]:
+        """Around a rename or delete of ``name`` on a store whose HEAD is kept outside it
+        (a shared store): this user's HEAD moves first, and back if the store's move fails."""
+        if self._head.in_store or self.head()[0] != name:
+            yield
+            return
+        before = self._head.get() or "ref: " + SESSIONS + "main"
+        self._head.set(value)
+        try:
+            yield
+        except BaseException:
+            self._head.set(before)
+            raise
 
     def reset(self, name: str, rev: str | NodeId, reason: str | None = None, *,
               handle: Session | None = None) -> NodeId:
@@ -337,7 +367,7 @@ class Store:
 
     def head(self) -> tuple[str | None, NodeId | None]:
         """``(session name, node)`` of HEAD; name is None when detached, node None when empty."""
-        raw = self.backend.get_meta("HEAD") or "ref: " + SESSIONS + "main"
+        raw = self._head.get() or "ref: " + SESSIONS + "main"
         if raw.startswith("ref: "):
             name = raw[5 + len(SESSIONS):]
             return name, self.session_head(name)
@@ -347,15 +377,15 @@ class Store:
         """Point HEAD at a session (by name) or, detached, at any other revision's node."""
         name = rev[len(SESSIONS):] if rev.startswith(SESSIONS) else rev
         if _SUFFIX.search(rev) is None and self.has_session(name):
-            self.backend.set_meta("HEAD", "ref: " + SESSIONS + name)
+            self._head.set("ref: " + SESSIONS + name)
             return name, self._require_session(name)
         target = self.resolve(rev)
-        self.backend.set_meta("HEAD", target)
+        self._head.set(target)
         return None, target
 
     def set_head_session(self, name: str) -> None:
         """Point HEAD at session ``name``, which may not exist yet (its first append creates it)."""
-        self.backend.set_meta("HEAD", "ref: " + SESSIONS + check_ref_name(name))
+        self._head.set("ref: " + SESSIONS + check_ref_name(name))
 
     # -- revisions ---------------------------------------------------------------------------
 

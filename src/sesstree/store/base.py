@@ -172,9 +172,12 @@ class Backend(Protocol):
     def delete_nodes(self, ids: Sequence[NodeId]) -> int:
         """Remove nodes (gc only: the caller ensures nothing reaches them). Returns the count."""
 
-    def collect_garbage(self, dry_run: bool) -> tuple[list[NodeId], int, int]:
+    def collect_garbage(
+        self, dry_run: bool, keep: NodeId | None = None
+    ) -> tuple[list[NodeId], int, int]:
         """Remove (unless ``dry_run``) nodes and payloads that no ref, reflog entry or
-        detached HEAD reaches. Returns the unreachable ids, how many were removed, how many
+        detached HEAD reaches, nor ``keep`` (the detached HEAD of a checkout kept outside the
+        store). Returns the unreachable ids, how many were removed, how many
         nodes are kept. Finds reachability from ids and parents only, and never holds the
         write lock for long."""
 

@@ -266,9 +266,13 @@ class MemoryBackend:
         for i in ids:
             self._nodes.pop(i, None)
 
-    def collect_garbage(self, dry_run: bool) -> tuple[list[NodeId], int, int]:
+    def collect_garbage(
+        self, dry_run: bool, keep: NodeId | None = None
+    ) -> tuple[list[NodeId], int, int]:
         with self._lock:
             roots = {r.target for r in self._refs.values()}
+            if keep is not None:
+                roots.add(keep)
             roots.update(t for e in self._reflog for t in (e.old, e.new) if t is not None)
             head = self._meta.get("HEAD")
             if head is not None and not head.startswith("ref: "):

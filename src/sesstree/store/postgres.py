@@ -505,7 +505,9 @@ class PostgresBackend:
 
     # -- maintenance on the server -----------------------------------------------------------
 
-    def collect_garbage(self, dry_run: bool) -> tuple[list[NodeId], int, int]:
+    def collect_garbage(
+        self, dry_run: bool, keep: NodeId | None = None
+    ) -> tuple[list[NodeId], int, int]:
         """Find (and unless ``dry_run`` remove) what nothing reaches, walking on the server.
 
         Returns the unreachable ids (newest first), how many were removed and how many nodes
@@ -520,10 +522,7 @@ class PostgresBackend:
             with conn.transaction():
                 if not self._conn.in_batch:  # (inside a batch or snapshot: its own view)
                     conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
-                head = conn.execute(refs.GET_META, ("HEAD",)).fetchone()
-                detached = None
-                if head is not None and not str(head[0]).startswith("ref: "):
-                    detached = bytes.fromhex(str(head[0]))
+                detached = self._gc_keep(conn, keep)
                 marks = conn.execute(objects.GC_MARKS).fetchone()
                 dead = conn.execute(objects.GC_DEAD, (detached,)).fetchall()
                 total = conn.execute(objects.COUNT).fetchone()
@@ -534,10 +533,7 @@ class PostgresBackend:
                 return ids, 0, kept
             with conn.transaction():
                 conn.execute("LOCK TABLE nodes, blobs, refs, reflog IN SHARE MODE")
-                head = conn.execute(refs.GET_META, ("HEAD",)).fetchone()
-                detached = None
-                if head is not None and not str(head[0]).startswith("ref: "):
-                    detached = bytes.fromhex(str(head[0]))
+                detached = self._gc_keep(conn, keep)
                 gone = {int(r[0]) for r in conn.execute(objects.GC_DELETE, {
                     "cand": [int(r[0]) for r in dead], "max_seq": int(marks[0]),
                     "max_n": int(marks[1]), "head": detached,
@@ -548,6 +544,17 @@ class PostgresBackend:
         with self._lock:
             self._flush_in_batch()
             return self._run(work)
+
+    @staticmethod
+    def _gc_keep(conn: Conn, keep: NodeId | None) -> bytes | None:
+        """The detached HEAD gc keeps: the caller's (a checkout's HEAD is kept on its own
+        machine), or one a store of an older sesstree kept in its metadata."""
+        if keep is not None:
+            return bytes.fromhex(keep)
+        head = conn.execute(refs.GET_META, ("HEAD",)).fetchone()
+        if head is not None and not str(head[0]).startswith("ref: "):
+            return bytes.fromhex(str(head[0]))
+        return None
 
     def server_stats(self) -> dict[str, int]:
         """Counts and bytes, computed on the server: no node is read."""

@@ -574,10 +574,12 @@ class SqliteBackend(RefReads):
             self._known.clear()
             return cur.rowcount
 
-    def collect_garbage(self, dry_run: bool) -> tuple[list[NodeId], int, int]:
+    def collect_garbage(
+        self, dry_run: bool, keep: NodeId | None = None
+    ) -> tuple[list[NodeId], int, int]:
         # Each step takes the connection's lock itself, so other threads get turns too.
         with self._errors():
-            return collect_garbage(self, dry_run)
+            return collect_garbage(self, dry_run, keep)
 
     def check(self) -> list[str]:
         with self._lock, self._errors():

@@ -119,12 +119,17 @@ def _ids(db: sqlite3.Connection, seqs: list[int]) -> list[NodeId]:
     return [NodeId(r[0].hex()) for r in rows]
 
 
-def collect_garbage(backend: SqliteBackend, dry_run: bool) -> tuple[list[NodeId], int, int]:
-    """Remove (unless ``dry_run``) what nothing reaches; return the unreachable ids (newest
-    first), how many nodes were removed, and how many are kept."""
+def collect_garbage(
+    backend: SqliteBackend, dry_run: bool, keep: NodeId | None = None
+) -> tuple[list[NodeId], int, int]:
+    """Remove (unless ``dry_run``) what nothing reaches, nor ``keep``; return the unreachable
+    ids (newest first), how many nodes were removed, and how many are kept."""
     db = backend._db
     with backend.snapshot():
         plan = _Plan(db)
+        if keep is not None:
+            row = db.execute("SELECT seq FROM nodes WHERE id = ?", (bytes.fromhex(keep),)).fetchone()
+            plan.revive(None if row is None else int(row[0]))
         if dry_run:
             doomed = sorted(plan.dead, reverse=True)
             found = [i for k in range(0, len(doomed), CHUNK) for i in _ids(db, doomed[k:k + CHUNK])]
