@@ -8,8 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from sesstree import Store, open_store
-from sesstree import events as events_module
+# The conformance suite ships in the package; its asserts are rewritten like a test module's.
+pytest.register_assert_rewrite("sesstree.testing")
+
+from sesstree import Store, open_store  # noqa: E402 - after the rewrite is registered
+from sesstree import events as events_module  # noqa: E402
 
 HELPERS = Path(__file__).parent / "helpers"
 sys.path.insert(0, str(HELPERS))

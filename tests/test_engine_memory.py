@@ -1,0 +1,25 @@
+"""The conformance suite on the memory engine."""
+
+from __future__ import annotations
+
+import msgspec
+import pytest
+
+from sesstree import Store
+from sesstree.node import NodeId
+from sesstree.repo import Store as _Store
+from sesstree.store.memory import MemoryBackend
+from sesstree.testing import Engine, user
+from sesstree.testing.conformance import *  # noqa: F403 - the suite's tests and fixtures
+
+
+def damage(store: Store, id: NodeId) -> None:
+    nodes = store.backend._nodes  # type: ignore[attr-defined]
+    nodes[id] = msgspec.structs.replace(nodes[id], encoded=msgspec.msgpack.encode(user("evil")))
+
+
+@pytest.fixture
+def engine() -> Engine:
+    backend = MemoryBackend()  # opened again, it is the same store
+    return Engine("memory", open=lambda: _Store(backend), damage_node=damage,
+                  measures_size=False)

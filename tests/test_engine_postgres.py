@@ -1,0 +1,23 @@
+"""The conformance suite on the PostgreSQL engine, against the run's real server."""
+
+from __future__ import annotations
+
+import msgspec
+import pytest
+
+from sesstree import Store, open_store
+from sesstree.node import NodeId
+from sesstree.testing import Engine, user
+from sesstree.testing.conformance import *  # noqa: F403 - the suite's tests and fixtures
+
+
+def damage(store: Store, id: NodeId) -> None:
+    store.backend._db.execute(  # type: ignore[attr-defined]
+        "UPDATE nodes SET data = %s WHERE id = %s",
+        (msgspec.msgpack.encode("user/message") + msgspec.msgpack.encode(user("evil")),
+         bytes.fromhex(id)))
+
+
+@pytest.fixture
+def engine(postgres_url: str) -> Engine:
+    return Engine("postgres", open=lambda: open_store(postgres_url), damage_node=damage)
