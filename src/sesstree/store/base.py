@@ -1,8 +1,9 @@
 """The storage seam: what a backend must do, and nothing more.
 
-A backend is an object store (nodes, put idempotently, read by id or as a chain from a head)
-plus a ref store whose refs change only by compare-and-set, each change logged in the reflog
-in the same atomic step. Everything else (revisions, log, gc, fsck, stats) is built on top in
+A backend is two narrow contracts that one transaction can span: an :class:`ObjectStore`
+(nodes, put idempotently, read by id or as a chain from a head, walked for reachability) and
+a :class:`RefStore` whose refs change only by compare-and-set, each change logged in the
+reflog in the same atomic step. Everything else (revisions, log, gc, fsck, stats) is built on top in
 :mod:`sesstree.repo` and works the same on every backend.
 
 Nodes cross this seam with their data already canonically encoded (:class:`RawNode`), so a
@@ -11,7 +12,7 @@ backend never re-encodes, and the hash is computed once, above it.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager
 from typing import Any, Protocol
 
@@ -19,7 +20,10 @@ import msgspec
 
 from ..node import NodeId
 
-__all__ = ["Backend", "Chain", "RawNode", "Ref", "RefUpdate", "ReflogEntry", "StoredNode"]
+__all__ = [
+    "Backend", "Chain", "ObjectStore", "RawNode", "Ref", "RefStore", "RefUpdate", "ReflogEntry",
+    "StoredNode",
+]
 
 
 class RawNode(msgspec.Struct, frozen=True, gc=False):
@@ -44,8 +48,9 @@ class StoredNode(msgspec.Struct, frozen=True, gc=False):
 class Chain:
     """A stretch of one path through the DAG, oldest first, with data decoded.
 
-    Ids are turned into hex only when asked for (``ids``): loading a session's messages does
-    not need them, and for a long session that is a measurable share of the load.
+    The ids are read with the data, from the same snapshot (``packed_ids``: the 32-byte ids
+    end to end), but turned into hex only when asked for (``ids``): loading a session's
+    messages does not need them, and for a long session that is a measurable share of it.
     """
 
     __slots__ = ("_ids", "_packed", "base", "datas", "start_depth", "types")
@@ -58,7 +63,7 @@ class Chain:
         base: NodeId | None = None,
         *,
         ids: list[NodeId] | None = None,
-        packed_ids: bytes | Callable[[], bytes] | None = None,
+        packed_ids: bytes | None = None,
     ) -> None:
         self.types = types
         self.datas = datas
@@ -73,7 +78,7 @@ class Chain:
     def ids(self) -> list[NodeId]:
         """The hex ids, oldest first."""
         if self._ids is None:
-            packed = self._packed() if callable(self._packed) else self._packed or b""
+            packed = self._packed or b""
             self._ids = [NodeId(packed[i : i + 32].hex()) for i in range(0, len(packed), 32)]
         return self._ids
 
@@ -108,23 +113,10 @@ class ReflogEntry(msgspec.Struct, frozen=True):
     reason: str
 
 
-class Backend(Protocol):
-    """What every backend implements. The conformance suite in ``tests/`` checks it."""
-
-    def commit(self, nodes: Sequence[RawNode], updates: Sequence[RefUpdate]) -> None:
-        """Atomically store ``nodes`` (idempotent) and apply every ref update with its reflog.
-
-        A node's parent must be stored already or come earlier in ``nodes``. If any update's
-        ``old`` differs from the ref's current target, raise ConflictError and write nothing.
-        Inside :meth:`batch`, the work joins the batch and is durable when the batch ends.
-        """
-
-    def batch(self) -> AbstractContextManager[None]:
-        """Group commits: one transaction, acknowledged (and durable) when the block exits."""
-
-    def snapshot(self) -> AbstractContextManager[None]:
-        """Read everything inside the block from one consistent state of the store (one read
-        transaction): what other writers commit meanwhile is not seen. Writes nothing."""
+class ObjectStore(Protocol):
+    """Nodes: stored idempotently (through :meth:`Backend.commit`), read by id, as the chain
+    of a head with its ids from one snapshot, by id prefix, and walked for reachability on
+    the engine's side (gc)."""
 
     def get(self, id: NodeId) -> StoredNode | None:
         """One node, or None."""
@@ -137,6 +129,33 @@ class Backend(Protocol):
 
     def resolve_prefix(self, prefix: str, limit: int = 2) -> list[NodeId]:
         """Up to ``limit`` ids that start with the lowercase hex ``prefix``."""
+
+    def iter_nodes(self) -> Iterator[StoredNode]:
+        """Every stored node, parents before children."""
+
+    def count_nodes(self) -> int:
+        """How many nodes are stored."""
+
+    def delete_nodes(self, ids: Sequence[NodeId]) -> int:
+        """Remove nodes (gc only: the caller ensures nothing reaches them). Returns the count."""
+
+    def collect_garbage(
+        self, dry_run: bool, keep: NodeId | None = None
+    ) -> tuple[list[NodeId], int, int]:
+        """Remove (unless ``dry_run``) nodes and payloads that no ref, reflog entry or
+        detached HEAD reaches, nor ``keep`` (the detached HEAD of a checkout kept outside the
+        store). Returns the unreachable ids, how many were removed, how many
+        nodes are kept. Finds reachability from ids and parents only, and never holds the
+        write lock for long."""
+
+    def physical_bytes(self) -> int:
+        """Bytes the store takes on disk (0 in memory)."""
+
+
+class RefStore(Protocol):
+    """Refs, their reflog and the store's settings. A ref moves only by compare-and-set with
+    its reflog entry in the same transaction (:meth:`Backend.commit`); a rename and an expiry
+    are compare-and-sets too."""
 
     def get_ref(self, name: str) -> Ref | None:
         """The ref, or None."""
@@ -163,29 +182,29 @@ class Backend(Protocol):
     def list_meta(self, prefix: str) -> dict[str, str]:
         """Every setting whose key starts with ``prefix``, by key (one read, not one per key)."""
 
-    def iter_nodes(self) -> Iterator[StoredNode]:
-        """Every stored node, parents before children."""
 
-    def count_nodes(self) -> int:
-        """How many nodes are stored."""
+class Backend(ObjectStore, RefStore, Protocol):
+    """A storage engine: an object store and a ref store that one transaction can span, so an
+    append (a node and its ref's move) is atomic. The conformance suite in
+    :mod:`sesstree.testing.conformance` checks every promise."""
 
-    def delete_nodes(self, ids: Sequence[NodeId]) -> int:
-        """Remove nodes (gc only: the caller ensures nothing reaches them). Returns the count."""
+    def commit(self, nodes: Sequence[RawNode], updates: Sequence[RefUpdate]) -> None:
+        """Atomically store ``nodes`` (idempotent) and apply every ref update with its reflog.
 
-    def collect_garbage(
-        self, dry_run: bool, keep: NodeId | None = None
-    ) -> tuple[list[NodeId], int, int]:
-        """Remove (unless ``dry_run``) nodes and payloads that no ref, reflog entry or
-        detached HEAD reaches, nor ``keep`` (the detached HEAD of a checkout kept outside the
-        store). Returns the unreachable ids, how many were removed, how many
-        nodes are kept. Finds reachability from ids and parents only, and never holds the
-        write lock for long."""
+        A node's parent must be stored already or come earlier in ``nodes``. If any update's
+        ``old`` differs from the ref's current target, raise ConflictError and write nothing.
+        Inside :meth:`batch`, the work joins the batch and is durable when the batch ends.
+        """
+
+    def batch(self) -> AbstractContextManager[None]:
+        """Group commits: one transaction, acknowledged (and durable) when the block exits."""
+
+    def snapshot(self) -> AbstractContextManager[None]:
+        """Read everything inside the block from one consistent state of the store (one read
+        transaction): what other writers commit meanwhile is not seen. Writes nothing."""
 
     def check(self) -> list[str]:
         """Backend-level faults (storage integrity, derived indexes, payload hashes)."""
-
-    def physical_bytes(self) -> int:
-        """Bytes the store takes on disk (0 in memory)."""
 
     def close(self) -> None:
         """Release files and locks."""
