@@ -58,3 +58,34 @@ def test_with_sqlite_session_items(store: Store) -> None:
     ours = SesstreeSession("t", store)
     run(ours.add_items(run(theirs.get_items())))
     assert run(ours.get_items()) == run(theirs.get_items())
+
+
+def test_store_work_never_blocks_the_event_loop(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A store on a server answers in a round trip; the SDK's event loop must keep running
+    # meanwhile. The store's read below waits until a task on the loop has run: if the read
+    # ran on the loop itself, that task could not run and the read would give up waiting.
+    import threading
+
+    s = SesstreeSession("chat", store)
+    run(s.add_items([{"role": "user", "content": "hi"}]))
+    loop_ran = threading.Event()
+    real_chain = store.backend.chain
+    saw_the_loop_run: list[bool] = []
+
+    def slow_chain(*args: Any, **kwargs: Any) -> Any:
+        saw_the_loop_run.append(loop_ran.wait(timeout=5))
+        return real_chain(*args, **kwargs)
+
+    monkeypatch.setattr(store.backend, "chain", slow_chain)
+
+    async def main() -> list[Any]:
+        async def tick() -> None:
+            loop_ran.set()
+
+        reading = asyncio.ensure_future(s.get_items())
+        await asyncio.sleep(0)  # the read starts
+        await tick()
+        return await reading
+
+    assert run(main()) == [{"role": "user", "content": "hi"}]
+    assert saw_the_loop_run == [True]

@@ -18,6 +18,8 @@ not import it; the class satisfies its ``Session`` protocol structurally.
 
 from __future__ import annotations
 
+import asyncio
+import threading
 from typing import Any
 
 from ..events import register_event_type
@@ -51,44 +53,61 @@ class SesstreeSession:
         self.store = store
         self.session_settings = session_settings
         self._session = store.session(session_id)
+        self._lock = threading.Lock()
+
+    # Every method does its store work in a worker thread (asyncio.to_thread): a store on a
+    # server answers in a network round trip, and an SDK agent's event loop must not wait
+    # for it. The lock keeps one call at a time on the session handle.
 
     def _items(self) -> list[Any]:
-        self._session.refresh()
-        return [n.data for n in self._session.events() if n.type == ITEM_TYPE]
+        with self._lock:
+            self._session.refresh()
+            return [n.data for n in self._session.events() if n.type == ITEM_TYPE]
 
     async def get_items(self, limit: int | None = None) -> list[Any]:
         """The items of the session, oldest first; only the newest ``limit`` if given."""
         if limit is None and self.session_settings is not None:
             limit = getattr(self.session_settings, "limit", None)
-        items = self._items()
+        items = await asyncio.to_thread(self._items)
         if limit is not None:
             items = items[-limit:] if limit > 0 else []
         return items
 
     async def add_items(self, items: list[Any]) -> None:
         """Append the items, in one transaction."""
-        if not items:
-            return
-        self._session.refresh()
-        self._session.extend([(ITEM_TYPE, dict(item)) for item in items])
+        if items:
+            await asyncio.to_thread(self._add, [dict(item) for item in items])
+
+    def _add(self, items: list[dict[str, Any]]) -> None:
+        with self._lock:
+            self._session.refresh()
+            self._session.extend([(ITEM_TYPE, item) for item in items])
 
     async def pop_item(self) -> Any | None:
         """Remove and return the newest item (a rewind: undoable through the reflog)."""
-        self._session.refresh()
-        events = self._session.events()
-        for back, node in enumerate(reversed(events), 1):
-            if node.type != ITEM_TYPE:
-                continue
-            if back < len(events):
-                self._session.rewind(back)
-            else:
-                self.store.delete_session(self.session_id)
-                self._session.refresh()
-            return node.data
-        return None
+        return await asyncio.to_thread(self._pop)
+
+    def _pop(self) -> Any | None:
+        with self._lock:
+            self._session.refresh()
+            events = self._session.events()
+            for back, node in enumerate(reversed(events), 1):
+                if node.type != ITEM_TYPE:
+                    continue
+                if back < len(events):
+                    self._session.rewind(back)
+                else:
+                    self.store.delete_session(self.session_id)
+                    self._session.refresh()
+                return node.data
+            return None
 
     async def clear_session(self) -> None:
         """Forget the session's items: the ref goes, the history stays in the reflog."""
-        if self.store.has_session(self.session_id):
-            self.store.delete_session(self.session_id)
-        self._session.refresh()
+        await asyncio.to_thread(self._clear)
+
+    def _clear(self) -> None:
+        with self._lock:
+            if self.store.has_session(self.session_id):
+                self.store.delete_session(self.session_id)
+            self._session.refresh()
