@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
+from typing import Any
 
+import pytest
 from conftest import Town, quest_tools
 from fake_openai import FakeOpenAI, Reply, call, message, stream
 
@@ -198,3 +200,35 @@ def test_example_runs_offline(tmp_path: Path) -> None:
     assert "calls buy(" in out
     with open_store(tmp_path / "sessions") as store:
         assert len(store.session("quest-2").messages()) == 14
+
+
+def test_arun_records_without_holding_up_the_event_loop(
+        server: FakeOpenAI, provider: OpenAIProvider, store: Store,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # A store on a server answers each append in a round trip; under arun the recording
+    # runs in a worker thread. Here the first write waits until a task on the loop has run:
+    # were the write on the loop, that task could not run and the write would give up.
+    import threading
+
+    server.add(message("Ask the mayor."))
+    loop_ran = threading.Event()
+    saw_the_loop_run: list[bool] = []
+    real_commit = store.backend.commit
+
+    def slow_commit(*args: Any, **kwargs: Any) -> None:
+        if not saw_the_loop_run:
+            saw_the_loop_run.append(loop_ran.wait(timeout=5))
+        real_commit(*args, **kwargs)
+
+    monkeypatch.setattr(store.backend, "commit", slow_commit)
+    agent = Agent(provider, store.session("q"), [])
+
+    async def main() -> str:
+        running = asyncio.ensure_future(agent.arun("Where is the key?"))
+        await asyncio.sleep(0)
+        loop_ran.set()
+        return await running
+
+    assert asyncio.run(main()) == "Ask the mayor."
+    assert saw_the_loop_run == [True]
+    assert [m["role"] for m in store.messages("q")] == ["user", "assistant"]

@@ -9,6 +9,7 @@ same script record the very same events, with the very same ids.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable, Generator, Iterable
 from typing import Any
@@ -44,6 +45,41 @@ class _ToolCall(msgspec.Struct):
 
 
 _Effect = _ModelCall | _ToolCall
+
+
+class _Done(msgspec.Struct):
+    """The turn's end, carried out of a worker thread (a StopIteration cannot be)."""
+
+    answer: str
+
+
+def _advance(step: Callable[..., _Effect], arg: Any) -> _Effect | _Done:
+    try:
+        return step(arg)
+    except StopIteration as stop:
+        return _Done(stop.value)
+
+
+async def _step_in_thread(step: Callable[..., _Effect], arg: Any) -> _Effect | _Done:
+    """Run one step of a turn (``next``, ``send`` or ``throw``) in a worker thread.
+
+    A step that has started runs to its end even if the task is cancelled meanwhile (a
+    generator cannot take an exception while it runs); the cancellation is then raised here,
+    and the driver hands it to the turn, which records it as usual.
+    """
+    pending = asyncio.ensure_future(asyncio.to_thread(_advance, step, arg))
+    cancelled = False
+    while True:
+        try:
+            outcome = await asyncio.shield(pending)
+            break
+        except asyncio.CancelledError:
+            if pending.done():
+                raise
+            cancelled = True
+    if cancelled:
+        raise asyncio.CancelledError
+    return outcome
 _Turn = Generator[_Effect, Any, str]
 
 #: Finish reasons that mean the answer is not the whole answer the model would have given.
@@ -239,18 +275,17 @@ class Agent:
         return completion
 
     async def _adrive(self, turn: _Turn) -> str:
-        try:
-            effect = next(turn)
-            while True:
-                try:
-                    result: Any = await self._afulfil(effect)
-                except BaseException as exc:  # also CancelledError: recorded as cancelled
-                    effect = turn.throw(exc)
-                    continue
-                effect = turn.send(result)
-        except StopIteration as stop:
-            answer: str = stop.value
-            return answer
+        # Each step of the turn records events in the store: it runs in a worker thread, so a
+        # store on a server (a round trip an event) never holds up the event loop.
+        effect = await _step_in_thread(next, turn)
+        while not isinstance(effect, _Done):
+            try:
+                result: Any = await self._afulfil(effect)
+            except BaseException as exc:  # also CancelledError: recorded as cancelled
+                effect = await _step_in_thread(turn.throw, exc)
+                continue
+            effect = await _step_in_thread(turn.send, result)
+        return effect.answer
 
     async def _afulfil(self, effect: _Effect) -> Completion | ToolOutcome:
         if isinstance(effect, _ToolCall):
