@@ -140,12 +140,7 @@ class Connector:
                     raise StoreUnavailableError(
                         f"cannot log in to {self.shown}: {self._text(exc)}"
                     ) from None
-                if time.monotonic() + delay > deadline:
-                    raise StoreUnavailableError(
-                        f"cannot reach the store at {self.shown}: {self._text(exc)}"
-                    ) from None
-                time.sleep(delay)
-                delay = min(delay * 2, 1.0)
+                delay = self._wait_to_retry(exc, delay, deadline)
                 continue
             try:
                 if self._setup is not None:
@@ -156,12 +151,7 @@ class Connector:
                 conn.close()
                 if not lost:
                     self.raise_translated(exc)
-                if time.monotonic() + delay > deadline:
-                    raise StoreUnavailableError(
-                        f"cannot reach the store at {self.shown}: {self._text(exc)}"
-                    ) from None
-                time.sleep(delay)
-                delay = min(delay * 2, 1.0)
+                delay = self._wait_to_retry(exc, delay, deadline)
                 continue
             except BaseException:
                 conn.close()
@@ -169,6 +159,16 @@ class Connector:
             self._conn = conn
             self._connected_before = True
             return conn
+
+    def _wait_to_retry(self, exc: psycopg.Error, delay: float, deadline: float) -> float:
+        """Sleep before the next attempt to connect, and return the delay after that one;
+        past the deadline, give up with one clear error."""
+        if time.monotonic() + delay > deadline:
+            raise StoreUnavailableError(
+                f"cannot reach the store at {self.shown}: {self._text(exc)}"
+            ) from None
+        time.sleep(delay)
+        return min(delay * 2, 1.0)
 
     @property
     def raw(self) -> Conn:
