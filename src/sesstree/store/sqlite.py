@@ -520,26 +520,12 @@ class SqliteBackend(RefReads):
             self._db.execute("UPDATE reflog SET old = NULL WHERE ref = ?", (name,))
             return int(cur.rowcount)
 
-    def get_meta(self, key: str) -> str | None:
-        with self._lock, self._errors():
-            row = self._db.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
-        return None if row is None else str(row[0])
-
     def set_meta(self, key: str, value: str | None) -> None:
         with self._write():
             if value is None:
                 self._db.execute("DELETE FROM meta WHERE key = ?", (key,))
             else:
                 self._db.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (key, value))
-
-    def list_meta(self, prefix: str) -> dict[str, str]:
-        # A range on the primary key, not LIKE: keys may hold % and _, and the range uses the index.
-        with self._lock, self._errors():
-            rows = self._db.execute(
-                "SELECT key, value FROM meta WHERE key >= ? AND key < ?",
-                (prefix, prefix + "\U0010ffff"),
-            ).fetchall()
-        return {str(k): str(v) for k, v in rows if str(k).startswith(prefix)}
 
     def iter_nodes(self) -> Iterator[StoredNode]:
         with self._lock, self._errors():

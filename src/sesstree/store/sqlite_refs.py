@@ -1,4 +1,5 @@
-"""Reading refs and the reflog of an SQLite store: a part of :class:`SqliteBackend`.
+"""Reading refs, the reflog and the settings of an SQLite store: a part of
+:class:`SqliteBackend`.
 
 A ref's value is its newest reflog entry (see :mod:`sesstree.store.sqlite`); inside a batch,
 the moves not yet logged are in ``_pending`` and win over the log.
@@ -22,7 +23,8 @@ __all__ = ["RefReads"]
 
 
 class RefReads:
-    """The ref and reflog reads of the SQLite backend (which provides what is declared here)."""
+    """The ref, reflog and settings reads of the SQLite backend (which provides what is
+    declared here)."""
 
     path: Path
     _db: sqlite3.Connection
@@ -90,3 +92,16 @@ class RefReads:
             for r in rows
         ]
 
+    def get_meta(self, key: str) -> str | None:
+        with self._lock, self._errors():
+            row = self._db.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+        return None if row is None else str(row[0])
+
+    def list_meta(self, prefix: str) -> dict[str, str]:
+        # A range on the primary key, not LIKE: keys may hold % and _, and the range uses the index.
+        with self._lock, self._errors():
+            rows = self._db.execute(
+                "SELECT key, value FROM meta WHERE key >= ? AND key < ?",
+                (prefix, prefix + "\U0010ffff"),
+            ).fetchall()
+        return {str(k): str(v) for k, v in rows if str(k).startswith(prefix)}
