@@ -9,7 +9,7 @@ import msgspec
 
 from .node import Node
 
-__all__ = ["SHORT", "relative_time", "short", "summary", "to_jsonable"]
+__all__ = ["SHORT", "plural", "printable", "relative_time", "short", "summary", "to_jsonable"]
 
 #: Characters of an id shown to people; any unambiguous prefix of 4+ is accepted back.
 SHORT = 10
@@ -20,6 +20,19 @@ _json = msgspec.json.Encoder()
 def short(id: str | None) -> str:
     """The short form of an id, or ``-`` for none."""
     return "-" if id is None else id[:SHORT]
+
+
+def plural(n: int, word: str) -> str:
+    """``1 event``, ``3 events``."""
+    return f"{n} {word}" if n == 1 else f"{n} {word}s"
+
+
+def printable(text: str, limit: int | None = None) -> str:
+    """``text`` as one printable line, for a message: line breaks (U+2028 too) and control
+    characters a name or file may hold are shown escaped; past ``limit`` it is cut short."""
+    if not text.isprintable():
+        text = "".join(ch if ch.isprintable() else ascii(ch)[1:-1] for ch in text)
+    return text if limit is None or len(text) <= limit else text[: limit - 3] + "..."
 
 
 def relative_time(then: float, now: float | None = None) -> str:

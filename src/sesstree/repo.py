@@ -24,6 +24,7 @@ from .errors import (
     UnknownRevisionError,
 )
 from .events import Derived, derive_messages, is_registered
+from .fmt import plural
 from .head import FileHead, HeadKeeper, MetaHead, head_file_for
 from .node import Node, NodeId, check_ref_name, encode_data, node_id_from_encoded
 from .store.base import Backend, Chain, RawNode, Ref, ReflogEntry, RefUpdate
@@ -409,7 +410,7 @@ class Store:
         chain = self._chain_of(node, back + 1)
         if len(chain.ids) <= back:
             raise UnknownRevisionError(
-                f"{_shown(rev)}: {_shown(base)} has only {_plural(len(chain.ids), 'event')}, "
+                f"{_shown(rev)}: {_shown(base)} has only {plural(len(chain.ids), 'event')}, "
                 f"cannot go back {back}"
             )
         return chain.ids[0]
@@ -596,10 +597,6 @@ def _split_steps(rev: str) -> tuple[str, int]:
 def _shown(text: str, width: int = 80) -> str:
     """A user's text, clipped for an error message."""
     return text if len(text) <= width else text[: width - 1] + "…"
-
-
-def _plural(n: int, word: str) -> str:
-    return f"{n} {word}" if n == 1 else f"{n} {word}s"
 
 
 def _check_utf8(text: str) -> None:

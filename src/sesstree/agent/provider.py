@@ -16,7 +16,8 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from ..errors import ProviderError
-from .reading import Retry, StreamReading, is_event_stream, plural, seconds
+from ..fmt import plural
+from .reading import Retry, StreamReading, is_event_stream, seconds
 from .text import Redactor, scrub_http_logs, secret_header_values, shown_url
 from .wire import Completion, Delta, error_message
 from .wire import request_message as _request_message

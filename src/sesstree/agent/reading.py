@@ -12,10 +12,11 @@ from collections.abc import Callable
 from typing import Any
 
 from ..errors import IncompleteReplyError, ProviderError
+from ..fmt import plural
 from .text import Redactor, one_line
 from .wire import Completion, Delta, StreamAssembler, normalise_completion
 
-__all__ = ["Retry", "StreamReading", "decode_completion", "is_event_stream", "plural", "seconds"]
+__all__ = ["Retry", "StreamReading", "decode_completion", "is_event_stream", "seconds"]
 
 
 class Retry(Exception):
@@ -147,11 +148,6 @@ class StreamReading:
         if isinstance(exc, httpx.ReadTimeout):
             return ProviderError(what)  # a stalled server is not helped by a second request
         return Retry(what, None)
-
-
-def plural(n: int, word: str) -> str:
-    """``1 event``, ``3 events``."""
-    return f"{n} {word}" if n == 1 else f"{n} {word}s"
 
 
 def seconds(value: float | None) -> str:

@@ -23,10 +23,11 @@ from ..errors import (
     SesstreeError,
     StoreNotFoundError,
 )
+from ..fmt import plural, printable
 from ..repo import STORE_FILE, Store, open_store
 from ..store.urls import is_store_url
 
-__all__ = ["STORE_DIR", "StoreLocator", "cli", "count", "emit_json", "events", "fail", "main",
+__all__ = ["STORE_DIR", "StoreLocator", "cli", "emit_json", "events", "fail", "main",
            "one_line", "pass_store"]
 
 STORE_DIR = ".sess"
@@ -166,9 +167,7 @@ class _Group(click.Group):
 def one_line(text: str) -> str:
     """An error message as one printable line: a name or revision it quotes may hold line
     breaks (U+2028 too) or control characters, which are shown escaped."""
-    if text.isprintable():
-        return text
-    return "".join(ch if ch.isprintable() else ascii(ch)[1:-1] for ch in text)
+    return printable(text)
 
 
 def _raised_by_echo(exc: BaseException) -> bool:
@@ -212,13 +211,8 @@ def cli(ctx: click.Context, store_path: str | None) -> None:
 pass_store = click.make_pass_decorator(StoreLocator)
 
 
-def count(n: int, word: str) -> str:
-    """``1 event``, ``2 events``."""
-    return f"{n} {word}" if n == 1 else f"{n} {word}s"
-
-
 def events(n: int) -> str:
-    return count(n, "event")
+    return plural(n, "event")
 
 
 def emit_json(value: Any) -> None:

@@ -9,7 +9,8 @@ from pathlib import Path
 import click
 import msgspec
 
-from .core import StoreLocator, cli, count, emit_json, events, fail, one_line, pass_store
+from ..fmt import plural
+from .core import StoreLocator, cli, emit_json, events, fail, one_line, pass_store
 
 
 @cli.command("import")
@@ -54,7 +55,7 @@ def import_(locator: StoreLocator, files: tuple[Path, ...], name: str | None, fm
         click.echo(one_line(f"{r.session}: {r.outcome}, {events(r.events)} "
                              f"({r.new_nodes} new) from {r.source}"))
     if failed:
-        fail(f"{failed} of {count(len(results), 'file')} could not be imported")
+        fail(f"{failed} of {plural(len(results), 'file')} could not be imported")
 
 
 @cli.command()
@@ -110,7 +111,7 @@ def fsck(locator: StoreLocator) -> None:
     for fault in faults:
         click.echo(f"fault: {fault}")
     if faults:
-        fail(f"{count(len(faults), 'fault')} found")
+        fail(f"{plural(len(faults), 'fault')} found")
     click.echo(f"ok: {store.backend.count_nodes()} nodes, every id, parent and ref checked")
 
 
@@ -121,5 +122,5 @@ def gc(locator: StoreLocator, dry_run: bool) -> None:
     """Remove nodes that no session, tag, HEAD or reflog entry reaches."""
     result = locator.open().gc(dry_run=dry_run)
     verb = "would remove" if dry_run else "removed"
-    click.echo(f"{verb} {count(len(result.unreachable), 'unreachable node')}; {result.kept} kept")
+    click.echo(f"{verb} {plural(len(result.unreachable), 'unreachable node')}; {result.kept} kept")
 

@@ -25,6 +25,7 @@ from ..errors import (
     StoreLockedError,
     StoreReadOnlyError,
 )
+from ..fmt import printable
 
 __all__ = [
     "is_media_error", "media_error", "one_line", "open_read_only", "translate", "translating",
@@ -62,8 +63,7 @@ def _is_full(exc: BaseException) -> bool:
 
 def one_line(text: str, limit: int = 200) -> str:
     """``text`` made safe for one line of output: control and odd bytes escaped, cut short."""
-    clean = "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
-    return clean if len(clean) <= limit else clean[: limit - 3] + "..."
+    return printable(text, limit)
 
 
 def is_media_error(exc: sqlite3.Error) -> bool:
