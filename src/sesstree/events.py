@@ -40,6 +40,7 @@ __all__ = [
     "find_problems",
     "is_registered",
     "message_type",
+    "pending_at",
     "register_event_type",
 ]
 
@@ -243,6 +244,18 @@ def call_ids(message: dict[str, Any]) -> list[str]:
     return [str(c.get("id")) for c in calls if isinstance(c, dict) and c.get("id") is not None]
 
 
+def pending_at(messages: Sequence[dict[str, Any]]) -> int:
+    """The index of the assistant message whose unanswered calls are pending: the last one
+    with tool calls, when only tool results follow it. -1 when there is none."""
+    for i in range(len(messages) - 1, -1, -1):
+        m = messages[i]
+        if call_ids(m):
+            return i
+        if m.get("role") != "tool":
+            return -1
+    return -1
+
+
 def find_problems(messages: Sequence[dict[str, Any]]) -> list[Problem]:
     """Tool calls with no result after them and results with no call before them.
 
@@ -252,7 +265,6 @@ def find_problems(messages: Sequence[dict[str, Any]]) -> list[Problem]:
     problems: list[Problem] = []
     open_calls: dict[str, int] = {}  # call id -> index of its assistant message
     answered: set[str] = set()
-    last_call_at = -1
     for i, m in enumerate(messages):
         role = m.get("role")
         if role == "tool":
@@ -264,14 +276,13 @@ def find_problems(messages: Sequence[dict[str, Any]]) -> list[Problem]:
             continue
         ids = call_ids(m)
         if ids:
-            last_call_at = i
             for cid in ids:
                 open_calls.setdefault(cid, i)
-    tail_only_results = all(m.get("role") == "tool" for m in messages[last_call_at + 1:])
+    pending = pending_at(messages)
     for cid, at in open_calls.items():
         if cid in answered:
             continue
-        if at == last_call_at and tail_only_results:
+        if at == pending:
             problems.append(Problem("pending-call", cid, PENDING_DETAIL))
         else:
             problems.append(Problem("orphan-call", cid, "no result was recorded"))

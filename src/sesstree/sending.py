@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from .events import PENDING_DETAIL, Derived, Problem, call_ids
+from .events import PENDING_DETAIL, Derived, Problem, call_ids, pending_at
 
 __all__ = ["ORPHAN_RESULT", "PENDING_RESULT", "repair_messages"]
 
@@ -45,8 +45,7 @@ def _pair_tool_calls(messages: Sequence[dict[str, Any]]) -> tuple[list[dict[str,
             results.setdefault(str(m.get("tool_call_id")), i)
     out: list[dict[str, Any]] = []
     used: set[int] = set()
-    last_call_at = max((i for i, m in enumerate(messages) if call_ids(m)), default=-1)
-    at_tail = all(m.get("role") == "tool" for m in messages[last_call_at + 1:])
+    pending_index = pending_at(messages)
     i = 0
     n = len(messages)
     while i < n:
@@ -62,7 +61,7 @@ def _pair_tool_calls(messages: Sequence[dict[str, Any]]) -> tuple[list[dict[str,
         calls = call_ids(m)
         if not calls:
             continue
-        pending = at_tail and i - 1 == last_call_at
+        pending = i - 1 == pending_index
         # Results that follow directly keep their order; missing ones are pulled forward
         # from later in the history or, if there are none, synthesised.
         answered: set[str] = set()
