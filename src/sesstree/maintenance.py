@@ -7,6 +7,8 @@ import msgspec
 from .errors import StoreCorruptError
 from .node import NodeId, node_id_from_encoded
 from .repo import SESSIONS, TAGS, Store
+from .scan import scale_reads
+from .store.base import Progress
 
 __all__ = ["GcResult", "Stats", "ancestors", "fsck", "gc", "stats"]
 
@@ -43,14 +45,19 @@ class GcResult(msgspec.Struct, frozen=True):
     kept: int
 
 
-def fsck(store: Store) -> list[str]:
+def fsck(store: Store, *, progress: Progress | None = None) -> list[str]:
     """Every fault found: re-hash every node, check parents, refs, reflog, HEAD and indexes.
 
     An empty list means the store is sound. Everything is read from one snapshot, so writers
-    at work meanwhile cannot make a sound store look damaged.
+    at work meanwhile cannot make a sound store look damaged. On a backend with bounded reads
+    the nodes are re-hashed a slice of rows at a time (memory does not grow with the store)
+    and the links, depths and refs are checked by the backend's own queries; ``progress`` is
+    called with (nodes checked, total) as it goes.
     """
     try:
         with store.backend.snapshot():
+            if scale_reads(store.backend) is not None:
+                return _fsck_streaming(store, progress)
             return _fsck(store)
     except StoreCorruptError as exc:
         # Damage that stops the check itself is a finding like any other.
@@ -86,6 +93,20 @@ def _fsck(store: Store) -> list[str]:
     return list(dict.fromkeys(faults))
 
 
+def _fsck_streaming(store: Store, progress: Progress | None) -> list[str]:
+    backend = store.backend
+    scan = scale_reads(backend)
+    assert scan is not None
+    # The backend's checks cover links, depths, payload hashes and every ref and reflog entry
+    # naming a missing node; what is left is the hash of every node, streamed.
+    faults = list(backend.check())
+    faults += scan.verify_nodes(progress)
+    head_name, head = store.head()
+    if head_name is None and head is not None and not backend.has([head]):
+        faults.append(f"HEAD points at missing node {head[:12]}")
+    return list(dict.fromkeys(faults))
+
+
 def ancestors(tips: set[NodeId], parent: dict[NodeId, NodeId | None]) -> set[NodeId]:
     """Every node on the paths from the roots to ``tips``, given each node's parent."""
     live: set[NodeId] = set()
@@ -97,7 +118,7 @@ def ancestors(tips: set[NodeId], parent: dict[NodeId, NodeId | None]) -> set[Nod
     return live
 
 
-def gc(store: Store, *, dry_run: bool = False) -> GcResult:
+def gc(store: Store, *, dry_run: bool = False, progress: Progress | None = None) -> GcResult:
     """Remove nodes (and payloads) that no ref, tag, HEAD or reflog entry reaches.
 
     Reflog entries keep their nodes alive, so a rewind, reset or deleted session can always
@@ -109,17 +130,25 @@ def gc(store: Store, *, dry_run: bool = False) -> GcResult:
     # where the server cannot see it. (Other users' detached HEADs are theirs to tag.)
     head_name, head = store.head()
     keep = head if head_name is None else None
-    dead, removed, kept = store.backend.collect_garbage(dry_run, keep)
+    scan = scale_reads(store.backend)
+    if scan is not None:
+        dead, removed, kept = scan.sweep(dry_run, keep, progress)
+    else:
+        dead, removed, kept = store.backend.collect_garbage(dry_run, keep)
     return GcResult(dead, removed, kept)
 
 
 def stats(store: Store) -> Stats:
     """Count nodes and refs and compare the store's size with a JSONL file per session."""
     backend = store.backend
-    on_server = getattr(backend, "server_stats", None)
-    if on_server is not None:  # a database server counts without sending every node
-        return Stats(**on_server())
     checkpoint = getattr(backend, "checkpoint", None)
+    scan = scale_reads(backend)
+    if scan is not None:  # from indexes and maintained sizes: no pass over the payloads
+        c = scan.counts()
+        if checkpoint is not None:
+            checkpoint()  # (before measuring the size on disk)
+        return Stats(c.nodes, c.sessions, c.tags, c.reflog_entries, c.logical_bytes,
+                     backend.physical_bytes())
     if checkpoint is not None:
         checkpoint()
     line: dict[NodeId, int] = {}

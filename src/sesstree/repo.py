@@ -128,7 +128,8 @@ class Store:
         # Session handles that moved inside the open batch: if it rolls back, they must forget
         # what it wrote.
         self._batch_depth = 0
-        self._moved_in_batch: list[Session] = []
+        # (A dict keyed by identity: one check per append, whatever the batch has moved.)
+        self._moved_in_batch: dict[int, Session] = {}
 
     def __enter__(self) -> Store:
         return self
@@ -157,7 +158,7 @@ class Store:
                 yield
         except BaseException:
             if self._batch_depth == 1:
-                for session in self._moved_in_batch:
+                for session in self._moved_in_batch.values():
                     session.refresh()
                 if outside and self._head.get() != head_before:
                     self._head.set(head_before or "ref: " + SESSIONS + "main")
@@ -181,14 +182,12 @@ class Store:
 
     def sessions(self) -> list[SessionInfo]:
         """Every session, sorted by name."""
-        out = []
-        for ref in self.backend.list_refs(SESSIONS):
-            node = self.backend.get(ref.target)
-            if node is None:  # a ref names only stored nodes: the store is damaged
-                raise StoreCorruptError(f"session {ref.name[len(SESSIONS):]} points at a "
-                                        f"node that cannot be found ({ref.target[:12]})")
-            out.append(SessionInfo(ref.name[len(SESSIONS):], ref.target, node.depth, ref.moved))
-        return out
+        from .scan import list_refs_with_depth
+
+        # One read of the refs with their depths: no head is fetched (a ref names only stored
+        # nodes, so the depth is there; fsck checks both).
+        return [SessionInfo(ref.name[len(SESSIONS):], ref.target, depth, ref.moved)
+                for ref, depth in list_refs_with_depth(self.backend, SESSIONS)]
 
     def session_head(self, name: str) -> NodeId | None:
         """Where session ``name`` points, or None if it has no events yet."""
@@ -317,8 +316,8 @@ class Store:
             MissingNodeError: a parent, or ``new``, is not stored.
         """
         self.backend.commit(nodes, [RefUpdate(ref, old, new, reason)])
-        if handle is not None and self._batch_depth and handle not in self._moved_in_batch:
-            self._moved_in_batch.append(handle)
+        if handle is not None and self._batch_depth:
+            self._moved_in_batch.setdefault(id(handle), handle)
 
     def get_session_meta(self, name: str) -> dict[str, Any] | None:
         """The metadata stored with a session (``NAME.meta.json`` on import/export), or None."""

@@ -3,22 +3,25 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 
 import click
-import msgspec
 
 from ..fmt import short, summary, to_jsonable
-from ..graph import GraphNode, draw_graph
-from ..maintenance import ancestors
+from ..graph import stream_graph
 from ..node import Node, NodeId
 from ..repo import SESSIONS, TAGS, Store
+from ..scan import refs_at
 from .core import StoreLocator, cli, emit_json, events, fail, pass_store
 
 
-def _ref_labels(store: Store) -> dict[NodeId, list[str]]:
+def _ref_labels(store: Store, ids: Sequence[NodeId] | None = None) -> dict[NodeId, list[str]]:
+    """The ref names to show beside nodes: at ``ids`` only (a few index lookups), or at
+    every node when ``ids`` is None."""
     labels: dict[NodeId, list[str]] = {}
     head_name, head = store.head()
-    for ref in store.backend.list_refs(""):
+    refs = store.backend.list_refs("") if ids is None else refs_at(store.backend, ids)
+    for ref in refs:
         name = ref.name
         if name.startswith(SESSIONS):
             name = name[len(SESSIONS):]
@@ -66,7 +69,7 @@ def log(locator: StoreLocator, rev: str, limit: int | None, oneline: bool, rever
     if as_json:
         emit_json([to_jsonable(n) for n in nodes])
         return
-    labels = _ref_labels(store)
+    labels = _ref_labels(store, [n.id for n in nodes])
     width = max((len(n.type) for n in nodes), default=0)
     for n in nodes:
         if oneline:
@@ -78,22 +81,26 @@ def log(locator: StoreLocator, rev: str, limit: int | None, oneline: bool, rever
 
 
 def _log_graph(store: Store, rev: str, all_refs: bool, limit: int | None) -> None:
-    labels = _ref_labels(store)
+    # Streamed: the drawing is printed as the store is read, in bounded memory, and stops
+    # reading at the -n limit.
     if all_refs:
-        targets = {r.target for r in store.backend.list_refs("")}
+        refs = store.backend.list_refs("")
+        labels = _ref_labels(store)  # every ref is a tip anyway
+        tips = [r.target for r in refs]
         _, head = store.head()
         if head is not None:
-            targets.add(head)
-        stored = list(store.backend.iter_nodes())
-        keep = ancestors(targets, {n.id: n.parent for n in stored})
-        nodes = [Node(n.id, n.parent, n.type, msgspec.msgpack.decode(n.encoded))
-                 for n in stored if n.id in keep]
+            tips.append(head)
+        lines = stream_graph(store, tips, lambda nodes: [_label(n, labels) for n in nodes])
     else:
-        nodes = store.log(rev)
-        nodes.reverse()
-    drawn = [GraphNode(n.id, n.parent, _label(n, labels)) for n in nodes]
-    for line in draw_graph(drawn, limit):
+        def label(nodes: Sequence[Node]) -> list[str]:
+            at = _ref_labels(store, [n.id for n in nodes])
+            return [_label(n, at) for n in nodes]
+
+        lines = stream_graph(store, [store.resolve(rev)], label)
+    for count, line in enumerate(lines, 1):
         click.echo(line)
+        if limit is not None and count >= limit:
+            break
 
 
 @cli.command()
@@ -107,7 +114,7 @@ def show(locator: StoreLocator, rev: str, as_json: bool) -> None:
     if as_json:
         emit_json({**to_jsonable(node), "depth": store.depth(node.id)})
         return
-    labels = _ref_labels(store).get(node.id)
+    labels = _ref_labels(store, [node.id]).get(node.id)
     click.echo(f"node    {node.id}")
     click.echo(f"parent  {node.parent or '(root)'}")
     click.echo(f"type    {node.type}")

@@ -12,7 +12,7 @@ backend never re-encodes, and the hash is computed once, above it.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from typing import Any, Protocol
 
@@ -21,9 +21,12 @@ import msgspec
 from ..node import NodeId
 
 __all__ = [
-    "Backend", "Chain", "ObjectStore", "RawNode", "Ref", "RefStore", "RefUpdate", "ReflogEntry",
-    "StoredNode",
+    "Backend", "Chain", "Counts", "ObjectStore", "Progress", "RawNode", "Ref", "RefStore",
+    "RefUpdate", "ReflogEntry", "ScaleReads", "StoredNode",
 ]
+
+#: Called with (done, total) as a long operation advances; total is 0 when not known.
+Progress = Callable[[int, int], None]
 
 
 class RawNode(msgspec.Struct, frozen=True, gc=False):
@@ -181,6 +184,57 @@ class RefStore(Protocol):
 
     def list_meta(self, prefix: str) -> dict[str, str]:
         """Every setting whose key starts with ``prefix``, by key (one read, not one per key)."""
+
+
+class Counts(msgspec.Struct, frozen=True):
+    """What ``stats`` reports, as a backend counts it without reading every node."""
+
+    nodes: int
+    sessions: int
+    tags: int
+    reflog_entries: int
+    logical_bytes: int
+
+
+class ScaleReads(Protocol):
+    """Reads whose cost follows what they touch, not what the store holds (optional: a
+    backend without them gets the generic, whole-store versions in :mod:`sesstree.scan`).
+
+    Node *keys* are the backend's own integers for nodes, given in write order (a parent's key
+    is always smaller than its children's), so that reachability can be computed from pairs of
+    integers, never from payloads.
+    """
+
+    def list_refs_with_depth(self, prefix: str) -> list[tuple[Ref, int]]:
+        """Every ref under ``prefix`` with the depth of its target, sorted by name: one read,
+        not one node fetched per ref."""
+
+    def refs_at(self, targets: Sequence[NodeId]) -> list[Ref]:
+        """The refs that point at one of ``targets`` (an index lookup per target, not a list
+        of every ref)."""
+
+    def node_keys(self, ids: Sequence[NodeId]) -> dict[NodeId, int]:
+        """The key of each stored node among ``ids``."""
+
+    def ids_of_keys(self, keys: Sequence[int]) -> dict[int, NodeId]:
+        """The id of each key among ``keys`` that is stored."""
+
+    def iter_links(self) -> Iterator[tuple[int, int | None]]:
+        """Every node's key and its parent's key (None for a root), newest first, streamed:
+        no payload is read."""
+
+    def verify_nodes(self, progress: Progress | None = None) -> Iterator[str]:
+        """Re-hash every node against its id, streaming in slices of rows (bounded memory);
+        yield one fault line per node that does not match."""
+
+    def counts(self) -> Counts:
+        """Counts and logical bytes from indexes or maintained counters, not from a pass over
+        every payload."""
+
+    def sweep(
+        self, dry_run: bool, keep: NodeId | None, progress: Progress | None
+    ) -> tuple[list[NodeId], int, int]:
+        """:meth:`ObjectStore.collect_garbage`, calling ``progress`` as it goes."""
 
 
 class Backend(ObjectStore, RefStore, Protocol):

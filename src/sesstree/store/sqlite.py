@@ -41,7 +41,7 @@ from ..errors import (
     StoreLockedError,
 )
 from ..node import NodeId
-from .base import Chain, RawNode, RefUpdate, StoredNode, describe
+from .base import Chain, Progress, RawNode, RefUpdate, StoredNode, describe
 from .sqlite_check import check_store
 from .sqlite_gc import collect_garbage
 from .sqlite_lock import WriteLock
@@ -49,6 +49,7 @@ from .sqlite_media import translate, translating
 from .sqlite_open import DURABLE_WAL_PAGES, FORMAT_VERSION, PAGE_SIZE, WAL_PAGES, open_connection
 from .sqlite_paths import PathReader, row_data, split_row, verify_node
 from .sqlite_refs import RefReads
+from .sqlite_scan import SLICE, ScanReads
 from .sqlite_sql import (
     APPEND_ONE,
     CAS,
@@ -81,7 +82,7 @@ class _Pending(msgspec.Struct):
     reason: str
 
 
-class SqliteBackend(RefReads):
+class SqliteBackend(RefReads, ScanReads):
     """A store in one SQLite file. See the module docstring for the layout."""
 
     def __init__(
@@ -528,22 +529,28 @@ class SqliteBackend(RefReads):
                 self._db.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (key, value))
 
     def iter_nodes(self) -> Iterator[StoredNode]:
-        with self._lock, self._errors():
-            rows = self._db.execute(
-                "SELECT n.id, p.id, n.depth, n.data, b.data FROM nodes n "
-                "LEFT JOIN nodes p ON p.seq = n.parent LEFT JOIN blobs b ON b.bid = n.bid "
-                "ORDER BY n.seq"
-            ).fetchall()
-        for r in rows:
-            try:
-                type, encoded = self._split(r[3], r[4])
-            except StoreCorruptError:
-                # Yield it as it is: it will not hash to its id, and fsck reports it as such.
-                type, encoded = "", r[3] if isinstance(r[3], bytes) else b""
-            yield StoredNode(
-                self._hex(r[0]), self._hex(r[1]) if r[1] is not None else None, r[2], type,
-                encoded,
-            )
+        # A slice of rows per query: memory stays bounded whatever the store holds.
+        after = 0
+        while True:
+            with self._lock, self._errors():
+                rows = self._db.execute(
+                    "SELECT n.seq, n.id, p.id, n.depth, n.data, b.data FROM nodes n "
+                    "LEFT JOIN nodes p ON p.seq = n.parent LEFT JOIN blobs b ON b.bid = n.bid "
+                    "WHERE n.seq > ? ORDER BY n.seq LIMIT ?", (after, SLICE)
+                ).fetchall()
+            if not rows:
+                return
+            after = rows[-1][0]
+            for r in rows:
+                try:
+                    type, encoded = self._split(r[4], r[5])
+                except StoreCorruptError:
+                    # Yield it as it is: it will not hash to its id, and fsck reports it as such.
+                    type, encoded = "", r[4] if isinstance(r[4], bytes) else b""
+                yield StoredNode(
+                    self._hex(r[1]), self._hex(r[2]) if r[2] is not None else None, r[3], type,
+                    encoded,
+                )
 
     def count_nodes(self) -> int:
         with self._lock, self._errors():
@@ -554,9 +561,11 @@ class SqliteBackend(RefReads):
             cur = self._db.executemany(
                 "DELETE FROM nodes WHERE id = ?", [(bytes.fromhex(i),) for i in ids]
             )
+            # One seek in nodes_bid per payload (format 2), not a scan of nodes per payload.
             self._db.execute(
                 "DELETE FROM blobs WHERE NOT EXISTS (SELECT 1 FROM nodes WHERE nodes.bid = blobs.bid)"
             )
+            self._db.execute("DELETE FROM path_bytes WHERE seq NOT IN (SELECT seq FROM nodes)")
             self._known.clear()
             return cur.rowcount
 
@@ -566,6 +575,13 @@ class SqliteBackend(RefReads):
         # Each step takes the connection's lock itself, so other threads get turns too.
         with self._errors():
             return collect_garbage(self, dry_run, keep)
+
+    def sweep(
+        self, dry_run: bool, keep: NodeId | None, progress: Progress | None
+    ) -> tuple[list[NodeId], int, int]:
+        """:meth:`collect_garbage`, reporting its progress."""
+        with self._errors():
+            return collect_garbage(self, dry_run, keep, progress)
 
     def check(self) -> list[str]:
         with self._lock, self._errors():

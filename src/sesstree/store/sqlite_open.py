@@ -14,12 +14,14 @@ from ..errors import StoreCorruptError, StoreFormatError, StoreLockedError, Stor
 from ..node import ID_VERSION
 from .sqlite_create import create_store_file, remove_leftovers
 from .sqlite_media import media_error, one_line, open_read_only, translating, unopenable
-from .sqlite_sql import APPEND_TEMP, SCHEMA
+from .sqlite_sql import APPEND_TEMP, SCHEMA, SCHEMA_2
 from .sqlite_wal import preallocate_wal
 
 __all__ = ["DURABLE_WAL_PAGES", "FORMAT_VERSION", "PAGE_SIZE", "WAL_PAGES", "open_connection"]
 
-FORMAT_VERSION = 1
+#: 1: the tables; 2: the indexes and derived table of SCHEMA_2 (an older store is upgraded
+#: when it is first opened for writing; read-only it is read as it is, more slowly).
+FORMAT_VERSION = 2
 #: A commit writes whole pages to the WAL, and an append dirties three: smaller pages make it
 #: cheaper, while 1 KB pages would cost disk space (measured in bench/bench_store.py).
 PAGE_SIZE = 2048
@@ -75,13 +77,29 @@ def _build_schema(db: sqlite3.Connection) -> None:
     db.execute(f"PRAGMA page_size={PAGE_SIZE}")
     db.execute("PRAGMA journal_mode=WAL")
     db.execute("BEGIN IMMEDIATE")
-    for statement in SCHEMA:
+    for statement in (*SCHEMA, *SCHEMA_2):
         db.execute(statement)
     db.executemany(
         "INSERT INTO meta VALUES (?, ?)",
         [("format", str(FORMAT_VERSION)), ("ids", f"blake3-msgpack-v{ID_VERSION}")],
     )
     db.execute("COMMIT")
+
+
+def _upgrade(db: sqlite3.Connection, path: Path) -> None:
+    """Format 1 to 2: add the indexes and the derived table, in one transaction (another
+    process opening the store meanwhile waits for it, then sees format 2)."""
+    db.execute("BEGIN IMMEDIATE")
+    try:
+        row = db.execute("SELECT value FROM meta WHERE key = 'format'").fetchone()
+        if row is not None and str(row[0]) == "1":
+            for statement in SCHEMA_2:
+                db.execute(statement)
+            db.execute("UPDATE meta SET value = ? WHERE key = 'format'", (str(FORMAT_VERSION),))
+        db.execute("COMMIT")
+    except BaseException:
+        db.execute("ROLLBACK")
+        raise
 
 
 def _create(path: Path, durable: bool) -> None:
@@ -129,6 +147,8 @@ def _prepare(db: sqlite3.Connection, path: Path, durable: bool, read_only: bool)
             )
         if version < 1:
             raise StoreCorruptError(f"{path} has no valid format version")
+        if version < FORMAT_VERSION and not read_only:
+            _upgrade(db, path)
         mode = db.execute("PRAGMA journal_mode").fetchone()[0]
         if str(mode).lower() != "wal" and not read_only:
             mode = db.execute("PRAGMA journal_mode=WAL").fetchone()[0]

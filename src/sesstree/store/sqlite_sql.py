@@ -20,6 +20,7 @@ __all__ = [
     "READ_RUN",
     "RUN_BREAK",
     "SCHEMA",
+    "SCHEMA_2",
     "WALK_ROWS",
 ]
 
@@ -43,6 +44,17 @@ SCHEMA = [
         reason TEXT NOT NULL,
         PRIMARY KEY (ref, n)
     ) WITHOUT ROWID""",
+]
+
+# Format 2: what lets gc, stats and ref labels read only what they need. `nodes_bid` finds
+# the nodes that use a payload (gc removes a payload no node names, one seek each);
+# `reflog_new` finds the refs at a node (`log -n 20` labels 20 lines without listing every
+# ref; a new node's row number is the largest, so an append adds to the index's last page);
+# `path_bytes` is each node's path size as JSONL lines, filled by `stats` as it goes.
+SCHEMA_2 = [
+    "CREATE INDEX IF NOT EXISTS nodes_bid ON nodes(bid) WHERE bid IS NOT NULL",
+    "CREATE INDEX IF NOT EXISTS reflog_new ON reflog(new) WHERE new IS NOT NULL",
+    "CREATE TABLE IF NOT EXISTS path_bytes(seq INTEGER PRIMARY KEY, bytes INTEGER NOT NULL)",
 ]
 
 NEWEST = "SELECT new FROM reflog WHERE ref = ?1 ORDER BY n DESC LIMIT 1"
