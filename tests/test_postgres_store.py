@@ -25,8 +25,10 @@ from sesstree import (
     make_node,
     open_store,
 )
-from sesstree.store import postgres_objects as objects
-from sesstree.store.postgres import StoreUnavailableError
+from sesstree.store.postgres import (
+    PostgresBackend,
+    StoreUnavailableError,
+)
 from sesstree.store.postgres_schema import FORMAT_VERSION
 from sesstree.store.urls import is_store_url, redact_url
 
@@ -341,17 +343,13 @@ def test_gc_keeps_what_became_reachable_after_its_walk(postgres_url: str) -> Non
         b = make_node(a.id, "user/message", user("unnamed b"))
         junk = make_node(None, "user/message", user("junk"))
         store.write([a, b, junk])
-        db = store.backend._db  # type: ignore[attr-defined]
-        marks = db.execute(objects.GC_MARKS).fetchone()
-        dead = db.execute(objects.GC_DEAD, (None,)).fetchall()
-        assert sorted(bytes(r[1]).hex() for r in dead) == sorted([a.id, b.id, junk.id])
+        backend = store.backend
+        assert isinstance(backend, PostgresBackend)
+        plan = backend.gc_walk(None)
+        assert sorted(plan.ids.values()) == sorted([a.id, b.id, junk.id])
         store.fork("saved", b.id)  # after the walk, before the removal
-        with db.transaction():
-            db.execute("LOCK TABLE nodes, blobs, refs, reflog IN SHARE MODE")
-            gone = db.execute(objects.GC_DELETE, {
-                "cand": [int(r[0]) for r in dead], "max_seq": marks[0], "max_n": marks[1],
-                "head": None}).fetchall()
-        assert len(gone) == 1
+        gone, removed, _ = backend.gc_remove(plan, None, None)
+        assert gone == [junk.id] and removed == 1
         assert store.backend.has([a.id, b.id, junk.id]) == {a.id, b.id}
         assert [m["content"] for m in store.messages("saved")] == ["unnamed a", "unnamed b"]
         assert store.fsck() == []

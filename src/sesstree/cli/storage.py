@@ -106,8 +106,16 @@ def stats(locator: StoreLocator, as_json: bool) -> None:
 @pass_store
 def fsck(locator: StoreLocator) -> None:
     """Re-hash every node and check parents, refs, reflog and indexes; exit 1 on any fault."""
+    from ..maintenance import fsck as check
+    from ..progress import terminal_progress
+
     store = locator.open()
-    faults = store.fsck()
+    progress = terminal_progress("checking nodes")
+    try:
+        faults = check(store, progress=progress)
+    finally:
+        if progress is not None:
+            progress.finish()
     for fault in faults:
         click.echo(f"fault: {fault}")
     if faults:
@@ -120,7 +128,15 @@ def fsck(locator: StoreLocator) -> None:
 @pass_store
 def gc(locator: StoreLocator, dry_run: bool) -> None:
     """Remove nodes that no session, tag, HEAD or reflog entry reaches."""
-    result = locator.open().gc(dry_run=dry_run)
+    from ..maintenance import gc as collect
+    from ..progress import terminal_progress
+
+    progress = terminal_progress("removing unreachable nodes")
+    try:
+        result = collect(locator.open(), dry_run=dry_run, progress=progress)
+    finally:
+        if progress is not None:
+            progress.finish()
     verb = "would remove" if dry_run else "removed"
     click.echo(f"{verb} {plural(len(result.unreachable), 'unreachable node')}; {result.kept} kept")
 

@@ -34,6 +34,7 @@ from . import postgres_objects as objects
 from . import postgres_refs as refs
 from .base import Chain, RawNode, Ref, ReflogEntry, RefUpdate, StoredNode, describe
 from .postgres_conn import Conn, Connector, StoreUnavailableError, is_connection_lost
+from .postgres_scan import ScanReads
 from .postgres_schema import ensure_schema
 from .urls import redact_url
 
@@ -53,7 +54,7 @@ class _Pending(msgspec.Struct):
     reason: str
 
 
-class PostgresBackend:
+class PostgresBackend(ScanReads):
     """A store in a PostgreSQL database (or one schema of it). See the module docstring."""
 
     def __init__(
@@ -512,38 +513,14 @@ class PostgresBackend:
 
         Returns the unreachable ids (newest first), how many were removed and how many nodes
         are kept; only those ids come to the client. The walk reads a snapshot and blocks no
-        one. The removal is one short transaction that first waits for writers in progress
-        and holds new ones back (SHARE locks) while it keeps whatever they made reachable
-        since the snapshot, so a node being appended to, or a payload a new node shares, never
-        goes.
+        one. The removal goes in chunks, each a short transaction that first waits for writers
+        in progress and holds new ones back (SHARE locks) while it keeps whatever they made
+        reachable since the snapshot, so a node being appended to, or a payload a new node
+        shares, never goes.
         """
 
-        def work(conn: Conn, replay: bool) -> tuple[list[NodeId], int, int]:
-            with conn.transaction():
-                if not self._conn.in_batch:  # (inside a batch or snapshot: its own view)
-                    conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
-                detached = self._gc_keep(conn, keep)
-                marks = conn.execute(objects.GC_MARKS).fetchone()
-                dead = conn.execute(objects.GC_DEAD, (detached,)).fetchall()
-                total = conn.execute(objects.COUNT).fetchone()
-            assert marks is not None and total is not None
-            kept = int(total[0]) - len(dead)
-            ids = [NodeId(bytes(r[1]).hex()) for r in dead]
-            if dry_run or not dead:
-                return ids, 0, kept
-            with conn.transaction():
-                conn.execute("LOCK TABLE nodes, blobs, refs, reflog IN SHARE MODE")
-                detached = self._gc_keep(conn, keep)
-                gone = {int(r[0]) for r in conn.execute(objects.GC_DELETE, {
-                    "cand": [int(r[0]) for r in dead], "max_seq": int(marks[0]),
-                    "max_n": int(marks[1]), "head": detached,
-                }).fetchall()}
-            removed = [i for i, r in zip(ids, dead, strict=True) if int(r[0]) in gone]
-            return removed, len(removed), kept + len(ids) - len(removed)
-
-        with self._lock:
-            self._flush_in_batch()
-            return self._run(work)
+        # Walked on the server, removed in short slices: see postgres_scan.
+        return self.sweep(dry_run, keep, None)
 
     @staticmethod
     def _gc_keep(conn: Conn, keep: NodeId | None) -> bytes | None:

@@ -31,7 +31,6 @@ __all__ = [
     "COUNT",
     "DELETE",
     "GC_DEAD",
-    "GC_DELETE",
     "GC_MARKS",
     "GET",
     "HAS",
@@ -42,6 +41,7 @@ __all__ = [
     "PREFIX",
     "PUT_NODE",
     "STATS",
+    "VERIFY",
     "decode_path",
     "first_bad_node",
     "hex_id",
@@ -252,6 +252,11 @@ ITER = (
     f"SELECT {_NODE_COLS} FROM nodes n LEFT JOIN nodes par ON par.seq = n.parent ORDER BY n.seq"
 )
 COUNT = "SELECT count(*) FROM nodes"
+# fsck's re-hash, a slice of rows at a time: id, parent id, parent seq, the row as hashed.
+VERIFY = (
+    f"SELECT n.seq, n.id, par.id, n.parent, {_ROW.format(t='n')} FROM nodes n "
+    "LEFT JOIN nodes par ON par.seq = n.parent WHERE n.seq > %s ORDER BY n.seq LIMIT %s"
+)
 # Remove nodes and the payloads only they named. Both deletes see the same snapshot, so the
 # nodes being removed are left out by hand when looking for other users of a payload.
 DELETE = """
@@ -284,37 +289,6 @@ ORDER BY n.seq DESC
 """
 # The newest node and reflog entry when GC_DEAD's snapshot was taken.
 GC_MARKS = "SELECT coalesce((SELECT max(seq) FROM nodes), 0), coalesce((SELECT max(n) FROM reflog), 0)"
-# Under gc's lock: remove the candidates that nothing written since the snapshot reaches. What
-# could have made one live again is a ref moved or a reflog entry written since (n above the
-# mark), a detached HEAD, or a new node (seq above the mark) under one of those: the walk starts
-# there and goes up through new nodes and candidates only, so it is as short as what changed.
-GC_DELETE = """
-WITH RECURSIVE
-cand AS MATERIALIZED (SELECT unnest(%(cand)s::int8[]) AS seq),
-tips(seq) AS (
-    SELECT target FROM refs
-    UNION SELECT old FROM reflog WHERE n > %(max_n)s AND old IS NOT NULL
-    UNION SELECT new FROM reflog WHERE n > %(max_n)s AND new IS NOT NULL
-    UNION SELECT seq FROM nodes WHERE id = %(head)s
-),
-rescued(seq) AS (
-    SELECT t.seq FROM tips t WHERE t.seq > %(max_seq)s OR t.seq IN (SELECT seq FROM cand)
-    UNION
-    SELECT n.parent FROM rescued r JOIN nodes n ON n.seq = r.seq
-    WHERE n.parent > %(max_seq)s OR n.parent IN (SELECT seq FROM cand)
-),
-gone AS (
-    DELETE FROM nodes WHERE seq IN (SELECT seq FROM cand)
-    AND seq NOT IN (SELECT seq FROM rescued) RETURNING seq, blob
-),
-unused AS (
-    DELETE FROM blobs b WHERE b.hash IN (SELECT blob FROM gone WHERE blob IS NOT NULL)
-    AND NOT EXISTS (SELECT 1 FROM nodes n WHERE n.blob = b.hash
-                    AND n.seq NOT IN (SELECT seq FROM gone))
-)
-SELECT seq FROM gone
-"""
-
 # Counts and logical bytes (each session's path as JSONL lines, from the derived path_bytes).
 STATS = """
 SELECT (SELECT count(*) FROM nodes),

