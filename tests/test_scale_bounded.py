@@ -138,7 +138,8 @@ def test_show_prefix_is_flat(two_sizes: tuple[Path, Path]) -> None:
     bounded(two_sizes, show)
 
 
-def test_labels_name_exactly_the_refs_at_the_nodes(sqlite_store: Store) -> None:
+def test_labels_name_exactly_the_refs_at_the_nodes(store: Store) -> None:
+    sqlite_store = store  # (every backend)
     s = sqlite_store.session("main")
     a = s.add_message(user("a")).id
     b = s.add_message(user("b")).id
