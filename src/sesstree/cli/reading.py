@@ -97,10 +97,16 @@ def _log_graph(store: Store, rev: str, all_refs: bool, limit: int | None) -> Non
             return [_label(n, at) for n in nodes]
 
         lines = stream_graph(store, [store.resolve(rev)], label)
+    shown: list[str] = []  # written a few hundred lines at a time: one echo per line is slow
     for count, line in enumerate(lines, 1):
-        click.echo(line)
+        shown.append(line)
         if limit is not None and count >= limit:
             break
+        if len(shown) == 256:
+            click.echo("\n".join(shown))
+            shown.clear()
+    if shown:
+        click.echo("\n".join(shown))
 
 
 @cli.command()

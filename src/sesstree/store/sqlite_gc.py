@@ -40,7 +40,7 @@ _NO_PARENT = 0  # row numbers start at 1
 class _Plan:
     """What one snapshot says is unreachable, kept up to date as chunks look at new writes."""
 
-    def __init__(self, db: sqlite3.Connection, progress: Progress | None) -> None:
+    def __init__(self, db: sqlite3.Connection) -> None:
         self.top = int(db.execute("SELECT coalesce(max(seq), 0) FROM nodes").fetchone()[0])
         # parent[seq] (0: a root); state[seq]: absent, live or dead.
         self.parent = array("q", bytes(8 * (self.top + 1)))
@@ -49,14 +49,9 @@ class _Plan:
                                      "ORDER BY seq LIMIT 10000"):
             self.parent[seq] = _NO_PARENT if parent is None else parent
             self.state[seq] = _DEAD
-        total = int(db.execute("SELECT count(*) FROM reflog").fetchone()[0])
-        done = 0
         for old, new in db.execute("SELECT old, new FROM reflog"):
             self._mark(old)
             self._mark(new)
-            done += 1
-            if progress is not None and done % 50_000 == 0:
-                progress(done, total)
         self._mark(_detached_head(db))
         # New rows are those above this mark: the largest row number at the snapshot, lowered
         # as chunks remove the newest rows (SQLite gives a new row the largest number + 1).
@@ -149,9 +144,16 @@ def collect_garbage(
 ) -> tuple[list[NodeId], int, int]:
     """Remove (unless ``dry_run``) what nothing reaches, nor ``keep``; return the unreachable
     ids (newest first), how many nodes were removed, and how many are kept."""
+    with backend.scanning():
+        return _collect(backend, dry_run, keep, progress)
+
+
+def _collect(
+    backend: SqliteBackend, dry_run: bool, keep: NodeId | None, progress: Progress | None,
+) -> tuple[list[NodeId], int, int]:
     db = backend._db
     with backend.snapshot():
-        plan = _Plan(db, progress)
+        plan = _Plan(db)
         if keep is not None:
             row = db.execute("SELECT seq FROM nodes WHERE id = ?", (bytes.fromhex(keep),)).fetchone()
             plan.revive(None if row is None else int(row[0]))

@@ -17,7 +17,9 @@ from .sqlite_media import media_error, one_line, open_read_only, translating, un
 from .sqlite_sql import APPEND_TEMP, SCHEMA, SCHEMA_2
 from .sqlite_wal import preallocate_wal
 
-__all__ = ["DURABLE_WAL_PAGES", "FORMAT_VERSION", "PAGE_SIZE", "WAL_PAGES", "open_connection"]
+__all__ = [
+    "DURABLE_WAL_PAGES", "FORMAT_VERSION", "MMAP_SIZE", "PAGE_SIZE", "WAL_PAGES", "open_connection",
+]
 
 #: 1: the tables; 2: the indexes and derived table of SCHEMA_2 (an older store is upgraded
 #: when it is first opened for writing; read-only it is read as it is, more slowly).
@@ -31,6 +33,11 @@ WAL_PAGES = 10_000
 # A durable store checkpoints sooner, so that its WAL stays within the size it is given when
 # opened (see sqlite_wal.preallocate_wal): ~4 MB with 2 KB pages.
 DURABLE_WAL_PAGES = 2_000
+
+
+#: Reads through a memory map of up to this many bytes of the file (whole-store scans turn it
+#: off for their duration: see sqlite_scan.ScanReads.scanning).
+MMAP_SIZE = 268_435_456
 
 
 class _NotCreated(Exception):
@@ -157,7 +164,7 @@ def _prepare(db: sqlite3.Connection, path: Path, durable: bool, read_only: bool)
         db.execute(f"PRAGMA synchronous={'FULL' if durable else 'NORMAL'}")
         db.execute("PRAGMA cache_size=-65536")
         db.execute(f"PRAGMA wal_autocheckpoint={DURABLE_WAL_PAGES if durable else WAL_PAGES}")
-        db.execute("PRAGMA mmap_size=268435456")
+        db.execute(f"PRAGMA mmap_size={MMAP_SIZE}")
         db.execute("PRAGMA temp_store=MEMORY")
         for statement in APPEND_TEMP:
             db.execute(statement)
