@@ -553,7 +553,7 @@ class SqliteBackend(RefReads, ScanReads):
                 )
 
     def count_nodes(self) -> int:
-        with self.scanning(), self._lock, self._errors():  # (a scan of the id index)
+        with self._lock, self._errors():
             return int(self._db.execute("SELECT count(*) FROM nodes").fetchone()[0])
 
     def delete_nodes(self, ids: Sequence[NodeId]) -> int:
@@ -584,7 +584,7 @@ class SqliteBackend(RefReads, ScanReads):
             return collect_garbage(self, dry_run, keep, progress)
 
     def check(self) -> list[str]:
-        with self.scanning(), self._lock, self._errors():
+        with self._lock, self._errors():
             return check_store(self._db, self.path)
 
     def physical_bytes(self) -> int:

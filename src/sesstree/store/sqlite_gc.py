@@ -144,13 +144,6 @@ def collect_garbage(
 ) -> tuple[list[NodeId], int, int]:
     """Remove (unless ``dry_run``) what nothing reaches, nor ``keep``; return the unreachable
     ids (newest first), how many nodes were removed, and how many are kept."""
-    with backend.scanning():
-        return _collect(backend, dry_run, keep, progress)
-
-
-def _collect(
-    backend: SqliteBackend, dry_run: bool, keep: NodeId | None, progress: Progress | None,
-) -> tuple[list[NodeId], int, int]:
     db = backend._db
     with backend.snapshot():
         plan = _Plan(db)

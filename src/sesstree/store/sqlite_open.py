@@ -18,7 +18,7 @@ from .sqlite_sql import APPEND_TEMP, SCHEMA, SCHEMA_2
 from .sqlite_wal import preallocate_wal
 
 __all__ = [
-    "DURABLE_WAL_PAGES", "FORMAT_VERSION", "MMAP_SIZE", "PAGE_SIZE", "WAL_PAGES", "open_connection",
+    "DURABLE_WAL_PAGES", "FORMAT_VERSION", "PAGE_SIZE", "WAL_PAGES", "open_connection",
 ]
 
 #: 1: the tables; 2: the indexes and derived table of SCHEMA_2 (an older store is upgraded
@@ -33,11 +33,6 @@ WAL_PAGES = 10_000
 # A durable store checkpoints sooner, so that its WAL stays within the size it is given when
 # opened (see sqlite_wal.preallocate_wal): ~4 MB with 2 KB pages.
 DURABLE_WAL_PAGES = 2_000
-
-
-#: Reads through a memory map of up to this many bytes of the file (whole-store scans turn it
-#: off for their duration: see sqlite_scan.ScanReads.scanning).
-MMAP_SIZE = 268_435_456
 
 
 class _NotCreated(Exception):
@@ -164,7 +159,11 @@ def _prepare(db: sqlite3.Connection, path: Path, durable: bool, read_only: bool)
         db.execute(f"PRAGMA synchronous={'FULL' if durable else 'NORMAL'}")
         db.execute("PRAGMA cache_size=-65536")
         db.execute(f"PRAGMA wal_autocheckpoint={DURABLE_WAL_PAGES if durable else WAL_PAGES}")
-        db.execute(f"PRAGMA mmap_size={MMAP_SIZE}")
+        # No memory map: a read through one leaves every page it touched, and the neighbours
+        # the kernel maps on each fault, in the process, so a scan (fsck, gc, stats) or a few
+        # thousand lookups spread over the file (branch, the refs of log --graph) held as
+        # much memory as the file, up to the map's size. Through SQLite's page cache memory
+        # stays within cache_size; loads measured the same within noise (bench/bench_scale.py).
         db.execute("PRAGMA temp_store=MEMORY")
         for statement in APPEND_TEMP:
             db.execute(statement)

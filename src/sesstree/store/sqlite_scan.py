@@ -17,7 +17,7 @@ from __future__ import annotations
 import sqlite3
 import threading
 from collections.abc import Iterator, Sequence
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +25,6 @@ import msgspec
 
 from ..node import NodeId
 from .base import Counts, Progress, Ref
-from .sqlite_open import MMAP_SIZE
 from .sqlite_paths import split_row, verify_node
 from .sqlite_sql import LIST_REFS
 
@@ -90,22 +89,8 @@ class ScanReads:
     def _inflate(self, compressed: bytes | None) -> bytes:  # pragma: no cover - the backend's
         raise NotImplementedError
 
-    @contextmanager
-    def scanning(self) -> Iterator[None]:
-        """Around a read of the whole store: no memory map meanwhile, so that the pages read
-        go through SQLite's bounded page cache instead of staying mapped into the process
-        (which would make its memory as large as the file, up to the map's size)."""
-        with self._lock, self._errors():
-            self._db.execute("PRAGMA mmap_size=0")
-        try:
-            yield
-        finally:
-            with self._lock, self._errors():
-                self._db.execute(f"PRAGMA mmap_size={MMAP_SIZE}")
-
     def list_refs_with_depth(self, prefix: str) -> list[tuple[Ref, int]]:
-        # (One lookup per ref, spread over the file: through the page cache, not the map.)
-        with self.scanning(), self._lock, self._errors():
+        with self._lock, self._errors():
             rows = self._db.execute(_LIST_REFS_DEPTH, (prefix, len(prefix))).fetchall()
             out = {r[0]: (Ref(r[0], self._hex(r[1]), r[2]), int(r[3])) for r in rows}
             for name in [n for n in self._pending if n.startswith(prefix)]:
@@ -161,53 +146,51 @@ class ScanReads:
         return out
 
     def iter_links(self) -> Iterator[tuple[int, int | None]]:
-        with self.scanning():
-            below: int | None = None
-            while True:
-                with self._lock, self._errors():
-                    if below is None:
-                        rows = self._db.execute(
-                            "SELECT seq, parent FROM nodes ORDER BY seq DESC LIMIT ?", (SLICE,)
-                        ).fetchall()
-                    else:
-                        rows = self._db.execute(
-                            "SELECT seq, parent FROM nodes WHERE seq < ? ORDER BY seq DESC LIMIT ?",
-                            (below, SLICE),
-                        ).fetchall()
-                if not rows:
-                    return
-                yield from rows
-                below = rows[-1][0]
+        below: int | None = None
+        while True:
+            with self._lock, self._errors():
+                if below is None:
+                    rows = self._db.execute(
+                        "SELECT seq, parent FROM nodes ORDER BY seq DESC LIMIT ?", (SLICE,)
+                    ).fetchall()
+                else:
+                    rows = self._db.execute(
+                        "SELECT seq, parent FROM nodes WHERE seq < ? ORDER BY seq DESC LIMIT ?",
+                        (below, SLICE),
+                    ).fetchall()
+            if not rows:
+                return
+            yield from rows
+            below = rows[-1][0]
 
     def verify_nodes(self, progress: Progress | None = None) -> Iterator[str]:
-        with self.scanning():
+        with self._lock, self._errors():
+            top = int(self._db.execute("SELECT coalesce(max(seq), 0) FROM nodes").fetchone()[0])
+        after = 0
+        while True:
             with self._lock, self._errors():
-                top = int(self._db.execute("SELECT coalesce(max(seq), 0) FROM nodes").fetchone()[0])
-            after = 0
-            while True:
-                with self._lock, self._errors():
-                    rows = self._db.execute(_VERIFY, (after, SLICE)).fetchall()
-                if not rows:
-                    return
-                for seq, key, parent_seq, parent, data, blob in rows:
-                    if parent_seq is not None and parent is None:
-                        continue  # a missing parent: the link checks name it
-                    try:
-                        payload = None if blob is None else self._inflate(blob)
-                        intact = isinstance(key, bytes) and isinstance(data, bytes) and verify_node(
-                            key, parent, data, payload
-                        )
-                    except Exception:  # damage of any kind is a finding, not a crash
-                        intact = False
-                    if not intact:
-                        shown = key.hex()[:12] if isinstance(key, bytes) else f"row {seq}"
-                        yield f"node {shown} does not hash to its id (content damaged)"
-                after = int(rows[-1][0])
-                if progress is not None:
-                    progress(min(after, top), top)
+                rows = self._db.execute(_VERIFY, (after, SLICE)).fetchall()
+            if not rows:
+                return
+            for seq, key, parent_seq, parent, data, blob in rows:
+                if parent_seq is not None and parent is None:
+                    continue  # a missing parent: the link checks name it
+                try:
+                    payload = None if blob is None else self._inflate(blob)
+                    intact = isinstance(key, bytes) and isinstance(data, bytes) and verify_node(
+                        key, parent, data, payload
+                    )
+                except Exception:  # damage of any kind is a finding, not a crash
+                    intact = False
+                if not intact:
+                    shown = key.hex()[:12] if isinstance(key, bytes) else f"row {seq}"
+                    yield f"node {shown} does not hash to its id (content damaged)"
+            after = int(rows[-1][0])
+            if progress is not None:
+                progress(min(after, top), top)
 
     def counts(self) -> Counts:
-        with self.scanning(), self._lock, self._errors():
+        with self._lock, self._errors():
             db = self._db
             nodes = int(db.execute("SELECT count(*) FROM nodes").fetchone()[0])
             entries = int(db.execute("SELECT count(*) FROM reflog").fetchone()[0])
@@ -262,26 +245,25 @@ class ScanReads:
 
     def _lines(self, after: int) -> Iterator[tuple[int, int | None, int]]:
         """(seq, parent seq, size as one JSONL line) of every row after ``after``, in slices."""
-        with self.scanning():
-            while True:
-                with self._lock, self._errors():
-                    rows = self._db.execute(
-                        "SELECT n.seq, n.parent, n.data, b.data FROM nodes n "
-                        "LEFT JOIN blobs b ON b.bid = n.bid WHERE n.seq > ? ORDER BY n.seq LIMIT ?",
-                        (after, SLICE),
-                    ).fetchall()
-                if not rows:
-                    return
-                for seq, parent, data, blob in rows:
-                    try:
-                        _, encoded = split_row(data)
-                        if blob is not None:
-                            encoded = self._inflate(blob)
-                        line = len(_json.encode(_msgpack.decode(encoded))) + 1
-                    except Exception:  # damaged: fsck reports it; stats counts it as empty
-                        line = 1
-                    yield int(seq), parent, line
-                after = int(rows[-1][0])
+        while True:
+            with self._lock, self._errors():
+                rows = self._db.execute(
+                    "SELECT n.seq, n.parent, n.data, b.data FROM nodes n "
+                    "LEFT JOIN blobs b ON b.bid = n.bid WHERE n.seq > ? ORDER BY n.seq LIMIT ?",
+                    (after, SLICE),
+                ).fetchall()
+            if not rows:
+                return
+            for seq, parent, data, blob in rows:
+                try:
+                    _, encoded = split_row(data)
+                    if blob is not None:
+                        encoded = self._inflate(blob)
+                    line = len(_json.encode(_msgpack.decode(encoded))) + 1
+                except Exception:  # damaged: fsck reports it; stats counts it as empty
+                    line = 1
+                yield int(seq), parent, line
+            after = int(rows[-1][0])
 
     def _update_path_bytes(self) -> None:
         """Bring ``path_bytes`` up to date with the rows written since it was last updated,
