@@ -282,11 +282,17 @@ tips(seq) AS (
 live(seq) AS (
     SELECT seq FROM tips
     UNION
-    SELECT n.parent FROM live l JOIN nodes n ON n.seq = l.seq WHERE n.parent IS NOT NULL
+    SELECT p.parent FROM live l
+    CROSS JOIN LATERAL (SELECT parent FROM nodes WHERE seq = l.seq OFFSET 0) p
+    WHERE p.parent IS NOT NULL
 )
 SELECT n.seq, n.id FROM nodes n WHERE NOT EXISTS (SELECT 1 FROM live l WHERE l.seq = n.seq)
 ORDER BY n.seq DESC
 """
+# (Each step of the walk looks up the parents of the nodes it just reached by primary key:
+# `OFFSET 0` keeps the lookup a subquery, so the planner cannot turn it into a join that
+# hashes the whole nodes table at every step, which took minutes at a million nodes, as
+# many times as the paths are long.)
 # The newest node and reflog entry when GC_DEAD's snapshot was taken.
 GC_MARKS = "SELECT coalesce((SELECT max(seq) FROM nodes), 0), coalesce((SELECT max(n) FROM reflog), 0)"
 # Counts and logical bytes (each session's path as JSONL lines, from the derived path_bytes).
