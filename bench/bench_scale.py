@@ -405,6 +405,8 @@ def save(results: dict[str, Any]) -> None:
 
 
 def fmt_s(secs: float) -> str:
+    if secs < 0.001:
+        return f"{secs * 1e6:.0f} µs"
     return f"{secs * 1000:.1f} ms" if secs < 1 else f"{secs:.2f} s"
 
 
@@ -459,11 +461,14 @@ def plot(results: dict[str, Any]) -> None:
                                  squeeze=False)
         for ax, backend in zip(axes[0], backends, strict=True):
             table = results["commands"][backend]
-            for cmd, row in table.items():
-                if cmd.startswith("_") or not cmd.startswith("sess"):
-                    continue
-                xs = sorted((int(n) for n in row), key=int)
-                ax.plot(xs, [row[str(x)]["s"] for x in xs], marker="o", label=cmd[5:])
+            cmds = [c for c in table if c.startswith("sess")]
+            colors = plt.get_cmap("tab20").colors
+            for k, cmd in enumerate(cmds):
+                row = table[cmd]
+                xs = sorted(int(n) for n in row)
+                ax.plot(xs, [row[str(x)]["s"] for x in xs], marker="os^vD<>"[k % 7],
+                        linestyle="-" if k % 2 == 0 else "--", color=colors[k % 20],
+                        label=cmd[5:])
             ax.set_xscale("log")
             ax.set_yscale("log")
             ax.set_xlabel("nodes in the store")
