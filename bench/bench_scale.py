@@ -21,6 +21,7 @@ the seed's JSONL append, bytes at rest against the number of forks, and start-up
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import random
 import shutil
@@ -397,6 +398,69 @@ def bench_startup(tmp: Path, results: dict[str, Any]) -> None:
     }
 
 
+_WRITER = """
+import pathlib, sys, time
+from sesstree import open_store
+store = open_store(sys.argv[1])
+s = store.session("writer")
+stop = pathlib.Path(sys.argv[2])
+worst = total = n = 0.0
+while not stop.exists():
+    t = time.perf_counter()
+    s.add_message({"role": "user", "content": f"append {n}"})
+    d = time.perf_counter() - t
+    worst, total, n = max(worst, d), total + d, n + 1
+print(n, worst, total / max(n, 1))
+"""
+
+
+def bench_gc_turns(tmp: Path, base_url: str | None, results: dict[str, Any]) -> None:
+    """gc of 50,000 unreachable nodes (on a 100,000-node store) while another process appends
+    without pause: the longest gap between two chunks' ends (what a chunk holds the write lock
+    for, at most), and the writer's appends meanwhile (count, slowest, mean)."""
+    out: dict[str, Any] = {}
+    targets = [("sqlite", str(tmp / "gc-turns"))]
+    if base_url is not None:
+        targets.append(("postgres", schema_url(base_url, "gc_turns")))
+    for backend, where in targets:
+        traffic = Traffic(21)
+        with open_store(where) as store:
+            build(store, 50_000, traffic)
+            parent = None
+            nodes = []
+            for m in traffic.messages(50_000):
+                node = make_node(parent, _type_of(m), m)
+                nodes.append(node)
+                parent = node.id if len(nodes) % 1000 else None
+            store.write(nodes)
+            stop = tmp / f"stop-{backend}"
+            writer = subprocess.Popen([sys.executable, "-c", _WRITER, where, str(stop)],
+                                      stdout=subprocess.PIPE, text=True)
+            time.sleep(1.0)  # the writer is running
+            ends: list[float] = []
+            start = time.perf_counter()
+            result = _gc(store, ends)
+            took = time.perf_counter() - start
+            stop.touch()
+            line, _ = writer.communicate(timeout=60)
+        # From one chunk's end to the next: a chunk's transaction and the turn it gives.
+        gaps = [b - a for a, b in itertools.pairwise(ends)]
+        parts = line.split()
+        out[backend] = {"removed": result, "seconds": took, "chunks": len(ends),
+                        "walk_and_first_chunk": ends[0] - start if ends else took,
+                        "longest_chunk": max(gaps, default=0.0),
+                        "writer_appends": float(parts[0]) if parts else 0.0,
+                        "writer_slowest": float(parts[1]) if parts else 0.0,
+                        "writer_mean": float(parts[2]) if parts else 0.0}
+    results["gc_turns"] = out
+
+
+def _gc(store: Store, ends: list[float]) -> int:
+    from sesstree.maintenance import gc
+
+    return gc(store, progress=lambda done, total: ends.append(time.perf_counter())).removed
+
+
 # -- output ----------------------------------------------------------------------------------
 
 
@@ -441,6 +505,13 @@ def print_tables(results: dict[str, Any]) -> None:
             print(f"forks {int(f):>5}: unique JSON {fb['unique_json'][f]:,}, " + ", ".join(
                 f"{p} ({int(p.split()[1].replace(',', '')) / fb['unique_json'][f]:.2f}x)"
                 for p in parts))
+    for backend, g in results.get("gc_turns", {}).items():
+        print(f"\ngc of {g['removed']:,} unreachable nodes ({backend}) while another process "
+              f"appends: {g['seconds']:.2f} s ({g['walk_and_first_chunk']:.2f} s to the end of "
+              f"the first chunk), {g['chunks']} chunks, at most "
+              f"{g['longest_chunk'] * 1000:.0f} ms from one chunk's end to the next; the writer "
+              f"made {g['writer_appends']:,.0f} appends, slowest {g['writer_slowest'] * 1000:.0f} ms, mean "
+              f"{g['writer_mean'] * 1e6:.0f} µs")
     if "startup" in results:
         st = results["startup"]
         g = st["git log -n 20"]
@@ -503,20 +574,21 @@ def main() -> int:
     ap.add_argument("--sizes", default="1000,10000,100000,1000000")
     ap.add_argument("--backends", default="sqlite,postgres")
     ap.add_argument("--plot-only", action="store_true")
-    ap.add_argument("--skip", default="", help="comma-separated: load,append,bytes,startup")
+    ap.add_argument("--skip", default="", help="comma-separated: load,append,bytes,startup,gc")
     opts = ap.parse_args()
     if opts.plot_only:
         results = json.loads(RESULTS.read_text())
         print_tables(results)
         plot(results)
         return 0
-    sizes = [int(s) for s in opts.sizes.split(",")]
+    sizes = [int(s) for s in opts.sizes.split(",") if s]
     backends = opts.backends.split(",")
     skip = set(opts.skip.split(","))
     # Earlier results are kept, and what this run measures replaces them.
     results: dict[str, Any] = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
-    for backend in backends:
-        results.get("commands", {}).pop(backend, None)
+    if sizes:
+        for backend in backends:
+            results.get("commands", {}).pop(backend, None)
     tmp = Path(tempfile.mkdtemp(prefix="sesstree-scale-"))
     try:
         if "startup" not in skip:
@@ -527,15 +599,21 @@ def main() -> int:
         if "append" not in skip:
             bench_append(tmp, 2_000, results)
         save(results)
-        if "sqlite" in backends:
+        if "sqlite" in backends and sizes:
             sizes_table("sqlite", sizes, tmp, None, results)
         if "postgres" in backends:
             with postgres() as url:
-                sizes_table("postgres", sizes, tmp, url, results)
+                if sizes:
+                    sizes_table("postgres", sizes, tmp, url, results)
                 if "bytes" not in skip:
                     bench_fork_bytes(tmp, url, results)
-        elif "bytes" not in skip:
-            bench_fork_bytes(tmp, None, results)
+                if "gc" not in skip:
+                    bench_gc_turns(tmp, url, results)
+        else:
+            if "bytes" not in skip:
+                bench_fork_bytes(tmp, None, results)
+            if "gc" not in skip:
+                bench_gc_turns(tmp, None, results)
         save(results)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
