@@ -258,28 +258,41 @@ def test_gc_keeps_what_a_write_during_its_removal_reaches(
 def test_gc_while_a_writer_appends_loses_nothing(tmp_path: Path) -> None:
     import subprocess
     import sys
+    import time
 
-    folder = tmp_path / "s"
+    folder, stop = tmp_path / "s", tmp_path / "stop"
     with open_store(folder) as store:
         store.session("w").add_message(user("start"))
-        garbage(store, 3000)
+        garbage(store, 6000)  # twelve chunks
     writer = subprocess.Popen(
         [sys.executable, "-c", (
-            "import sys, time\n"
+            "import pathlib, sys, time\n"
             "from sesstree import open_store\n"
             "s = open_store(sys.argv[1]).session('w')\n"
-            "for i in range(400):\n"
-            "    print(s.add_message({'role': 'user', 'content': f'w{i}'}).id, flush=True)\n"
-        ), str(folder)], stdout=subprocess.PIPE, text=True)
+            "stop, i = pathlib.Path(sys.argv[2]), 0\n"
+            "print('ready', flush=True)\n"
+            "while not stop.exists():\n"
+            "    node = s.add_message({'role': 'user', 'content': f'w{i}'})\n"
+            "    print(node.id, time.time(), flush=True)\n"
+            "    i += 1\n"
+        ), str(folder), str(stop)], stdout=subprocess.PIPE, text=True)
+    assert writer.stdout is not None and writer.stdout.readline() == "ready\n"
     with open_store(folder) as store:
+        began = time.time()
         result = gc(store)
+        ended = time.time()
+    stop.touch()
     out, _ = writer.communicate(timeout=60)
     assert writer.returncode == 0
-    acknowledged = out.split()
-    assert result.removed == 3000
+    acknowledged = [line.split() for line in out.splitlines()]
+    # The writer kept appending while gc ran (its appends are stamped inside gc's run).
+    assert any(began <= float(t) <= ended for _, t in acknowledged)
+    assert result.removed == 6000
     with open_store(folder) as store:
-        assert store.backend.has(acknowledged) == set(acknowledged)
-        assert [m["content"] for m in store.messages("w")] == ["start"] + [f"w{i}" for i in range(400)]
+        ids = [i for i, _ in acknowledged]
+        assert store.backend.has(ids) == set(ids)
+        assert [m["content"] for m in store.messages("w")] == ["start"] + [
+            f"w{i}" for i in range(len(ids))]
         assert store.fsck() == []
 
 
