@@ -67,6 +67,30 @@ def test_newer_format_is_refused_and_left_alone(postgres_url: str) -> None:
         assert conn.execute("SELECT count(*) FROM nodes").fetchone() == (1,)
 
 
+def test_format_1_is_upgraded_with_its_history_kept(postgres_url: str) -> None:
+    with open_store(postgres_url) as store:
+        store.session("q").add_message(user("kept"))
+    # Put the store back to format 1: its flag-taking functions, no functions key.
+    with psycopg.connect(postgres_url, autocommit=True) as conn:
+        conn.execute("UPDATE meta SET value = '1' WHERE key = 'format'")
+        conn.execute("DELETE FROM meta WHERE key = 'functions'")
+        conn.execute("DROP FUNCTION sesstree_append_run")
+        conn.execute("CREATE FUNCTION sesstree_append_run(text, bytea, bytea[], bytea[], bytea[], "
+                     "bytea[], bigint[]) RETURNS text LANGUAGE sql AS $$ SELECT 'old' $$")
+    with open_store(postgres_url) as store:
+        assert store.backend.get_meta("format") == str(FORMAT_VERSION) == "2"
+        q = store.session("q")
+        assert [m["content"] for m in q.messages()] == ["kept"]
+        with store.batch():
+            for i in range(3):
+                q.add_message(user(str(i)))
+        assert store.reflog("q")[-1].reason == "append: user/message (batch of 3 moves)"
+    with psycopg.connect(postgres_url, autocommit=True) as conn:
+        arities = conn.execute("SELECT pronargs FROM pg_proc WHERE proname = "
+                               "'sesstree_append_run'").fetchall()
+        assert arities == [(8,)]  # the old one is gone, not left beside the new one
+
+
 def test_foreign_tables_are_not_taken_for_a_store(postgres_url: str) -> None:
     with psycopg.connect(postgres_url, autocommit=True) as conn:
         conn.execute("CREATE TABLE nodes(x int)")

@@ -27,6 +27,7 @@ from .events import Derived, derive_messages, is_registered
 from .fmt import plural
 from .head import FileHead, HeadKeeper, MetaHead, head_file_for
 from .node import Node, NodeId, check_ref_name, encode_data, node_id_from_encoded
+from .policy import WritePolicy
 from .store.base import Backend, Chain, RawNode, Ref, ReflogEntry, RefUpdate
 from .store.memory import MemoryBackend
 from .store.sqlite import SqliteBackend
@@ -125,10 +126,8 @@ class Store:
         self.backend = backend
         #: Where HEAD is kept: in the store (a local store), or on this machine (a shared one).
         self._head: HeadKeeper = head if head is not None else MetaHead(backend)
-        # Session handles that moved inside the open batch: if it rolls back, they must forget
-        # what it wrote.
-        self._batch_depth = 0
-        self._moved_in_batch: list[Session] = []
+        #: Batches and how ref moves are logged: one policy for every backend.
+        self._policy = WritePolicy()
 
     def __enter__(self) -> Store:
         return self
@@ -147,25 +146,21 @@ class Store:
         Appends inside the block are acknowledged (and durable) when the block exits; each ref
         moved gets one reflog entry for the whole batch.
         """
-        # A HEAD kept outside the store (a shared store's) is not in the transaction: put it
-        # back by hand if the batch fails.
-        outside = self._batch_depth == 0 and not self._head.in_store
-        head_before = self._head.get() if outside else None
-        self._batch_depth += 1
-        try:
-            with self.backend.batch():
-                yield
-        except BaseException:
-            if self._batch_depth == 1:
-                for session in self._moved_in_batch:
-                    session.refresh()
-                if outside and self._head.get() != head_before:
-                    self._head.set(head_before or "ref: " + SESSIONS + "main")
-            raise
-        finally:
-            self._batch_depth -= 1
-            if self._batch_depth == 0:
-                self._moved_in_batch.clear()
+        with self._policy.batch() as state:
+            # A HEAD kept outside the store (a shared store's) is not in the transaction: put
+            # it back by hand if the batch fails.
+            outside = state.depth == 1 and not self._head.in_store
+            head_before = self._head.get() if outside else None
+            try:
+                with self.backend.batch():
+                    yield
+            except BaseException:
+                if state.depth == 1:
+                    for session in state.moved:
+                        session.refresh()
+                    if outside and self._head.get() != head_before:
+                        self._head.set(head_before or "ref: " + SESSIONS + "main")
+                raise
 
     # -- sessions ----------------------------------------------------------------------------
 
@@ -316,9 +311,9 @@ class Store:
             ConflictError: ``ref`` is not at ``old`` (nothing was written).
             MissingNodeError: a parent, or ``new``, is not stored.
         """
-        self.backend.commit(nodes, [RefUpdate(ref, old, new, reason)])
-        if handle is not None and self._batch_depth and handle not in self._moved_in_batch:
-            self._moved_in_batch.append(handle)
+        update = self._policy.update(ref, old, new, reason, handle)
+        self.backend.commit(nodes, [update])
+        self._policy.moved(update, handle)
 
     def get_session_meta(self, name: str) -> dict[str, Any] | None:
         """The metadata stored with a session (``NAME.meta.json`` on import/export), or None."""
@@ -562,7 +557,10 @@ class Store:
         The low-level write that importers use for whole trees. Session handles use
         :meth:`Session.append`.
         """
-        self.backend.commit([raw_node(n) for n in nodes], updates)
+        planned = [self._policy.update(u.name, u.old, u.new, u.reason, None) for u in updates]
+        self.backend.commit([raw_node(n) for n in nodes], planned)
+        for u in planned:
+            self._policy.moved(u, None)
 
 
 def _split_steps(rev: str) -> tuple[str, int]:

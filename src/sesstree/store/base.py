@@ -95,12 +95,20 @@ class Ref(msgspec.Struct, frozen=True):
 
 
 class RefUpdate(msgspec.Struct, frozen=True):
-    """One compare-and-set: move ``name`` from ``old`` to ``new`` (None: absent), logged."""
+    """One compare-and-set: move ``name`` from ``old`` to ``new`` (None: absent), logged.
+
+    With ``fold``, the move is logged by folding it into the ref's newest reflog entry (the
+    one that put the ref at ``old``): that entry keeps its ``old`` and takes this move's
+    ``new``, time and reason, instead of a new entry being added. The backend only carries
+    this out; when to fold (the later moves of a ref in one batch, or in one agent turn) is
+    decided above the seam, by :class:`~sesstree.repo.Store`.
+    """
 
     name: str
     old: NodeId | None
     new: NodeId | None
     reason: str
+    fold: bool = False
 
 
 class ReflogEntry(msgspec.Struct, frozen=True):
@@ -193,11 +201,14 @@ class Backend(ObjectStore, RefStore, Protocol):
 
         A node's parent must be stored already or come earlier in ``nodes``. If any update's
         ``old`` differs from the ref's current target, raise ConflictError and write nothing.
-        Inside :meth:`batch`, the work joins the batch and is durable when the batch ends.
+        An update with ``fold`` rewrites the ref's newest reflog entry instead of adding one
+        (if the ref has no entry, one is added). Inside :meth:`batch`, the work joins the
+        batch and is durable when the batch ends.
         """
 
     def batch(self) -> AbstractContextManager[None]:
-        """Group commits: one transaction, acknowledged (and durable) when the block exits."""
+        """Group commits: one transaction, acknowledged (and durable) when the block exits.
+        Nothing else: every commit in it is logged as it says (``fold`` or not)."""
 
     def snapshot(self) -> AbstractContextManager[None]:
         """Read everything inside the block from one consistent state of the store (one read
