@@ -28,7 +28,17 @@ from .fmt import plural
 from .head import FileHead, HeadKeeper, MetaHead, head_file_for
 from .node import Node, NodeId, check_ref_name, encode_data, node_id_from_encoded
 from .policy import WritePolicy
-from .store.base import Backend, Chain, RawNode, Ref, ReflogEntry, RefUpdate
+from .store.base import (
+    PROVENANCE_KEY,
+    Backend,
+    Chain,
+    ImportOrigin,
+    RawNode,
+    Ref,
+    ReflogEntry,
+    RefUpdate,
+    SessionMeta,
+)
 from .store.memory import MemoryBackend
 from .store.sqlite import SqliteBackend
 from .store.sqlite_media import media_error
@@ -220,7 +230,7 @@ class Store:
                 target = self._require_session(name)
                 self.move_ref(SESSIONS + name, target, None, "branch: deleted")
                 self._move_head(name, target)
-                self.backend.set_meta("session:" + name, None)
+                self.backend.set_session_meta(name, None)
         return target
 
     def rename_session(self, old: str, new: str) -> None:
@@ -234,10 +244,10 @@ class Store:
                     raise RefExistsError(f"session {new!r} already exists")
                 self.backend.rename_ref(SESSIONS + old, SESSIONS + new, target,
                                         f"branch: renamed {old} to {new}")
-                meta = self.backend.get_meta("session:" + old)
+                meta = self.backend.get_session_meta(old)
                 if meta is not None:
-                    self.backend.set_meta("session:" + new, meta)
-                    self.backend.set_meta("session:" + old, None)
+                    self.backend.set_session_meta(new, meta)
+                    self.backend.set_session_meta(old, None)
                 self._move_head(old, "ref: " + SESSIONS + new)
 
     def _move_head(self, name: str, value: str) -> None:
@@ -316,17 +326,46 @@ class Store:
         self._policy.moved(update, handle)
 
     def get_session_meta(self, name: str) -> dict[str, Any] | None:
-        """The metadata stored with a session (``NAME.meta.json`` on import/export), or None."""
-        raw = self.backend.get_meta("session:" + name)
-        if raw is None:
-            return None
-        meta: dict[str, Any] = msgspec.json.decode(raw)
-        return meta
+        """The metadata stored with a session (``NAME.meta.json`` on import/export), or None.
+        Its import provenance is apart: :meth:`session_origin`."""
+        meta = self.backend.get_session_meta(name)
+        return dict(meta.fields) if meta is not None and meta.fields else None
 
     def set_session_meta(self, name: str, meta: dict[str, Any] | None) -> None:
-        """Store (or with None drop) a session's metadata. Not hashed, not part of any node."""
-        self.backend.set_meta("session:" + name,
-                              None if meta is None else msgspec.json.encode(meta).decode())
+        """Store (or with None drop) a session's metadata, a JSON object. Not hashed, not part
+        of any node; it moves with a rename and goes with a delete. Its import provenance
+        (:meth:`session_origin`) is kept as it is.
+
+        Raises:
+            InvalidEventError: ``meta`` is not a JSON object.
+        """
+        if meta is not None:
+            try:
+                meta = msgspec.json.decode(msgspec.json.encode(meta))
+            except (TypeError, msgspec.EncodeError, OverflowError) as exc:
+                raise InvalidEventError(f"session metadata must be JSON: {exc}") from None
+            if not isinstance(meta, dict):
+                raise InvalidEventError("session metadata must be a JSON object")
+            if PROVENANCE_KEY in meta:
+                raise InvalidEventError(f"session metadata key {PROVENANCE_KEY!r} is sesstree's "
+                                        "own: set_session_origin() records an import")
+        with self.batch():
+            old = self.backend.get_session_meta(name)
+            origin = old.origin if old is not None else None
+            self.backend.set_session_meta(name, SessionMeta(meta or {}, origin))
+
+    def session_origin(self, name: str) -> ImportOrigin | None:
+        """Where session ``name`` was imported from (a file and its format), or None."""
+        meta = self.backend.get_session_meta(name)
+        return meta.origin if meta is not None else None
+
+    def set_session_origin(self, name: str, origin: ImportOrigin | None) -> None:
+        """Record (or with None forget) where session ``name`` was imported from; its other
+        metadata is kept as it is."""
+        with self.batch():
+            old = self.backend.get_session_meta(name)
+            fields = old.fields if old is not None else {}
+            self.backend.set_session_meta(name, SessionMeta(fields, origin))
 
     # -- tags and HEAD -----------------------------------------------------------------------
 

@@ -11,8 +11,18 @@ from functools import partial
 import msgspec
 
 from ..errors import ConflictError, MissingNodeError
-from ..node import NodeId
-from .base import Chain, RawNode, Ref, ReflogEntry, RefUpdate, StoredNode, describe
+from ..node import ID_VERSION, NodeId
+from .base import (
+    Chain,
+    RawNode,
+    Ref,
+    ReflogEntry,
+    RefUpdate,
+    SessionMeta,
+    StoredNode,
+    StoreFormat,
+    describe,
+)
 
 __all__ = ["MemoryBackend"]
 
@@ -28,7 +38,8 @@ class MemoryBackend:
         self._reflog: list[ReflogEntry] = []
         # Where each ref's newest reflog entry is in the list (what a fold rewrites).
         self._newest: dict[str, int] = {}
-        self._meta: dict[str, str] = {}
+        self._session_meta: dict[str, SessionMeta] = {}
+        self._head: str | None = None
         # Every read and write holds the lock: a reader iterating a dict while another thread
         # writes it would otherwise fail ("dictionary changed size during iteration").
         self._lock = threading.RLock()
@@ -230,26 +241,40 @@ class MemoryBackend:
             self._reindex()
             return len(mine) - len(keep)
 
-    def get_meta(self, key: str) -> str | None:
+    def get_session_meta(self, name: str) -> SessionMeta | None:
         with self._lock:
-            return self._meta.get(key)
+            return self._session_meta.get(name)
 
-    def set_meta(self, key: str, value: str | None) -> None:
+    def set_session_meta(self, name: str, meta: SessionMeta | None) -> None:
         with self._lock:
             if self._undo is not None:
-                before = self._meta.get(key)
-                self._undo.append(lambda: self._put_meta(key, before))
-            self._put_meta(key, value)
+                self._undo.append(partial(self._put_meta, name, self._session_meta.get(name)))
+            # As on disk: a legacy origin is never written.
+            self._put_meta(name, msgspec.structs.replace(meta, legacy_origin=None)
+                           if meta else None)
 
-    def _put_meta(self, key: str, value: str | None) -> None:
-        if value is None:
-            self._meta.pop(key, None)
+    def _put_meta(self, name: str, meta: SessionMeta | None) -> None:
+        if meta:
+            self._session_meta[name] = meta
         else:
-            self._meta[key] = value
+            self._session_meta.pop(name, None)
 
-    def list_meta(self, prefix: str) -> dict[str, str]:
+    def list_session_meta(self) -> dict[str, SessionMeta]:
         with self._lock:
-            return {k: v for k, v in self._meta.items() if k.startswith(prefix)}
+            return dict(self._session_meta)
+
+    def get_head(self) -> str | None:
+        with self._lock:
+            return self._head
+
+    def set_head(self, value: str) -> None:
+        with self._lock:
+            if self._undo is not None:
+                self._undo.append(partial(setattr, self, "_head", self._head))
+            self._head = value
+
+    def store_format(self) -> StoreFormat:
+        return StoreFormat(1, f"blake3-msgpack-v{ID_VERSION}")  # never written anywhere
 
     def iter_nodes(self) -> Iterator[StoredNode]:
         # Insertion order of a dict is parents-first, as nodes are only stored after parents.
@@ -282,7 +307,7 @@ class MemoryBackend:
             if keep is not None:
                 roots.add(keep)
             roots.update(t for e in self._reflog for t in (e.old, e.new) if t is not None)
-            head = self._meta.get("HEAD")
+            head = self._head
             if head is not None and not head.startswith("ref: "):
                 roots.add(NodeId(head))
             live: set[NodeId] = set()

@@ -32,7 +32,19 @@ from ..errors import ConflictError, MissingNodeError, StoreCorruptError
 from ..node import NodeId
 from . import postgres_objects as objects
 from . import postgres_refs as refs
-from .base import Chain, RawNode, Ref, ReflogEntry, RefUpdate, StoredNode, describe
+from .base import (
+    Chain,
+    RawNode,
+    Ref,
+    ReflogEntry,
+    RefUpdate,
+    SessionMeta,
+    StoredNode,
+    StoreFormat,
+    describe,
+    encode_session_meta,
+)
+from .meta_rows import HEAD, LEGACY, SESSION, session_meta_of
 from .postgres_conn import Conn, Connector, StoreUnavailableError, is_connection_lost
 from .postgres_schema import ensure_schema
 from .urls import redact_url
@@ -290,12 +302,23 @@ class PostgresBackend:
             row = self._read(refs.EXPIRE, {"ref": name})
             return int(row[0][0])
 
-    def set_meta(self, key: str, value: str | None) -> None:
+    def set_session_meta(self, name: str, meta: SessionMeta | None) -> None:
+        text = encode_session_meta(meta) if meta else None
+
+        def work(conn: Conn, replay: bool) -> None:
+            with conn.transaction():  # inside a batch: a savepoint of it
+                conn.execute(refs.UNSET_META, (LEGACY + name,))
+                if text is None:
+                    conn.execute(refs.UNSET_META, (SESSION + name,))
+                else:
+                    conn.execute(refs.SET_META, (SESSION + name, text))
+
         with self._lock:
-            if value is None:
-                self._read(refs.UNSET_META, (key,))
-            else:
-                self._read(refs.SET_META, (key, value))
+            self._run(work)
+
+    def set_head(self, value: str) -> None:
+        with self._lock:
+            self._read(refs.SET_META, (HEAD, value), fetch=False)
 
     def delete_nodes(self, ids: Sequence[NodeId]) -> int:
         rows = self._read(objects.DELETE, {"ids": [bytes.fromhex(i) for i in ids]})
@@ -385,12 +408,23 @@ class PostgresBackend:
             ReflogEntry(r[0], objects.hex_id(r[1]), objects.hex_id(r[2]), r[3], r[4]) for r in rows
         ]
 
-    def get_meta(self, key: str) -> str | None:
-        rows = self._read(refs.GET_META, (key,))
+    def _meta_rows(self, prefix: str) -> list[tuple[str, str]]:
+        return [(str(k), str(v)) for k, v in self._read(refs.LIST_META, (len(prefix), prefix))]
+
+    def get_session_meta(self, name: str) -> SessionMeta | None:
+        rows = self._read(refs.GET_METAS, ([SESSION + name, LEGACY + name],))
+        return session_meta_of((str(k), str(v)) for k, v in rows).get(name)
+
+    def list_session_meta(self) -> dict[str, SessionMeta]:
+        return session_meta_of(self._meta_rows(SESSION) + self._meta_rows(LEGACY))
+
+    def get_head(self) -> str | None:
+        rows = self._read(refs.GET_META, (HEAD,))
         return str(rows[0][0]) if rows else None
 
-    def list_meta(self, prefix: str) -> dict[str, str]:
-        return {str(k): str(v) for k, v in self._read(refs.LIST_META, (len(prefix), prefix))}
+    def store_format(self) -> StoreFormat:
+        rows = dict(self._read(refs.GET_METAS, (["format", "ids"],)))
+        return StoreFormat(int(rows.get("format", 0)), str(rows.get("ids", "")))
 
     @contextmanager
     def snapshot(self) -> Iterator[None]:
@@ -519,7 +553,7 @@ class PostgresBackend:
         machine), or one a store of an older sesstree kept in its metadata."""
         if keep is not None:
             return bytes.fromhex(keep)
-        head = conn.execute(refs.GET_META, ("HEAD",)).fetchone()
+        head = conn.execute(refs.GET_META, (HEAD,)).fetchone()
         if head is not None and not str(head[0]).startswith("ref: "):
             return bytes.fromhex(str(head[0]))
         return None

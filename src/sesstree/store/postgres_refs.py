@@ -24,6 +24,7 @@ __all__ = [
     "APPEND_RUN",
     "EXPIRE",
     "GET_META",
+    "GET_METAS",
     "GET_REF",
     "LIST_META",
     "LIST_REFS",
@@ -282,6 +283,7 @@ SELECT count(*) FROM gone
 """
 
 GET_META = "SELECT value FROM meta WHERE key = %s"
+GET_METAS = "SELECT key, value FROM meta WHERE key = ANY(%s)"
 LIST_META = "SELECT key, value FROM meta WHERE left(key, %s) = %s ORDER BY key"
 SET_META = (
     "INSERT INTO meta(key, value) VALUES (%s, %s) "

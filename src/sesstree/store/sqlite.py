@@ -40,7 +40,16 @@ from ..errors import (
     StoreLockedError,
 )
 from ..node import NodeId
-from .base import Chain, RawNode, RefUpdate, StoredNode, describe
+from .base import (
+    Chain,
+    RawNode,
+    RefUpdate,
+    SessionMeta,
+    StoredNode,
+    describe,
+    encode_session_meta,
+)
+from .meta_rows import HEAD, LEGACY, SESSION
 from .sqlite_check import check_store
 from .sqlite_gc import collect_garbage
 from .sqlite_lock import WriteLock
@@ -534,12 +543,18 @@ class SqliteBackend(RefReads):
             self._db.execute("UPDATE reflog SET old = NULL WHERE ref = ?", (name,))
             return int(cur.rowcount)
 
-    def set_meta(self, key: str, value: str | None) -> None:
+    def set_session_meta(self, name: str, meta: SessionMeta | None) -> None:
         with self._write():
-            if value is None:
-                self._db.execute("DELETE FROM meta WHERE key = ?", (key,))
+            self._db.execute("DELETE FROM meta WHERE key = ?", (LEGACY + name,))
+            if meta:
+                self._db.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)",
+                                 (SESSION + name, encode_session_meta(meta)))
             else:
-                self._db.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (key, value))
+                self._db.execute("DELETE FROM meta WHERE key = ?", (SESSION + name,))
+
+    def set_head(self, value: str) -> None:
+        with self._write():
+            self._db.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (HEAD, value))
 
     def iter_nodes(self) -> Iterator[StoredNode]:
         with self._lock, self._errors():

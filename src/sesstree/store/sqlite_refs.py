@@ -13,7 +13,8 @@ from pathlib import Path
 
 from ..errors import StoreCorruptError
 from ..node import NodeId
-from .base import Ref, ReflogEntry
+from .base import Ref, ReflogEntry, SessionMeta, StoreFormat
+from .meta_rows import HEAD, LEGACY, SESSION, session_meta_of
 from .sqlite_sql import LIST_REFS
 
 __all__ = ["RefReads"]
@@ -83,16 +84,34 @@ class RefReads:
             for r in rows
         ]
 
-    def get_meta(self, key: str) -> str | None:
-        with self._lock, self._errors():
-            row = self._db.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
-        return None if row is None else str(row[0])
+    def _meta_range(self, prefix: str, name: str | None = None) -> list[tuple[str, str]]:
+        # A range on the primary key, not LIKE: names may hold % and _, and a range uses the
+        # index. With `name`, the one key.
+        if name is not None:
+            rows = self._db.execute("SELECT key, value FROM meta WHERE key = ?",
+                                    (prefix + name,)).fetchall()
+        else:
+            rows = self._db.execute("SELECT key, value FROM meta WHERE key >= ? AND key < ?",
+                                    (prefix, prefix + "\U0010ffff")).fetchall()
+        return [(str(k), str(v)) for k, v in rows if str(k).startswith(prefix)]
 
-    def list_meta(self, prefix: str) -> dict[str, str]:
-        # A range on the primary key, not LIKE: keys may hold % and _, and the range uses the index.
+    def get_session_meta(self, name: str) -> SessionMeta | None:
         with self._lock, self._errors():
-            rows = self._db.execute(
-                "SELECT key, value FROM meta WHERE key >= ? AND key < ?",
-                (prefix, prefix + "\U0010ffff"),
-            ).fetchall()
-        return {str(k): str(v) for k, v in rows if str(k).startswith(prefix)}
+            rows = self._meta_range(SESSION, name) + self._meta_range(LEGACY, name)
+        return session_meta_of(rows).get(name)
+
+    def list_session_meta(self) -> dict[str, SessionMeta]:
+        with self._lock, self._errors():
+            rows = self._meta_range(SESSION) + self._meta_range(LEGACY)
+        return session_meta_of(rows)
+
+    def get_head(self) -> str | None:
+        with self._lock, self._errors():
+            rows = self._meta_range(HEAD, "")
+        return rows[0][1] if rows else None
+
+    def store_format(self) -> StoreFormat:
+        with self._lock, self._errors():
+            rows = dict(self._db.execute(
+                "SELECT key, value FROM meta WHERE key IN ('format', 'ids')").fetchall())
+        return StoreFormat(int(rows.get("format", 0)), str(rows.get("ids", "")))
