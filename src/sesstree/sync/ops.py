@@ -349,9 +349,10 @@ def _plan(store: Store, names: list[str], tags: bool, theirs: dict[str, NodeId],
                 continue
             if not store.backend.has([old]):
                 refused.append(RefResult(ref, old, old, "rejected",
-                                         f"the remote's session {short} is at {old[:12]}, "
-                                         "which this store does not have: fetch (or pull) "
-                                         "first, or push --force"))
+                                         f"non-fast-forward: the remote's session {short} "
+                                         f"is at {old[:12]}, which this store does not have "
+                                         f"({short} here is at {new[:12]}): pull first, or "
+                                         "push --force"))
                 continue
             if not is_ancestor(store, old, new):
                 refused.append(RefResult(ref, old, old, "rejected",

@@ -142,7 +142,14 @@ def _apply_one(store: Store, u: Update, reason: str) -> RefResult:
     how = "created" if now is None else "forced update" if u.force else "fast-forward"
     try:
         store.move_ref(u.ref, now, u.new, f"{reason}: {how}")
-    except (ConflictError, MissingNodeError) as exc:
+    except ConflictError:
+        # Another push moved it between the read above and this compare-and-set.
+        moved = store.backend.get_ref(u.ref)
+        at = None if moved is None else moved.target
+        return RefResult(u.ref, at, at, "rejected",
+                         f"{kind} {short} moved meanwhile: it is at {_short(at)}, the push "
+                         f"expected {_short(u.old)} (fetch, then push again)")
+    except MissingNodeError as exc:
         return RefResult(u.ref, now, now, "rejected", f"{kind} {short}: {exc}")
     return RefResult(u.ref, now, u.new, "ok")
 
