@@ -22,7 +22,7 @@ TOKEN = "s3cret-token-for-tests"
 @contextmanager
 def serving(app: Any) -> Iterator[str]:
     """Serve an ASGI app on 127.0.0.1, on a free port, until the block ends; its base URL."""
-    sock = socket.socket()
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)  # no Nagle
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
     server = uvicorn.Server(uvicorn.Config(app, log_level="error", lifespan="off"))

@@ -110,7 +110,10 @@ def serve(locator: StoreLocator, store_path: str | None, host: str, port: int,
         click.echo(f"warning: serving on {host}: anyone who can reach it can read every "
                    "session", err=True)
     try:
-        sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
+        # IPPROTO_TCP named, not 0: asyncio turns Nagle off only on sockets that say TCP, and
+        # with it on, every response waits ~40 ms for a delayed ACK.
+        sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET,
+                             socket.SOCK_STREAM, socket.IPPROTO_TCP)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind((host, port))
     except OSError as exc:

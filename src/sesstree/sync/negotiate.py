@@ -82,8 +82,10 @@ def find_missing(
                     line.done = True
                     break
             cut.append(ids)
-            if w.base is None:
-                line.done = True  # reached the root (or the start is not stored)
+            if w.base is None or len(line.ids) + len(w.ids) >= line.depth:
+                # Reached the root (or the start is not stored); the depth bound also stops
+                # a peer that would list ids back forever.
+                line.done = True
             line.next = w.base
             line.batch = min(line.batch * GROWTH, MAX_BATCH)
         asked = [i for ids in cut for i in ids if i not in claimed]

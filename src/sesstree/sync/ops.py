@@ -10,19 +10,26 @@ nodes already stored and sends only the rest.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import msgspec
 
-from ..errors import PushRejectedError, RemoteError, StoreNotFoundError, UnknownRevisionError
+from ..errors import (
+    InvalidRefNameError,
+    PushRejectedError,
+    RemoteError,
+    StoreNotFoundError,
+    UnknownRevisionError,
+)
 from ..node import NodeId
 from ..repo import SESSIONS, STORE_FILE, TAGS, Store, open_store
 from ..store.base import RawNode
 from ..store.urls import is_store_url, redact_url
 from .negotiate import find_missing, segments
 from .pack import PACK_BYTES, verify
-from .peer import LocalPeer, Peer, RefResult, Update, is_ancestor
+from .peer import LocalPeer, Peer, RefResult, Update, check_pushed_ref, is_ancestor
 from .remotes import Remote, add_remote, get_remote
 
 __all__ = [
@@ -33,6 +40,7 @@ __all__ = [
 #: Most nodes asked for in one read of the sender's chains.
 NODES_PER_REQUEST = 5000
 REMOTES = "remotes/"
+_HEX64 = re.compile(r"^[0-9a-f]{64}$")
 #: Called with (nodes, bytes) moved so far, as a transfer goes.
 Progress = Callable[[int, int], None]
 
@@ -144,6 +152,13 @@ def fetch(store: Store, remote: str | os.PathLike[str] | Store = "origin", *,
     peer, configured = open_peer(store, remote, token=token)
     try:
         refs = peer.refs()
+        for ref, node in refs.items():
+            try:
+                check_pushed_ref(ref)
+            except InvalidRefNameError as exc:
+                raise RemoteError(f"{peer.name} lists a ref that cannot exist: {exc}") from None
+            if not _HEX64.match(node):
+                raise RemoteError(f"{peer.name} lists {ref} at {node[:70]!r}, not a node id")
         result = FetchResult(peer.name, refs)
         tips = sorted(set(refs.values()))
         here = store.backend.has(tips) if tips else set()
@@ -157,6 +172,10 @@ def fetch(store: Store, remote: str | os.PathLike[str] | Store = "origin", *,
         counters = [0, 0]
         _transfer(peer, segments(missing, NODES_PER_REQUEST), keep, progress, counters)
         result.nodes, result.bytes = counters
+        lost = set(tips) - store.backend.has(tips) if tips else set()
+        if lost:
+            raise RemoteError(f"{peer.name} did not send node {min(lost)[:12]}, which it lists "
+                              "as a ref: nothing moved")
         with store.batch():
             if configured is not None:
                 _track(store, configured.name, refs, result)
