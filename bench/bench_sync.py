@@ -28,7 +28,7 @@ from sesstree.server import create_app
 from sesstree.sync import clone
 
 sys.path.insert(0, str(Path(__file__).parent))
-from bench_store import message  # noqa: E402 - the same realistic messages as the store bench
+from bench_store import message  # the same realistic messages as the store bench
 
 TOKEN = "bench-token"
 ROLE_TYPE = {"user": "user/message", "assistant": "assistant/message", "tool": "tool/result"}
@@ -91,22 +91,25 @@ def bench_push(root: Path, big: int) -> None:
         local = open_store(root / f"local-{size}")
         local.pull(remote, ["long"])
         with serving(remote) as url:
-            sent: list[tuple[int, int]] = []
-            counter = [0]
-
-            def one() -> None:
-                counter[0] += 1
-                local.session("long").append("user/message",
-                                             {"role": "user", "content": f"more {counter[0]}"})
-                r = local.push(url, ["long"], token=TOKEN)
-                sent.append((r.nodes, r.round_trips))
-            seconds = best(one, 7)
+            sent, seconds = _time_pushes(local, url)
         figures[size] = seconds
         print(f"remote {remote.backend.count_nodes():>9,} nodes: sent {sent[-1][0]} node in "
               f"{sent[-1][1]} round trips, {seconds * 1000:.1f} ms (HTTP, best of 7)")
         local.close()
         remote.close()
     print(f"time ratio big/small: {figures[big] / figures[10_000]:.2f}x (target <= 1.5x)")
+
+
+def _time_pushes(local: Store, url: str) -> tuple[list[tuple[int, int]], float]:
+    """Best time of a push of one new event; (nodes, round trips) of each push."""
+    sent: list[tuple[int, int]] = []
+
+    def one() -> None:
+        local.session("long").append("user/message",
+                                     {"role": "user", "content": f"more {len(sent)}"})
+        r = local.push(url, ["long"], token=TOKEN)
+        sent.append((r.nodes, r.round_trips))
+    return sent, best(one, 7)
 
 
 def git_repo(store: Store, path: Path) -> None:
