@@ -195,3 +195,38 @@ def test_interrupted_push_moves_no_ref_and_a_rerun_sends_the_rest(origin: Store,
     result = mine.push("origin", ["main"])
     assert result.nodes == 20
     assert origin.session_head("main") == mine.session_head("main")
+
+
+def test_gc_keeps_what_remote_sessions_reach(origin: Store, mine: Store) -> None:
+    grow(origin, "only-there", 5, start="main")
+    mine.fetch("origin")
+    head = origin.session_head("only-there")
+    assert not mine.has_session("only-there")
+    mine.gc()
+    assert [n.id for n in mine.log("origin/only-there", limit=1)] == [head]
+    assert mine.fsck() == []
+
+
+def test_the_remotes_file_is_private(tmp_path: Path, mine: Store) -> None:
+    path = remotes_file(mine)
+    assert path is not None
+    assert path.stat().st_mode & 0o777 == 0o600
+    assert path.parent.stat().st_mode & 0o777 == 0o700
+
+
+def test_progress_is_drawn_only_on_a_terminal(monkeypatch: pytest.MonkeyPatch,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    import sys
+
+    from sesstree.cli.remote import _Progress
+
+    quiet = _Progress("Sending")
+    quiet(10, 2048)
+    quiet.done()
+    assert capsys.readouterr().err == ""
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
+    shown = _Progress("Sending")
+    shown(10, 4096)
+    shown.done()
+    err = capsys.readouterr().err
+    assert "\rSending 10 nodes, 4.0 KiB, " in err and err.endswith("/s   \n")
