@@ -78,6 +78,10 @@ def test_user_errors_are_one_line(two: Sess, tmp_path: Path) -> None:
     mine(two, "remote", "add", "down", "http://127.0.0.1:1")
     two.fail("--store", "mine/.sess", "fetch", "down", needles=("cannot reach", "127.0.0.1:1"))
     two.fail("clone", "http://127.0.0.1:1", "elsewhere", needles=("cannot reach",))
+    assert not (tmp_path / "elsewhere").exists()  # a failed clone leaves nothing behind
+    two.fail("clone", "http://127.0.0.1:1", needles=("give PATH",))
+    assert "Cloned 1 session" in two.ok("clone", str(tmp_path / ".sess"))
+    assert (tmp_path / str(tmp_path.name) / ".sess" / "store.db").exists()
     two.fail("clone", str(tmp_path), "mine", needles=("already holds a store",))
     two.fail("--store", "mine/.sess", "push", "--token-file", str(tmp_path / "no-such"),
              needles=("cannot read the token file",))

@@ -211,11 +211,29 @@ def test_a_server_sending_nodes_that_do_not_hash_is_refused(tmp_path: Path,
     with serving(tamper) as u:
         with pytest.raises(RemoteError, match="do not hash to its id"):
             clone(u, tmp_path / "victim")
-    victim = open_store(tmp_path / "victim")
-    try:
-        assert victim.sessions() == [] and victim.backend.count_nodes() == 0
-    finally:
-        victim.close()
+    assert not (tmp_path / "victim").exists()  # nothing stored, and the new folder removed
+
+
+def test_a_forged_pack_into_an_existing_store_stores_nothing(tmp_path: Path,
+                                                             origin: Store) -> None:
+    app = create_app(origin, token=TOKEN)
+
+    async def tamper(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] == "http" and scope["path"] == "/api/v1/nodes":
+            good = read_chains(origin, [(origin.resolve("main"), 3)])
+            forged = [good[0], good[1], msgspec.structs.replace(good[2], encoded=b"\xa1x")]
+            body = encode_pack(forged)
+            await send({"type": "http.response.start", "status": 200,
+                        "headers": [(b"content-length", str(len(body)).encode())]})
+            await send({"type": "http.response.body", "body": body})
+            return
+        await app(scope, receive, send)
+
+    with open_store(tmp_path / "victim") as victim, serving(tamper) as u:
+        with pytest.raises(RemoteError, match="do not hash to its id"):
+            victim.fetch(u)
+        assert victim.backend.count_nodes() == 0
+        assert victim.backend.list_refs("") == []
 
 
 def test_oversized_and_inflating_bodies_are_refused(origin: Store, mine: Store, url: str,

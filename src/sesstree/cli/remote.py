@@ -7,10 +7,12 @@ Loaded only when one of them runs (see ``_Group.lazy``): they need the HTTP clie
 from __future__ import annotations
 
 import ipaddress
+import shutil
 import socket
 import sys
 import time
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import click
 
@@ -202,20 +204,35 @@ def clone(url: str, path: str | None, token_file: str | None) -> None:
     """Copy every session and tag of the store at URL into a new store in PATH/.sess (or at
     a postgresql:// URL); URL becomes remote `origin`."""
     if path is None:
-        tail = url.rstrip("/").rsplit("/", 1)[-1].split(":")[0]
-        path = tail if tail and tail not in (".sess",) and "://" not in url[-len(tail) - 3:] \
-            else "sessions"
+        path = _default_clone_path(url)
     target = path if is_store_url(path) else Path(path) / STORE_DIR
     if not is_store_url(path) and Path(target).exists():
         fail(f"{path} already holds a store ({target}): clone into a new folder")
     source = url if "://" in url else str(Path(url).resolve())
     progress = _Progress("Receiving")
-    store = ops.clone(source, target, token=_token(token_file), progress=progress)
-    progress.done()
+    made = None if is_store_url(path) or Path(path).exists() else Path(path)
+    try:
+        store = ops.clone(source, target, token=_token(token_file), progress=progress)
+    except BaseException:
+        if made is not None:  # a failed clone leaves no folder behind to trip the rerun
+            shutil.rmtree(made, ignore_errors=True)
+        raise
+    finally:
+        progress.done()
     with store:
         n = len(store.sessions())
         click.echo(f"Cloned {plural(n, 'session')} and {plural(len(store.tags()), 'tag')} "
                    f"from {_shown(source)} into {redact_url(str(target))}")
+
+
+def _default_clone_path(url: str) -> str:
+    """Like git: the last component of the source's path (``.sess`` left out); a URL with no
+    path (``http://host:8765``) or a database URL needs PATH."""
+    path = urlsplit(url).path if "://" in url else url
+    parts = [p for p in path.split("/") if p and p not in (".", "..", STORE_DIR)]
+    if not parts or is_store_url(url):
+        fail(f"cannot name a folder after {_shown(url)}: give PATH (sess clone URL PATH)")
+    return parts[-1]
 
 
 @click.command()

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -388,7 +389,9 @@ def clone(source: str | os.PathLike[str], path: str | os.PathLike[str], *,
           status: Callable[[FetchResult], None] | None = None) -> Store:
     """A new store at ``path`` (a folder, or a ``postgresql://`` URL) holding every session
     and tag of ``source``, with the same ids; ``source`` becomes remote ``origin``. Returns
-    the new store (open). Refuses a ``path`` that already holds sessions."""
+    the new store (open). Refuses a ``path`` that already holds sessions; a clone that fails
+    removes the folder it created."""
+    made = not is_store_url(path) and not Path(path).exists()
     try:
         store = open_store(path)
     except StoreNotFoundError as exc:
@@ -411,6 +414,8 @@ def clone(source: str | os.PathLike[str], path: str | os.PathLike[str], *,
             status(fetched)
     except BaseException:
         store.close()
+        if made:
+            shutil.rmtree(path, ignore_errors=True)
         raise
     return store
 
