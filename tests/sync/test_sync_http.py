@@ -177,9 +177,10 @@ def test_a_client_sending_a_node_that_does_not_hash_is_refused(origin: Store, ur
 
 def test_pushed_refs_are_checked_by_the_server(origin: Store, url: str) -> None:
     head = origin.session_head("main")
-    for ref in ("remotes/x/main", "HEAD", "sessions/../x", "config"):
+    for ref, new in [("remotes/x/main", head), ("HEAD", head), ("sessions/../x", head),
+                     ("config", head), ("sessions/fine", "zz"), ("sessions/fine", head.upper())]:
         body = msgspec.msgpack.encode({"pack": encode_pack([]), "updates": [
-            {"ref": ref, "old": None, "new": head}]})
+            {"ref": ref, "old": None, "new": new}]})
         reply = httpx.post(url + "/api/v1/push", content=body,
                            headers={"Authorization": f"Bearer {TOKEN}"})
         assert reply.status_code == 400, ref
@@ -281,3 +282,21 @@ def test_an_unreachable_or_foreign_server_is_one_clear_error(tmp_path: Path) -> 
                 store.fetch(u)
     finally:
         store.close()
+
+
+@pytest.mark.parametrize("refs", [{"sessions/../evil": "ab" * 32}, {"remotes/x/y": "ab" * 32},
+                                  {"sessions/ok": "not an id"}])
+def test_a_server_listing_impossible_refs_is_refused(tmp_path: Path, refs: dict[str, str]
+                                                     ) -> None:
+    async def liar(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        body = msgspec.json.encode({"version": 1, "refs": refs})
+        await send({"type": "http.response.start", "status": 200,
+                    "headers": [(b"content-type", b"application/json")]})
+        await send({"type": "http.response.body", "body": body})
+
+    with open_store(tmp_path / "s") as store, serving(liar) as u:
+        store.session("main").append("user/message", {"role": "user", "content": "x"})
+        for action in (lambda: store.fetch(u), lambda: store.push(u, ["main"], token=TOKEN)):
+            with pytest.raises(RemoteError, match="lists"):
+                action()
+        assert [r.name for r in store.backend.list_refs("")] == ["sessions/main"]

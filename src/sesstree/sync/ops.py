@@ -152,14 +152,7 @@ def fetch(store: Store, remote: str | os.PathLike[str] | Store = "origin", *,
     sessions gone from it); copy the remote's tags that do not exist here."""
     peer, configured = open_peer(store, remote, token=token)
     try:
-        refs = peer.refs()
-        for ref, node in refs.items():
-            try:
-                check_pushed_ref(ref)
-            except InvalidRefNameError as exc:
-                raise RemoteError(f"{peer.name} lists a ref that cannot exist: {exc}") from None
-            if not _HEX64.match(node):
-                raise RemoteError(f"{peer.name} lists {ref} at {node[:70]!r}, not a node id")
+        refs = _listed(peer)
         result = FetchResult(peer.name, refs)
         tips = sorted(set(refs.values()))
         here = store.backend.has(tips) if tips else set()
@@ -186,6 +179,20 @@ def fetch(store: Store, remote: str | os.PathLike[str] | Store = "origin", *,
         return result
     finally:
         peer.close()
+
+
+def _listed(peer: Peer) -> dict[str, NodeId]:
+    """The peer's refs, refused whole if any name or id could not be one (a broken or
+    hostile peer must not make this store record a ref it could not have)."""
+    refs = peer.refs()
+    for ref, node in refs.items():
+        try:
+            check_pushed_ref(ref)
+        except InvalidRefNameError as exc:
+            raise RemoteError(f"{peer.name} lists a ref that cannot exist: {exc}") from None
+        if not _HEX64.match(node):
+            raise RemoteError(f"{peer.name} lists {ref} at {node[:70]!r}, not a node id")
+    return refs
 
 
 def _track(store: Store, name: str, refs: dict[str, NodeId], result: FetchResult) -> None:
@@ -288,7 +295,7 @@ def push(store: Store, remote: str | os.PathLike[str] | Store = "origin",
         names = []
     peer, configured = open_peer(store, remote, token=token)
     try:
-        theirs = peer.refs()
+        theirs = _listed(peer)
         updates, refused = _plan(store, names, tags, theirs, force)
         local = LocalPeer(store, "this store", owned=False)
         missing = find_missing([u.new for u in updates], local.walk, peer.has,

@@ -8,6 +8,7 @@ nodes for sending; ``receive`` verifies and stores nodes, then moves refs by com
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from typing import Literal, Protocol
 
@@ -23,6 +24,9 @@ __all__ = [
     "LocalPeer", "Peer", "RefResult", "Update", "Walk", "apply_push", "check_pushed_ref",
     "is_ancestor",
 ]
+
+
+_HEX64 = re.compile(r"^[0-9a-f]{64}$")
 
 
 class Update(msgspec.Struct, frozen=True):
@@ -109,6 +113,10 @@ def apply_push(store: Store, nodes: Sequence[RawNode], updates: Sequence[Update]
     fast-forward or a tag exists, unless ``force``: it says which heads, and nothing moves."""
     for u in updates:
         check_pushed_ref(u.ref)
+        for node in (u.old, u.new):
+            if node is not None and not _HEX64.match(node):
+                raise RemoteError(f"{peer} sent an update of {u.ref} to {node[:70]!r}, "
+                                  "which is not a node id")
     if nodes:
         verify(nodes, store.backend.has, peer)
         store.backend.commit(list(nodes), [])
