@@ -22,6 +22,7 @@ from ..node import NodeId
 from ..repo import Store
 from ..store.urls import is_store_url, redact_url
 from ..sync import ops
+from ..sync.connect import read_token_file
 from ..sync.peer import RefResult
 from ..sync.remotes import add_remote, list_remotes, remove_remote
 from .core import STORE_DIR, StoreLocator, emit_json, fail, pass_store
@@ -65,7 +66,7 @@ def _size(n: int) -> str:
 
 
 def _token(token_file: str | None) -> str | None:
-    return None if token_file is None else ops.read_token_file(token_file)
+    return None if token_file is None else read_token_file(token_file)
 
 
 def _default_remote(store: Store, given: str | None) -> str:

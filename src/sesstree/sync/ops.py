@@ -25,17 +25,18 @@ from ..errors import (
     UnknownRevisionError,
 )
 from ..node import NodeId
-from ..repo import SESSIONS, STORE_FILE, TAGS, Store, open_store
+from ..repo import SESSIONS, TAGS, Store, open_store
 from ..store.base import RawNode
-from ..store.urls import is_store_url, redact_url
+from ..store.urls import is_store_url
+from .connect import open_peer
 from .negotiate import find_missing, segments
 from .pack import PACK_BYTES, verify
 from .peer import LocalPeer, Peer, RefResult, Update, check_pushed_ref, is_ancestor
-from .remotes import Remote, add_remote, get_remote
+from .remotes import add_remote, get_remote
 
 __all__ = [
     "NODES_PER_REQUEST", "FetchResult", "Progress", "PullResult", "PushResult", "clone", "fetch",
-    "open_peer", "pull", "push",
+    "pull", "push",
 ]
 
 #: Most nodes asked for in one read of the sender's chains.
@@ -78,58 +79,6 @@ class PullResult(msgspec.Struct):
 
     sessions: list[tuple[str, str, NodeId | None, NodeId | None]]
     fetched: FetchResult
-
-
-def open_peer(store: Store, remote: str | os.PathLike[str] | Store, *,
-              token: str | None = None) -> tuple[Peer, Remote | None]:
-    """The peer for ``remote``: a remote's name, a folder, a ``postgresql://`` or an
-    ``http(s)://`` URL, or a Store. Also the configured Remote when ``remote`` names one."""
-    if isinstance(remote, Store):
-        return LocalPeer(remote, "the other store", owned=False), None
-    text = os.fspath(remote)
-    configured = get_remote(store, text) if "/" not in text and "://" not in text else None
-    url = configured.url if configured is not None else text
-    if configured is None and "/" not in text and "://" not in text and not Path(text).exists():
-        raise RemoteError(f"no remote named {text!r} (see 'sess remote list')")
-    if url.lower().startswith(("http://", "https://")):
-        from .http import HttpPeer
-
-        return HttpPeer(url, token=_token(token, configured)), configured
-    if is_store_url(url):
-        return LocalPeer(open_store(url, create=False), redact_url(url)), configured
-    if "://" in url:
-        raise RemoteError(f"unsupported URL {url.split('://')[0]}://...: use a path, "
-                          "postgresql:// or http(s)://")
-    folder = Path(url)
-    for candidate in (folder, folder / ".sess"):
-        if (candidate / STORE_FILE).exists():
-            return LocalPeer(open_store(candidate, create=False), str(folder)), configured
-    raise RemoteError(f"no store at {folder}")
-
-
-def _token(given: str | None, remote: Remote | None) -> str | None:
-    """The write token: given, else SESS_TOKEN, else the remote's token file."""
-    if given:
-        return given
-    env = os.environ.get("SESS_TOKEN")
-    if env:
-        return env.strip()
-    if remote is not None and remote.token_file:
-        return read_token_file(remote.token_file)
-    return None
-
-
-def read_token_file(path: str | os.PathLike[str]) -> str:
-    """The token in file ``path`` (its first line), never shown in a message."""
-    try:
-        token = Path(path).read_text().strip().splitlines()
-    except OSError as exc:
-        raise RemoteError(f"cannot read the token file {path}: {exc.strerror}") from None
-    except UnicodeDecodeError:
-        raise RemoteError(f"the token file {path} is not text") from None
-    if not token or not token[0].strip():
-        raise RemoteError(f"the token file {path} is empty")
-    return token[0].strip()
 
 
 def _transfer(src: Peer, missing_chains: list[list[tuple[NodeId, int]]],
