@@ -35,6 +35,9 @@ def mine(sess: Sess, *args: str, env: dict[str, str | None] | None = None) -> st
 def test_clone_log_branch_diff_with_remote_sessions(two: Sess) -> None:
     assert mine(two, "remote", "list") == "origin\n"
     assert mine(two, "remote", "list", "-v") == f"origin\t{two.root}\n"
+    shown = mine(two, "remote", "show", "origin").splitlines()
+    assert shown[:2] == ["remote origin", f"  url: {two.root}"]
+    assert re.fullmatch(r"  origin/main  [0-9a-f]{10}  3 events", shown[2]), shown
     head = two.head()
     assert head[:10] in mine(two, "log", "-n", "1", "origin/main")
     assert "Created session work" in mine(two, "branch", "origin/main~1", "work")
@@ -75,6 +78,7 @@ def test_user_errors_are_one_line(two: Sess, tmp_path: Path) -> None:
     two.fail("--store", "mine/.sess", "remote", "add", "origin", "/x",
              needles=("already exists",))
     two.fail("--store", "mine/.sess", "remote", "remove", "nope", needles=("no remote named",))
+    two.fail("--store", "mine/.sess", "remote", "show", "nope", needles=("no remote named",))
     mine(two, "remote", "add", "down", "http://127.0.0.1:1")
     two.fail("--store", "mine/.sess", "fetch", "down", needles=("cannot reach", "127.0.0.1:1"))
     two.fail("clone", "http://127.0.0.1:1", "elsewhere", needles=("cannot reach",))

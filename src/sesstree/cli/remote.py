@@ -24,7 +24,7 @@ from ..store.urls import is_store_url, redact_url
 from ..sync import ops
 from ..sync.connect import read_token_file
 from ..sync.peer import RefResult
-from ..sync.remotes import add_remote, list_remotes, remove_remote
+from ..sync.remotes import add_remote, get_remote, list_remotes, remove_remote
 from .core import STORE_DIR, StoreLocator, emit_json, fail, pass_store
 
 __all__ = ["clone", "fetch", "pull", "push", "remote", "serve"]
@@ -182,6 +182,30 @@ def remote_list(locator: StoreLocator, verbose: bool, as_json: bool) -> None:
         return
     for r in remotes:
         click.echo(f"{r.name}\t{_shown(r.url)}" if verbose else r.name)
+
+
+@remote.command("show")
+@click.argument("name")
+@click.option("--json", "as_json", is_flag=True, help="Machine output.")
+@pass_store
+def remote_show(locator: StoreLocator, name: str, as_json: bool) -> None:
+    """Show remote NAME: its URL and its sessions as of the last fetch (NAME/SESSION)."""
+    store = locator.open()
+    found = get_remote(store, name)
+    if found is None:
+        raise RemoteError(f"no remote named {name!r} (see 'sess remote list')")
+    prefix = f"remotes/{name}/"
+    refs = store.backend.list_refs(prefix)
+    if as_json:
+        emit_json({"name": name, "url": _shown(found.url), "sessions": [
+            {"name": r.name[len(prefix):], "head": r.target, "length": store.depth(r.target),
+             "fetched": r.moved} for r in refs]})
+        return
+    click.echo(f"remote {name}\n  url: {_shown(found.url)}")
+    width = max((len(r.name) - len(prefix) for r in refs), default=0)
+    for r in refs:
+        click.echo(f"  {name}/{r.name[len(prefix):]:<{width}}  {short(r.target)}  "
+                   f"{plural(store.depth(r.target), 'event')}")
 
 
 def _shown(url: str) -> str:
