@@ -115,9 +115,17 @@ def test_one_new_event_on_a_long_session_is_one_node_in_three_round_trips(
         remote.close()
 
 
-def test_two_concurrent_pushers_one_wins_the_other_is_refused(tmp_path: Path, origin: Store
-                                                              ) -> None:
+@pytest.mark.parametrize("kind", ["sqlite", "postgres"])
+def test_two_concurrent_pushers_one_wins_the_other_is_refused(
+        tmp_path: Path, kind: str, request: pytest.FixtureRequest) -> None:
     # Both pushes read the remote's refs, then reach the server together: the CAS decides.
+    where = request.getfixturevalue("postgres_url") if kind == "postgres" else tmp_path / "o"
+    with open_store(where) as origin:
+        grow(origin, "main", 5)
+        _race(tmp_path, origin)
+
+
+def _race(tmp_path: Path, origin: Store) -> None:
     app = create_app(origin, token=TOKEN)
     arrived = 0
     both = asyncio.Event()

@@ -42,6 +42,17 @@ def test_clone_has_the_same_ids_sessions_and_tags(origin: Store, mine: Store) ->
     assert mine.fork("copy", "origin/side~1").head == origin.resolve("side~1")
 
 
+def test_clone_checks_out_main_or_else_the_first_session(tmp_path: Path, origin: Store,
+                                                       mine: Store) -> None:
+    assert mine.head() == ("main", origin.session_head("main"))
+    other = open_store(tmp_path / "no-main")
+    grow(other, "zeta", 2)
+    grow(other, "alpha", 1)
+    other.close()
+    with clone(tmp_path / "no-main", tmp_path / "copy") as copy:
+        assert copy.head()[0] == "alpha"
+
+
 def test_clone_refuses_a_store_with_sessions(tmp_path: Path, origin: Store) -> None:
     other = open_store(tmp_path / "other")
     grow(other, "x", 1)
