@@ -308,3 +308,14 @@ def test_a_server_listing_impossible_refs_is_refused(tmp_path: Path, refs: dict[
             with pytest.raises(RemoteError, match="lists"):
                 action()
         assert [r.name for r in store.backend.list_refs("")] == ["sessions/main"]
+
+
+def test_an_answer_past_the_bound_is_refused(tmp_path: Path, url: str,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    from sesstree.sync import http as http_module
+
+    monkeypatch.setattr(http_module, "MAX_UNPACKED", 100)
+    with open_store(tmp_path / "s") as store:
+        with pytest.raises(RemoteError, match="answered /api/v1/refs with more than"):
+            store.fetch(url)
+        assert store.backend.count_nodes() == 0

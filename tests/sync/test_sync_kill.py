@@ -45,7 +45,7 @@ def test_killed_pusher_moves_no_ref_and_rerun_completes(tmp_path: Path) -> None:
         with serving(gate) as url:
             mine = clone(url, tmp_path / "mine")
             # Large events, so the push takes two packs: the first is stored on its own.
-            count = 2 * PACK_BYTES // 200_000 + 2
+            count = PACK_BYTES // 200_000 + 3  # just over one pack
             mine.session("main").extend(
                 [("user/message", {"role": "user", "content": os.urandom(100_000).hex()})
                  for _ in range(count)])

@@ -17,7 +17,7 @@ import msgspec
 from ..errors import RemoteError
 from ..node import NodeId
 from ..store.base import RawNode
-from .pack import decode_pack, encode_pack, pack_ids, unpack_ids
+from .pack import MAX_UNPACKED, decode_pack, encode_pack, pack_ids, unpack_ids
 from .peer import RefResult, Update, Walk
 
 __all__ = ["API", "HttpPeer", "shown_url"]
@@ -124,20 +124,34 @@ class HttpPeer:
     last_bytes = 0
 
     def _send(self, method: str, path: str, body: bytes | None = None,
-              content_type: str | None = None, *, write: bool = False) -> httpx.Response:
+              content_type: str | None = None, *, write: bool = False) -> _Answer:
         self.round_trips += 1
         headers = {"Content-Type": content_type} if content_type else None
         try:
-            response = self._client.request(method, path, content=body, headers=headers)
+            request = self._client.build_request(method, path, content=body, headers=headers)
+            response = self._client.send(request, stream=True)
+            try:
+                # Read with a bound: a broken or hostile server cannot make this client hold
+                # more than MAX_UNPACKED of one answer in memory.
+                chunks, size = [], 0
+                for chunk in response.iter_bytes():
+                    size += len(chunk)
+                    if size > MAX_UNPACKED:
+                        raise RemoteError(f"{self.name} answered {API}{path} with more than "
+                                          f"{MAX_UNPACKED // 2**20} MiB")
+                    chunks.append(chunk)
+            finally:
+                response.close()
+            answer = _Answer(response.status_code, response.reason_phrase, b"".join(chunks))
         except httpx.TimeoutException:
             raise RemoteError(f"{self.name} did not answer in time ({path})") from None
         except httpx.TransportError as exc:
             raise RemoteError(f"cannot reach {self.name}: {_reason(exc)}") from None
-        if response.status_code >= 400:
-            self._fail(response, path, write)
-        return response
+        if answer.status_code >= 400:
+            self._fail(answer, path, write)
+        return answer
 
-    def _fail(self, response: httpx.Response, path: str, write: bool) -> NoReturn:
+    def _fail(self, response: _Answer, path: str, write: bool) -> NoReturn:
         status = response.status_code
         message = ""
         try:
@@ -155,18 +169,33 @@ class HttpPeer:
         detail = message or response.reason_phrase
         raise RemoteError(f"{self.name} refused {API}{path} (HTTP {status}): {detail}")
 
-    def _json(self, response: httpx.Response, path: str) -> Any:
+    def _json(self, response: _Answer, path: str) -> Any:
         try:
             return response.json()
         except ValueError:
             raise RemoteError(f"{self.name} is not a sesstree server (no JSON from {API}{path})"
                               ) from None
 
-    def _msgpack(self, response: httpx.Response, path: str) -> Any:
+    def _msgpack(self, response: _Answer, path: str) -> Any:
         try:
             return msgspec.msgpack.decode(response.content)
         except msgspec.DecodeError:
             raise RemoteError(f"{self.name} answered {API}{path} with garbage") from None
+
+
+class _Answer:
+    """A server's answer, read whole (within the bound) and already decoded."""
+
+    __slots__ = ("content", "reason_phrase", "status_code")
+
+    def __init__(self, status_code: int, reason_phrase: str, content: bytes) -> None:
+        self.status_code = status_code
+        self.reason_phrase = reason_phrase
+        self.content = content
+
+    def json(self) -> Any:
+        """The body as JSON (ValueError if it is not)."""
+        return msgspec.json.decode(self.content)
 
 
 def _field(reply: Any, key: str, kind: type, name: str) -> Any:
