@@ -28,8 +28,8 @@ from ..repo import STORE_FILE, Store, open_store
 from ..store.urls import is_store_url
 from .term import install, terminal
 
-__all__ = ["CONTEXT_SETTINGS", "STORE_DIR", "CountCommand", "StoreLocator", "cli", "emit_json",
-           "events", "fail", "main", "one_line", "page", "pass_store"]
+__all__ = ["CONTEXT_SETTINGS", "STORE_DIR", "CountCommand", "StoreLocator", "cli", "complete_rev",
+           "completion", "emit_json", "events", "fail", "main", "one_line", "page", "pass_store"]
 
 STORE_DIR = ".sess"
 _json = msgspec.json.Encoder()
@@ -278,3 +278,48 @@ def main() -> None:
         click.echo(f"Error: internal error ({message}); please report it "
                    "(SESS_DEBUG=1 shows the traceback)", err=True)
         sys.exit(70)
+
+
+# -- shell completion ------------------------------------------------------------------------
+
+
+def complete_rev(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[Any]:
+    """Shell completion of a revision: HEAD, the sessions and the tags of the store the
+    command line names (nothing when there is none: completion never prints an error)."""
+    from click.shell_completion import CompletionItem
+
+    store_path = ctx.find_root().params.get("store_path")
+    locator = StoreLocator(store_path if isinstance(store_path, str) else None)
+    try:
+        store = locator.open()
+        try:
+            names = ["HEAD", *(i.name for i in store.sessions()), *(t.name for t in store.tags())]
+        finally:
+            locator.close()
+    except Exception:  # a missing or damaged store: offer nothing, say nothing
+        return []
+    return [CompletionItem(n) for n in dict.fromkeys(names) if n.startswith(incomplete)]
+
+
+_INSTALL = {
+    "bash": "eval \"$(sess completion bash)\"        # in ~/.bashrc",
+    "zsh": "eval \"$(sess completion zsh)\"         # in ~/.zshrc",
+    "fish": "sess completion fish | source          # in ~/.config/fish/config.fish",
+}
+
+
+@cli.command()
+@click.argument("shell", type=click.Choice(sorted(_INSTALL)))
+def completion(shell: str) -> None:
+    """Print the completion script for SHELL (commands, options, sessions and tags).
+
+    \b
+    bash:  eval "$(sess completion bash)"    in ~/.bashrc
+    zsh:   eval "$(sess completion zsh)"     in ~/.zshrc
+    fish:  sess completion fish | source     in ~/.config/fish/config.fish
+    """
+    from click.shell_completion import get_completion_class
+
+    cls = get_completion_class(shell)
+    assert cls is not None  # the choice lists only shells click completes
+    click.echo(cls(cli, {}, "sess", "_SESS_COMPLETE").source())

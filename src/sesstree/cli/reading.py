@@ -20,7 +20,7 @@ from ..maintenance import ancestors
 from ..node import Node, NodeId
 from ..repo import SESSIONS, TAGS, Store
 from .conversation import CONVERSATION_TYPES, Row, fold_turns, node_text
-from .core import CountCommand, StoreLocator, cli, emit_json, events, fail, page, pass_store
+from .core import CountCommand, StoreLocator, cli, complete_rev, emit_json, events, fail, page, pass_store
 from .select import Filters, Range, node_times, parse_range, parse_time
 from .term import Terminal, terminal
 
@@ -96,7 +96,7 @@ def reversed_graph(lines: Sequence[str]) -> list[str]:
 
 
 @cli.command(cls=CountCommand)
-@click.argument("rev", required=False, default="HEAD")
+@click.argument("rev", required=False, default="HEAD", shell_complete=complete_rev)
 @click.option("-n", "--max-count", "limit", type=click.IntRange(min=1),
               help="Show at most N lines (-N works too).")
 @click.option("--oneline", is_flag=True, help="One short line per event.")
@@ -265,8 +265,8 @@ def _log_graph(store: Store, rev: str, all_refs: bool, limit: int | None, *,
 
 
 @cli.command()
-@click.argument("a")
-@click.argument("b", required=False)
+@click.argument("a", shell_complete=complete_rev)
+@click.argument("b", required=False, shell_complete=complete_rev)
 @click.option("--stat", is_flag=True, help="Only how many events of each kind each side added.")
 @click.option("--json", "as_json", is_flag=True, help="Machine output.")
 @pass_store

@@ -14,15 +14,15 @@ from ..errors import InputError, UnknownRevisionError
 from ..events import VOCABULARY, is_registered, message_type
 from ..fmt import relative_time, short
 from ..repo import SESSIONS, TAGS, Store
-from .core import CountCommand, StoreLocator, cli, emit_json, events, fail, page, pass_store
+from .core import CountCommand, StoreLocator, cli, complete_rev, emit_json, events, fail, page, pass_store
 from .term import terminal
 
 __all__ = ["append", "reflog", "tag"]
 
 
 @cli.command()
-@click.argument("name", required=False)
-@click.argument("rev", required=False)
+@click.argument("name", required=False, shell_complete=complete_rev)
+@click.argument("rev", required=False, shell_complete=complete_rev)
 @click.option("-d", "--delete", is_flag=True, help="Delete tag NAME.")
 @click.option("-l", "--list", "as_list", is_flag=True,
               help="List the tags matching the PATTERN given as NAME (a glob: 'v*').")
@@ -54,7 +54,8 @@ def tag(locator: StoreLocator, name: str | None, rev: str | None, delete: bool, 
 
 
 @cli.command()
-@click.argument("args", nargs=-1, metavar="[SESSION] [TYPE] [JSON|-]")
+@click.argument("args", nargs=-1, metavar="[SESSION] [TYPE] [JSON|-]",
+                shell_complete=complete_rev)
 @click.option("--jsonl", "as_jsonl", is_flag=True,
               help="Many events from stdin, one JSON per line: a chat message ({\"role\": ...}) "
                    "or {\"type\": TYPE, \"data\": ...}; with TYPE, each line is its data.")
@@ -221,7 +222,7 @@ def _parse_json(text: str, source: str) -> Any:
 
 
 @cli.command(cls=CountCommand)
-@click.argument("name", required=False)
+@click.argument("name", required=False, shell_complete=complete_rev)
 @click.option("-n", "--max-count", "limit", type=click.IntRange(min=1),
               help="Show at most N entries (-N works too).")
 @click.option("--expire", is_flag=True,

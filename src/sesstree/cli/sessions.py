@@ -19,7 +19,7 @@ from ..head import head_file_for
 from ..node import check_ref_name
 from ..repo import SESSIONS, STORE_FILE, Store, open_store
 from ..store.urls import is_store_url, redact_url
-from .core import STORE_DIR, StoreLocator, cli, emit_json, events, fail, pass_store
+from .core import STORE_DIR, StoreLocator, cli, complete_rev, emit_json, events, fail, pass_store
 from .term import terminal
 from .titles import session_title
 
@@ -68,7 +68,7 @@ def status(locator: StoreLocator, as_json: bool) -> None:
 
 
 @cli.command()
-@click.argument("names", nargs=-1)
+@click.argument("names", nargs=-1, shell_complete=complete_rev)
 @click.option("-d", "--delete", is_flag=True,
               help="Delete sessions NAME... (their reflogs are kept: undoable).")
 @click.option("-D", "force_delete", is_flag=True, help="The same as -d (no session is ever "
@@ -184,7 +184,7 @@ def _refuse_swapped(store: Store, source: str, new: str) -> None:
 
 
 @cli.command()
-@click.argument("rev", required=False)
+@click.argument("rev", required=False, shell_complete=complete_rev)
 @click.option("-b", "new", metavar="NEW", help="Create session NEW at REV (default HEAD) and switch.")
 @pass_store
 def checkout(locator: StoreLocator, rev: str | None, new: str | None) -> None:
@@ -257,7 +257,7 @@ def _previous(locator: StoreLocator) -> str:
 
 
 @cli.command()
-@click.argument("args", nargs=-1, metavar="[SESSION] REV")
+@click.argument("args", nargs=-1, metavar="[SESSION] REV", shell_complete=complete_rev)
 @click.option("--empty", is_flag=True,
               help="Empty SESSION (default: HEAD's): it keeps its name, HEAD and metadata, and "
                    "no events; SESSION@{1} is where it was.")

@@ -14,7 +14,7 @@ from ..fmt import printable, short, summary, to_jsonable
 from ..node import Node, NodeId
 from ..repo import SESSIONS, Store
 from .conversation import render_messages
-from .core import StoreLocator, cli, emit_json, events, page, pass_store
+from .core import StoreLocator, cli, complete_rev, emit_json, events, page, pass_store
 from .reading import _ref_labels, decorate
 from .term import terminal
 from .titles import session_title
@@ -34,7 +34,7 @@ def _bare_session(store: Store, rev: str) -> str | None:
 
 
 @cli.command()
-@click.argument("revs", nargs=-1, metavar="[REV]...")
+@click.argument("revs", nargs=-1, metavar="[REV]...", shell_complete=complete_rev)
 @click.option("--node", "as_node", is_flag=True,
               help="Show a session's head node, not its conversation.")
 @click.option("--json", "as_json", is_flag=True, help="Machine output (the node).")
@@ -103,7 +103,7 @@ def _notes(problems: Any) -> None:
 
 
 @cli.command()
-@click.argument("rev", default="HEAD", required=False)
+@click.argument("rev", default="HEAD", required=False, shell_complete=complete_rev)
 @click.option("--pretty", "fmt", flag_value="pretty", default=True,
               help="The conversation in full, for reading (the default).")
 @click.option("--oneline", "fmt", flag_value="oneline", help="One line per message, fitted to "
