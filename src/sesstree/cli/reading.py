@@ -157,12 +157,15 @@ def log(locator: StoreLocator, rev: str, limit: int | None, oneline: bool, rever
     else:
         nodes = store.log(rev)
     oldest_first = nodes[::-1]
-    timed: Sequence[Node] = ()
-    if filters.timed:
-        timed = nodes
+    times: dict[NodeId, float] = {}
+    if filters.timed and span is not None:  # each side is a path of its own
+        times = {**node_times(store, span.left, store.log(span.left)),
+                 **node_times(store, span.right, store.log(span.right))}
+    elif filters.timed:
+        times = node_times(store, rev, nodes)
     elif not (everything or as_json):  # a turn's duration: when it started and ended
-        timed = [n for n in nodes if n.type in ("turn/start", "turn/end")]
-    times = node_times(store, span.right if span else rev, timed) if timed else {}
+        turns = [n.id for n in nodes if n.type in ("turn/start", "turn/end")]
+        times = node_times(store, rev, nodes, turns) if turns and span is None else {}
     if as_json:
         kept = [n for n in nodes if filters.keep(n, times)][:limit]
         emit_json([to_jsonable(n) for n in (kept[::-1] if reverse else kept)])

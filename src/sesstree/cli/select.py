@@ -7,7 +7,7 @@ from __future__ import annotations
 import fnmatch
 import re
 import time
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from datetime import datetime, timedelta
 from typing import NamedTuple
 
@@ -16,6 +16,7 @@ import click
 from ..errors import InputError
 from ..node import Node, NodeId
 from ..repo import SESSIONS, Store
+from ..store.base import ReflogEntry
 from .conversation import node_text, role_of
 
 __all__ = ["Filters", "Range", "node_times", "parse_range", "parse_time"]
@@ -41,25 +42,37 @@ def parse_range(rev: str) -> Range | None:
     return None
 
 
-def node_times(store: Store, rev: str, nodes: Sequence[Node]) -> dict[NodeId, float]:
-    """When each of ``nodes`` was first recorded, from the reflog: the session ``rev`` is
-    about, then (for what it does not cover, as the nodes a fork shares with its source) the
-    whole store's."""
-    wanted = {n.id for n in nodes}
+#: Reflog reasons of moves that record no new node: a fork, a rename, a reset, a tag.
+_MOVES_ONLY = ("branch:", "reset:", "tag:")
+
+
+def node_times(store: Store, rev: str, chain: Sequence[Node],
+               wanted: Collection[NodeId] | None = None) -> dict[NodeId, float]:
+    """When each node of ``chain`` (a path, newest first) was recorded, as far as the reflog
+    says: an entry that moved a ref from ``old`` to ``new`` recorded every node after ``old``
+    up to ``new`` (an append one, a batch, an import or a whole agent turn several) at its
+    time. The session ``rev`` is about is read first, then (for ``wanted`` nodes it leaves
+    without a time, as those a fork shares with its source) the whole store's reflog."""
+    order = chain[::-1]
+    index = {n.id: i for i, n in enumerate(order)}
+    wanted = set(index) if wanted is None else set(wanted)
     times: dict[NodeId, float] = {}
 
-    def take(entries: Sequence[object]) -> None:
+    def take(entries: Sequence[ReflogEntry]) -> None:
         for e in entries:
-            new = getattr(e, "new", None)
-            if new in wanted:
-                at = float(getattr(e, "time", 0.0))
-                if new not in times or at < times[new]:
-                    times[new] = at
+            if e.new is None or e.new not in index or e.reason.startswith(_MOVES_ONLY):
+                continue
+            hi = index[e.new]
+            lo = 0 if e.old is None else index[e.old] + 1 if e.old in index else hi
+            for i in range(lo, hi + 1):
+                node = order[i].id
+                if node not in times or e.time < times[node]:
+                    times[node] = e.time
 
     name = store.session_name_of(rev) if rev else None
     if name and store.has_session(name):
         take(store.reflog(SESSIONS + name))
-    if len(times) < len(wanted):
+    if not wanted <= times.keys():
         take(store.reflog())
     return times
 
