@@ -21,7 +21,7 @@ from ..repo import SESSIONS, STORE_FILE, Store, open_store
 from ..store.urls import is_store_url, redact_url
 from .core import STORE_DIR, StoreLocator, cli, complete_rev, emit_json, events, fail, pass_store
 from .term import terminal
-from .titles import session_title
+from .titles import Titles
 
 
 @cli.command()
@@ -126,7 +126,8 @@ def _list_sessions(store: Store, patterns: tuple[str, ...], verbose: bool, as_js
     current, _ = store.head()
     infos = [i for i in store.sessions()
              if not patterns or any(fnmatch.fnmatchcase(i.name, p) for p in patterns)]
-    titles = {i.name: session_title(store, i.name) for i in infos} if verbose else {}
+    known = Titles(store)
+    titles = {i.name: known.of(i.name) for i in infos} if verbose else {}
     if as_json:
         rows = []
         for i in infos:
@@ -151,7 +152,9 @@ def _list_sessions(store: Store, patterns: tuple[str, ...], verbose: bool, as_js
             continue
         used = 2 + width + 2 + 10 + 2 + 6 + 1 + 6 + 2 + 15
         title, source = titles[i.name].title, titles[i.name].source
-        shown_source = f"  [{_left_clip(source, 50)}]" if source else ""
+        kind, sep, where = (source or "").partition(": ")
+        shown_source = (f"  [{kind}: {_left_clip(where, 40)}]" if sep
+                        else f"  [{_left_clip(source, 40)}]" if source else "")
         room = max(20, term.width - used - len(shown_source))
         text = printable(title or "(no messages)", room)
         click.echo(f"{line}{when:<15}{text}{term.paint(shown_source, 'dim')}")
