@@ -215,20 +215,20 @@ def _print_rows(store: Store, rows: Sequence[Row], oneline: bool, sides: dict[No
             names = f"{decorate(refs, term)} " if refs else ""
             room = term.width - len(lead) - 11 - (_plain_width(refs) + 1 if refs else 0)
             body = _fit(text, room) if text is not None else summary(
-                n, max(20, room), with_type=True)
+                n, max(1, room), with_type=True)
             click.echo(f"{lead}{ident} {names}{_paint_body(body, r, term)}")
         else:
             names = f" {decorate(refs, term)}" if refs else ""
             room = term.width - len(lead) - 10 - 2 - width - 2 - (
                 _plain_width(refs) + 1 if refs else 0)
-            body = _fit(text, room) if text is not None else summary(n, max(20, room))
+            body = _fit(text, room) if text is not None else summary(n, max(1, room))
             kind = f"{n.type:<{width}}"
             click.echo(f"{lead}{ident}  {term.paint(kind, 'dim') if r.turn else kind}  "
                        f"{_paint_body(body, r, term)}{names}")
 
 
 def _fit(text: str, width: int) -> str:
-    width = max(20, width)
+    width = max(1, width)
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
@@ -318,7 +318,7 @@ def diff(locator: StoreLocator, a: str, b: str | None, stat: bool, as_json: bool
     for rev, nodes in sides:
         click.echo(f"only in {rev} ({len(nodes)}):")
         for n in nodes:
-            room = max(20, term.width - 2 - 10 - 2 - typew - 1)
+            room = max(1, term.width - 2 - 10 - 2 - typew - 1)
             click.echo(f"  {term.paint(short(n.id), 'id')}  {n.type:<{typew}} {summary(n, room)}")
 
 

@@ -152,10 +152,15 @@ def _list_sessions(store: Store, patterns: tuple[str, ...], verbose: bool, as_js
             continue
         used = 2 + width + 2 + 10 + 2 + 6 + 1 + 6 + 2 + 15
         title, source = titles[i.name].title, titles[i.name].source
+        available = term.width - used
+        # The title comes first; the source gets what is left past 20 characters of it.
         kind, sep, where = (source or "").partition(": ")
-        shown_source = (f"  [{kind}: {_left_clip(where, 40)}]" if sep
-                        else f"  [{_left_clip(source, 40)}]" if source else "")
-        room = max(20, term.width - used - len(shown_source))
+        budget = min(40, available - 20 - 5 - (len(kind) + 2 if sep else 0))
+        shown_source = ""
+        if source and budget >= 12:
+            shown_source = (f"  [{kind}: {_left_clip(where, budget)}]" if sep
+                            else f"  [{_left_clip(source, budget)}]")
+        room = max(1, available - len(shown_source))
         text = printable(title or "(no messages)", room)
         click.echo(f"{line}{when:<15}{text}{term.paint(shown_source, 'dim')}")
 

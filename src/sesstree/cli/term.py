@@ -135,6 +135,8 @@ class _LazyPager(io.TextIOBase):
         return True
 
     def write(self, text: str) -> int:
+        if not isinstance(text, str):  # click probes with b"" whether a stream takes bytes
+            raise TypeError("write() argument must be str")
         if self.stream is None:
             if not text:
                 return 0
