@@ -229,3 +229,24 @@ def test_time_filters_on_a_range_and_a_fork(sess: Sess) -> None:
     assert [line[:12] for line in sess.lines("log", "main...west", "--since", "1 minute ago")
             ] == [f"> {west}", f"< {short(ids[2])}"]
     assert sess.lines("log", "main...west", "--until", "1 hour ago") == []
+
+
+def test_graph_honours_reverse_and_oneline(sess: Sess) -> None:
+    ids = sess.quest()
+    sess.ok("checkout", "-b", "west", "main~1")
+    west = sess.ok("append", "user/message", msg("user", "I go east instead.")).split()[0]
+    newest_first = sess.lines("log", "--graph", "--all", "--oneline")
+    assert newest_first[2] == "|/"
+    oldest_first = sess.lines("log", "--graph", "--all", "--oneline", "--reverse")
+    assert oldest_first == [
+        f"* {short(ids[0])} user: I need to get into the Cave of Echoes.",
+        f"* {short(ids[1])} assistant: Go west past the old mill.",
+        "|\\",
+        f"| * {short(ids[2])} (main) user: I go west.",
+        f"* {west} (HEAD -> west) user: I go east instead.",
+    ]
+    # without --oneline: the type column, refs at the end, as `sess log` lines are
+    assert sess.lines("log", "--graph", "-n", "1") == [
+        f"* {west}  user/message  user: I go east instead. (HEAD -> west)"]
+    assert sess.lines("log", "--graph", "--reverse", "-n", "1") == sess.lines(
+        "log", "--graph", "-n", "1")

@@ -150,7 +150,7 @@ def _list_sessions(store: Store, patterns: tuple[str, ...], verbose: bool, as_js
         if not verbose:
             click.echo(line + when)
             continue
-        used = 2 + width + 2 + 10 + 2 + 6 + 1 + 6 + 2 + 15
+        used = 2 + width + 2 + 10 + 2 + 6 + 1 + 6 + 2 + 16
         title, source = titles[i.name].title, titles[i.name].source
         available = term.width - used
         # The title comes first; the source gets what is left past 20 characters of it.
@@ -162,7 +162,7 @@ def _list_sessions(store: Store, patterns: tuple[str, ...], verbose: bool, as_js
                             else f"  [{_left_clip(source, budget)}]")
         room = max(1, available - len(shown_source))
         text = printable(title or "(no messages)", room)
-        click.echo(f"{line}{when:<15}{text}{term.paint(shown_source, 'dim')}")
+        click.echo(f"{line}{when:<14}  {text}{term.paint(shown_source, 'dim')}")
 
 
 def _left_clip(text: str, width: int) -> str:
