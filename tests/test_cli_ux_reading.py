@@ -250,3 +250,25 @@ def test_graph_honours_reverse_and_oneline(sess: Sess) -> None:
         f"* {west}  user/message  user: I go east instead. (HEAD -> west)"]
     assert sess.lines("log", "--graph", "--reverse", "-n", "1") == sess.lines(
         "log", "--graph", "-n", "1")
+
+
+def test_a_turn_recorded_in_one_go_has_no_duration(sess: Sess) -> None:
+    _turn(sess)  # one transaction, one reflog entry: when it ended, not how long it took
+    line = sess.ok("log", env={"COLUMNS": "200"}).splitlines()[0]
+    assert line.split("tokens")[1].strip() == "(HEAD -> main)"
+
+
+def test_log_n_on_a_long_session_reads_a_window(sess: Sess) -> None:
+    # 300 turns of 13 events: -n reads the newest window only, and shows the same lines as
+    # the whole walk does
+    batch = "\n".join(json.dumps(e) for e in TURN)
+    sess.ok("append", "--jsonl", input="\n".join([batch] * 1) + "\n")
+    for _ in range(5):
+        sess.ok("append", "--jsonl", input="\n".join([batch] * 60) + "\n")
+    def words(*args: str) -> list[list[str]]:  # the type column's width follows what is shown
+        return [line.split() for line in sess.lines("log", *args)]
+
+    full = words()
+    for n in (1, 7, 40):
+        assert words("-n", str(n)) == full[:n]
+    assert len(full) == 5 * 301

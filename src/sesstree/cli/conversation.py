@@ -139,8 +139,11 @@ def fold_turns(nodes: Sequence[Node], times: Mapping[NodeId, float]) -> list[Row
         elif kind == "turn/end" and turn is not None:
             reason = data.get("reason")
             turn.reason = str(reason.get("kind", "?")) if isinstance(reason, dict) else "ended"
-            if start is not None and start.id in times and node.id in times:
-                turn.seconds = max(0.0, times[node.id] - times[start.id])
+            # Known only when the reflog recorded the start and the end apart: one entry for
+            # the whole turn (a batch, an import) says when it ended, not how long it took.
+            if start is not None and times.get(start.id, 0.0) < times.get(node.id, 0.0) and \
+                    start.id in times:
+                turn.seconds = times[node.id] - times[start.id]
             rows.append(Row(node, turn))
             turn, start = None, None
         elif turn is not None and kind == "step/end":

@@ -152,8 +152,10 @@ def log(locator: StoreLocator, rev: str, limit: int | None, oneline: bool, rever
     sides: dict[NodeId, str] = {}
     if span is not None:
         nodes = _range_nodes(store, span, sides)
-    elif everything and not filters.active:
+    elif (everything or as_json) and not filters.active:
         nodes = store.log(rev, limit)  # bounded: only what is shown is read
+    elif limit is not None and not filters.active:
+        nodes = _recent(store, rev, limit)
     else:
         nodes = store.log(rev)
     oldest_first = nodes[::-1]
@@ -183,6 +185,30 @@ def log(locator: StoreLocator, rev: str, limit: int | None, oneline: bool, rever
         rows.reverse()
     page()
     _print_rows(store, rows, oneline, sides)
+
+
+def _recent(store: Store, rev: str, limit: int) -> list[Node]:
+    """The newest events of ``rev`` (newest first) that give the conversation view's newest
+    ``limit`` lines whole: a window that grows until it holds that many lines from turns that
+    start inside it, so a long session is not read to its root for ``sess log -n 10``."""
+    window = max(256, 16 * limit)
+    while True:
+        nodes = store.log(rev, window)
+        if len(nodes) < window:
+            return nodes  # the whole session
+        oldest_first = nodes[::-1]
+        starts = [i for i, n in enumerate(oldest_first) if n.type == "turn/start"]
+        if starts:
+            # What comes before the first turn/start may be part of a turn that began
+            # further back: only the turns that start in the window are known whole.
+            whole = oldest_first[starts[0]:]
+        elif not any(n.type == "turn/end" for n in oldest_first):
+            whole = oldest_first  # no turn here at all: every message stands alone
+        else:
+            whole = []  # inside one long turn: its start is further back
+        if len(fold_turns(whole, {})) >= limit:
+            return whole[::-1]
+        window *= 4
 
 
 def _range_nodes(store: Store, span: Range, sides: dict[NodeId, str]) -> list[Node]:
