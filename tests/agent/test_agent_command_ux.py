@@ -4,6 +4,11 @@ and tools remembered per session (never the key), prompts from stdin."""
 from __future__ import annotations
 
 import json
+import os
+import select
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -106,3 +111,46 @@ def test_run_session_reads_the_prompt_from_stdin(tmp_path: Path, server: FakeOpe
     assert server.requests[1]["messages"][-1] == {"role": "user", "content": "second\nprompt"}
     empty = _sess(tmp_path, "run", "s", input="")
     assert empty.exit_code == 2 and "no pending turn" in empty.stderr
+
+
+def test_run_on_a_terminal_takes_one_prompt_after_another(tmp_path: Path,
+                                                          server: FakeOpenAI) -> None:
+    """``sess run SESSION`` on a terminal with nothing pending: a conversation until Ctrl-D."""
+
+    server.add(message("One."), message("Two."), message("Three."))
+    open_store(tmp_path / "store").close()
+    flags = ["--base-url", server.url, "--model", "m", "--no-stream"]
+    first = _sess(tmp_path, "run", "talk", "first", *flags)
+    assert first.exit_code == 0, first.output
+    master, slave = os.openpty()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SESSTREE_", "SESS_"))}
+    proc = subprocess.Popen([sys.executable, "-c", "from sesstree.cli import main; main()",
+                             "--store", str(tmp_path / "store"), "run", "talk"],
+                            stdin=slave, stdout=slave, stderr=slave, env=env)
+    os.close(slave)
+    out = b""
+
+    def read_until(needle: bytes, count: int = 1) -> None:
+        nonlocal out
+        deadline = time.monotonic() + 30
+        while out.count(needle) < count:
+            ready, _, _ = select.select([master], [], [], max(0.0, deadline - time.monotonic()))
+            assert ready, out  # nothing came in time
+            chunk = os.read(master, 4096)
+            assert chunk, out
+            out += chunk
+
+    read_until(b">")  # the prompt
+    os.write(master, b"second\n")
+    read_until(b"Two.")
+    read_until(b">", 2)
+    os.write(master, b"third\n")
+    read_until(b"Three.")
+    read_until(b">", 3)
+    os.write(master, b"\x04")  # Ctrl-D
+    assert proc.wait(timeout=60) == 0, out
+    os.close(master)
+    assert [m["messages"][-1]["content"] for m in server.requests] == ["first", "second", "third"]
+    with open_store(tmp_path / "store") as store:
+        assert [m["content"] for m in store.messages("talk")] == [
+            "first", "One.", "second", "Two.", "third", "Three."]
