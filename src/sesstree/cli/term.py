@@ -20,11 +20,13 @@ import io
 import os
 import shlex
 import shutil
-import subprocess
 import sys
-from typing import Any, ClassVar, TextIO
+from typing import TYPE_CHECKING, Any, ClassVar, TextIO
 
 import click
+
+if TYPE_CHECKING:
+    import subprocess
 
 __all__ = ["DEFAULT_WIDTH", "Terminal", "install", "paint", "terminal"]
 
@@ -86,6 +88,8 @@ class Terminal:
         sys.stdout = _LazyPager(self, command)
 
     def _start(self, command: list[str]) -> TextIO:
+        import subprocess  # only when a pager runs: most commands never need it
+
         env = dict(os.environ)
         env.setdefault("LESS", "FRX")
         env.setdefault("LV", "-c")
