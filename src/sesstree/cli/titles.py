@@ -5,7 +5,8 @@ The title is the first of: the ``title`` of the session's metadata (what pi's
 ``session_info`` and a seed file's ``.meta.json`` give), the summary Claude Code wrote of
 this conversation (a ``claude/summary`` record, of the same file, whose ``leafUuid`` is on the
 session's path), the first user message. The source is the file an import read (its
-``sesstree.import`` provenance) or the endpoint and model a ``sess run`` used.
+provenance, :meth:`~sesstree.repo.Store.session_origin`) or the endpoint and model a
+``sess run`` used.
 """
 
 from __future__ import annotations
@@ -15,15 +16,13 @@ from typing import Any
 import msgspec
 
 from ..repo import Store
+from ..store.base import ImportOrigin
 from .conversation import content_text
 
 __all__ = ["RUN_KEY", "Title", "Titles", "session_title"]
 
 #: The session metadata key where ``sess run`` remembers how it ran a session.
 RUN_KEY = "sesstree.run"
-#: Where an import's provenance is kept (``sesstree.interop.provenance.PROVENANCE_KEY``;
-#: named here so that listing sessions does not load the importers).
-_IMPORT_KEY = "sesstree.import"
 
 
 class Title(msgspec.Struct, frozen=True):
@@ -44,6 +43,7 @@ class Titles:
     def __init__(self, store: Store) -> None:
         self.store = store
         self._meta: dict[str, dict[str, Any]] = {}
+        self._origin: dict[str, ImportOrigin | None] = {}
         self._summaries: dict[str, dict[str, str]] = {}  # source file -> leafUuid -> summary
 
     def meta(self, name: str) -> dict[str, Any]:
@@ -53,23 +53,30 @@ class Titles:
             self._meta[name] = found if isinstance(found, dict) else {}
         return self._meta[name]
 
+    def origin(self, name: str) -> ImportOrigin | None:
+        """Where session ``name`` was imported from, or None."""
+        if name not in self._origin:
+            self._origin[name] = self.store.session_origin(name)
+        return self._origin[name]
+
     def of(self, name: str) -> Title:
         """The title and source of session ``name`` (which exists)."""
         meta = self.meta(name)
         title = meta.get("title") if isinstance(meta.get("title"), str) else None
         if not title:
-            title = self._from_history(name, meta)
-        return Title(_first_line(title) if title else None, _source(meta))
+            title = self._from_history(name)
+        origin = self.origin(name)
+        source = f"{origin.format}: {origin.source}" if origin is not None else _source(meta)
+        return Title(_first_line(title) if title else None, source)
 
-    def _from_history(self, name: str, meta: dict[str, Any]) -> str | None:
+    def _from_history(self, name: str) -> str | None:
         head = self.store.session_head(name)
         if head is None:
             return None
         chain = self.store.chain(head)
-        origin = meta.get(_IMPORT_KEY)
-        if isinstance(origin, dict) and origin.get("format") == "claude" and isinstance(
-                origin.get("source"), str):
-            summaries = self._claude_summaries(origin["source"])
+        origin = self.origin(name)
+        if origin is not None and origin.format == "claude":
+            summaries = self._claude_summaries(origin.source)
             at = {data["uuid"]: i for i, (kind, data) in
                   enumerate(zip(chain.types, chain.datas, strict=True))
                   if kind.startswith("claude/") and isinstance(data, dict)
@@ -88,8 +95,8 @@ class Titles:
         if source not in self._summaries:
             found: dict[str, str] = {}
             for info in self.store.sessions():
-                origin = self.meta(info.name).get(_IMPORT_KEY)
-                if not isinstance(origin, dict) or origin.get("source") != source:
+                origin = self.origin(info.name)
+                if origin is None or origin.source != source:
                     continue
                 chain = self.store.chain(info.head)
                 for kind, data in zip(chain.types, chain.datas, strict=True):
@@ -111,10 +118,7 @@ def _first_line(text: str, width: int = 100) -> str:
 
 
 def _source(meta: dict[str, Any]) -> str | None:
-    origin = meta.get(_IMPORT_KEY)
-    if isinstance(origin, dict) and isinstance(origin.get("source"), str):
-        fmt = origin.get("format")
-        return f"{fmt}: {origin['source']}" if isinstance(fmt, str) else origin["source"]
+    """Where a session not imported (or imported before provenance was kept) came from."""
     run = meta.get(RUN_KEY)
     if isinstance(run, dict) and isinstance(run.get("model"), str):
         return f"run: {run['model']} at {run.get('base_url', '?')}"
