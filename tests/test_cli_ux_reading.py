@@ -272,3 +272,14 @@ def test_log_n_on_a_long_session_reads_a_window(sess: Sess) -> None:
     for n in (1, 7, 40):
         assert words("-n", str(n)) == full[:n]
     assert len(full) == 5 * 301
+
+
+@pytest.mark.parametrize("rev", ["....", "main....", "\u2028..main", "main..\x00", "..." + "~" * 900,
+                                 "main..main@{99}", "HEAD~9..", "..nosuch"])
+def test_hostile_ranges_are_one_line(sess: Sess, rev: str) -> None:
+    sess.quest()
+    for command in (("log", rev), ("diff", rev), ("log", rev, "--json")):
+        result = sess(*command)
+        assert "Traceback" not in result.output
+        if result.exit_code:
+            sess.fail(*command)  # one line on stderr, nothing on stdout
