@@ -19,8 +19,8 @@ import msgspec
 from ..node import Node, NodeId
 from .term import Terminal
 
-__all__ = ["CONVERSATION_TYPES", "Row", "TurnStats", "fold_turns", "node_text", "render_messages",
-           "role_of"]
+__all__ = ["CONVERSATION_TYPES", "Row", "TurnStats", "content_text", "fold_turns", "node_text",
+           "render_messages", "role_of"]
 
 #: The events ``sess log`` shows by default; the rest is the loop's bookkeeping, folded into
 #: the line of its turn (or shown with ``--all-events``).

@@ -24,7 +24,7 @@ from .core import CountCommand, StoreLocator, cli, complete_rev, emit_json, even
 from .select import Filters, Range, node_times, parse_range, parse_time
 from .term import Terminal, terminal
 
-__all__ = ["decorate", "diff", "log"]
+__all__ = ["decorate", "diff", "log", "reversed_graph"]
 
 
 def _ref_labels(store: Store) -> dict[NodeId, list[str]]:

@@ -23,6 +23,8 @@ from .core import STORE_DIR, StoreLocator, cli, complete_rev, emit_json, events,
 from .term import terminal
 from .titles import Titles
 
+__all__ = ["branch", "checkout", "init", "reset", "status"]
+
 
 @cli.command()
 @click.argument("path", required=False, type=click.Path(file_okay=False))

@@ -12,6 +12,7 @@ import msgspec
 from ..fmt import plural
 from .core import StoreLocator, cli, complete_rev, emit_json, events, fail, one_line, pass_store
 
+__all__ = ["export", "fsck", "gc", "import_", "stats"]
 
 @cli.command("import")
 @click.argument("files", nargs=-1, required=True, type=click.Path(path_type=Path))
