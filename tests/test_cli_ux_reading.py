@@ -283,3 +283,22 @@ def test_hostile_ranges_are_one_line(sess: Sess, rev: str) -> None:
         assert "Traceback" not in result.output
         if result.exit_code:
             sess.fail(*command)  # one line on stderr, nothing on stdout
+
+
+def test_a_turn_logged_as_one_entry_shows_its_duration(sess: Sess) -> None:
+    # As the agent loop writes a turn: each event committed as it happens, one reflog entry.
+    with sess.store() as store:
+        s = store.session("main")
+        with s.log_group("run: a turn"):
+            for event in TURN:
+                if event.get("type") == "turn/end":
+                    time.sleep(0.25)
+                if "role" in event:
+                    s.add_message(event)
+                else:
+                    s.append(str(event["type"]), event["data"])
+        store.set_head_session("main")
+    assert len(sess.lines("reflog")) == 1
+    line = sess.ok("log", env={"COLUMNS": "200"}).splitlines()[0]
+    seconds = float(line.split(" tokens, ")[1].split(" s")[0])
+    assert 0.2 <= seconds < 30

@@ -75,6 +75,7 @@ def test_format_1_is_upgraded_with_its_history_kept(postgres_url: str) -> None:
     with psycopg.connect(postgres_url, autocommit=True) as conn:
         conn.execute("UPDATE meta SET value = '1' WHERE key = 'format'")
         conn.execute("DELETE FROM meta WHERE key = 'functions'")
+        conn.execute("ALTER TABLE reflog DROP COLUMN started")
         conn.execute("DROP FUNCTION sesstree_append_run")
         conn.execute("CREATE FUNCTION sesstree_append_run(text, bytea, bytea[], bytea[], bytea[], "
                      "bytea[], bigint[]) RETURNS text LANGUAGE sql AS $$ SELECT 'old' $$")
@@ -86,6 +87,7 @@ def test_format_1_is_upgraded_with_its_history_kept(postgres_url: str) -> None:
             for i in range(3):
                 q.add_message(user(str(i)))
         assert store.reflog("q")[-1].reason == "append: user/message (batch of 3 moves)"
+        assert store.reflog("q")[-1].started is not None
     with psycopg.connect(postgres_url, autocommit=True) as conn:
         arities = conn.execute("SELECT pronargs FROM pg_proc WHERE proname = "
                                "'sesstree_append_run'").fetchall()

@@ -46,6 +46,10 @@ def parse_range(rev: str) -> Range | None:
 _MOVES_ONLY = ("branch:", "reset:", "tag:")
 
 
+#: How the store names a batch's reflog entry (see sesstree.policy).
+_BATCH = "(batch of "
+
+
 def node_times(store: Store, rev: str, chain: Sequence[Node],
                wanted: Collection[NodeId] | None = None) -> dict[NodeId, float]:
     """When each node of ``chain`` (a path, newest first) was recorded, as far as the reflog
@@ -66,8 +70,12 @@ def node_times(store: Store, rev: str, chain: Sequence[Node],
             lo = 0 if e.old is None else index[e.old] + 1 if e.old in index else hi
             for i in range(lo, hi + 1):
                 node = order[i].id
-                if node not in times or e.time < times[node]:
-                    times[node] = e.time
+                # A turn logged as one entry made its first node when it started. A batch's
+                # moves all landed when it committed: its start dates nothing.
+                first = i == lo and e.started is not None and _BATCH not in e.reason
+                when = e.started if first and e.started is not None else e.time
+                if node not in times or when < times[node]:
+                    times[node] = when
 
     name = store.session_name_of(rev) if rev else None
     if name and store.has_session(name):

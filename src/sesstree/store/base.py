@@ -103,8 +103,9 @@ class RefUpdate(msgspec.Struct, frozen=True):
     """One compare-and-set: move ``name`` from ``old`` to ``new`` (None: absent), logged.
 
     With ``fold``, the move is logged by folding it into the ref's newest reflog entry (the
-    one that put the ref at ``old``): that entry keeps its ``old`` and takes this move's
-    ``new``, time and reason, instead of a new entry being added. The backend only carries
+    one that put the ref at ``old``): that entry keeps its ``old`` (and, as ``started``, the
+    time of its first move) and takes this move's ``new``, time and reason, instead of a new
+    entry being added. The backend only carries
     this out; when to fold (the later moves of a ref in one batch, or in one agent turn) is
     decided above the seam, by :class:`~sesstree.repo.Store`.
     """
@@ -117,13 +118,19 @@ class RefUpdate(msgspec.Struct, frozen=True):
 
 
 class ReflogEntry(msgspec.Struct, frozen=True):
-    """One move of a ref. ``old`` is None for a creation, ``new`` None for a deletion."""
+    """One move of a ref. ``old`` is None for a creation, ``new`` None for a deletion.
+
+    An entry that later moves were folded into (a batch, an agent turn) spans them: ``time``
+    is the last move's, ``started`` the first's (None for an entry of one move, and on stores
+    too old to keep it).
+    """
 
     ref: str
     old: NodeId | None
     new: NodeId | None
     time: float
     reason: str
+    started: float | None = None
 
 
 class ImportOrigin(msgspec.Struct, frozen=True):

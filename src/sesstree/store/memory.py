@@ -90,7 +90,8 @@ class MemoryBackend:
             entry = self._reflog[i]
             if self._undo is not None:
                 self._undo.append(partial(self._put_entry, i, entry))
-            self._reflog[i] = ReflogEntry(u.name, entry.old, u.new, now, u.reason)
+            started = entry.started if entry.started is not None else entry.time
+            self._reflog[i] = ReflogEntry(u.name, entry.old, u.new, now, u.reason, started)
             return
         self._newest[u.name] = len(self._reflog)
         self._reflog.append(ReflogEntry(u.name, u.old, u.new, now, u.reason))
@@ -221,7 +222,7 @@ class MemoryBackend:
             self._remember_reflog()
             # As on disk: the log of `old` moves over and one entry records the rename.
             self._reflog = [
-                ReflogEntry(new, e.old, e.new, e.time, e.reason) if e.ref == old else e
+                msgspec.structs.replace(e, ref=new) if e.ref == old else e
                 for e in self._reflog
             ]
             del self._refs[old]
@@ -235,7 +236,7 @@ class MemoryBackend:
             mine = [e for e in self._reflog if e.ref == name]
             keep = mine[-1:] if name in self._refs else []
             # The entry kept no longer remembers where the ref was before it.
-            forgotten = [ReflogEntry(e.ref, None, e.new, e.time, e.reason) for e in keep]
+            forgotten = [msgspec.structs.replace(e, old=None) for e in keep]
             self._remember_reflog()
             self._reflog = [e for e in self._reflog if e.ref != name] + forgotten
             self._reindex()

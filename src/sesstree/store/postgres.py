@@ -405,7 +405,8 @@ class PostgresBackend:
     def reflog(self, name: str | None = None) -> list[ReflogEntry]:
         rows = self._read(refs.REFLOG_ALL) if name is None else self._read(refs.REFLOG, (name,))
         return [
-            ReflogEntry(r[0], objects.hex_id(r[1]), objects.hex_id(r[2]), r[3], r[4]) for r in rows
+            ReflogEntry(r[0], objects.hex_id(r[1]), objects.hex_id(r[2]), r[3], r[4], r[5])
+            for r in rows
         ]
 
     def _meta_rows(self, prefix: str) -> list[tuple[str, str]]:

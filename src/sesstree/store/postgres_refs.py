@@ -29,7 +29,6 @@ __all__ = [
     "LIST_META",
     "LIST_REFS",
     "MOVE_REF",
-    "OLD_FUNCTIONS",
     "REFLOG",
     "REFLOG_ALL",
     "REF_CHECKS",
@@ -37,6 +36,7 @@ __all__ = [
     "REF_TABLES",
     "RENAME_REF",
     "SET_META",
+    "TO_FORMAT_2",
     "UNSET_META",
 ]
 
@@ -70,7 +70,8 @@ CREATE OR REPLACE FUNCTION sesstree_log(
 ) RETURNS void LANGUAGE plpgsql AS $$
 BEGIN
     IF p_fold THEN
-        UPDATE reflog SET new = p_new, time = p_time, reason = p_reason
+        UPDATE reflog SET new = p_new, time = p_time, reason = p_reason,
+                started = coalesce(started, time)
             WHERE ref = p_ref AND n = (SELECT max(n) FROM reflog WHERE ref = p_ref);
         IF FOUND THEN
             RETURN;
@@ -244,8 +245,11 @@ BEGIN
 END $$
 """
 REF_FUNCTIONS = [_LOG_FN, _MOVE_FN, _APPEND_FN, _RENAME_FN, _APPEND_RUN_FN]
-# Format 1 had these with other parameters: format 2 drops them before creating its own.
-OLD_FUNCTIONS = [
+# Format 1 to 2: the reflog's `started`; the functions format 1 had, with other parameters,
+# dropped before format 2's are created.
+TO_FORMAT_2 = [
+    # A folded entry keeps when its first move was made (ReflogEntry.started).
+    "ALTER TABLE reflog ADD COLUMN started double precision",
     "DROP FUNCTION IF EXISTS sesstree_move_ref(text, bytea, bytea, text, boolean, boolean)",
     "DROP FUNCTION IF EXISTS sesstree_append(text, bytea, bytea, bytea, bytea, bytea, bigint, "
     "text, boolean, boolean)",
@@ -263,7 +267,7 @@ LIST_REFS = (
     "WHERE left(r.name, %s) = %s ORDER BY r.name"
 )
 _REFLOG = (
-    "SELECT l.ref, o.id, w.id, l.time, l.reason FROM reflog l "
+    "SELECT l.ref, o.id, w.id, l.time, l.reason, l.started FROM reflog l "
     "LEFT JOIN nodes o ON o.seq = l.old LEFT JOIN nodes w ON w.seq = l.new"
 )
 REFLOG = _REFLOG + " WHERE l.ref = %s ORDER BY l.n"

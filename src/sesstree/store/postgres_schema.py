@@ -31,7 +31,7 @@ from ..errors import StoreCorruptError, StoreFormatError, StoreNotFoundError
 from ..node import ID_VERSION
 from .postgres_conn import Conn
 from .postgres_objects import OBJECT_FUNCTIONS, OBJECT_TABLES
-from .postgres_refs import OLD_FUNCTIONS, REF_FUNCTIONS, REF_TABLES
+from .postgres_refs import REF_FUNCTIONS, REF_TABLES, TO_FORMAT_2
 
 __all__ = ["FORMAT_VERSION", "MIGRATIONS", "ensure_schema"]
 
@@ -45,9 +45,10 @@ MIGRATIONS: list[list[str]] = [
         *REF_TABLES,
     ],
     # 2: a ref's later moves in one batch or agent turn fold into one reflog entry, decided
-    # by the store above the seam (the functions' "log" flag became "fold"). A sesstree of
-    # format 1 would read the flag the other way round: it must refuse the store.
-    OLD_FUNCTIONS,
+    # by the store above the seam (the functions' "log" flag became "fold"), which keeps when
+    # its first move was made. A sesstree of format 1 would read the flag the other way
+    # round: it must refuse the store.
+    TO_FORMAT_2,
 ]
 assert len(MIGRATIONS) == FORMAT_VERSION
 

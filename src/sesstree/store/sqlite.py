@@ -54,7 +54,14 @@ from .sqlite_check import check_store
 from .sqlite_gc import collect_garbage
 from .sqlite_lock import WriteLock
 from .sqlite_media import translate, translating
-from .sqlite_open import DURABLE_WAL_PAGES, FORMAT_VERSION, PAGE_SIZE, WAL_PAGES, open_connection
+from .sqlite_open import (
+    DURABLE_WAL_PAGES,
+    FORMAT_VERSION,
+    PAGE_SIZE,
+    WAL_PAGES,
+    open_connection,
+    reflog_has_started,
+)
 from .sqlite_paths import PathReader, row_data, split_row, verify_node
 from .sqlite_refs import RefReads
 from .sqlite_sql import (
@@ -66,6 +73,8 @@ from .sqlite_sql import (
     INSERT_NODE,
     NEWEST,
     NODE_COLS,
+    REFLOG_ROWS,
+    without_started,
 )
 from .sqlite_wal import IdleCheckpointer, preallocate_wal
 
@@ -104,6 +113,12 @@ class SqliteBackend(RefReads):
         self._lock = threading.RLock()
         self._idle = IdleCheckpointer(self._checkpoint_idle, IDLE_CHECKPOINT)
         self._paths = PathReader(self._db, self.path)
+        # The statements that write and read a folded entry's `started`, or (a store made
+        # before it was kept) their forms without it.
+        started = reflog_has_started(self._db)
+        self._fold_sql = FOLD if started else without_started(FOLD)
+        self._fold_newest_sql = FOLD_NEWEST if started else without_started(FOLD_NEWEST)
+        self._reflog_sql = REFLOG_ROWS if started else without_started(REFLOG_ROWS)
         # Appends committed by this connection, until the WAL is given its size (a long
         # writer's appends then stop growing the file; see sqlite_wal). A durable store's WAL
         # was sized when it was opened.
@@ -231,7 +246,7 @@ class SqliteBackend(RefReads):
              fold: bool = False) -> bool:
         """The compare-and-set: move ``name`` from ``old`` to ``new`` and log it (or, with
         ``fold``, rewrite its newest entry), or do nothing."""
-        if fold and self._db.execute(FOLD, (name, old, new, now, reason)).rowcount == 1:
+        if fold and self._db.execute(self._fold_sql, (name, old, new, now, reason)).rowcount == 1:
             return True
         # Not folded: the ref has no entry to fold into, or it is not at `old` (then the CAS
         # below writes nothing either).
@@ -426,7 +441,7 @@ class SqliteBackend(RefReads):
         """Write the folds a batch has kept back (see ``_unwritten``)."""
         if self._unwritten:
             unwritten, self._unwritten = self._unwritten, {}
-            self._db.executemany(FOLD_NEWEST, [
+            self._db.executemany(self._fold_newest_sql, [
                 (name, new, when, reason) for name, (new, when, reason) in unwritten.items()
             ])
 

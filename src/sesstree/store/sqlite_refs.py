@@ -27,6 +27,7 @@ class RefReads:
     path: Path
     _db: sqlite3.Connection
     _lock: threading.RLock
+    _reflog_sql: str
 
     def _errors(self) -> AbstractContextManager[None]:  # pragma: no cover - the backend's
         raise NotImplementedError
@@ -65,10 +66,7 @@ class RefReads:
             return [Ref(r[0], self._hex(r[1]), r[2]) for r in rows]
 
     def reflog(self, name: str | None = None) -> list[ReflogEntry]:
-        sql = (
-            "SELECT l.ref, o.id, w.id, l.time, l.reason FROM reflog l "
-            "LEFT JOIN nodes o ON o.seq = l.old LEFT JOIN nodes w ON w.seq = l.new"
-        )
+        sql = self._reflog_sql
         with self._lock, self._errors():
             self._write_folds()
             if name is None:
@@ -79,7 +77,7 @@ class RefReads:
             ReflogEntry(
                 r[0], self._hex(r[1]) if r[1] is not None else None,
                 self._hex(r[2]) if r[2] is not None else None,
-                r[3], r[4],
+                r[3], r[4], r[5],
             )
             for r in rows
         ]

@@ -372,6 +372,9 @@ def test_log_group_logs_a_turn_once_and_commits_each_move(
         log = store.reflog("q")
         assert [e.reason for e in log] == ["append: user/message", "run: turn (3 moves)"]
         assert (log[-1].old, log[-1].new) == (before, q.head)
+        # The entry spans the turn: from its first move to its last.
+        assert log[0].started is None
+        assert log[-1].started is not None and log[0].time <= log[-1].started <= log[-1].time
         assert other.resolve("q@{1}") == before
         # Outside the group, every move has its own entry again.
         q.add_message(user("after"))
