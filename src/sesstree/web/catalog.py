@@ -1,0 +1,165 @@
+"""The list of sessions the forest shows: newest activity first, filtered, one page at a time.
+
+Listing reads the session refs only (one query: name, head, time of the last move), so a page
+costs the same on a store of ten sessions or ten thousand. Where a session came from (its
+*source*) needs its metadata and a look at its events, so it is worked out only for the sessions
+a page needs and cached by ``(name, head)``.
+
+Sources:
+
+- an import: the session's metadata holds ``sesstree.import`` (see
+  :mod:`sesstree.interop.provenance`); the source is the format (``claude``, ``pi``, ``codex``...);
+- ``proxy``: recorded by ``sess proxy`` (metadata ``sesstree.source`` = ``"proxy"``, or reflog
+  reasons starting with ``proxy``);
+- ``agent``: written by the agent loop (metadata ``sesstree.source`` = ``"agent"``, or turn and
+  step events among its newest events);
+- ``manual``: anything else (appended by hand, by a script).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from datetime import datetime, timezone
+
+import msgspec
+
+from ..node import NodeId
+from ..repo import SESSIONS, Store
+
+__all__ = ["IMPORT_FORMATS", "SOURCES", "Filter", "Listing", "SessionEntry", "list_sessions", "source_of"]
+
+#: Formats an import can come from (the filter accepts each, and ``import`` for any of them).
+IMPORT_FORMATS = ("claude", "pi", "codex", "openai", "agents-sdk", "jsonl", "seed", "tree")
+#: Every value the source filter takes.
+SOURCES = ("import", *IMPORT_FORMATS, "proxy", "agent", "manual")
+SOURCE_KEY = "sesstree.source"
+IMPORT_KEY = "sesstree.import"
+_AGENT_TYPES = frozenset({"turn/start", "turn/end", "step/start", "step/end"})
+#: How many of a session's newest events are looked at to tell an agent loop's session.
+_TAIL = 64
+
+
+class SessionEntry(msgspec.Struct, frozen=True):
+    """One session as the forest lists it."""
+
+    name: str
+    head: NodeId
+    moved: float
+
+
+class Filter(msgspec.Struct, frozen=True):
+    """What the forest is narrowed to. Empty fields do not narrow."""
+
+    name: str = ""
+    source: str = ""
+    since: float | None = None
+    until: float | None = None
+
+    @property
+    def active(self) -> bool:
+        """True if anything narrows the list."""
+        return bool(self.name or self.source or self.since is not None or self.until is not None)
+
+
+class Listing(msgspec.Struct, frozen=True):
+    """One page of sessions; ``total`` is None when the source filter makes it unknown without
+    classifying every session (``more`` says whether a next page exists)."""
+
+    sessions: list[SessionEntry]
+    offset: int
+    total: int | None
+    more: bool
+
+
+def parse_day(text: str, *, end: bool = False) -> float | None:
+    """``YYYY-MM-DD`` (UTC) as a timestamp: the day's start, or with ``end`` its end."""
+    text = text.strip()
+    if not text:
+        return None
+    try:
+        day = datetime.strptime(text, "%Y-%m-%d").replace(tzinfo=timezone.utc)
+    except ValueError:
+        raise ValueError(f"date {text[:40]!r} is not YYYY-MM-DD") from None
+    return day.timestamp() + (86400.0 if end else 0.0)
+
+
+_lock = threading.Lock()
+_sources: dict[tuple[int, str, NodeId], str] = {}
+
+
+def source_of(store: Store, name: str, head: NodeId) -> str:
+    """Where session ``name`` came from (see the module's docstring); cached by its head."""
+    key = (id(store), name, head)
+    with _lock:
+        found = _sources.get(key)
+    if found is not None:
+        return found
+    source = _classify(store, name, head)
+    with _lock:
+        if len(_sources) > 200_000:
+            _sources.clear()
+        _sources[key] = source
+    return source
+
+
+def _classify(store: Store, name: str, head: NodeId) -> str:
+    meta = store.get_session_meta(name) or {}
+    origin = meta.get(IMPORT_KEY)
+    if isinstance(origin, dict) and isinstance(origin.get("format"), str):
+        return str(origin["format"])
+    said = meta.get(SOURCE_KEY)
+    if isinstance(said, str) and said:
+        return said
+    if any(e.reason.startswith("proxy") for e in store.reflog(name)[-_TAIL:]):
+        return "proxy"
+    if _AGENT_TYPES.intersection(store.chain(head, _TAIL).types):
+        return "agent"
+    return "manual"
+
+
+def _matches_source(wanted: str, source: str) -> bool:
+    if wanted == "import":
+        return source not in ("proxy", "agent", "manual")
+    return source == wanted
+
+
+def all_sessions(store: Store) -> list[SessionEntry]:
+    """Every session, newest activity first (ties by name)."""
+    refs = store.backend.list_refs(SESSIONS)
+    out = [SessionEntry(r.name[len(SESSIONS):], r.target, r.moved) for r in refs]
+    out.sort(key=lambda e: (-e.moved, e.name))
+    return out
+
+
+def _cheap(entries: list[SessionEntry], f: Filter) -> Iterator[SessionEntry]:
+    needle = f.name.lower()
+    for e in entries:
+        if needle and needle not in e.name.lower():
+            continue
+        if f.since is not None and e.moved < f.since:
+            continue
+        if f.until is not None and e.moved >= f.until:
+            continue
+        yield e
+
+
+def list_sessions(store: Store, f: Filter, offset: int, limit: int) -> Listing:
+    """The page of sessions ``[offset, offset + limit)`` that pass ``f``, newest first."""
+    offset = max(0, offset)
+    candidates = _cheap(all_sessions(store), f)
+    if not f.source:
+        matched = list(candidates)
+        return Listing(matched[offset : offset + limit], offset, len(matched), offset + limit < len(matched))
+    # The source filter classifies sessions newest first, only until the page is full.
+    found: list[SessionEntry] = []
+    seen = 0
+    for e in candidates:
+        if not _matches_source(f.source, source_of(store, e.name, e.head)):
+            continue
+        if seen >= offset:
+            if len(found) == limit:
+                return Listing(found, offset, None, True)
+            found.append(e)
+        seen += 1
+    return Listing(found, offset, None, False)

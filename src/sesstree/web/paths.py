@@ -1,0 +1,70 @@
+"""The ids of each session's path (root to head), cached, so the forest is drawn from ids alone.
+
+A session's path is read once; when the session grows, only the new tail is read and added to
+what is cached (an append does not cost a re-read of the whole session). The cache holds at
+most ``budget`` ids (32 bytes each) and forgets the least recently used paths beyond that.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+
+from ..node import NodeId
+from ..repo import Store
+
+__all__ = ["PathCache", "id_at"]
+
+ID_BYTES = 32
+
+
+def id_at(path: bytes, index: int) -> NodeId:
+    """The hex id at ``index`` (0 = root) of a packed path."""
+    return NodeId(path[index * ID_BYTES : (index + 1) * ID_BYTES].hex())
+
+
+class PathCache:
+    """Packed paths (the 32-byte ids end to end, root first) by head id, LRU-bounded."""
+
+    def __init__(self, store: Store, budget: int = 2_000_000) -> None:
+        self.store = store
+        self.budget = budget
+        self._lock = threading.Lock()
+        self._paths: OrderedDict[NodeId, bytes] = OrderedDict()
+        self._held = 0  # ids held in total
+        self._last_head: dict[str, NodeId] = {}  # session name -> head last read for it
+
+    def path(self, head: NodeId, name: str | None = None) -> bytes:
+        """The packed path ending at ``head``; ``name`` (the session it heads) lets a grown
+        session be read from where it was last seen instead of from its root."""
+        with self._lock:
+            found = self._paths.get(head)
+            if found is not None:
+                self._paths.move_to_end(head)
+                return found
+            before = self._last_head.get(name) if name is not None else None
+            earlier = self._paths.get(before) if before is not None else None
+        path = self._read(head, before, earlier)
+        with self._lock:
+            if head not in self._paths:
+                self._paths[head] = path
+                self._held += len(path) // ID_BYTES
+            if name is not None:
+                self._last_head[name] = head
+            while self._held > self.budget and len(self._paths) > 1:
+                _, dropped = self._paths.popitem(last=False)
+                self._held -= len(dropped) // ID_BYTES
+        return path
+
+    def _read(self, head: NodeId, before: NodeId | None, earlier: bytes | None) -> bytes:
+        if before is not None and earlier is not None:
+            grown = self.store.depth(head) - len(earlier) // ID_BYTES
+            if grown > 0:
+                tail = self.store.chain(head, grown)
+                if tail.base == before:  # a fast-forward: keep what was read, add the tail
+                    return earlier + _packed(tail.ids)
+        return _packed(self.store.chain(head).ids)
+
+
+def _packed(ids: list[NodeId]) -> bytes:
+    return bytes.fromhex("".join(ids))
