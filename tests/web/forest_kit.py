@@ -14,6 +14,7 @@ import uvicorn
 from sesstree import Store
 from sesstree.web import create_web_app
 
+TOKEN = "s3cret-token-for-tests"
 HOSTILE = ('<script>window.__pwned = 1</script> and <img src=x onerror="window.__pwned = 2"> '
            'and [click](javascript:window.__pwned=3)')
 
@@ -55,6 +56,7 @@ def fill(store: Store) -> None:
 def serve(store: Store, token: str | None = None) -> Iterator[str]:
     """A real uvicorn on 127.0.0.1 (a free port) serving the web view; yields its base URL."""
     sock = socket.socket()
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # no 40 ms delayed-ACK stalls
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
     config = uvicorn.Config(create_web_app(store, token=token), log_level="warning",

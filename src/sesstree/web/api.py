@@ -21,6 +21,8 @@ from .writes import ACTIONS, perform
 __all__ = ["BadRequest", "api_routes", "int_param", "read_filter"]
 
 PREFIX = "/api/v1/web"
+#: Events one search request reads at most (a client may ask for up to ten times this).
+SEARCH_BUDGET = 200_000
 
 
 class BadRequest(Exception):
@@ -92,7 +94,8 @@ def _tail(web: Web, request: Request) -> Any:
 def _search(web: Web, request: Request) -> Any:
     page = search(web.store, request.query_params.get("q", ""),
                   cursor=int_param(request, "cursor", 0, 0, 10**9),
-                  limit=int_param(request, "limit", 50, 1, 500))
+                  limit=int_param(request, "limit", 50, 1, 500),
+                  budget=int_param(request, "budget", SEARCH_BUDGET, 1, 10 * SEARCH_BUDGET))
     return msgspec.to_builtins(page)
 
 

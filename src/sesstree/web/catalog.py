@@ -89,21 +89,11 @@ _sources: dict[tuple[int, str, NodeId], str] = {}
 
 
 def source_of(store: Store, name: str, head: NodeId) -> str:
-    """Where session ``name`` came from (see the module's docstring); cached by its head."""
-    key = (id(store), name, head)
-    with _lock:
-        found = _sources.get(key)
-    if found is not None:
-        return found
-    source = _classify(store, name, head)
-    with _lock:
-        if len(_sources) > 200_000:
-            _sources.clear()
-        _sources[key] = source
-    return source
+    """Where session ``name`` came from (see the module's docstring).
 
-
-def _classify(store: Store, name: str, head: NodeId) -> str:
+    Its metadata is read every time (one small read, and it can change without the session
+    moving); what its reflog and events say is cached by head.
+    """
     meta = store.get_session_meta(name) or {}
     origin = meta.get(IMPORT_KEY)
     if isinstance(origin, dict) and isinstance(origin.get("format"), str):
@@ -111,6 +101,19 @@ def _classify(store: Store, name: str, head: NodeId) -> str:
     said = meta.get(SOURCE_KEY)
     if isinstance(said, str) and said:
         return said
+    key = (id(store), name, head)
+    with _lock:
+        found = _sources.get(key)
+    if found is None:
+        found = _from_history(store, name, head)
+        with _lock:
+            if len(_sources) > 200_000:
+                _sources.clear()
+            _sources[key] = found
+    return found
+
+
+def _from_history(store: Store, name: str, head: NodeId) -> str:
     if any(e.reason.startswith("proxy") for e in store.reflog(name)[-_TAIL:]):
         return "proxy"
     if _AGENT_TYPES.intersection(store.chain(head, _TAIL).types):
