@@ -75,7 +75,8 @@ def _search(web: Web, request: Request) -> Response:
 
 
 def _login_form(web: Web, request: Request) -> Response:
-    return web.page(request, "login.html", failed=False)
+    return web.page(request, "login.html", failed=False,
+                    next=_local(request.query_params.get("next", "/")))
 
 
 async def _login(web: Web, request: Request) -> Response:
@@ -84,7 +85,8 @@ async def _login(web: Web, request: Request) -> Response:
     form = await request.form()
     token = form.get("token")
     if not same_origin(request) or not isinstance(token, str) or not web.auth.check_token(token):
-        return web.page(request, "login.html", status=401, failed=True)
+        return web.page(request, "login.html", status=401, failed=True,
+                        next=_local(str(form.get("next") or "/")))
     response = RedirectResponse(_local(str(form.get("next") or "/")), status_code=303,
                                 headers=dict(SECURITY_HEADERS))
     response.set_cookie(COOKIE, web.auth.cookie_value(), httponly=True, samesite="strict", path="/")

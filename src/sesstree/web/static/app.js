@@ -55,9 +55,9 @@ function liveForest(body) {
         body.dataset.version = version;
       }
     } catch (err) { /* try again on the next tick */ }
-    setTimeout(tick, POLL_MS * 2);
+    setTimeout(tick, POLL_MS);
   }
-  setTimeout(tick, POLL_MS * 2);
+  setTimeout(tick, POLL_MS);
 }
 
 document.addEventListener("DOMContentLoaded", () => {
