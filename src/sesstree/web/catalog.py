@@ -9,8 +9,8 @@ Sources:
 
 - an import: the session's metadata holds ``sesstree.import`` (see
   :mod:`sesstree.interop.provenance`); the source is the format (``claude``, ``pi``, ``codex``...);
-- ``proxy``: recorded by ``sess proxy`` (metadata ``sesstree.source`` = ``"proxy"``, or reflog
-  reasons starting with ``proxy``);
+- ``proxy``: recorded by ``sess proxy`` (metadata ``sesstree.source`` = ``"proxy"``, or a
+  ``step/start`` event naming the wire ``protocol`` among its newest events);
 - ``agent``: written by the agent loop (metadata ``sesstree.source`` = ``"agent"``, or turn and
   step events among its newest events);
 - ``manual``: anything else (appended by hand, by a script).
@@ -26,6 +26,7 @@ import msgspec
 
 from ..node import NodeId
 from ..repo import SESSIONS, Store
+from ..store.base import Ref
 
 __all__ = ["IMPORT_FORMATS", "SOURCES", "Filter", "Listing", "SessionEntry", "list_sessions", "source_of"]
 
@@ -114,9 +115,12 @@ def source_of(store: Store, name: str, head: NodeId) -> str:
 
 
 def _from_history(store: Store, name: str, head: NodeId) -> str:
-    if any(e.reason.startswith("proxy") for e in store.reflog(name)[-_TAIL:]):
-        return "proxy"
-    if _AGENT_TYPES.intersection(store.chain(head, _TAIL).types):
+    # Only the newest events are read: a session's reflog or whole history can be long.
+    tail = store.backend.chain(head, _TAIL)
+    for type, data in zip(tail.types, tail.datas, strict=True):
+        if type == "step/start" and isinstance(data, dict) and "protocol" in data:
+            return "proxy"  # sess proxy opens each recorded call with the wire protocol
+    if _AGENT_TYPES.intersection(tail.types):
         return "agent"
     return "manual"
 
@@ -127,10 +131,13 @@ def _matches_source(wanted: str, source: str) -> bool:
     return source == wanted
 
 
-def all_sessions(store: Store) -> list[SessionEntry]:
-    """Every session, newest activity first (ties by name)."""
-    refs = store.backend.list_refs(SESSIONS)
-    out = [SessionEntry(r.name[len(SESSIONS):], r.target, r.moved) for r in refs]
+def all_sessions(store: Store, refs: list[Ref] | None = None) -> list[SessionEntry]:
+    """Every session, newest activity first (ties by name); from ``refs`` if given (every ref
+    of the store, read once by the caller)."""
+    if refs is None:
+        refs = store.backend.list_refs(SESSIONS)
+    out = [SessionEntry(r.name[len(SESSIONS):], r.target, r.moved) for r in refs
+           if r.name.startswith(SESSIONS)]
     out.sort(key=lambda e: (-e.moved, e.name))
     return out
 
@@ -147,10 +154,11 @@ def _cheap(entries: list[SessionEntry], f: Filter) -> Iterator[SessionEntry]:
         yield e
 
 
-def list_sessions(store: Store, f: Filter, offset: int, limit: int) -> Listing:
+def list_sessions(store: Store, f: Filter, offset: int, limit: int,
+                  refs: list[Ref] | None = None) -> Listing:
     """The page of sessions ``[offset, offset + limit)`` that pass ``f``, newest first."""
     offset = max(0, offset)
-    candidates = _cheap(all_sessions(store), f)
+    candidates = _cheap(all_sessions(store, refs), f)
     if not f.source:
         matched = list(candidates)
         return Listing(matched[offset : offset + limit], offset, len(matched), offset + limit < len(matched))

@@ -16,7 +16,6 @@ from collections.abc import Sequence
 import msgspec
 
 from ..node import NodeId
-from ..repo import Store
 from .catalog import SessionEntry
 from .paths import ID_BYTES, PathCache
 
@@ -71,7 +70,7 @@ class _Drawn:
         self.fork = False
 
 
-def build_forest(store: Store, paths: PathCache, sessions: Sequence[SessionEntry],
+def build_forest(paths: PathCache, sessions: Sequence[SessionEntry],
                  tags: dict[NodeId, list[str]]) -> Forest:
     """The forest of ``sessions`` (their paths read through ``paths``), with ``tags`` by node."""
     packed = [paths.path(s.head, s.name) for s in sessions]

@@ -10,12 +10,32 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 
-from ..node import NodeId
+import msgspec
+
+from ..errors import StoreCorruptError
+from ..node import Node, NodeId
 from ..repo import Store
 
-__all__ = ["PathCache", "id_at"]
+__all__ = ["PathCache", "depth_of", "id_at", "node_of"]
 
 ID_BYTES = 32
+
+
+def depth_of(store: Store, id: NodeId) -> int:
+    """How many events lead to the stored node ``id`` (the web view only handles ids it read
+    from the store, so it skips revision parsing)."""
+    stored = store.backend.get(id)
+    if stored is None:
+        raise StoreCorruptError(f"node {id[:12]} cannot be found: the store is damaged")
+    return stored.depth
+
+
+def node_of(store: Store, id: NodeId) -> Node:
+    """The stored node ``id``, decoded."""
+    stored = store.backend.get(id)
+    if stored is None:
+        raise StoreCorruptError(f"node {id[:12]} cannot be found: the store is damaged")
+    return Node(stored.id, stored.parent, stored.type, msgspec.msgpack.decode(stored.encoded))
 
 
 def id_at(path: bytes, index: int) -> NodeId:
@@ -58,12 +78,12 @@ class PathCache:
 
     def _read(self, head: NodeId, before: NodeId | None, earlier: bytes | None) -> bytes:
         if before is not None and earlier is not None:
-            grown = self.store.depth(head) - len(earlier) // ID_BYTES
+            grown = depth_of(self.store, head) - len(earlier) // ID_BYTES
             if grown > 0:
-                tail = self.store.chain(head, grown)
+                tail = self.store.backend.chain(head, grown)
                 if tail.base == before:  # a fast-forward: keep what was read, add the tail
                     return earlier + _packed(tail.ids)
-        return _packed(self.store.chain(head).ids)
+        return _packed(self.store.backend.chain(head).ids)
 
 
 def _packed(ids: list[NodeId]) -> bytes:

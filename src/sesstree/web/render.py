@@ -185,7 +185,16 @@ def _note(node: Node, times: dict[NodeId, float], opened: dict[str, float | None
     elif t == "error":
         item.kind = "error"
         item.marked = "interrupted" if data.get("kind") == "interrupted" else "error"
-        item.text = snippet(node, 600) or "error"
+        kind = data.get("kind")
+        name = data.get("name")
+        said = data.get("message")
+        item.text = " ".join(p for p in (
+            str(kind) if kind else "error",
+            f"in {name}" if isinstance(name, str) else "",
+            f"(call {data['tool_call_id']})" if data.get("tool_call_id") else "",
+        ) if p) + (f": {said}" if isinstance(said, str) else "")
+        if not isinstance(said, str) and not kind:
+            item.text = snippet(node, 600) or "error"
     elif t == "compaction/marker":
         item.kind = "compaction"
         summary = data.get("summary")

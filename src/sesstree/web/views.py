@@ -12,10 +12,11 @@ import msgspec
 
 from ..errors import UnknownRevisionError
 from ..node import Node, NodeId
-from ..repo import Store
+from ..repo import TAGS, Store
+from ..store.base import Ref
 from .catalog import Filter, list_sessions, source_of
 from .forest import Forest, build_forest
-from .paths import ID_BYTES, PathCache, id_at
+from .paths import ID_BYTES, PathCache, id_at, node_of
 from .render import Item, conversation, pretty_json, snippet
 
 __all__ = ["DEFAULT_EVENTS", "MAX_EVENTS", "MAX_PAGE", "Views"]
@@ -46,12 +47,14 @@ class Views:
         store = self.store
         limit = max(1, min(limit, MAX_PAGE))
         with store.backend.snapshot():
-            listing = list_sessions(store, f, offset, limit)
+            refs = store.backend.list_refs("")  # sessions and tags in one read
+            listing = list_sessions(store, f, offset, limit, refs)
             tags: dict[NodeId, list[str]] = {}
-            for t in store.tags():
-                tags.setdefault(t.target, []).append(t.name)
-            forest: Forest = build_forest(store, self.paths, listing.sessions, tags)
-            nodes = {r.id: store.show(r.id) for r in forest.rows}
+            for t in refs:
+                if t.name.startswith(TAGS):
+                    tags.setdefault(t.target, []).append(t.name[len(TAGS):])
+            forest: Forest = build_forest(self.paths, listing.sessions, tags)
+            nodes = {r.id: node_of(store, r.id) for r in forest.rows}
             sources = {s.name: source_of(store, s.name, s.head) for s in listing.sessions}
         rows = []
         for r in forest.rows:
@@ -66,14 +69,12 @@ class Views:
             "limit": limit,
             "total": listing.total,
             "more": listing.more,
-            "version": self.version(),
+            "version": _version(refs),
         }
 
     def version(self) -> str:
         """Changes whenever any session or tag moves: what a page polls to stay live."""
-        refs = self.store.backend.list_refs("")
-        newest = max((r.moved for r in refs), default=0.0)
-        return f"{len(refs)}:{newest:.6f}"
+        return _version(self.store.backend.list_refs(""))
 
     # -- a session --------------------------------------------------------------------------
 
@@ -190,6 +191,11 @@ class Views:
             "items_b": conversation(d.only_b[:DIFF_SHOWN], {}),
             "shown": DIFF_SHOWN,
         }
+
+
+def _version(refs: list[Ref]) -> str:
+    newest = max((r.moved for r in refs), default=0.0)
+    return f"{len(refs)}:{newest:.6f}"
 
 
 def items_json(items: list[Item]) -> list[dict[str, Any]]:
