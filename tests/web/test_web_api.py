@@ -139,3 +139,23 @@ def test_search_finds_text_once_per_node_and_says_what_it_searched(client: httpx
     assert first["cursor"] is not None and first["sessions_searched"] >= 1
     rest = client.get("/api/v1/web/search", params={"q": "the", "cursor": first["cursor"]}).json()
     assert rest["sessions_searched"] + first["sessions_searched"] <= 4
+
+
+def test_a_proxy_recording_is_told_apart_and_its_cut_call_marked(client: httpx.Client,
+                                                                forest_store: Store) -> None:
+    s = forest_store.session("recorded")
+    s.add_message({"role": "user", "content": "hi"})
+    s.append("step/start", {"protocol": "openai-chat", "model": "gpt-x", "params": {}})
+    s.add_message({"role": "assistant", "content": "hel"})
+    s.append("step/end", {"status": 200, "finish_reason": None, "incomplete": True, "cut_by": "client"})
+    s.append("step/start", {"protocol": "openai-chat", "model": "gpt-x", "params": {}})
+    s.append("error", {"kind": "upstream", "status": 429, "message": "rate limited"})
+    s.append("step/end", {"status": 429, "finish_reason": None})
+    names = [x["name"] for x in client.get("/api/v1/web/forest?source=proxy").json()["sessions"]]
+    assert names == ["recorded"]
+    items = client.get("/api/v1/web/sessions/recorded").json()["items"]
+    assert [i["text"] for i in items if i["type"] == "step/start"] == ["openai-chat call to gpt-x"] * 2
+    assert [i["marked"] for i in items if i["marked"]] == ["incomplete", "error", "error"]
+    error = next(i for i in items if i["type"] == "error")
+    assert error["text"] == "upstream: rate limited"
+    assert "(HTTP 429)" in items[-1]["text"]

@@ -19,6 +19,7 @@ from ..errors import (
     InvalidRefNameError,
     RefExistsError,
     SesstreeError,
+    StoreLockedError,
     UnknownRevisionError,
 )
 from ..repo import Store
@@ -67,6 +68,8 @@ def status_of(exc: SesstreeError) -> int:
         return 409
     if isinstance(exc, (InvalidRefNameError, AmbiguousPrefixError)):
         return 400
+    if isinstance(exc, StoreLockedError):
+        return 503
     return 500
 
 

@@ -155,8 +155,13 @@ def _note(node: Node, times: dict[NodeId, float], opened: dict[str, float | None
     if t in ("turn/start", "step/start"):
         opened[t.split("/")[0]] = times.get(node.id)
         item.kind = "turn"
-        item.text = ("turn started" + (f" ({data['trigger']})" if data.get("trigger") else "")
-                     if t == "turn/start" else f"step {data.get('step', '')}")
+        if t == "turn/start":
+            item.text = "turn started" + (f" ({data['trigger']})" if data.get("trigger") else "")
+        elif isinstance(data.get("protocol"), str):  # a call recorded by sess proxy
+            model = data.get("model")
+            item.text = f"{data['protocol']} call" + (f" to {model}" if isinstance(model, str) else "")
+        else:
+            item.text = f"step {data.get('step', '')}".rstrip()
     elif t in ("turn/end", "step/end"):
         start = opened.pop(t.split("/")[0], None)
         end = times.get(node.id)
@@ -171,9 +176,18 @@ def _note(node: Node, times: dict[NodeId, float], opened: dict[str, float | None
             if kind and kind not in ("done", "answer", "stop", "completed"):
                 item.marked = "interrupted" if kind == "interrupted" else str(kind)
         else:
-            item.text = f"step {data.get('step', '')} ended" + (f": {finish}" if finish else "")
+            item.text = (f"step {data.get('step', '')}".rstrip() + " ended"
+                         + (f": {finish}" if finish else ""))
+            status = data.get("status")
+            if isinstance(status, int) and status >= 400:
+                item.text += f" (HTTP {status})"
+                item.marked = "error"
             if finish in ("length", "content_filter"):
                 item.marked = "cut short"
+            if data.get("incomplete"):
+                item.marked = "incomplete"
+                cut = data.get("cut_by")
+                item.text += f", incomplete (cut by {cut})" if isinstance(cut, str) else ", incomplete"
     elif t == "usage":
         item.kind = "usage"
         usage = data.get("usage") if isinstance(data.get("usage"), dict) else data
