@@ -36,6 +36,10 @@ def _when(ts: float | None) -> str:
     return datetime.fromtimestamp(ts, timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
+def _clock(ts: float | None) -> str:
+    return "" if ts is None else datetime.fromtimestamp(ts, timezone.utc).strftime("%H:%M:%S")
+
+
 def _ago(ts: float | None) -> str:
     if ts is None:
         return ""
@@ -84,6 +88,7 @@ class Web:
                           trim_blocks=True, lstrip_blocks=True)
         env.filters["when"] = _when
         env.filters["ago"] = _ago
+        env.filters["clock"] = _clock
         env.filters["seconds"] = _seconds
         env.filters["short"] = lambda v: (v or "")[:12]
         env.filters["path"] = lambda v: quote(str(v), safe="/")

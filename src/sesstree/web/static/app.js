@@ -18,7 +18,7 @@ function liveSession(body) {
   let head = body.dataset.head;
   async function tick() {
     try {
-      const data = await getJSON("/api/v1/web/tail/" + encodeURI(name) + "?after=" + head);
+      const data = await getJSON("/api/v1/web/tail/" + encodeURIComponent(name).replace(/%2F/g, "/") + "?after=" + head);
       if (data.reset) { window.location.reload(); return; }
       if (data.head !== head && data.html) {
         // The server renders the new items with the same escaping as the page itself.
