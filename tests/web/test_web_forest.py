@@ -74,3 +74,25 @@ def test_a_page_reads_only_its_own_sessions_paths() -> None:
         assert after[: len(before)] == before and len(after) == len(before) + 32
         # Only the fork point and the shared root are drawn besides the ten heads.
         assert len(data["rows"]) == 12
+
+
+def test_a_node_page_checks_sessions_within_its_budget(monkeypatch: pytest.MonkeyPatch) -> None:
+    from sesstree.web import views as views_module
+
+    with open_store(":memory:") as store:
+        root = store.session("s0").add_message({"role": "user", "content": "root"})
+        for i in range(1, 6):
+            s = store.fork(f"s{i}", root.id)
+            for j in range(30):
+                s.add_message({"role": "user", "content": f"{i}.{j}"})
+        views = Views(store)
+        monkeypatch.setattr(views_module, "CONTAINS_READ", 50)
+        first = views.node(root.id)
+        # Two uncached paths of 31 events pass the budget of 50; the rest wait.
+        assert first["sessions_checked"] == 2 and first["sessions_total"] == 6
+        assert len(first["sessions"]) == 2 and len(first["children"]) == 2
+        monkeypatch.setattr(views_module, "CONTAINS_READ", 10_000)
+        full = views.node(root.id)
+        assert full["sessions_checked"] == 6
+        assert sorted(full["sessions"]) == [f"s{i}" for i in range(6)]
+        assert len(full["children"]) == 5

@@ -76,6 +76,11 @@ class PathCache:
                 self._held -= len(dropped) // ID_BYTES
         return path
 
+    def cached(self, head: NodeId) -> bool:
+        """True if the path ending at ``head`` is in the cache (costs nothing to use)."""
+        with self._lock:
+            return head in self._paths
+
     def _read(self, head: NodeId, before: NodeId | None, earlier: bytes | None) -> bytes:
         if before is not None and earlier is not None:
             grown = depth_of(self.store, head) - len(earlier) // ID_BYTES

@@ -27,8 +27,10 @@ MAX_PAGE = 200
 #: Events per session page, by default and at most.
 DEFAULT_EVENTS = 200
 MAX_EVENTS = 2000
-#: Sessions a node page checks for the node (newest first).
+#: Sessions a node page checks for the node (newest first), and the events it reads at most
+#: to do so (paths already cached cost nothing).
 CONTAINS_CHECKED = 300
+CONTAINS_READ = 200_000
 #: Events a diff shows on each side.
 DIFF_SHOWN = 500
 
@@ -152,8 +154,15 @@ class Views:
             sessions = []
             children: set[NodeId] = set()
             listing = list_sessions(store, Filter(), 0, CONTAINS_CHECKED)
+            checked = 0
+            read = 0  # events read for paths that were not cached
             for s in listing.sessions:
+                if read >= CONTAINS_READ and not self.paths.cached(s.head):
+                    break
+                checked += 1
+                fresh = not self.paths.cached(s.head)
                 path = self.paths.path(s.head, s.name)
+                read += len(path) // ID_BYTES if fresh else 0
                 n = len(path) // ID_BYTES
                 if n >= depth and id_at(path, depth - 1) == node.id:
                     sessions.append(s.name)
@@ -171,7 +180,7 @@ class Views:
             "children": sorted(children),
             "sessions": sessions,
             "tags": tags,
-            "sessions_checked": len(listing.sessions),
+            "sessions_checked": checked,
             "sessions_total": listing.total,
         }
 
