@@ -18,8 +18,8 @@ Sources:
 
 from __future__ import annotations
 
+import heapq
 import threading
-from collections.abc import Iterator
 from datetime import datetime, timezone
 
 import msgspec
@@ -142,26 +142,43 @@ def all_sessions(store: Store, refs: list[Ref] | None = None) -> list[SessionEnt
     return out
 
 
-def _cheap(entries: list[SessionEntry], f: Filter) -> Iterator[SessionEntry]:
+def _passes(refs: list[Ref], f: Filter) -> list[Ref]:
+    """The session refs that pass the name and date filters (not sorted)."""
     needle = f.name.lower()
-    for e in entries:
-        if needle and needle not in e.name.lower():
+    out = []
+    for r in refs:
+        if not r.name.startswith(SESSIONS):
             continue
-        if f.since is not None and e.moved < f.since:
+        if needle and needle not in r.name[len(SESSIONS):].lower():
             continue
-        if f.until is not None and e.moved >= f.until:
+        if f.since is not None and r.moved < f.since:
             continue
-        yield e
+        if f.until is not None and r.moved >= f.until:
+            continue
+        out.append(r)
+    return out
+
+
+def _newest_key(r: Ref) -> tuple[float, str]:
+    return (-r.moved, r.name)
+
+
+def _entry(r: Ref) -> SessionEntry:
+    return SessionEntry(r.name[len(SESSIONS):], r.target, r.moved)
 
 
 def list_sessions(store: Store, f: Filter, offset: int, limit: int,
                   refs: list[Ref] | None = None) -> Listing:
     """The page of sessions ``[offset, offset + limit)`` that pass ``f``, newest first."""
     offset = max(0, offset)
-    candidates = _cheap(all_sessions(store, refs), f)
+    matched = _passes(refs if refs is not None else store.backend.list_refs(SESSIONS), f)
     if not f.source:
-        matched = list(candidates)
-        return Listing(matched[offset : offset + limit], offset, len(matched), offset + limit < len(matched))
+        # Only the first pages are common: pick them without sorting every session.
+        end = offset + limit
+        top = (heapq.nsmallest(end, matched, key=_newest_key) if end < len(matched) // 4
+               else sorted(matched, key=_newest_key))
+        return Listing([_entry(r) for r in top[offset:end]], offset, len(matched), end < len(matched))
+    candidates = (_entry(r) for r in sorted(matched, key=_newest_key))
     # The source filter classifies sessions newest first, only until the page is full.
     found: list[SessionEntry] = []
     seen = 0
