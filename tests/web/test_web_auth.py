@@ -68,6 +68,9 @@ def test_a_browser_logs_in_once_and_writes_only_from_this_server(writable_url: s
         # A login posted from another site is refused even with the right token.
         evil = {"origin": "http://evil.test"}
         assert c.post("/login", data={"token": TOKEN}, headers=evil).status_code == 401
+        for elsewhere in ("//evil.test/x", "/\\evil.test", "https://evil.test", "/\tx"):
+            away = c.post("/login", data={"token": TOKEN, "next": elsewhere}, headers=here)
+            assert away.status_code == 303 and away.headers["location"] == "/", elsewhere
         ok = c.post("/login", data={"token": TOKEN, "next": "/session/quest-1"}, headers=here)
         assert ok.status_code == 303 and ok.headers["location"] == "/session/quest-1"
         cookie = ok.headers["set-cookie"]

@@ -104,7 +104,10 @@ async def _logout(web: Web, request: Request) -> Response:
 
 def _local(path: str) -> str:
     """Only a path on this server (never ``//elsewhere``) is a place to go back to."""
-    return path if path.startswith("/") and not path.startswith("//") else "/"
+    # Browsers read "/\\host" as "//host": another site. Control characters are refused too.
+    ok = (path.startswith("/") and path[1:2] not in ("/", "\\")
+          and all(" " < c != "\x7f" for c in path))
+    return path if ok else "/"
 
 
 def _action(web: Web, action: str) -> Callable[[Request], Awaitable[Response]]:
