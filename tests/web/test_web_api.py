@@ -29,8 +29,9 @@ def test_forest_draws_shared_prefixes_once_and_forks(client: httpx.Client, fores
     # The edge from quest-2's head to its fork point holds the events between them.
     q2 = next(r for r in rows if r["sessions"] == ["quest-2"])
     assert q2["hidden"] + 1 == forest_store.depth("quest-2") - forest_store.depth("before-answer")
-    # The newest session is on top, on the first lane.
+    # The newest session is on top, on the first lane, a tree of its own.
     assert rows[0]["sessions"] == ["scratch"] and rows[0]["lane"] == 0
+    assert [r["separate"] for r in rows] == [False, True] + [False] * (len(rows) - 2)
 
 
 def test_forest_filters_by_name_source_and_date(client: httpx.Client, forest_store: Store) -> None:
@@ -159,3 +160,13 @@ def test_a_proxy_recording_is_told_apart_and_its_cut_call_marked(client: httpx.C
     error = next(i for i in items if i["type"] == "error")
     assert error["text"] == "upstream: rate limited"
     assert "(HTTP 429)" in items[-1]["text"]
+
+
+def test_names_with_slashes_reach_every_view(client: httpx.Client, forest_store: Store) -> None:
+    forest_store.fork("team/alice", "quest-1~2")
+    head = forest_store.session_head("team/alice")
+    assert client.get("/api/v1/web/sessions/team/alice").json()["head"] == head
+    assert client.get(f"/api/v1/web/tail/team/alice?after={head}").json()["items"] == []
+    assert client.get("/api/v1/web/reflog/team/alice").json()["name"] == "team/alice"
+    assert client.get("/session/team/alice").status_code == 200
+    assert 'href="/session/team/alice"' in client.get("/").text

@@ -41,6 +41,7 @@ def test_lines_join_from_row_to_row(seed: int) -> None:
         for r in rows:
             top = {s["x1"] for s in r["segments"] if s["y1"] == 0}
             assert top == bottom, f"row {position[r['id']]}: lines from above {top}, below {bottom}"
+            assert r["separate"] == (not top and r is not rows[0])
             bottom = {s["x2"] for s in r["segments"] if s["y2"] == 2}
             into_node = {s["x2"] for s in r["segments"] if s["y2"] == 1}
             assert into_node <= {r["lane"]}

@@ -47,6 +47,7 @@ class GraphRow(msgspec.Struct, frozen=True):
     fork: bool  # two or more of the drawn sessions go different ways after it
     root: bool
     moved: float | None  # newest move of a session that heads here
+    separate: bool = False  # the first row of another tree (nothing joins it to the rows above)
 
 
 class Forest(msgspec.Struct, frozen=True):
@@ -167,6 +168,7 @@ def _lay_out(nodes: list[_Drawn], tags: dict[NodeId, list[str]]) -> Forest:
             segments=segments, width=max(len(before), len(lanes), col + 1),
             sessions=sorted(n.sessions), tags=sorted(tags.get(n.id, [])),
             fork=n.fork, root=n.parent is None, moved=n.moved,
+            separate=bool(rows) and not before,
         ))
     return Forest(rows, widest)
 
