@@ -97,3 +97,21 @@ def test_a_node_page_checks_sessions_within_its_budget(monkeypatch: pytest.Monke
         assert full["sessions_checked"] == 6
         assert sorted(full["sessions"]) == [f"s{i}" for i in range(6)]
         assert len(full["children"]) == 5
+
+
+def test_the_version_polled_changes_when_a_ref_moves(monkeypatch: pytest.MonkeyPatch) -> None:
+    from sesstree.web import views as views_module
+
+    with open_store(":memory:") as store:
+        store.session("a").add_message({"role": "user", "content": "1"})
+        views = Views(store)
+        first = views.version()
+        store.session("a").add_message({"role": "user", "content": "2"})
+        monkeypatch.setattr(views_module, "VERSION_MAX_AGE", 3600.0)
+        assert views.version() == first  # one listing serves the polls of its age
+        views.forget_version()
+        second = views.version()
+        assert second != first
+        monkeypatch.setattr(views_module, "VERSION_MAX_AGE", 0.0)
+        store.tag("t", "a")
+        assert views.version() != second

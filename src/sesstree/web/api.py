@@ -125,6 +125,8 @@ def _write_endpoint(web: Web, action: str) -> Callable[[Request], Awaitable[Resp
             done, where = await run_in_threadpool(perform, web.store, action, fields)
         except SesstreeError as exc:
             return json_error(status_of(exc), str(exc))
+        finally:
+            web.views.forget_version()
         return json_response({"ok": True, "done": done, "next": where})
 
     return endpoint

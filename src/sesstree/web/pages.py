@@ -123,6 +123,8 @@ def _action(web: Web, action: str) -> Callable[[Request], Awaitable[Response]]:
             _, where = await run_in_threadpool(perform, web.store, action, fields)
         except SesstreeError as exc:
             return web.error_page(request, status_of(exc), str(exc))
+        finally:
+            web.views.forget_version()
         return RedirectResponse(quote(where, safe="/"), status_code=303, headers=dict(SECURITY_HEADERS))
 
     return endpoint

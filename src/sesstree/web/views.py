@@ -6,6 +6,8 @@ events, one node and what a bounded check finds around it.
 
 from __future__ import annotations
 
+import threading
+import time
 from typing import Any
 
 import msgspec
@@ -31,6 +33,8 @@ MAX_EVENTS = 2000
 #: to do so (paths already cached cost nothing).
 CONTAINS_CHECKED = 300
 CONTAINS_READ = 200_000
+#: How old the refs listing behind :meth:`Views.version` may be, in seconds.
+VERSION_MAX_AGE = 0.5
 #: Events a diff shows on each side.
 DIFF_SHOWN = 500
 
@@ -41,6 +45,8 @@ class Views:
     def __init__(self, store: Store) -> None:
         self.store = store
         self.paths = PathCache(store)
+        self._lock = threading.Lock()
+        self._version: tuple[float, str] | None = None
 
     # -- the forest -------------------------------------------------------------------------
 
@@ -75,8 +81,25 @@ class Views:
         }
 
     def version(self) -> str:
-        """Changes whenever any session or tag moves: what a page polls to stay live."""
-        return _version(self.store.backend.list_refs(""))
+        """Changes whenever any session or tag moves: what a page polls to stay live.
+
+        Every open forest page polls it every second, and listing the refs of a store of
+        10,000 sessions takes tens of milliseconds: one listing serves every poll within
+        ``VERSION_MAX_AGE`` seconds.
+        """
+        now = time.monotonic()
+        with self._lock:
+            if self._version is not None and now - self._version[0] < VERSION_MAX_AGE:
+                return self._version[1]
+        version = _version(self.store.backend.list_refs(""))
+        with self._lock:
+            self._version = (now, version)
+        return version
+
+    def forget_version(self) -> None:
+        """After a write through this server: the next poll reads the refs again."""
+        with self._lock:
+            self._version = None
 
     # -- a session --------------------------------------------------------------------------
 
