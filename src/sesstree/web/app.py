@@ -27,7 +27,7 @@ from .catalog import SOURCES
 from .security import SECURITY_HEADERS, Auth
 from .views import Views
 
-__all__ = ["Web", "status_of"]
+__all__ = ["Web", "json_error", "json_response", "status_of"]
 
 
 def _when(ts: float | None) -> str:

@@ -20,7 +20,9 @@ from __future__ import annotations
 
 import heapq
 import threading
+from collections.abc import Sequence
 from datetime import datetime, timezone
+from typing import Any
 
 import msgspec
 
@@ -28,7 +30,10 @@ from ..node import NodeId
 from ..repo import SESSIONS, Store
 from ..store.base import Ref
 
-__all__ = ["IMPORT_FORMATS", "SOURCES", "Filter", "Listing", "SessionEntry", "list_sessions", "source_of"]
+__all__ = [
+    "HISTORY_TAIL", "IMPORT_FORMATS", "SOURCES", "Filter", "Listing", "SessionEntry",
+    "all_sessions", "list_sessions", "note_history", "parse_day", "source_of",
+]
 
 #: Formats an import can come from (the filter accepts each, and ``import`` for any of them).
 IMPORT_FORMATS = ("claude", "pi", "codex", "openai", "agents-sdk", "jsonl", "seed", "tree")
@@ -38,7 +43,7 @@ SOURCE_KEY = "sesstree.source"
 IMPORT_KEY = "sesstree.import"
 _AGENT_TYPES = frozenset({"turn/start", "turn/end", "step/start", "step/end"})
 #: How many of a session's newest events are looked at to tell an agent loop's session.
-_TAIL = 64
+HISTORY_TAIL = 64
 
 
 class SessionEntry(msgspec.Struct, frozen=True):
@@ -116,13 +121,28 @@ def source_of(store: Store, name: str, head: NodeId) -> str:
 
 def _from_history(store: Store, name: str, head: NodeId) -> str:
     # Only the newest events are read: a session's reflog or whole history can be long.
-    tail = store.backend.chain(head, _TAIL)
-    for type, data in zip(tail.types, tail.datas, strict=True):
+    tail = store.backend.chain(head, HISTORY_TAIL)
+    return _told_by(tail.types, tail.datas)
+
+
+def _told_by(types: Sequence[str], datas: Sequence[Any]) -> str:
+    for type, data in zip(types, datas, strict=True):
         if type == "step/start" and isinstance(data, dict) and "protocol" in data:
             return "proxy"  # sess proxy opens each recorded call with the wire protocol
-    if _AGENT_TYPES.intersection(tail.types):
+    if _AGENT_TYPES.intersection(types):
         return "agent"
     return "manual"
+
+
+def note_history(store: Store, name: str, head: NodeId, types: Sequence[str],
+                 datas: Sequence[Any]) -> None:
+    """Remember what the newest ``HISTORY_TAIL`` events of session ``name`` at ``head`` say
+    about its source, read by someone else (the forest reads whole paths anyway)."""
+    found = _told_by(types, datas)
+    with _lock:
+        if len(_sources) > 200_000:
+            _sources.clear()
+        _sources[(id(store), name, head)] = found
 
 
 def _matches_source(wanted: str, source: str) -> bool:

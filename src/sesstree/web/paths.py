@@ -15,6 +15,8 @@ import msgspec
 from ..errors import StoreCorruptError
 from ..node import Node, NodeId
 from ..repo import Store
+from ..store.base import Chain
+from .catalog import HISTORY_TAIL, note_history
 
 __all__ = ["PathCache", "depth_of", "id_at", "node_of"]
 
@@ -64,7 +66,7 @@ class PathCache:
                 return found
             before = self._last_head.get(name) if name is not None else None
             earlier = self._paths.get(before) if before is not None else None
-        path = self._read(head, before, earlier)
+        path = self._read(head, name, before, earlier)
         with self._lock:
             if head not in self._paths:
                 self._paths[head] = path
@@ -81,14 +83,24 @@ class PathCache:
         with self._lock:
             return head in self._paths
 
-    def _read(self, head: NodeId, before: NodeId | None, earlier: bytes | None) -> bytes:
+    def _read(self, head: NodeId, name: str | None, before: NodeId | None,
+              earlier: bytes | None) -> bytes:
         if before is not None and earlier is not None:
             grown = depth_of(self.store, head) - len(earlier) // ID_BYTES
             if grown > 0:
                 tail = self.store.backend.chain(head, grown)
                 if tail.base == before:  # a fast-forward: keep what was read, add the tail
+                    self._noted(name, head, tail, whole=False)
                     return earlier + _packed(tail.ids)
-        return _packed(self.store.backend.chain(head).ids)
+        chain = self.store.backend.chain(head)
+        self._noted(name, head, chain, whole=True)
+        return _packed(chain.ids)
+
+    def _noted(self, name: str | None, head: NodeId, chain: Chain, *, whole: bool) -> None:
+        """The events just read tell where the session came from: no second read for that."""
+        if name is not None and (whole or len(chain) >= HISTORY_TAIL):
+            note_history(self.store, name, head, chain.types[-HISTORY_TAIL:],
+                         chain.datas[-HISTORY_TAIL:])
 
 
 def _packed(ids: list[NodeId]) -> bytes:

@@ -17,7 +17,7 @@ from markupsafe import Markup
 
 from ..node import Node, NodeId
 
-__all__ = ["Item", "ToolCall", "conversation", "markdown", "pretty_json", "snippet"]
+__all__ = ["Item", "ToolCall", "conversation", "markdown", "pretty_json", "snippet", "text_of"]
 
 #: Longest text shown inline; the rest is on the node's page (its full JSON).
 MAX_SHOWN = 20_000

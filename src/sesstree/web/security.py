@@ -20,7 +20,7 @@ from urllib.parse import urlsplit
 
 from starlette.requests import Request
 
-__all__ = ["COOKIE", "CSP", "SECURITY_HEADERS", "Auth"]
+__all__ = ["COOKIE", "CSP", "SECURITY_HEADERS", "Auth", "same_origin"]
 
 #: The Content-Security-Policy of every response: nothing inline, nothing from elsewhere.
 CSP = ("default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "

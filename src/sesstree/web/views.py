@@ -21,7 +21,7 @@ from .forest import Forest, build_forest
 from .paths import ID_BYTES, PathCache, id_at, node_of
 from .render import Item, conversation, pretty_json, snippet
 
-__all__ = ["DEFAULT_EVENTS", "MAX_EVENTS", "MAX_PAGE", "Views"]
+__all__ = ["DEFAULT_EVENTS", "MAX_EVENTS", "MAX_PAGE", "Views", "items_json"]
 
 #: Sessions per forest page, by default and at most.
 DEFAULT_PAGE = 40
