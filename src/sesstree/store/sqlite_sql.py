@@ -6,11 +6,14 @@ See :mod:`sesstree.store.sqlite` for the layout and why it is shaped this way.
 from __future__ import annotations
 
 __all__ = [
+    "APPEND_FOLD",
     "APPEND_ONE",
     "APPEND_TEMP",
     "BLOBS_IN",
     "CAS",
     "CHECKS",
+    "FOLD",
+    "FOLD_NEWEST",
     "INSERT_NODE",
     "LIST_REFS",
     "NEWEST",
@@ -54,6 +57,19 @@ CAS = (
     " ?2, ?3, ?4, ?5 "
     f"WHERE ({NEWEST}) IS ?2"
 )
+# A move folded into the ref's newest entry (see RefUpdate.fold): that entry keeps its `old`
+# and takes the new target, time and reason; only if the ref is at ?2, so it is a
+# compare-and-set too. ?-parameters as CAS.
+FOLD = (
+    "UPDATE reflog SET new = ?3, time = ?4, reason = ?5 WHERE ref = ?1 AND n = "
+    "(SELECT n FROM reflog WHERE ref = ?1 ORDER BY n DESC LIMIT 1) AND new IS ?2"
+)
+# The same rewrite when the batch writing it holds the write lock and knows the entry is its
+# own (?1 ref, ?2 new row, ?3 time, ?4 reason).
+FOLD_NEWEST = (
+    "UPDATE reflog SET new = ?2, time = ?3, reason = ?4 WHERE ref = ?1 AND n = "
+    "(SELECT n FROM reflog WHERE ref = ?1 ORDER BY n DESC LIMIT 1)"
+)
 # The common append (one small node on top of the ref's head) as one statement: a temporary
 # INSTEAD OF trigger on a temporary view does the node insert and the compare-and-set. One
 # statement means one implicit transaction and no BEGIN/COMMIT round trips; it is created per
@@ -76,8 +92,25 @@ APPEND_TEMP = [
           AND last.new IS c.parent;
         SELECT RAISE(ABORT, 'sesstree-conflict') WHERE changes() = 0;
     END""",
+    # The same append, its move folded into the ref's newest entry (an agent turn's later
+    # events): the entry is rewritten only if the ref is at the node's parent.
+    "CREATE TEMP VIEW append_fold(ref, parent, id, data, time, reason) AS "
+    "SELECT NULL, NULL, NULL, NULL, NULL, NULL",
+    """CREATE TEMP TRIGGER append_fold_do INSTEAD OF INSERT ON append_fold BEGIN
+        INSERT OR IGNORE INTO nodes(id, parent, depth, data)
+        SELECT NEW.id, p.seq, p.depth + 1, NEW.data
+        FROM main.nodes p WHERE p.id = NEW.parent;
+        UPDATE reflog SET new = (SELECT seq FROM nodes WHERE id = NEW.id), time = NEW.time,
+            reason = NEW.reason
+        WHERE ref = NEW.ref
+          AND n = (SELECT n FROM reflog WHERE ref = NEW.ref ORDER BY n DESC LIMIT 1)
+          AND new IS (SELECT seq FROM nodes WHERE id = NEW.parent)
+          AND (SELECT seq FROM nodes WHERE id = NEW.id) IS NOT NULL;
+        SELECT RAISE(ABORT, 'sesstree-conflict') WHERE changes() = 0;
+    END""",
 ]
 APPEND_ONE = "INSERT INTO temp.append_one VALUES (?, ?, ?, ?, ?, ?)"
+APPEND_FOLD = "INSERT INTO temp.append_fold VALUES (?, ?, ?, ?, ?, ?)"
 INSERT_NODE = (
     "INSERT OR IGNORE INTO nodes(id, parent, depth, data, bid) VALUES (?, ?, ?, ?, ?)"
 )
