@@ -5,6 +5,7 @@ from __future__ import annotations
 import httpx
 
 from sesstree import Store
+from sesstree.store.base import ImportOrigin
 
 
 def test_forest_draws_shared_prefixes_once_and_forks(client: httpx.Client, forest_store: Store) -> None:
@@ -44,8 +45,7 @@ def test_forest_filters_by_name_source_and_date(client: httpx.Client, forest_sto
     assert names(source="manual") == ["scratch"]
     assert set(names(source="agent")) == {"notes", "quest-2", "quest-1"}
     assert names(source="claude") == []
-    forest_store.set_session_meta("quest-2", {"sesstree.import": {
-        "format": "claude", "source": "/tmp/x.jsonl", "main": True}})
+    forest_store.set_session_origin("quest-2", ImportOrigin("claude", "/tmp/x.jsonl"))
     assert names(source="claude") == ["quest-2"]
     assert names(source="import") == ["quest-2"]
     forest_store.set_session_meta("scratch", {"sesstree.source": "proxy"})

@@ -7,8 +7,8 @@ a page needs and cached by ``(name, head)``.
 
 Sources:
 
-- an import: the session's metadata holds ``sesstree.import`` (see
-  :mod:`sesstree.interop.provenance`); the source is the format (``claude``, ``pi``, ``codex``...);
+- an import: the session has an import origin (:meth:`~sesstree.Store.session_origin`, see
+  :mod:`sesstree.interop.provenance`); the source is its format (``claude``, ``pi``, ``codex``...);
 - ``proxy``: recorded by ``sess proxy`` (metadata ``sesstree.source`` = ``"proxy"``, or a
   ``step/start`` event naming the wire ``protocol`` among its newest events);
 - ``agent``: written by the agent loop (metadata ``sesstree.source`` = ``"agent"``, or turn and
@@ -40,7 +40,6 @@ IMPORT_FORMATS = ("claude", "pi", "codex", "openai", "agents-sdk", "jsonl", "see
 #: Every value the source filter takes.
 SOURCES = ("import", *IMPORT_FORMATS, "proxy", "agent", "manual")
 SOURCE_KEY = "sesstree.source"
-IMPORT_KEY = "sesstree.import"
 _AGENT_TYPES = frozenset({"turn/start", "turn/end", "step/start", "step/end"})
 #: How many of a session's newest events are looked at to tell an agent loop's session.
 HISTORY_TAIL = 64
@@ -97,13 +96,13 @@ _sources: dict[tuple[int, str, NodeId], str] = {}
 def source_of(store: Store, name: str, head: NodeId) -> str:
     """Where session ``name`` came from (see the module's docstring).
 
-    Its metadata is read every time (one small read, and it can change without the session
-    moving); what its reflog and events say is cached by head.
+    Its metadata is read every time (small reads, and it can change without the session
+    moving); what its events say is cached by head.
     """
+    origin = store.session_origin(name)
+    if origin is not None:
+        return origin.format
     meta = store.get_session_meta(name) or {}
-    origin = meta.get(IMPORT_KEY)
-    if isinstance(origin, dict) and isinstance(origin.get("format"), str):
-        return str(origin["format"])
     said = meta.get(SOURCE_KEY)
     if isinstance(said, str) and said:
         return said
