@@ -149,6 +149,9 @@ def test_live_appends_appear_without_a_reload(page: Any, forest_store: Store, tm
         forest_store.fork("brand-new", "quest-1~4")
         page.wait_for_selector(".badge.session >> text=brand-new", timeout=10_000)
         assert page.evaluate("window.__same_page") is True
+        page.goto(url + "/session/scratch")
+        forest_store.delete_session("scratch")
+        page.wait_for_selector("#live-note >> text=renamed or deleted", timeout=10_000)
 
 
 def test_writes_need_the_token(page: Any, forest_store: Store, tmp_path: Path) -> None:

@@ -27,7 +27,7 @@ _md.enable(["table", "strikethrough"])
 _pretty = msgspec.json.Encoder(order="sorted")
 
 
-@lru_cache(maxsize=4096)
+@lru_cache(maxsize=1024)
 def markdown(text: str) -> Markup:
     """Markdown to HTML with raw HTML disabled: whatever the text holds renders as text."""
     if len(text) > MAX_SHOWN:

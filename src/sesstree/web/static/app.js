@@ -5,8 +5,11 @@
 
 const POLL_MS = 1000;
 
+class Gone extends Error {}
+
 async function getJSON(url) {
   const response = await fetch(url, { headers: { Accept: "application/json" }, cache: "no-store" });
+  if (response.status === 404) throw new Gone(url);
   if (!response.ok) throw new Error(url + ": " + response.status);
   return response.json();
 }
@@ -32,7 +35,14 @@ function liveSession(body) {
           window.scrollTo(0, document.body.scrollHeight);
         }
       }
-    } catch (err) { /* the server may be restarting: try again on the next tick */ }
+    } catch (err) {
+      if (err instanceof Gone) {  // renamed or deleted meanwhile: nothing more will come
+        document.getElementById("live-note").textContent =
+          "This session was renamed or deleted; its reflog still has where it was.";
+        return;
+      }
+      /* otherwise the server may be restarting: try again on the next tick */
+    }
     setTimeout(tick, POLL_MS);
   }
   setTimeout(tick, POLL_MS);
