@@ -47,12 +47,15 @@ from .store.urls import is_store_url, open_url
 if TYPE_CHECKING:
     from .maintenance import GcResult, Stats
     from .session import Session
+    from .sync import FetchResult, PullResult, PushResult
 
 __all__ = ["STORE_FILE", "Diff", "SessionInfo", "Store", "open_store"]
 
 STORE_FILE = "store.db"
 SESSIONS = "sessions/"
 TAGS = "tags/"
+#: Remote-tracking refs: ``remotes/REMOTE/NAME``, read as the revision ``REMOTE/NAME``.
+REMOTES = "remotes/"
 _HEX = re.compile(r"^[0-9a-f]{4,64}$")
 _SUFFIX = re.compile(r"(~[0-9]*|\^+)$")
 _REFLOG_REV = re.compile(r"^(.*)@\{([0-9]+)\}$")
@@ -459,7 +462,9 @@ class Store:
             if node is None:
                 raise UnknownRevisionError(f"HEAD ({name}) has no events yet")
             return node
-        for ref in (base, SESSIONS + base, TAGS + base):
+        # A session or tag wins over a remote-tracking ref of the same spelling (a session
+        # may be called ``origin/x``), as git's refs/heads come before refs/remotes.
+        for ref in (base, SESSIONS + base, TAGS + base, REMOTES + base):
             found = self.backend.get_ref(ref)
             if found is not None:
                 return found.target
@@ -486,8 +491,10 @@ class Store:
                 raise UnknownRevisionError(f"{rev}: HEAD is detached and has no reflog")
             name = head_name
         entries = self.reflog(name)
-        if not entries and not name.startswith((SESSIONS, TAGS)):
+        if not entries and not name.startswith((SESSIONS, TAGS, REMOTES)):
             entries = self.backend.reflog(TAGS + name)  # a tag by its short name
+            if not entries and "/" in name:
+                entries = self.backend.reflog(REMOTES + name)  # REMOTE/NAME
         if n >= len(entries):
             raise UnknownRevisionError(f"{rev}: the reflog of {name} has only {len(entries)} entries")
         target = entries[-1 - n].new
@@ -563,8 +570,12 @@ class Store:
         """Every move of session ``name`` (a tag with ``tags/NAME``), or of every ref."""
         if name is None:
             return self.backend.reflog()
-        ref = name if name.startswith((SESSIONS, TAGS)) else SESSIONS + name
-        return self.backend.reflog(ref)
+        if name.startswith((SESSIONS, TAGS, REMOTES)):
+            return self.backend.reflog(name)
+        entries = self.backend.reflog(SESSIONS + name)
+        if not entries and "/" in name:
+            entries = self.backend.reflog(REMOTES + name)  # REMOTE/NAME, a remote session
+        return entries
 
     # -- maintenance -------------------------------------------------------------------------
 
@@ -585,6 +596,35 @@ class Store:
         from .maintenance import stats
 
         return stats(self)
+
+    # -- syncing -----------------------------------------------------------------------------
+
+    def push(self, remote: str | os.PathLike[str] | Store = "origin",
+             sessions: Sequence[str] | None = None, *, force: bool = False, tags: bool = False,
+             dry_run: bool = False, token: str | None = None) -> PushResult:
+        """Send sessions (default: HEAD's) to ``remote`` (a remote's name, a path, a
+        ``postgresql://`` or ``http(s)://`` URL, or a Store), only the nodes it lacks. See
+        :func:`sesstree.sync.push`; raises PushRejectedError for refs refused."""
+        from .sync import push
+
+        return push(self, remote, sessions, force=force, tags=tags, dry_run=dry_run,
+                    token=token)
+
+    def fetch(self, remote: str | os.PathLike[str] | Store = "origin", *,
+              token: str | None = None) -> FetchResult:
+        """Bring what ``remote`` has and this store lacks, and move the remote-tracking refs
+        ``REMOTE/NAME``. See :func:`sesstree.sync.fetch`."""
+        from .sync import fetch
+
+        return fetch(self, remote, token=token)
+
+    def pull(self, remote: str | os.PathLike[str] | Store = "origin",
+             sessions: Sequence[str] | None = None, *, token: str | None = None) -> PullResult:
+        """Fetch, then fast-forward sessions (default: HEAD's) to the remote's; a divergence
+        is refused (RemoteError naming the node). See :func:`sesstree.sync.pull`."""
+        from .sync import pull
+
+        return pull(self, remote, sessions, token=token)
 
     # -- writing -----------------------------------------------------------------------------
 

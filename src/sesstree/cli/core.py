@@ -111,7 +111,12 @@ class _Group(click.Group):
     ``lazy`` only when they are used (``run`` needs the HTTP client; the others should not
     wait for it to load)."""
 
-    lazy: ClassVar[dict[str, str]] = {"run": "sesstree.agent.command:run"}
+    lazy: ClassVar[dict[str, str]] = {
+        "run": "sesstree.agent.command:run",
+        "serve": "sesstree.cli.remote:serve", "remote": "sesstree.cli.remote:remote",
+        "clone": "sesstree.cli.remote:clone", "fetch": "sesstree.cli.remote:fetch",
+        "pull": "sesstree.cli.remote:pull", "push": "sesstree.cli.remote:push",
+    }
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted({*super().list_commands(ctx), *self.lazy})
