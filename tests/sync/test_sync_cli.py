@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import httpx
 import pytest
 from cli_kit import Sess, msg
 from sync_kit import TOKEN, served
@@ -137,6 +138,12 @@ def test_serve_subprocess_clone_and_push(tmp_path: Path, sess: Sess) -> None:
         assert run.returncode == 0, run.stderr
         assert run.stderr == ""  # no progress when stderr is not a terminal
         assert "pushed" in sess.ok("log", "-n", "1")
+        # The same server shows the store in a browser, under its strict policy.
+        page = httpx.get(url + "/", timeout=30)
+        assert page.status_code == 200 and "/session/main" in page.text
+        assert "script-src 'self'" in page.headers["content-security-policy"]
+        session = httpx.get(url + "/session/main", timeout=30)
+        assert session.status_code == 200 and "pushed" in session.text
     finally:
         server.send_signal(signal.SIGINT)
         server.wait(20)

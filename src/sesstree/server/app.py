@@ -3,8 +3,8 @@
 Reads need nothing; every write needs ``Authorization: Bearer TOKEN``, and a server started
 without a token is read-only. Bodies are capped before they are read, compressed ones also
 once inflated; every pushed node is verified (:func:`sesstree.sync.pack.verify`) and every
-pushed ref name checked before anything is stored. The routes sit under ``/api/v1``; ``/`` and
-``/api/v1/web/`` are left for a browser view mounted into the same app.
+pushed ref name checked before anything is stored. The routes sit under ``/api/v1``; the
+browser view of :mod:`sesstree.web` is mounted into the same app, at ``/`` and ``/api/v1/web/``.
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ from ..node import NodeId
 from ..repo import SESSIONS, TAGS, Store
 from ..sync.pack import MAX_BODY, decode_pack, encode_pack, pack_ids, unpack_ids
 from ..sync.peer import Update, apply_push, read_chains, walk_store
+from ..web import web_routes
 
 __all__ = ["MAX_HAS", "MAX_NODES", "MAX_STARTS", "MAX_WALK", "create_app", "serve"]
 
@@ -54,8 +55,9 @@ class _Refused(Exception):
 
 
 def create_app(store: Store, *, token: str | None) -> Starlette:
-    """The ASGI app serving ``store``: the sync API under ``/api/v1``. With ``token`` None the
-    store is served read-only. The app does not close the store."""
+    """The ASGI app serving ``store``: the sync API under ``/api/v1`` and the browser view at
+    ``/`` (see docs/web.md). With ``token`` None the store is served read-only. The app does
+    not close the store."""
 
     def handler(fn: Callable[[Request], Awaitable[Response]]) -> _Handler:
         async def run(request: Request) -> Response:
@@ -134,7 +136,8 @@ def create_app(store: Store, *, token: str | None) -> Starlette:
         Route(API + "/nodes", handler(nodes), methods=["POST"]),
         Route(API + "/push", handler(push), methods=["POST"]),
     ]
-    app = Starlette(routes=routes)
+    # The browser view (pages at /, its JSON under /api/v1/web) shares the server and token.
+    app = Starlette(routes=[*routes, *web_routes(store, token=token)])
     app.state.store = store
     return app
 
