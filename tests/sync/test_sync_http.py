@@ -271,7 +271,8 @@ def test_garbage_requests_get_one_clear_error(url: str) -> None:
     assert reply.status_code == 400 and "msgpack" in reply.json()["error"]
     reply = httpx.post(url + "/api/v1/walk", content=msgspec.msgpack.encode({"starts": [[b"x", 1]]}))
     assert reply.status_code == 400 and "32-byte id" in reply.json()["error"]
-    assert httpx.get(url + "/").status_code == 404  # left for the browser view
+    assert httpx.get(url + "/api/v1/nothing").status_code == 404
+    assert httpx.get(url + "/").status_code == 200  # the browser view
 
 
 def test_an_unreachable_or_foreign_server_is_one_clear_error(tmp_path: Path) -> None:
