@@ -14,12 +14,20 @@ from ..errors import StoreCorruptError, StoreFormatError, StoreLockedError, Stor
 from ..node import ID_VERSION
 from .sqlite_create import create_store_file, remove_leftovers
 from .sqlite_media import media_error, one_line, open_read_only, translating, unopenable
-from .sqlite_sql import APPEND_TEMP, SCHEMA, SCHEMA_2
+from .sqlite_sql import APPEND_TEMP, SCHEMA, SCHEMA_2, without_started
 from .sqlite_wal import preallocate_wal
 
 __all__ = [
     "DURABLE_WAL_PAGES", "FORMAT_VERSION", "PAGE_SIZE", "WAL_PAGES", "open_connection",
+    "reflog_has_started",
 ]
+
+
+def reflog_has_started(db: sqlite3.Connection) -> bool:
+    """Whether the store's reflog keeps when a folded entry's first move was made (stores
+    made before that have no such column, and are read and written without it)."""
+    return any(row[1] == "started" for row in db.execute("PRAGMA table_info(reflog)"))
+
 
 #: 1: the tables; 2: the indexes and derived table of SCHEMA_2 (an older store is upgraded
 #: when it is first opened for writing; read-only it is read as it is, more slowly).
@@ -165,8 +173,9 @@ def _prepare(db: sqlite3.Connection, path: Path, durable: bool, read_only: bool)
         # much memory as the file, up to the map's size. Through SQLite's page cache memory
         # stays within cache_size; loads measured the same within noise (bench/bench_scale.py).
         db.execute("PRAGMA temp_store=MEMORY")
+        started = reflog_has_started(db)
         for statement in APPEND_TEMP:
-            db.execute(statement)
+            db.execute(statement if started else without_started(statement))
         if durable and not read_only:
             try:
                 preallocate_wal(db, path, DURABLE_WAL_PAGES)

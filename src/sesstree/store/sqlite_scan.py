@@ -19,7 +19,6 @@ import threading
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager
 from pathlib import Path
-from typing import Any
 
 import msgspec
 
@@ -75,7 +74,6 @@ class ScanReads:
     read_only: bool
     _db: sqlite3.Connection
     _lock: threading.RLock
-    _pending: dict[str, Any]
 
     def _errors(self) -> AbstractContextManager[None]:  # pragma: no cover - the backend's
         raise NotImplementedError
@@ -83,7 +81,7 @@ class ScanReads:
     def _hex(self, value: object) -> NodeId:  # pragma: no cover - RefReads'
         raise NotImplementedError
 
-    def get_ref(self, name: str) -> Ref | None:  # pragma: no cover - RefReads'
+    def _write_folds(self) -> None:  # pragma: no cover - the backend's
         raise NotImplementedError
 
     def _inflate(self, compressed: bytes | None) -> bytes:  # pragma: no cover - the backend's
@@ -91,35 +89,22 @@ class ScanReads:
 
     def list_refs_with_depth(self, prefix: str) -> list[tuple[Ref, int]]:
         with self._lock, self._errors():
+            self._write_folds()  # (moves of an open batch, so that the log is the truth)
             rows = self._db.execute(_LIST_REFS_DEPTH, (prefix, len(prefix))).fetchall()
-            out = {r[0]: (Ref(r[0], self._hex(r[1]), r[2]), int(r[3])) for r in rows}
-            for name in [n for n in self._pending if n.startswith(prefix)]:
-                ref = self.get_ref(name)  # moved inside the open batch
-                if ref is None:
-                    out.pop(name, None)
-                    continue
-                row = self._db.execute(
-                    "SELECT depth FROM nodes WHERE id = ?", (bytes.fromhex(ref.target),)
-                ).fetchone()
-                out[name] = (ref, int(row[0]))
-            return [out[k] for k in sorted(out)]
+        return [(Ref(r[0], self._hex(r[1]), r[2]), int(r[3])) for r in rows]
 
     def refs_at(self, targets: Sequence[NodeId]) -> list[Ref]:
         wanted = list(dict.fromkeys(targets))
+        found: dict[str, Ref] = {}
         with self._lock, self._errors():
-            found: dict[str, Ref] = {}
+            self._write_folds()
             for k in range(0, len(wanted), _MARKS):
                 part = [bytes.fromhex(t) for t in wanted[k:k + _MARKS]]
                 for ref, key, moved in self._db.execute(
                     _REFS_AT.format(marks=_marks(len(part))), part
                 ):
                     found[ref] = Ref(ref, self._hex(key), moved)
-            for name in self._pending:  # moves of the open batch are not logged yet
-                found.pop(name, None)
-                ref = self.get_ref(name)
-                if ref is not None and ref.target in wanted:
-                    found[name] = ref
-            return [found[k] for k in sorted(found)]
+        return [found[k] for k in sorted(found)]
 
     def node_keys(self, ids: Sequence[NodeId]) -> dict[NodeId, int]:
         out: dict[NodeId, int] = {}
