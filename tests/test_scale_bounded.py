@@ -425,3 +425,27 @@ def test_an_older_store_is_upgraded_on_open_and_read_as_it_is_when_read_only(
         assert db.execute("SELECT value FROM meta WHERE key = 'format'").fetchone()[0] == "2"
         assert store.fsck() == []
 
+
+
+# -- progress --------------------------------------------------------------------------------
+
+
+def test_progress_is_drawn_only_on_a_terminal() -> None:
+    import io
+
+    from sesstree.progress import TerminalProgress, terminal_progress
+
+    class Tty(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    assert terminal_progress("checking nodes", io.StringIO()) is None  # piped: nothing
+    assert isinstance(terminal_progress("checking nodes", Tty()), TerminalProgress)
+    out = io.StringIO()
+    progress = TerminalProgress("checking nodes", out, interval=3600)
+    progress(0, 2000)
+    progress(1000, 2000)  # within the redraw interval: skipped
+    progress(2000, 2000)  # the end is always drawn
+    progress.finish()
+    assert out.getvalue() == ("\rchecking nodes: 0% (0/2,000)\x1b[K"
+                              "\rchecking nodes: 100% (2,000/2,000)\x1b[K\n")
