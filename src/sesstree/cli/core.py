@@ -111,7 +111,8 @@ class _Group(click.Group):
     ``lazy`` only when they are used (``run`` needs the HTTP client; the others should not
     wait for it to load)."""
 
-    lazy: ClassVar[dict[str, str]] = {"run": "sesstree.agent.command:run"}
+    lazy: ClassVar[dict[str, str]] = {"run": "sesstree.agent.command:run",
+                                       "proxy": "sesstree.cli.proxy:proxy"}
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted({*super().list_commands(ctx), *self.lazy})

@@ -1,0 +1,311 @@
+"""The proxy as an ASGI application: forward every request, record the model calls.
+
+Every request goes to the upstream with its method, path, query, headers and body as the
+client sent them (less the hop-by-hop headers and ``X-Sess-Session``); the upstream's status,
+headers and body come back as they are, streamed. Requests of a recorded protocol (see
+:mod:`sesstree.proxy.protocols`) are recorded once their reply has passed, on one recorder
+thread, so a slow store never delays a reply, and a recording failure never fails one: it is
+logged and counted.
+
+``GET /_sess/stats`` answers the proxy's counters as JSON instead of being forwarded.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+import zlib
+from collections.abc import AsyncIterator, Callable
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import asynccontextmanager
+from typing import Any
+
+import httpx
+import msgspec
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from ..errors import InvalidRefNameError, SesstreeError
+from ..fmt import printable
+from ..node import check_ref_name
+from ..repo import Store
+from .protocols import ANTHROPIC, ParsedRequest, parse_request, protocol_of
+from .recorder import Exchange, Outcome, Recorder, Stats, redact
+from .relay import Relay
+from .replies import ReplyBuilder, SseParser
+
+__all__ = ["Proxy", "create_app", "safe_url"]
+
+SESSION_HEADER = "x-sess-session"
+_HOP = frozenset({b"connection", b"keep-alive", b"proxy-connection", b"transfer-encoding",
+                  b"te", b"trailer", b"upgrade", b"host", b"content-length",
+                  SESSION_HEADER.encode()})
+_SECRET_HEADERS = frozenset({b"authorization", b"x-api-key", b"api-key", b"x-goog-api-key",
+                             b"proxy-authorization", b"openai-api-key", b"anthropic-api-key"})
+_DECODABLE = ("gzip", "deflate", "identity")
+_decode = msgspec.json.decode
+
+
+def safe_url(url: str | httpx.URL) -> str:
+    """A URL fit for a log line: no credentials, no query (either may hold a key)."""
+    u = httpx.URL(str(url))
+    port = f":{u.port}" if u.port is not None else ""
+    return f"{u.scheme}://{u.host}{port}{u.path}"
+
+
+def _accept_encoding(value: str | None) -> str:
+    # Only encodings the recorder can read back are offered: a reply in another one would
+    # pass through but could not be recorded.
+    if not value:
+        return "identity"
+    kept = [p.strip() for p in value.split(",")
+            if p.split(";")[0].strip().lower() in _DECODABLE]
+    return ", ".join(kept) or "identity"
+
+
+def _secrets(headers: list[tuple[bytes, bytes]]) -> list[str]:
+    found: list[str] = []
+    for key, value in headers:
+        if key.lower() in _SECRET_HEADERS and value:
+            text = value.decode("latin-1")
+            found.append(text)
+            scheme, _, token = text.partition(" ")
+            if token and scheme.lower() in ("bearer", "basic", "token"):
+                found.append(token.strip())
+    return sorted(found, key=len, reverse=True)
+
+
+def _error_body(protocol: str | None, message: str) -> dict[str, Any]:
+    if protocol == ANTHROPIC:
+        return {"type": "error", "error": {"type": "api_error", "message": message}}
+    return {"error": {"message": message, "type": "proxy_error", "code": None}}
+
+
+def _tokens(usage: Any) -> str:
+    if not isinstance(usage, dict):
+        return "no usage"
+    inp = usage.get("prompt_tokens", usage.get("input_tokens"))
+    out = usage.get("completion_tokens", usage.get("output_tokens"))
+    return f"tokens {inp} in/{out} out"
+
+
+class Proxy:
+    """One proxy: its upstream, client, recorder and counters."""
+
+    def __init__(self, store: Store, upstream: str, *, timeout: float = 600.0,
+                 log: Callable[[str], None] | None = None, quiet: bool = False) -> None:
+        self.upstream = httpx.URL(upstream.rstrip("/"))
+        self.timeout = timeout
+        self.stats = Stats()
+        self.recorder = Recorder(store, self.stats)
+        #: Where the start-up line and the counters at exit go.
+        self.report = log if log is not None else _stderr
+        #: Where the line per request goes.
+        self.log = (lambda line: None) if quiet else self.report
+        self.client: httpx.AsyncClient | None = None
+        self._worker: ThreadPoolExecutor | None = None
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Open the upstream client and the recorder thread; index the store."""
+        self.client = httpx.AsyncClient(
+            timeout=httpx.Timeout(self.timeout, connect=min(self.timeout, 10.0)),
+            limits=httpx.Limits(max_connections=None, max_keepalive_connections=64),
+            follow_redirects=False, trust_env=False)
+        for name in ("user-agent", "accept", "accept-encoding"):
+            del self.client.headers[name]  # only what the client itself sent goes upstream
+        self._worker = ThreadPoolExecutor(1, thread_name_prefix="sess-proxy-recorder")
+        self._worker.submit(self._index).result()
+
+    def _index(self) -> None:
+        started = time.perf_counter()
+        try:
+            self.recorder.index.refresh()
+        except SesstreeError as exc:
+            self.report(printable(f"sess proxy: could not read the store: {exc}"))
+            return
+        ms = (time.perf_counter() - started) * 1000
+        self.report(f"sess proxy: {len(self.recorder.index.heads)} sessions, "
+                 f"{len(self.recorder.index.states)} nodes indexed in {ms:.0f} ms")
+
+    async def stop(self) -> None:
+        """Finish the recordings in flight, close the client, report the counters."""
+        if self._worker is not None:
+            self._worker.shutdown(wait=True)
+            self._worker = None
+        if self.client is not None:
+            await self.client.aclose()
+            self.client = None
+        self.report("sess proxy: " + self.stats.line())
+
+    def flush(self) -> None:
+        """Wait until every recording submitted so far is written (for tests and benches)."""
+        if self._worker is not None:
+            self._worker.submit(lambda: None).result()
+
+    # -- requests ----------------------------------------------------------------------------
+
+    async def stats_endpoint(self, request: Request) -> Response:
+        """The counters, as JSON."""
+        return JSONResponse(self.stats.snapshot())
+
+    async def forward(self, request: Request) -> Response | Relay:
+        """Forward one request, and record it if it is a model call."""
+        started = time.perf_counter()
+        self.stats.add("requests")
+        assert self.client is not None, "the proxy was not started"
+        body = await request.body()
+        path = request.url.path
+        protocol = protocol_of(request.method, path)
+        raw_headers = list(request.headers.raw)
+        session = request.headers.get(SESSION_HEADER)
+        if session is not None:
+            try:
+                check_ref_name(session)
+            except InvalidRefNameError as exc:
+                return JSONResponse(_error_body(protocol, f"sess proxy: X-Sess-Session: {exc}"),
+                                    status_code=400)
+        headers = [(k, v) for k, v in raw_headers if k.lower() not in _HOP
+                   and k.lower() != b"accept-encoding"]
+        headers.append((b"accept-encoding",
+                        _accept_encoding(request.headers.get("accept-encoding")).encode()))
+        url = self.upstream.copy_with(
+            raw_path=(self.upstream.raw_path.rstrip(b"/") if self.upstream.path != "/" else b"")
+            + request.scope.get("raw_path", path.encode())
+            + (b"?" + request.scope["query_string"] if request.scope.get("query_string") else b""))
+        parsed: ParsedRequest | None = None
+        if protocol is not None:
+            try:
+                parsed = parse_request(protocol, _decode(body))
+            except msgspec.DecodeError:
+                parsed = None
+        secrets = _secrets(raw_headers)
+        try:
+            upstream = await self.client.send(
+                self.client.build_request(request.method, url, headers=headers, content=body),
+                stream=True)
+        except httpx.HTTPError as exc:
+            status = 504 if isinstance(exc, httpx.TimeoutException) else 502
+            reason = redact(f"{type(exc).__name__}: {exc}", secrets)
+            message = f"sess proxy: upstream {safe_url(self.upstream)} unreachable ({reason})"
+            if parsed is not None:
+                self._submit(Exchange(parsed, ReplyBuilder(parsed.protocol).result(), status,
+                                      session, message, None, secrets), request, started)
+            else:
+                self._passed(request, status, started)
+            self.stats.add("upstream_errors")
+            return JSONResponse(_error_body(protocol, message), status_code=status)
+        return self._relay(request, upstream, parsed, session, secrets, started)
+
+    def _relay(self, request: Request, upstream: httpx.Response, parsed: ParsedRequest | None,
+               session: str | None, secrets: list[str], started: float) -> Relay:
+        headers = [(k.lower(), v) for k, v in upstream.headers.raw
+                   if k.lower() not in _HOP or k.lower() == b"content-length"]
+        status = upstream.status_code
+        if status >= 400:
+            self.stats.add("upstream_errors")
+        if parsed is None:
+            return Relay(upstream, headers, None,
+                         lambda cut: self._passed(request, status, started, cut))
+        encoding = upstream.headers.get("content-encoding", "identity").lower()
+        readable = encoding in _DECODABLE
+        inflate = zlib.decompressobj(47) if encoding in ("gzip", "deflate") else None
+        streamed = "text/event-stream" in upstream.headers.get("content-type", "")
+        builder = ReplyBuilder(parsed.protocol)
+        sse = SseParser()
+        kept: list[bytes] = []
+
+        def on_chunk(chunk: bytes) -> None:
+            if not readable:
+                return
+            data = inflate.decompress(chunk) if inflate is not None else chunk
+            if streamed and status < 400:
+                for event, text in sse.feed(data):
+                    builder.feed_event(event, text)
+            else:
+                kept.append(data)
+
+        def on_end(cut: str | None) -> None:
+            if not readable:
+                self.log(printable(f"{request.method} {request.url.path} {status}: not recorded "
+                                   f"(content encoding {encoding})"))
+                self.stats.add("record_failures")
+                return
+            error: Any = None
+            if kept:
+                whole = b"".join(kept)
+                try:
+                    value = _decode(whole)
+                except msgspec.DecodeError:
+                    value = whole[:4000].decode("utf-8", "replace")
+                if status >= 400:
+                    error = value
+                else:
+                    builder.feed_json(value)
+            elif status >= 400:
+                error = ""
+            self._submit(Exchange(parsed, builder.result(), status, session, error, cut, secrets),
+                         request, started)
+
+        return Relay(upstream, headers, on_chunk, on_end)
+
+    def _passed(self, request: Request, status: int, started: float,
+                cut: str | None = None) -> None:
+        self.stats.add("passed_through")
+        ms = (time.perf_counter() - started) * 1000
+        tail = f", cut by the {cut}" if cut else ""
+        self.log(printable(f"{request.method} {request.url.path} {status} (not recorded{tail}) "
+                           f"{ms:.0f} ms"))
+
+    def _submit(self, exchange: Exchange, request: Request, started: float) -> None:
+        ms = (time.perf_counter() - started) * 1000
+        where = f"{request.method} {request.url.path} {exchange.status}"
+        if self._worker is None:
+            return
+        self._worker.submit(self._record, exchange, where, ms)
+
+    def _record(self, exchange: Exchange, where: str, ms: float) -> None:
+        try:
+            outcome: Outcome = self.recorder.record(exchange)
+        except Exception as exc:  # never let a recording failure reach the client
+            self.stats.add("record_failures")
+            message = redact(f"{type(exc).__name__}: {exc}", exchange.secrets)
+            self.log(printable(f"{where}: recording failed: {message}"))
+            return
+        cut = f", cut by the {exchange.cut_by}" if exchange.cut_by else ""
+        self.log(printable(
+            f"{where} -> {outcome.session} ({outcome.kind}) +{outcome.new_nodes} nodes, "
+            f"{outcome.dedup} re-sent, {_tokens(exchange.reply.usage)}, {ms:.0f} ms{cut}"))
+
+
+def _stderr(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+def create_app(store: Store, upstream: str, *, timeout: float = 600.0,
+               log: Callable[[str], None] | None = None, quiet: bool = False
+               ) -> tuple[Starlette, Proxy]:
+    """The proxy's ASGI application and its :class:`Proxy` (counters, ``flush``).
+
+    Lines go to ``log`` (default: standard error); ``quiet`` keeps only the start-up line and
+    the counters at exit. The store is used from the proxy's recorder thread only.
+    """
+    proxy = Proxy(store, upstream, timeout=timeout, log=log, quiet=quiet)
+
+    @asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        await proxy.start()
+        try:
+            yield
+        finally:
+            await proxy.stop()
+
+    methods = ["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"]
+    app = Starlette(routes=[
+        Route("/_sess/stats", proxy.stats_endpoint, methods=["GET"]),
+        Route("/{path:path}", proxy.forward, methods=methods),
+    ], lifespan=lifespan)
+    return app, proxy
