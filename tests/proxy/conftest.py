@@ -29,7 +29,8 @@ class RunningProxy:
         self.store = store
         self.lines: list[str] = []
         self.app, self.proxy = create_app(store, upstream, log=self.lines.append, **options)
-        self._sock = socket.socket()
+        # proto given: asyncio sets TCP_NODELAY only on sockets that say they are TCP
+        self._sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
         self._sock.bind(("127.0.0.1", 0))
         self._sock.listen(256)
         self.port = self._sock.getsockname()[1]

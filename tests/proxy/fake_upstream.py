@@ -35,6 +35,8 @@ class Scripted:
     text: str | None = None
     #: A tool call instead of text: (id, name, arguments as a JSON string).
     tool_call: tuple[str, str, str] | None = None
+    #: The number the answer is given (ids, usage) instead of the call's own.
+    number: int | None = None
 
 
 def free_port() -> int:
@@ -104,7 +106,8 @@ class FakeUpstream:
                     fake.headers.append(dict(self.headers))
                     scripted = fake.script.popleft() if fake.script else Scripted()
                     n = next(fake._count)
-                fake._answer(self, self.path.split("?")[0], body, scripted, n)
+                fake._answer(self, self.path.split("?")[0], body, scripted,
+                             n if scripted.number is None else scripted.number)
 
         class Server(ThreadingHTTPServer):
             daemon_threads = True

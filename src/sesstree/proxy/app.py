@@ -12,6 +12,7 @@ logged and counted.
 
 from __future__ import annotations
 
+import socket
 import sys
 import time
 import zlib
@@ -114,7 +115,11 @@ class Proxy:
         self.client = httpx.AsyncClient(
             timeout=httpx.Timeout(self.timeout, connect=min(self.timeout, 10.0)),
             limits=httpx.Limits(max_connections=None, max_keepalive_connections=64),
-            follow_redirects=False, trust_env=False)
+            follow_redirects=False, trust_env=False,
+            # Without TCP_NODELAY a request's headers and body, written apart, wait on the
+            # upstream's delayed ACK: 40 ms added to every call.
+            transport=httpx.AsyncHTTPTransport(
+                socket_options=[(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)]))
         for name in ("user-agent", "accept", "accept-encoding"):
             del self.client.headers[name]  # only what the client itself sent goes upstream
         self._worker = ThreadPoolExecutor(1, thread_name_prefix="sess-proxy-recorder")
