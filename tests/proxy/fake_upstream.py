@@ -31,6 +31,8 @@ class Scripted:
     headers: dict[str, str] = field(default_factory=dict)
     #: For a stream: send only this many events, then close the connection mid-body.
     cut_after: int | None = None
+    #: For a stream: after this many events, wait until released (or 10 s) before going on.
+    stall_after: int | None = None
     #: Text of the answer (default: quote the last user message).
     text: str | None = None
     #: A tool call instead of text: (id, name, arguments as a JSON string).
@@ -150,6 +152,8 @@ class FakeUpstream:
                 h.close_connection = True
                 h.connection.shutdown(socket.SHUT_RDWR)
                 return
+            if scripted.stall_after is not None and i == scripted.stall_after:
+                self.release.wait(10)
             text = data if isinstance(data, str) else json.dumps(data)
             frame = (f"event: {name}\n" if name else "") + f"data: {text}\n\n"
             payload = frame.encode()

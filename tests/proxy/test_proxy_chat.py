@@ -8,8 +8,8 @@ from typing import Any
 import httpx
 import openai
 import pytest
-from conftest import RunningProxy
 from fake_upstream import FakeUpstream, Scripted
+from proxy_server import RunningProxy
 
 from sesstree import Store
 

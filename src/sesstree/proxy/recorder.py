@@ -33,6 +33,7 @@ from ..errors import ConflictError, RefExistsError, SesstreeError
 from ..events import MESSAGE_TYPES
 from ..node import Node, NodeId, make_node
 from ..repo import Store, raw_node
+from .canonical import chain_key
 from .paths import ROOT, Candidate, PathIndex, WalkState
 from .protocols import Event, ParsedRequest
 from .replies import ReplyResult
@@ -49,7 +50,8 @@ class Stats:
     """Counters of a proxy, safe to bump from any thread."""
 
     NAMES = ("requests", "recorded", "passed_through", "dedup_hits", "new_nodes",
-             "prefix_misses", "upstream_errors", "incomplete", "record_failures")
+             "prefix_misses", "already_stored", "upstream_errors", "incomplete",
+             "ref_conflicts", "record_failures")
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -91,7 +93,8 @@ class Outcome(msgspec.Struct):
     """Where a call was recorded."""
 
     session: str
-    #: fast-forward, new, fork, or moved (a named session that followed an edited history)
+    #: fast-forward, new, fork, moved (a named session that followed an edited history), or
+    #: stored (the history and the reply were both stored already: nothing written)
     kind: str
     new_nodes: int
     dedup: int
@@ -167,6 +170,7 @@ class Recorder:
                 try:
                     outcome = self._record_once(ex, events, call)
                 except (ConflictError, RefExistsError):
+                    self.stats.add("ref_conflicts")
                     continue  # another writer moved it: look again
                 self._count(ex, outcome)
                 return outcome
@@ -179,6 +183,8 @@ class Recorder:
         stats.add("new_nodes", outcome.new_nodes)
         if outcome.miss:
             stats.add("prefix_misses")
+        if outcome.kind == "stored":
+            stats.add("already_stored")
         if ex.cut_by is not None:
             stats.add("incomplete")
 
@@ -217,7 +223,11 @@ class Recorder:
                 base_state, base_node = state, found
         types = [t for t, _ in events]
         datas = [d for _, d in events]
-        n, candidates, _ = index.match(base_state, types, datas)
+        n, candidates, keys = index.match(base_state, types, datas)
+        stored = self._stored(keys[-1] if keys else base_state.key, call)
+        if stored is not None:
+            return Outcome(stored.session or "", "stored", 0, sum(
+                1 for t in types if t in MESSAGE_TYPES), stored.node, False)
         if not candidates and base_node is not None:
             candidates = [Candidate(base_node, None)]
         last_reply = max((i for i, t in enumerate(types)
@@ -285,6 +295,17 @@ class Recorder:
             except SesstreeError:  # metadata is a courtesy; the recording stands without it
                 pass
         return Outcome(name, kind, new, dedup, tip, miss)
+
+    def _stored(self, key: bytes, call: Sequence[Event]) -> Candidate | None:
+        """Where the history and the reply are already stored (another writer recorded the
+        reply from a later request that re-sent it), or None."""
+        replied = False
+        for type, data in call:
+            if type in MESSAGE_TYPES:
+                key = chain_key(key, type, data)
+                replied = True
+        found = self.index.keys.get(key) if replied else None
+        return found[-1] if found else None
 
     def _walk_to(self, node: NodeId) -> WalkState:
         chain = self.store.backend.chain(node)
