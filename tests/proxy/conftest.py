@@ -11,7 +11,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 
 from fake_upstream import FakeUpstream
-from proxy_server import RunningProxy
+from proxy_server import OPENED, RunningProxy
 
 from sesstree import Store, open_store
 
@@ -37,3 +37,12 @@ def store(store_path: Path) -> Iterator[Store]:
 def proxy(store: Store, upstream: FakeUpstream) -> Iterator[RunningProxy]:
     with RunningProxy(store, upstream.url) as running:
         yield running
+
+
+@pytest.fixture(autouse=True)
+def close_clients() -> Iterator[None]:
+    """SDK clients a test made (``track``) are closed after it: an open socket left to the
+    garbage collector is a ResourceWarning, an error here."""
+    yield
+    while OPENED:
+        OPENED.pop().close()

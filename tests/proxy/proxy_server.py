@@ -13,7 +13,16 @@ from sesstree import Store
 from sesstree.proxy.app import Proxy, create_app
 from sesstree.proxy.relay import quiet_cut_logs
 
-__all__ = ["RunningProxy"]
+__all__ = ["OPENED", "RunningProxy", "track"]
+
+#: Clients to close after the test (see the ``close_clients`` fixture).
+OPENED: list[Any] = []
+
+
+def track(client: Any) -> Any:
+    """Close ``client`` (anything with ``close()``) after the test."""
+    OPENED.append(client)
+    return client
 
 
 class RunningProxy:

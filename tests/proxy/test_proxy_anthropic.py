@@ -9,7 +9,7 @@ from typing import Any
 import httpx
 import pytest
 from fake_upstream import FakeUpstream, Scripted
-from proxy_server import RunningProxy
+from proxy_server import RunningProxy, track
 
 from sesstree import Store
 
@@ -25,7 +25,7 @@ def raw(proxy: RunningProxy, body: dict[str, Any], **headers: str) -> httpx.Resp
 
 @pytest.mark.parametrize("stream", [False, True])
 def test_sdk_conversation_dedups(proxy: RunningProxy, store: Store, stream: bool) -> None:
-    c = anthropic.Anthropic(base_url=proxy.url, api_key=KEY, max_retries=0)
+    c = track(anthropic.Anthropic(base_url=proxy.url, api_key=KEY, max_retries=0))
     system = [{"type": "text", "text": "You are a careful coder.",
                "cache_control": {"type": "ephemeral"}}]
     messages: list[dict[str, Any]] = [{"role": "user", "content": "fix the flaky test"}]
@@ -136,7 +136,7 @@ def test_errors_keep_the_anthropic_shape(store: Store) -> None:
         assert reply.status_code == 502
         assert reply.json()["type"] == "error"
         assert KEY not in reply.text
-        c = anthropic.Anthropic(base_url=proxy.url, api_key=KEY, max_retries=0)
+        c = track(anthropic.Anthropic(base_url=proxy.url, api_key=KEY, max_retries=0))
         with pytest.raises(anthropic.InternalServerError):
             c.messages.create(model="c", max_tokens=5, messages=[{"role": "user", "content": "hi"}])
 

@@ -9,7 +9,7 @@ import httpx
 import openai
 import pytest
 from fake_upstream import FakeUpstream, Scripted
-from proxy_server import RunningProxy
+from proxy_server import RunningProxy, track
 
 from sesstree import Store
 
@@ -17,7 +17,7 @@ KEY = "sk-proxytest-0123456789abcdefghij"
 
 
 def client(proxy: RunningProxy, **kw: Any) -> openai.OpenAI:
-    return openai.OpenAI(base_url=proxy.url + "/v1", api_key=KEY, max_retries=0, **kw)
+    return track(openai.OpenAI(base_url=proxy.url + "/v1", api_key=KEY, max_retries=0, **kw))
 
 
 def converse(c: openai.OpenAI, turns: int, *, stream: bool = False,

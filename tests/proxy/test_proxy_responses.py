@@ -7,7 +7,7 @@ from typing import Any
 
 import openai
 import pytest
-from proxy_server import RunningProxy
+from proxy_server import RunningProxy, track
 
 from sesstree import Store
 
@@ -15,7 +15,7 @@ KEY = "sk-proxytest-responses-0123456789"
 
 
 def client(proxy: RunningProxy) -> openai.OpenAI:
-    return openai.OpenAI(base_url=proxy.url + "/v1", api_key=KEY, max_retries=0)
+    return track(openai.OpenAI(base_url=proxy.url + "/v1", api_key=KEY, max_retries=0))
 
 
 @pytest.mark.parametrize("stream", [False, True])

@@ -78,5 +78,7 @@ def proxy(locator: StoreLocator, upstream: str, port: int, host: str, timeout: f
                             timeout_graceful_shutdown=5)
     try:
         uvicorn.Server(config).run(sockets=[sock])
+    except KeyboardInterrupt:
+        pass  # the server re-raises the Ctrl-C it stopped for: stopping is what was asked
     finally:
         sock.close()
