@@ -65,6 +65,8 @@ class RunningProxy:
         self.proxy.flush()
 
     def stop(self) -> None:
+        while OPENED:  # a client's idle connection would hold up the server's shutdown
+            OPENED.pop().close()
         self.server.should_exit = True
         self._thread.join(10)
         self._sock.close()

@@ -15,7 +15,7 @@ from proxy_server import RunningProxy
 from sesstree import Store, open_store
 
 CLIENTS = 32
-TURNS = 3
+TURNS = 2
 
 
 def conversation(urls: list[str], n: int, errors: list[BaseException]) -> None:
@@ -40,10 +40,10 @@ def conversation(urls: list[str], n: int, errors: list[BaseException]) -> None:
         errors.append(exc)
 
 
-def check(store: Store) -> None:
+def check(store: Store, clients: int = CLIENTS) -> None:
     sessions = {s.name: s for s in store.sessions()}
-    assert len(sessions) == CLIENTS, sorted(sessions)
-    for n in range(CLIENTS):
+    assert len(sessions) == clients, sorted(sessions)
+    for n in range(clients):
         name = f"client-{n}-question" if n else "client-0-question"
         chat = store.messages(name)
         assert [m["role"] for m in chat] == ["system"] + ["user", "assistant"] * TURNS
@@ -56,10 +56,10 @@ def check(store: Store) -> None:
                 assert entry.old in {node.id for node in store.log(entry.new)}
 
 
-def run_clients(urls: list[str]) -> None:
+def run_clients(urls: list[str], clients: int = CLIENTS) -> None:
     errors: list[BaseException] = []
     threads = [threading.Thread(target=conversation, args=(urls, n, errors))
-               for n in range(CLIENTS)]
+               for n in range(clients)]
     for t in threads:
         t.start()
     for t in threads:
@@ -77,16 +77,19 @@ def test_32_clients_through_one_proxy(proxy: RunningProxy, store: Store) -> None
 
 
 @pytest.mark.parametrize("kind", ["sqlite", "postgres"])
-def test_32_clients_through_two_proxies_on_one_store(
+def test_clients_through_two_proxies_on_one_store(
         upstream: FakeUpstream, tmp_path: Path, kind: str, request: pytest.FixtureRequest
 ) -> None:
     where = str(tmp_path / "s") if kind == "sqlite" else request.getfixturevalue("postgres_url")
     with open_store(where) as a, open_store(where) as b, \
             RunningProxy(a, upstream.url) as pa, RunningProxy(b, upstream.url) as pb:
-        run_clients([pa.url, pb.url])
+        # each conversation alternates between the proxies: they race on its session
+        run_clients([pa.url, pb.url], 16)
         pa.flush()
         pb.flush()
-        check(a)
+        check(a, 16)
         total = [p.proxy.stats.snapshot() for p in (pa, pb)]
-        assert sum(s["recorded"] for s in total) == CLIENTS * TURNS
+        # a reply one proxy had not yet written when the other got the next request is
+        # written by the other from the re-sent history: counted, not forked
+        assert sum(s["recorded"] for s in total) == 16 * TURNS
         assert sum(s["record_failures"] for s in total) == 0
