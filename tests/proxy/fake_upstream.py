@@ -314,3 +314,15 @@ class FakeUpstream:
         self.release.set()
         self._server.shutdown()
         self._server.server_close()
+
+
+if __name__ == "__main__":
+    # A provider in a process of its own (the proxy bench): prints its URL, serves until killed.
+    import sys
+    import time
+
+    with FakeUpstream() as served:
+        print(served.url, flush=True)
+        while sys.stdin.readline():
+            pass  # serve until the parent closes our standard input
+        time.sleep(0)
