@@ -55,6 +55,10 @@ def test_replies_pass_through_byte_for_byte(proxy: RunningProxy, upstream: FakeU
     assert via_s == direct_s and via_s.endswith(b"data: [DONE]\n\n")
     # what the client sent reached the upstream as sent
     assert upstream.requests[1] == body
+    # only encodings the proxy can read back to record are offered upstream
+    httpx.post(proxy.url + "/v1/models", headers={"Accept-Encoding": "br, gzip;q=0.5, zstd"})
+    assert {k.lower(): v for k, v in upstream.headers[-1].items()}["accept-encoding"] == \
+        "gzip;q=0.5"
 
 
 @pytest.mark.parametrize("stream", [False, True])

@@ -179,7 +179,7 @@ class Proxy:
                         _accept_encoding(request.headers.get("accept-encoding")).encode()))
         url = self.upstream.copy_with(
             raw_path=(self.upstream.raw_path.rstrip(b"/") if self.upstream.path != "/" else b"")
-            + request.scope.get("raw_path", path.encode())
+            + (request.scope.get("raw_path") or path.encode())
             + (b"?" + request.scope["query_string"] if request.scope.get("query_string") else b""))
         parsed: ParsedRequest | None = None
         if protocol is not None:
