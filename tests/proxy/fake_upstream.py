@@ -159,6 +159,8 @@ class FakeUpstream:
             payload = frame.encode()
             h.wfile.write(b"%x\r\n%s\r\n" % (len(payload), payload))
             h.wfile.flush()
+        if scripted.stall_after is not None and scripted.stall_after >= len(events):
+            self.release.wait(10)  # every event sent, the end of the body held back
         h.wfile.write(b"0\r\n\r\n")
         h.wfile.flush()
 

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
+import httpx
 import openai
 import pytest
+from fake_upstream import FakeUpstream, Scripted
 from proxy_server import RunningProxy, track
 
 from sesstree import Store
@@ -75,3 +77,30 @@ def test_unknown_previous_response_starts_a_session_and_counts_a_miss(
     proxy.flush()
     assert [s.name for s in store.sessions()] == ["where-were-we"]
     assert proxy.proxy.stats.snapshot()["prefix_misses"] == 1
+
+
+def test_a_client_that_hangs_up_after_the_reply_ended(
+        proxy: RunningProxy, store: Store, upstream: FakeUpstream) -> None:
+    # Codex drops the stream as soon as response.completed arrives
+    upstream.add(Scripted(stall_after=99, text="done already"))
+    upstream.release.clear()
+    body = {"model": "m", "input": "quick one", "stream": True}
+    with httpx.Client() as c, c.stream("POST", proxy.url + "/v1/responses", json=body) as r:
+        for line in r.iter_lines():
+            if line.startswith("event: response.completed"):
+                break
+    for _ in range(200):
+        proxy.flush()
+        if store.has_session("quick-one"):
+            break
+    upstream.release.set()
+    end = store.log("quick-one")[0].data
+    assert end["incomplete"] is True and end["cut_by"] == "client"
+    # the reply had ended: it is a message, and the next call continues after it
+    assert store.messages("quick-one")[-1] == {"role": "assistant", "content": "done already"}
+    c2 = client(proxy)
+    c2.responses.create(model="m", input=[{"role": "user", "content": "quick one"},
+                                          {"role": "assistant", "content": "done already"},
+                                          {"role": "user", "content": "and another"}])
+    proxy.flush()
+    assert [s.name for s in store.sessions()] == ["quick-one"]

@@ -268,9 +268,15 @@ class Proxy:
     def _submit(self, exchange: Exchange, request: Request, started: float) -> None:
         ms = (time.perf_counter() - started) * 1000
         where = f"{request.method} {request.url.path} {exchange.status}"
-        if self._worker is None:
-            return
-        self._worker.submit(self._record, exchange, where, ms)
+        try:
+            if self._worker is None:
+                raise RuntimeError("not started")
+            self._worker.submit(self._record, exchange, where, ms)
+        except RuntimeError:
+            # A reply that ends while the proxy shuts down (a stream cut at the end of the
+            # grace period): the recorder has stopped taking work.
+            self.stats.add("record_failures")
+            self.log(printable(f"{where}: not recorded: the proxy is stopping"))
 
     def _record(self, exchange: Exchange, where: str, ms: float) -> None:
         try:
