@@ -144,6 +144,10 @@ def _slug(events: Sequence[Event]) -> str:
 _FORK_SUFFIX = re.compile(r"-fork-\d+$")
 
 
+class _Stale(Exception):
+    """The decision needs the index refreshed from the store first."""
+
+
 class Recorder:
     """Records exchanges into one store; its methods run on one thread at a time."""
 
@@ -165,12 +169,22 @@ class Recorder:
             if _needs_redaction(events + call, ex.secrets):
                 events = [(t, redact(d, ex.secrets)) for t, d in events]
                 call = [(t, redact(d, ex.secrets)) for t, d in call]
+            # The index is refreshed from the store only when the decision could depend on what
+            # other writers did: a fast-forward is checked by its compare-and-set anyway, but a
+            # fork or a new session made from a stale index would split a conversation another
+            # writer went on with. (Refreshing reads every ref: not on every call.)
+            fresh = False
             for _ in range(_ATTEMPTS):
-                self.index.refresh()
                 try:
-                    outcome = self._record_once(ex, events, call)
+                    outcome = self._record_once(ex, events, call, fresh)
+                except _Stale:
+                    self.index.refresh()
+                    fresh = True
+                    continue
                 except (ConflictError, RefExistsError):
                     self.stats.add("ref_conflicts")
+                    self.index.refresh()
+                    fresh = True
                     continue  # another writer moved it: look again
                 self._count(ex, outcome)
                 return outcome
@@ -209,7 +223,8 @@ class Recorder:
         out.append(("step/end", end))
         return out
 
-    def _record_once(self, ex: Exchange, events: list[Event], call: list[Event]) -> Outcome:
+    def _record_once(self, ex: Exchange, events: list[Event], call: list[Event],
+                     fresh: bool) -> Outcome:
         index = self.index
         base_state, base_node = ROOT, None
         miss = False
@@ -264,6 +279,8 @@ class Recorder:
             else:
                 name, head, kind = self._free_new(_slug(events)), None, "new"
 
+        if kind != "fast-forward" and not fresh:
+            raise _Stale
         state = index.state_at(attach)
         if state is None:  # a node this index never walked: walk its path first
             state = self._walk_to(attach) if attach is not None else ROOT
