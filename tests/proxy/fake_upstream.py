@@ -14,6 +14,7 @@ import itertools
 import json
 import socket
 import threading
+import time
 from collections import deque
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -69,7 +70,9 @@ def _last_user_text(body: dict[str, Any]) -> str:
 class FakeUpstream:
     """The server: ``with FakeUpstream() as up: up.url`` (no trailing ``/v1``)."""
 
-    def __init__(self) -> None:
+    def __init__(self, delay: float = 0.0) -> None:
+        #: Seconds before every answer of a model call (a provider's time to first token).
+        self.delay = delay
         self.script: deque[Scripted] = deque()
         self.requests: list[dict[str, Any]] = []
         self.headers: list[dict[str, str]] = []
@@ -108,6 +111,9 @@ class FakeUpstream:
                     fake.headers.append(dict(self.headers))
                     scripted = fake.script.popleft() if fake.script else Scripted()
                     n = next(fake._count)
+                if fake.delay and self.path.split("?")[0].endswith(
+                        ("/chat/completions", "/responses", "/messages")):
+                    time.sleep(fake.delay)
                 fake._answer(self, self.path.split("?")[0], body, scripted,
                              n if scripted.number is None else scripted.number)
 
@@ -321,10 +327,8 @@ class FakeUpstream:
 if __name__ == "__main__":
     # A provider in a process of its own (the proxy bench): prints its URL, serves until killed.
     import sys
-    import time
 
-    with FakeUpstream() as served:
+    with FakeUpstream(float(sys.argv[1]) if len(sys.argv) > 1 else 0.0) as served:
         print(served.url, flush=True)
         while sys.stdin.readline():
             pass  # serve until the parent closes our standard input
-        time.sleep(0)

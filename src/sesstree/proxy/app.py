@@ -105,23 +105,22 @@ class Proxy:
         self.report = log if log is not None else _stderr
         #: Where the line per request goes.
         self.log = (lambda line: None) if quiet else self.report
-        self.client: httpx.AsyncClient | None = None
+        self.client: httpx.AsyncHTTPTransport | None = None
         self._worker: ThreadPoolExecutor | None = None
 
     # -- lifecycle ---------------------------------------------------------------------------
 
     async def start(self) -> None:
         """Open the upstream client and the recorder thread; index the store."""
-        self.client = httpx.AsyncClient(
-            timeout=httpx.Timeout(self.timeout, connect=min(self.timeout, 10.0)),
+        # The transport alone: a proxy wants none of the client's redirects, cookies, auth or
+        # default headers, and skipping them is a third of the cost of a forwarded call.
+        self.client = httpx.AsyncHTTPTransport(
             limits=httpx.Limits(max_connections=None, max_keepalive_connections=64),
-            follow_redirects=False, trust_env=False,
             # Without TCP_NODELAY a request's headers and body, written apart, wait on the
             # upstream's delayed ACK: 40 ms added to every call.
-            transport=httpx.AsyncHTTPTransport(
-                socket_options=[(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)]))
-        for name in ("user-agent", "accept", "accept-encoding"):
-            del self.client.headers[name]  # only what the client itself sent goes upstream
+            socket_options=[(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)])
+        self._timeout = {"connect": min(self.timeout, 10.0), "read": self.timeout,
+                         "write": self.timeout, "pool": self.timeout}
         self._worker = ThreadPoolExecutor(1, thread_name_prefix="sess-proxy-recorder")
         self._worker.submit(self._index).result()
 
@@ -189,9 +188,9 @@ class Proxy:
                 parsed = None
         secrets = _secrets(raw_headers)
         try:
-            upstream = await self.client.send(
-                self.client.build_request(request.method, url, headers=headers, content=body),
-                stream=True)
+            upstream = await self.client.handle_async_request(httpx.Request(
+                request.method, url, headers=headers, content=body,
+                extensions={"timeout": self._timeout}))
         except httpx.HTTPError as exc:
             status = 504 if isinstance(exc, httpx.TimeoutException) else 502
             reason = redact(f"{type(exc).__name__}: {exc}", secrets)
