@@ -7,8 +7,9 @@ clients (httpx, asyncio) run here: 32 at once, each holding a growing conversati
 straight to the provider, then through the proxy, in alternating rounds so both see the same
 machine load.
 
-    python bench/bench_proxy.py            # 32 clients x 40 calls per round, 3 rounds, 200 turns
+    python bench/bench_proxy.py            # 32 clients x 15 calls per round, 3 rounds, 200 turns
     python bench/bench_proxy.py --quick    # a smoke run
+    python bench/bench_proxy.py --delay 0  # a provider that answers at once: throughput
 
 Figures are milliseconds per call (non-streamed: the whole reply; streamed: time to the first
 chunk of the body); "added" is proxy minus direct at the same percentile, in this run.
@@ -42,8 +43,8 @@ _json = msgspec.json.Encoder()
 TOOL_TEXT = ("def test_parse():\n    assert parse('a=1') == {'a': 1}\n" * 24)[:1500]
 
 
-def start_upstream() -> tuple[subprocess.Popen[str], str]:
-    proc = subprocess.Popen([sys.executable, str(FAKE)], stdin=subprocess.PIPE,
+def start_upstream(delay: float) -> tuple[subprocess.Popen[str], str]:
+    proc = subprocess.Popen([sys.executable, str(FAKE), str(delay)], stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, text=True)
     assert proc.stdout is not None
     return proc, proc.stdout.readline().strip()
@@ -93,14 +94,31 @@ def pct(values: list[float], p: float) -> float:
     return values[min(len(values) - 1, int(p / 100 * len(values)))] * 1000
 
 
-def latency(direct: str, proxied: str, clients: int, calls: int, rounds: int) -> None:
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process so far (Linux)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return float("nan")
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def latency(direct: str, proxied: str, proxy_pid: int, clients: int, calls: int, rounds: int,
+            delay: float) -> None:
     for stream in (False, True):
         got: dict[str, list[float]] = {"direct": [], "proxy": []}
+        cpu = 0.0
         for _ in range(rounds):
             for name, base in (("direct", direct), ("proxy", proxied)):
+                before = cpu_seconds(proxy_pid)
                 got[name] += asyncio.run(round_of(base, clients, calls, stream))
+                if name == "proxy":
+                    time.sleep(0.2)  # the last recordings land just after their replies
+                    cpu += cpu_seconds(proxy_pid) - before
         what = "time to first chunk, streamed" if stream else "whole reply, non-streamed"
-        print(f"\n{what}: {clients} clients x {calls} calls x {rounds} rounds")
+        print(f"\n{what}: {clients} clients x {calls} calls x {rounds} rounds, provider "
+              f"answering in {delay * 1000:.0f} ms; proxy CPU {cpu / len(got['proxy']) * 1000:.2f}"
+              " ms per call (forwarding and recording)")
         print(f"  {'':8} {'p50 ms':>8} {'p99 ms':>8} {'mean ms':>8}")
         for name, values in got.items():
             print(f"  {name:8} {pct(values, 50):8.2f} {pct(values, 99):8.2f} "
@@ -142,13 +160,16 @@ def storage(proxied: str, store: Path, turns: int) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="small sizes, for a smoke run")
+    parser.add_argument("--delay", type=float, default=0.2,
+                        help="seconds the provider takes to answer (default 0.2; 0 makes the "
+                             "32 clients a throughput test of the proxy's one process)")
     args = parser.parse_args()
-    clients, calls, rounds, turns = (8, 5, 1, 40) if args.quick else (32, 40, 3, 200)
-    up, upstream = start_upstream()
+    clients, calls, rounds, turns = (8, 5, 1, 40) if args.quick else (32, 15, 3, 200)
+    up, upstream = start_upstream(args.delay)
     with tempfile.TemporaryDirectory() as tmp:
         px, proxied = start_proxy(Path(tmp) / "latency", upstream)
         try:
-            latency(upstream, proxied, clients, calls, rounds)
+            latency(upstream, proxied, px.pid, clients, calls, rounds, args.delay)
         finally:
             px.terminate()
             px.wait()

@@ -40,6 +40,8 @@ class Scripted:
     tool_call: tuple[str, str, str] | None = None
     #: The number the answer is given (ids, usage) instead of the call's own.
     number: int | None = None
+    #: A stream of these (event name, data) instead of the protocol's usual answer.
+    events: list[tuple[str | None, Any]] | None = None
 
 
 def free_port() -> int:
@@ -175,6 +177,9 @@ class FakeUpstream:
         if scripted.status != 200 or scripted.body is not None:
             self._json(h, scripted.status, scripted.body if scripted.body is not None else {},
                        scripted.headers)
+            return
+        if scripted.events is not None:
+            self._stream(h, scripted.events, scripted)
             return
         text = scripted.text if scripted.text is not None else \
             f"answer {n}: {_last_user_text(body)}"

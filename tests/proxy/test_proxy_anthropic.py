@@ -160,3 +160,20 @@ def test_secrets_never_reach_the_store(proxy: RunningProxy, upstream: FakeUpstre
         assert secret.encode() not in data
     assert all(KEY not in line and bearer not in line for line in proxy.lines)
     assert json.dumps(proxy.proxy.stats.snapshot())  # counters carry no text at all
+
+
+def test_an_error_inside_a_stream_is_recorded(proxy: RunningProxy, upstream: FakeUpstream,
+                                              store: Store) -> None:
+    overloaded = {"type": "error", "error": {"type": "overloaded_error",
+                                             "message": "Overloaded"}}
+    upstream.add(Scripted(events=[("message_start", {"type": "message_start", "message": {
+        "id": "m", "type": "message", "role": "assistant", "content": [], "model": "c",
+        "usage": {"input_tokens": 3, "output_tokens": 0}}}), ("error", overloaded)]))
+    body = {"model": "c", "max_tokens": 5, "stream": True,
+            "messages": [{"role": "user", "content": "busy?"}]}
+    reply = raw(proxy, body)
+    assert reply.status_code == 200 and b"overloaded_error" in reply.content
+    proxy.flush()
+    error = next(n.data for n in store.log("busy") if n.type == "error")
+    assert error["message"] == overloaded["error"]
+    assert proxy.proxy.stats.snapshot()["upstream_errors"] == 1

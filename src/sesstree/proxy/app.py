@@ -251,6 +251,9 @@ class Proxy:
                     builder.feed_json(value)
             elif status >= 400:
                 error = ""
+            if builder.error is not None:
+                error = builder.error
+                self.stats.add("upstream_errors")
             self._submit(Exchange(parsed, builder.result(), status, session, error, cut, secrets),
                          request, started)
 

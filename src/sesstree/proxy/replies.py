@@ -72,6 +72,8 @@ class ReplyBuilder:
         self.model: Any = None
         self.finish: Any = None
         self.response_id: str | None = None
+        #: An error the upstream sent inside a stream (after a 200 status line).
+        self.error: Any = None
         # chat
         self._text: list[str] = []
         self._role_seen = False
@@ -117,6 +119,12 @@ class ReplyBuilder:
         except msgspec.DecodeError:
             return
         if not isinstance(value, dict):
+            return
+        if event == "error" or value.get("type") == "error" or (
+                "error" in value and "choices" not in value and "type" not in value):
+            # Anthropic's overloaded_error, Responses' error event, OpenAI-compatible routers'
+            # {"error": ...} chunk: the stream failed after its status line.
+            self.error = value.get("error", value)
             return
         if self.protocol == CHAT:
             self._chat_chunk(value)
