@@ -10,7 +10,7 @@ from typing import Any
 import uvicorn
 
 from sesstree import Store
-from sesstree.proxy.app import Proxy, create_app
+from sesstree.proxy.app import create_app
 from sesstree.proxy.relay import quiet_cut_logs
 
 __all__ = ["OPENED", "RunningProxy", "track"]
@@ -44,10 +44,6 @@ class RunningProxy:
         self.server = uvicorn.Server(config)
         self._thread = threading.Thread(target=self.server.run,
                                         kwargs={"sockets": [self._sock]}, daemon=True)
-
-    @property
-    def p(self) -> Proxy:
-        return self.proxy
 
     def start(self) -> RunningProxy:
         self._thread.start()
