@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import random
 import re
 import statistics
 import subprocess
@@ -41,6 +42,19 @@ _json = msgspec.json.Encoder()
 
 #: A tool's output of the size agents re-send every turn (a file read, a test run).
 TOOL_TEXT = ("def test_parse():\n    assert parse('a=1') == {'a': 1}\n" * 24)[:1500]
+
+
+def tool_output(i: int) -> str:
+    """1.5 KB of text that compresses about as well as source code does (not a repetition,
+    which zlib would shrink to nothing and flatter the store)."""
+    rng = random.Random(i)
+    words = ["self", "return", "value", "parse", "assert", "def", "test", "config", "path",
+             "None", "import", "from", "for", "in", "if", "else", "raise", "error", "line"]
+    lines = []
+    while sum(len(x) + 1 for x in lines) < 1500:
+        lines.append(" ".join(rng.choice(words) + str(rng.randrange(1000))
+                              for _ in range(rng.randrange(3, 9))))
+    return "\n".join(lines)[:1500]
 
 
 def start_upstream(delay: float) -> tuple[subprocess.Popen[str], str]:
@@ -142,14 +156,14 @@ def storage(proxied: str, store: Path, turns: int) -> None:
             reply = c.post(proxied + "/v1/chat/completions", content=body,
                            headers={"content-type": "application/json"}).json()
             messages += [reply["choices"][0]["message"],
-                         {"role": "user", "content": f"tool output {i}:\n{TOOL_TEXT}"}]
+                         {"role": "user", "content": f"tool output {i}:\n{tool_output(i)}"}]
+        time.sleep(1.0)  # the last recordings land just after their replies
         stats = c.get(proxied + "/_sess/stats").json()
-    time.sleep(0.5)  # the last recording lands just after its reply
     with open_store(store) as s:
         st = s.stats()
         chain = max(s.sessions(), key=lambda info: info.length)
     print(f"\nstorage of a {turns}-turn conversation (each turn re-sends the history; "
-          f"~{len(TOOL_TEXT)} B of tool output per turn)")
+          f"{len(tool_output(0))} B of tool output per turn, echoed in the reply)")
     print(f"  request bodies (a request-logging proxy): {sent / 1e6:8.2f} MB")
     print(f"  sesstree store on disk:                   {st.physical_bytes / 1e6:8.2f} MB "
           f"({st.nodes} nodes, session of {chain.length} events)")
@@ -163,22 +177,30 @@ def main() -> None:
     parser.add_argument("--delay", type=float, default=0.2,
                         help="seconds the provider takes to answer (default 0.2; 0 makes the "
                              "32 clients a throughput test of the proxy's one process)")
+    parser.add_argument("--clients", type=int, default=None, help="concurrent clients (32)")
+    parser.add_argument("--only", choices=["latency", "storage"], help="run one part")
     args = parser.parse_args()
     clients, calls, rounds, turns = (8, 5, 1, 40) if args.quick else (32, 15, 3, 200)
+    if args.clients is not None:
+        clients = args.clients
     up, upstream = start_upstream(args.delay)
     with tempfile.TemporaryDirectory() as tmp:
-        px, proxied = start_proxy(Path(tmp) / "latency", upstream)
         try:
-            latency(upstream, proxied, px.pid, clients, calls, rounds, args.delay)
+            if args.only != "storage":
+                px, proxied = start_proxy(Path(tmp) / "latency", upstream)
+                try:
+                    latency(upstream, proxied, px.pid, clients, calls, rounds, args.delay)
+                finally:
+                    px.terminate()
+                    px.wait()
+            if args.only != "latency":
+                px, proxied = start_proxy(Path(tmp) / "storage", upstream)
+                try:
+                    storage(proxied, Path(tmp) / "storage", turns)
+                finally:
+                    px.terminate()
+                    px.wait()
         finally:
-            px.terminate()
-            px.wait()
-        px, proxied = start_proxy(Path(tmp) / "storage", upstream)
-        try:
-            storage(proxied, Path(tmp) / "storage", turns)
-        finally:
-            px.terminate()
-            px.wait()
             assert up.stdin is not None
             up.stdin.close()
             up.wait()
