@@ -73,6 +73,10 @@ def proxy(locator: StoreLocator, upstream: str, port: int, host: str, timeout: f
     shown = f"[{host}]" if ":" in host else host
     click.echo(f"sess proxy: listening on http://{shown}:{bound}, forwarding to "
                f"{safe_url(url)}", err=True)
+    if host not in ("127.0.0.1", "localhost", "::1"):
+        click.echo(printable(f"sess proxy: warning: listening on {host}: anyone who can reach "
+                             "this port can send calls through it and have them recorded"),
+                   err=True)
     quiet_cut_logs()
     config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on",
                             timeout_graceful_shutdown=5)

@@ -98,6 +98,9 @@ class Proxy:
     def __init__(self, store: Store, upstream: str, *, timeout: float = 600.0,
                  log: Callable[[str], None] | None = None, quiet: bool = False) -> None:
         self.upstream = httpx.URL(upstream.rstrip("/"))
+        # Credentials in the upstream URL are secrets too: never in a record or a line.
+        self._url_secrets = [v for v in (self.upstream.password, self.upstream.query.decode())
+                             if v and len(v) >= 4]
         self.timeout = timeout
         self.stats = Stats()
         self.recorder = Recorder(store, self.stats)
@@ -186,7 +189,7 @@ class Proxy:
                 parsed = parse_request(protocol, _decode(body))
             except msgspec.DecodeError:
                 parsed = None
-        secrets = _secrets(raw_headers)
+        secrets = [*_secrets(raw_headers), *self._url_secrets]
         try:
             upstream = await self.client.handle_async_request(httpx.Request(
                 request.method, url, headers=headers, content=body,
