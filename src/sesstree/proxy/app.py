@@ -160,21 +160,27 @@ class Proxy:
         return JSONResponse(self.stats.snapshot())
 
     async def forward(self, request: Request) -> Response | Relay:
-        """Forward one request, and record it if it is a model call."""
+        """Forward one request, and record it if it is a model call.
+
+        Nothing is parsed on the way: the request body and the reply's chunks are handed to
+        the recorder thread as bytes once the reply has passed, so recording adds no work
+        between a chunk's arrival and its relay.
+        """
         started = time.perf_counter()
         self.stats.add("requests")
         assert self.client is not None, "the proxy was not started"
         body = await request.body()
         path = request.url.path
-        protocol = protocol_of(request.method, path)
+        call = _Call(request.method, path, protocol_of(request.method, path), body, started)
         raw_headers = list(request.headers.raw)
-        session = request.headers.get(SESSION_HEADER)
-        if session is not None:
+        call.session = request.headers.get(SESSION_HEADER)
+        if call.session is not None:
             try:
-                check_ref_name(session)
+                check_ref_name(call.session)
             except InvalidRefNameError as exc:
-                return JSONResponse(_error_body(protocol, f"sess proxy: X-Sess-Session: {exc}"),
-                                    status_code=400)
+                return JSONResponse(
+                    _error_body(call.protocol, f"sess proxy: X-Sess-Session: {exc}"),
+                    status_code=400)
         headers = [(k, v) for k, v in raw_headers if k.lower() not in _HOP
                    and k.lower() != b"accept-encoding"]
         headers.append((b"accept-encoding",
@@ -183,118 +189,131 @@ class Proxy:
             raw_path=(self.upstream.raw_path.rstrip(b"/") if self.upstream.path != "/" else b"")
             + (request.scope.get("raw_path") or path.encode())
             + (b"?" + request.scope["query_string"] if request.scope.get("query_string") else b""))
-        parsed: ParsedRequest | None = None
-        if protocol is not None:
-            try:
-                parsed = parse_request(protocol, _decode(body))
-            except msgspec.DecodeError:
-                parsed = None
-        secrets = [*_secrets(raw_headers), *self._url_secrets]
+        call.secrets = [*_secrets(raw_headers), *self._url_secrets]
         try:
             upstream = await self.client.handle_async_request(httpx.Request(
                 request.method, url, headers=headers, content=body,
                 extensions={"timeout": self._timeout}))
         except httpx.HTTPError as exc:
-            status = 504 if isinstance(exc, httpx.TimeoutException) else 502
-            reason = redact(f"{type(exc).__name__}: {exc}", secrets)
+            call.status = 504 if isinstance(exc, httpx.TimeoutException) else 502
+            reason = redact(f"{type(exc).__name__}: {exc}", call.secrets)
             message = f"sess proxy: upstream {safe_url(self.upstream)} unreachable ({reason})"
-            if parsed is not None:
-                self._submit(Exchange(parsed, ReplyBuilder(parsed.protocol).result(), status,
-                                      session, message, None, secrets), request, started)
-            else:
-                self._passed(request, status, started)
+            call.error = message
             self.stats.add("upstream_errors")
-            return JSONResponse(_error_body(protocol, message), status_code=status)
-        return self._relay(request, upstream, parsed, session, secrets, started)
-
-    def _relay(self, request: Request, upstream: httpx.Response, parsed: ParsedRequest | None,
-               session: str | None, secrets: list[str], started: float) -> Relay:
-        headers = [(k.lower(), v) for k, v in upstream.headers.raw
-                   if k.lower() not in _HOP or k.lower() == b"content-length"]
-        status = upstream.status_code
-        if status >= 400:
+            self._submit(call)
+            return JSONResponse(_error_body(call.protocol, message), status_code=call.status)
+        call.status = upstream.status_code
+        if call.status >= 400:
             self.stats.add("upstream_errors")
-        if parsed is None:
-            return Relay(upstream, headers, None,
-                         lambda cut: self._passed(request, status, started, cut))
-        encoding = upstream.headers.get("content-encoding", "identity").lower()
-        readable = encoding in _DECODABLE
-        inflate = zlib.decompressobj(47) if encoding in ("gzip", "deflate") else None
-        streamed = "text/event-stream" in upstream.headers.get("content-type", "")
-        builder = ReplyBuilder(parsed.protocol)
-        sse = SseParser()
-        kept: list[bytes] = []
-
-        def on_chunk(chunk: bytes) -> None:
-            if not readable:
-                return
-            data = inflate.decompress(chunk) if inflate is not None else chunk
-            if streamed and status < 400:
-                for event, text in sse.feed(data):
-                    builder.feed_event(event, text)
-            else:
-                kept.append(data)
+        call.encoding = upstream.headers.get("content-encoding", "identity").lower()
+        call.streamed = "text/event-stream" in upstream.headers.get("content-type", "")
+        headers_out = [(k.lower(), v) for k, v in upstream.headers.raw
+                       if k.lower() not in _HOP or k.lower() == b"content-length"]
 
         def on_end(cut: str | None) -> None:
-            if not readable:
-                self.log(printable(f"{request.method} {request.url.path} {status}: not recorded "
-                                   f"(content encoding {encoding})"))
-                self.stats.add("record_failures")
-                return
-            error: Any = None
-            if kept:
-                whole = b"".join(kept)
-                try:
-                    value = _decode(whole)
-                except msgspec.DecodeError:
-                    value = whole[:4000].decode("utf-8", "replace")
-                if status >= 400:
-                    error = value
-                else:
-                    builder.feed_json(value)
-            elif status >= 400:
-                error = ""
-            if builder.error is not None:
-                error = builder.error
-                self.stats.add("upstream_errors")
-            self._submit(Exchange(parsed, builder.result(), status, session, error, cut, secrets),
-                         request, started)
+            call.cut_by = cut
+            self._submit(call)
 
-        return Relay(upstream, headers, on_chunk, on_end)
+        return Relay(upstream, headers_out, call.chunks.append if call.protocol else None,
+                     on_end)
 
-    def _passed(self, request: Request, status: int, started: float,
-                cut: str | None = None) -> None:
-        self.stats.add("passed_through")
-        ms = (time.perf_counter() - started) * 1000
-        tail = f", cut by the {cut}" if cut else ""
-        self.log(printable(f"{request.method} {request.url.path} {status} (not recorded{tail}) "
-                           f"{ms:.0f} ms"))
-
-    def _submit(self, exchange: Exchange, request: Request, started: float) -> None:
-        ms = (time.perf_counter() - started) * 1000
-        where = f"{request.method} {request.url.path} {exchange.status}"
+    def _submit(self, call: _Call) -> None:
+        call.ms = (time.perf_counter() - call.started) * 1000
         try:
             if self._worker is None:
                 raise RuntimeError("not started")
-            self._worker.submit(self._record, exchange, where, ms)
+            self._worker.submit(self._record, call)
         except RuntimeError:
             # A reply that ends while the proxy shuts down (a stream cut at the end of the
             # grace period): the recorder has stopped taking work.
             self.stats.add("record_failures")
-            self.log(printable(f"{where}: not recorded: the proxy is stopping"))
+            self.log(printable(f"{call.where}: not recorded: the proxy is stopping"))
 
-    def _record(self, exchange: Exchange, where: str, ms: float) -> None:
+    def _record(self, call: _Call) -> None:
+        """On the recorder thread: parse what passed, and record it."""
+        exchange = None
         try:
+            exchange = self._exchange(call)
+            if exchange is None:
+                return
             outcome: Outcome = self.recorder.record(exchange)
         except Exception as exc:  # never let a recording failure reach the client
             self.stats.add("record_failures")
-            message = redact(f"{type(exc).__name__}: {exc}", exchange.secrets)
-            self.log(printable(f"{where}: recording failed: {message}"))
+            message = redact(f"{type(exc).__name__}: {exc}", call.secrets)
+            self.log(printable(f"{call.where}: recording failed: {message}"))
             return
-        cut = f", cut by the {exchange.cut_by}" if exchange.cut_by else ""
+        cut = f", cut by the {call.cut_by}" if call.cut_by else ""
         self.log(printable(
-            f"{where} -> {outcome.session} ({outcome.kind}) +{outcome.new_nodes} nodes, "
-            f"{outcome.dedup} re-sent, {_tokens(exchange.reply.usage)}, {ms:.0f} ms{cut}"))
+            f"{call.where} -> {outcome.session} ({outcome.kind}) +{outcome.new_nodes} nodes, "
+            f"{outcome.dedup} re-sent, {_tokens(exchange.reply.usage)}, {call.ms:.0f} ms{cut}"))
+
+    def _exchange(self, call: _Call) -> Exchange | None:
+        """The exchange to record, or None (after logging why) for one that is not recorded."""
+        parsed: ParsedRequest | None = None
+        if call.protocol is not None:
+            try:
+                parsed = parse_request(call.protocol, _decode(call.body))
+            except msgspec.DecodeError:
+                parsed = None
+        if parsed is None:
+            self.stats.add("passed_through")
+            tail = f", cut by the {call.cut_by}" if call.cut_by else ""
+            self.log(printable(f"{call.where} (not recorded{tail}) {call.ms:.0f} ms"))
+            return None
+        if call.encoding not in _DECODABLE:
+            self.stats.add("record_failures")
+            self.log(printable(f"{call.where}: not recorded (content encoding {call.encoding})"))
+            return None
+        data = b"".join(call.chunks)
+        if call.encoding in ("gzip", "deflate") and data:
+            # A cut stream ends mid-block: what could be inflated is what passed.
+            data = zlib.decompressobj(47).decompress(data)
+        builder = ReplyBuilder(parsed.protocol)
+        error: Any = call.error
+        if call.streamed and call.status is not None and call.status < 400:
+            for event, text in SseParser().feed(data):
+                builder.feed_event(event, text)
+        elif data:
+            try:
+                value = _decode(data)
+            except msgspec.DecodeError:
+                value = data[:4000].decode("utf-8", "replace")
+            if call.status is not None and call.status >= 400:
+                error = value
+            else:
+                builder.feed_json(value)
+        elif call.status is not None and call.status >= 400 and error is None:
+            error = ""
+        if builder.error is not None:
+            error = builder.error
+            self.stats.add("upstream_errors")
+        return Exchange(parsed, builder.result(), call.status, call.session, error,
+                        call.cut_by, call.secrets)
+
+
+class _Call:
+    """What passed through for one request, handed to the recorder thread."""
+
+    def __init__(self, method: str, path: str, protocol: str | None, body: bytes,
+                 started: float) -> None:
+        self.method = method
+        self.path = path
+        self.protocol = protocol
+        self.body = body
+        self.started = started
+        self.session: str | None = None
+        self.secrets: list[str] = []
+        self.status: int | None = None
+        self.error: Any = None
+        self.encoding = "identity"
+        self.streamed = False
+        self.chunks: list[bytes] = []
+        self.cut_by: str | None = None
+        self.ms = 0.0
+
+    @property
+    def where(self) -> str:
+        return f"{self.method} {self.path} {self.status}"
 
 
 def _stderr(line: str) -> None:
