@@ -12,6 +12,7 @@ logged and counted.
 
 from __future__ import annotations
 
+import itertools
 import socket
 import sys
 import time
@@ -46,6 +47,7 @@ _HOP = frozenset({b"connection", b"keep-alive", b"proxy-connection", b"transfer-
 _SECRET_HEADERS = frozenset({b"authorization", b"x-api-key", b"api-key", b"x-goog-api-key",
                              b"proxy-authorization", b"openai-api-key", b"anthropic-api-key"})
 _DECODABLE = ("gzip", "deflate", "identity")
+_POOLS = 8
 _decode = msgspec.json.decode
 
 
@@ -109,6 +111,8 @@ class Proxy:
         #: Where the line per request goes.
         self.log = (lambda line: None) if quiet else self.report
         self.client: httpx.AsyncHTTPTransport | None = None
+        self._pools: list[httpx.AsyncHTTPTransport] = []
+        self._turn = itertools.count()
         self._worker: ThreadPoolExecutor | None = None
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -117,11 +121,16 @@ class Proxy:
         """Open the upstream client and the recorder thread; index the store."""
         # The transport alone: a proxy wants none of the client's redirects, cookies, auth or
         # default headers, and skipping them is a third of the cost of a forwarded call.
-        self.client = httpx.AsyncHTTPTransport(
-            limits=httpx.Limits(max_connections=None, max_keepalive_connections=64),
+        # Several small pools rather than one large: a pool checks every idle connection it
+        # holds on each request (a system call each), so with 32 clients one pool costs a
+        # millisecond a call.
+        self._pools = [httpx.AsyncHTTPTransport(
+            limits=httpx.Limits(max_connections=None, max_keepalive_connections=16),
             # Without TCP_NODELAY a request's headers and body, written apart, wait on the
             # upstream's delayed ACK: 40 ms added to every call.
             socket_options=[(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)])
+            for _ in range(_POOLS)]
+        self.client = self._pools[0]
         self._timeout = {"connect": min(self.timeout, 10.0), "read": self.timeout,
                          "write": self.timeout, "pool": self.timeout}
         self._worker = ThreadPoolExecutor(1, thread_name_prefix="sess-proxy-recorder")
@@ -143,9 +152,10 @@ class Proxy:
         if self._worker is not None:
             self._worker.shutdown(wait=True)
             self._worker = None
-        if self.client is not None:
-            await self.client.aclose()
-            self.client = None
+        for pool in self._pools:
+            await pool.aclose()
+        self._pools = []
+        self.client = None
         self.report("sess proxy: " + self.stats.line())
 
     def flush(self) -> None:
@@ -191,7 +201,8 @@ class Proxy:
             + (b"?" + request.scope["query_string"] if request.scope.get("query_string") else b""))
         call.secrets = [*_secrets(raw_headers), *self._url_secrets]
         try:
-            upstream = await self.client.handle_async_request(httpx.Request(
+            pool = self._pools[next(self._turn) % len(self._pools)]
+            upstream = await pool.handle_async_request(httpx.Request(
                 request.method, url, headers=headers, content=body,
                 extensions={"timeout": self._timeout}))
         except httpx.HTTPError as exc:
