@@ -344,7 +344,7 @@ def test_log_graph_draws_the_fork_newest_first(sess: Sess) -> None:
     ids = sess.quest()
     sess.ok("checkout", "-b", "west", "main~1")
     west = sess.ok("append", "user/message", msg("user", "I go east instead.")).split()[0]
-    lines = sess.lines("log", "--graph", "--all")
+    lines = sess.lines("log", "--graph", "--all", "--oneline")
     assert lines == [
         f"* {west} (HEAD -> west) user: I go east instead.",
         f"| * {short(ids[2])} (main) user: I go west.",
@@ -354,14 +354,14 @@ def test_log_graph_draws_the_fork_newest_first(sess: Sess) -> None:
     ]
     # a newer event on main puts main on top
     sess.ok("append", "main", "assistant/message", msg("assistant", "The mill is closed."))
-    lines = sess.lines("log", "--graph", "--all")
+    lines = sess.lines("log", "--graph", "--all", "--oneline")
     assert lines[0].startswith("* ") and "(main) assistant: The mill is closed." in lines[0]
     assert lines[1] == f"* {short(ids[2])} user: I go west."
     assert lines[2].startswith("| * ") and "(HEAD -> west)" in lines[2]
     assert lines[3] == "|/"
     assert lines[4] == f"* {short(ids[1])} assistant: Go west past the old mill."
     # without --all: only the chain of REV (default HEAD), no fork drawn
-    assert sess.lines("log", "--graph") == [
+    assert sess.lines("log", "--graph", "--oneline") == [
         f"* {west} (HEAD -> west) user: I go east instead.",
         f"* {short(ids[1])} assistant: Go west past the old mill.",
         f"* {short(ids[0])} user: I need to get into the Cave of Echoes.",
@@ -375,7 +375,7 @@ def test_log_graph_all_draws_unrelated_roots_apart(sess: Sess) -> None:
     ids = sess.quest()
     sess.ok("append", "other", "user/message", msg("user", "a new story"))
     sess.ok("tag", "v1", "main~2")
-    lines = sess.lines("log", "--graph", "--all")
+    lines = sess.lines("log", "--graph", "--all", "--oneline")
     other = sess.head("other")
     assert lines == [
         f"* {short(other)} (other) user: a new story",
@@ -392,7 +392,7 @@ def test_log_graph_all_three_way_fork(sess: Sess) -> None:
     for name in ("a", "b"):
         sess.ok("branch", "main~2", name)
         sess.ok("append", name, "user/message", msg("user", f"path {name}"))
-    lines = sess.lines("log", "--graph", "--all")
+    lines = sess.lines("log", "--graph", "--all", "--oneline")
     assert lines[-1] == f"* {short(ids[0])} user: I need to get into the Cave of Echoes."
     assert sum(line.startswith("|/") for line in lines) == 2
     labels = " ".join(lines)
@@ -443,7 +443,7 @@ def test_messages_human_json_jsonl_and_rev(sess: Sess) -> None:
     sess.quest()
     sess.ok("append", "context/message", json.dumps({"content": "It is raining."}))
     sess.ok("append", "turn/start", "{}")
-    assert sess.lines("messages") == [
+    assert sess.lines("messages", "--oneline") == [
         "user: I need to get into the Cave of Echoes.",
         "assistant: Go west past the old mill.",
         "user: I go west.",
@@ -475,7 +475,7 @@ def test_messages_exact_and_sending_view(sess: Sess) -> None:
     # once something follows, it is an orphan: a warning, still nothing invented
     sess.ok("append", "user/message", json.dumps({"role": "user", "content": "well?"}))
     sess.ok("append", "user/message", json.dumps({"role": "user", "content": "hello?"}))
-    result = sess("messages")
+    result = sess("messages", "--oneline")
     assert result.exit_code == 0
     assert result.stderr == "warning: orphan-call c9: no result was recorded\n"
     assert result.stdout.splitlines()[0] == "assistant: [calls look]"

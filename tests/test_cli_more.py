@@ -17,7 +17,6 @@ from cli_kit import Sess, msg, user_error
 
 from sesstree import Node, make_node, open_store
 from sesstree.fmt import SHORT
-from sesstree.interop.provenance import PROVENANCE_KEY
 from sesstree.node import encode_data
 
 SEED = [
@@ -59,9 +58,9 @@ def test_import_seed_file_with_meta(sess: Sess, tmp_path: Path) -> None:
                                         "message"]
     assert len(sess.lines("log", "quest-1")) == 4  # one node per message, no marker nodes
     with sess.store() as store:
-        meta = store.get_session_meta("quest-1")
-        assert meta is not None and meta.pop(PROVENANCE_KEY)["format"] == "seed"
-        assert meta == META
+        origin = store.session_origin("quest-1")
+        assert origin is not None and origin.format == "seed"
+        assert store.get_session_meta("quest-1") == META
 
 
 def test_import_again_grown_and_copied_share_nodes(sess: Sess, tmp_path: Path) -> None:

@@ -32,3 +32,24 @@ def test_fsck_finds_wrong_depth_index(store: Store) -> None:
     with closing(sqlite3.connect(store.backend.path)) as db, db:  # type: ignore[attr-defined]
         db.execute("UPDATE nodes SET depth = 7 WHERE id = ?", (bytes.fromhex(ids[2]),))
     assert any("depth" in f for f in store.fsck())
+
+
+def test_a_store_whose_reflog_predates_started_folds_without_it(tmp_path: Path) -> None:
+    with open_store(tmp_path / "s") as store:
+        grow(store, "q", 1)
+    with closing(sqlite3.connect(tmp_path / "s" / "store.db")) as db, db:
+        db.execute("ALTER TABLE reflog DROP COLUMN started")  # as stores made before it
+    with open_store(tmp_path / "s") as store:
+        q = store.session("q")
+        with q.log_group("run: turn"):
+            q.add_message(user("a"))
+            q.add_message(user("b"))  # the one-statement fold
+        with store.batch():
+            q.add_message(user("c"))
+            q.add_message(user("d"))  # the fold kept back until the batch commits
+        log = store.reflog("q")
+        assert [(e.reason, e.started) for e in log] == [
+            ("append: user/message", None), ("run: turn (2 moves)", None),
+            ("append: user/message (batch of 2 moves)", None)]
+        assert [m["content"] for m in q.messages()][-4:] == ["a", "b", "c", "d"]
+        assert store.fsck() == []

@@ -51,7 +51,7 @@ def test_readers_and_writers_on_threads() -> None:
                 store.reflog()
                 list(store.backend.iter_nodes())
                 store.backend.resolve_prefix("ab", limit=50)
-                store.backend.list_meta("")
+                store.backend.list_session_meta()
         except BaseException as exc:
             errors.append(exc)
 
@@ -76,7 +76,7 @@ def test_a_failed_batch_undoes_nodes_refs_reflog_and_metadata() -> None:
     store.tag("v1", "q")
     store.set_session_meta("q", {"a": 1})
     before = (list(store.backend.iter_nodes()), store.backend.list_refs(""), store.reflog(),
-              store.backend.list_meta(""))
+              store.backend.list_session_meta(), store.backend.get_head())
     with pytest.raises(RuntimeError), store.batch():
         q.add_message({"role": "user", "content": "gone"})
         store.fork("w", "q")
@@ -86,7 +86,7 @@ def test_a_failed_batch_undoes_nodes_refs_reflog_and_metadata() -> None:
         store.expire_reflog("renamed")
         raise RuntimeError("abort")
     after = (list(store.backend.iter_nodes()), store.backend.list_refs(""), store.reflog(),
-             store.backend.list_meta(""))
+             store.backend.list_session_meta(), store.backend.get_head())
     assert after == before
     store.close()
 

@@ -26,6 +26,7 @@ from sesstree import (
     open_store,
 )
 from sesstree.store import postgres_objects as objects
+from sesstree.store.base import StoreFormat
 from sesstree.store.postgres import StoreUnavailableError
 from sesstree.store.postgres_schema import FORMAT_VERSION
 from sesstree.store.urls import is_store_url, redact_url
@@ -49,8 +50,7 @@ def test_opening_without_create_finds_no_store(postgres_url: str) -> None:
 
 def test_created_on_first_use_with_its_version(postgres_url: str) -> None:
     with open_store(postgres_url) as store:
-        assert store.backend.get_meta("format") == str(FORMAT_VERSION)
-        assert store.backend.get_meta("ids", ) == "blake3-msgpack-v1"
+        assert store.backend.store_format() == StoreFormat(FORMAT_VERSION, "blake3-msgpack-v1")
     with open_store(postgres_url, create=False) as again:
         assert again.sessions() == []
 
@@ -58,13 +58,40 @@ def test_created_on_first_use_with_its_version(postgres_url: str) -> None:
 def test_newer_format_is_refused_and_left_alone(postgres_url: str) -> None:
     with open_store(postgres_url) as store:
         store.session("q").add_message(user("kept"))
-        store.backend.set_meta("format", str(FORMAT_VERSION + 1))
+        store.backend._db.execute("UPDATE meta SET value = %s WHERE key = 'format'",
+                                  (str(FORMAT_VERSION + 1),))
     with pytest.raises(StoreFormatError, match="Upgrade sesstree"):
         open_store(postgres_url)
     with psycopg.connect(postgres_url, autocommit=True) as conn:
         assert conn.execute("SELECT value FROM meta WHERE key = 'format'").fetchone() == (
             str(FORMAT_VERSION + 1),)
         assert conn.execute("SELECT count(*) FROM nodes").fetchone() == (1,)
+
+
+def test_format_1_is_upgraded_with_its_history_kept(postgres_url: str) -> None:
+    with open_store(postgres_url) as store:
+        store.session("q").add_message(user("kept"))
+    # Put the store back to format 1: its flag-taking functions, no functions key.
+    with psycopg.connect(postgres_url, autocommit=True) as conn:
+        conn.execute("UPDATE meta SET value = '1' WHERE key = 'format'")
+        conn.execute("DELETE FROM meta WHERE key = 'functions'")
+        conn.execute("ALTER TABLE reflog DROP COLUMN started")
+        conn.execute("DROP FUNCTION sesstree_append_run")
+        conn.execute("CREATE FUNCTION sesstree_append_run(text, bytea, bytea[], bytea[], bytea[], "
+                     "bytea[], bigint[]) RETURNS text LANGUAGE sql AS $$ SELECT 'old' $$")
+    with open_store(postgres_url) as store:
+        assert store.backend.store_format().version == FORMAT_VERSION == 2
+        q = store.session("q")
+        assert [m["content"] for m in q.messages()] == ["kept"]
+        with store.batch():
+            for i in range(3):
+                q.add_message(user(str(i)))
+        assert store.reflog("q")[-1].reason == "append: user/message (batch of 3 moves)"
+        assert store.reflog("q")[-1].started is not None
+    with psycopg.connect(postgres_url, autocommit=True) as conn:
+        arities = conn.execute("SELECT pronargs FROM pg_proc WHERE proname = "
+                               "'sesstree_append_run'").fetchall()
+        assert arities == [(8,)]  # the old one is gone, not left beside the new one
 
 
 def test_foreign_tables_are_not_taken_for_a_store(postgres_url: str) -> None:

@@ -11,7 +11,6 @@ import pytest
 
 from sesstree import InputError, Store, open_store
 from sesstree.interop import export_session, import_files
-from sesstree.interop.provenance import PROVENANCE_KEY
 
 QUEST = [
     {"role": "user", "content": "I need to get into the Cave of Echoes. Find out what it takes."},
@@ -139,9 +138,9 @@ def test_import_as_name_and_meta(store: Store, tmp_path: Path) -> None:
     (tmp_path / "quest-1.meta.json").write_text(json.dumps(meta), encoding="utf-8")
     [res] = import_files(store, [path], name="team/quest")
     assert res.session == "team/quest"
-    stored = store.get_session_meta("team/quest")
-    assert stored is not None and stored.pop(PROVENANCE_KEY)["source"] == str(path.resolve())
-    assert stored == meta
+    origin = store.session_origin("team/quest")
+    assert origin is not None and origin.source == str(path.resolve())
+    assert store.get_session_meta("team/quest") == meta
     assert store.messages("team/quest") == QUEST
 
 

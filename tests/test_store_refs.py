@@ -18,6 +18,7 @@ import pytest
 from core_testkit import HELPERS
 
 from sesstree import Store, open_store
+from sesstree.store.base import SessionMeta
 
 CHILD = HELPERS / "store_child.py"
 
@@ -46,14 +47,21 @@ def fail_on_meta(store: Store, monkeypatch: pytest.MonkeyPatch, key: str) -> Non
 
         monkeypatch.setattr(head, "set", set_head)
         return
-    real = store.backend.set_meta
+    if key == "HEAD":
+        def set_head_in_store(value: str) -> None:
+            raise Boom("HEAD")
 
-    def set_meta(k: str, value: str | None) -> None:
-        if k == key:
-            raise Boom(k)
-        real(k, value)
+        monkeypatch.setattr(store.backend, "set_head", set_head_in_store)
+        return
+    real = store.backend.set_session_meta
+    failing = key.removeprefix("session:")
 
-    monkeypatch.setattr(store.backend, "set_meta", set_meta)
+    def set_session_meta(name: str, meta: SessionMeta | None) -> None:
+        if name == failing:
+            raise Boom(key)
+        real(name, meta)
+
+    monkeypatch.setattr(store.backend, "set_session_meta", set_session_meta)
 
 
 @pytest.mark.parametrize("failing", ["session:b", "session:a", "HEAD"])

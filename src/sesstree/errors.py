@@ -19,6 +19,8 @@
     ├── MissingNodeError            a node's parent, or a ref's target, is not stored
     ├── InvalidEventError           an unknown event type or data that is not JSON
     ├── InputError                  a malformed input file (names file and line)
+    ├── RemoteError                 a remote cannot be reached, refuses, or answers garbage
+    │   └── PushRejectedError       the remote refused to move some refs (non-fast-forward, ...)
     └── AgentError
         ├── ProviderError           the model endpoint failed or answered garbage
         │   └── IncompleteReplyError  the reply stopped part-way (a cut or stalled stream)
@@ -40,7 +42,9 @@ __all__ = [
     "MaxTurnsExceeded",
     "MissingNodeError",
     "ProviderError",
+    "PushRejectedError",
     "RefExistsError",
+    "RemoteError",
     "RevisionError",
     "SesstreeError",
     "StoreCorruptError",
@@ -137,6 +141,21 @@ class InputError(SesstreeError):
         super().__init__(where + message)
         self.path = path
         self.line = line
+
+
+class RemoteError(SesstreeError):
+    """Another store could not be synced with: unknown remote, bad URL, server down, a token
+    missing or refused, or a peer that sent something that does not verify. Nothing that was
+    stored before is lost, and no ref moved because of the failed step."""
+
+
+class PushRejectedError(RemoteError):
+    """The remote refused to move some refs: ``results`` says which, and why (the others,
+    if any, were pushed)."""
+
+    def __init__(self, message: str, results: list[object] | None = None) -> None:
+        super().__init__(message)
+        self.results = results or []
 
 
 class AgentError(SesstreeError):

@@ -61,6 +61,19 @@ def _content_text(content: Any) -> str:
     return _json.encode(content).decode()
 
 
+def _call_summary(call: Any) -> str:
+    """``talk_to {"npc": "mayor"}``: a tool call's name and (unless empty) its arguments."""
+    fn = call.get("function") if isinstance(call, dict) else None
+    if not isinstance(fn, dict):
+        return "?"
+    arguments = fn.get("arguments", "")
+    if not isinstance(arguments, str):
+        arguments = _json.encode(arguments).decode()
+    arguments = arguments.strip()
+    name = str(fn.get("name", "?"))
+    return name if arguments in ("", "{}") else f"{name} {arguments}"
+
+
 def _record_summary(node: Node) -> str | None:
     """Short words for the loop's own records (turns, steps, usage, tool calls)."""
     data = node.data if isinstance(node.data, dict) else {}
@@ -94,10 +107,7 @@ def summary(node: Node, width: int = 72, *, with_type: bool = False) -> str:
         text = _content_text(data.get("content"))
         calls = data.get("tool_calls")
         if isinstance(calls, list) and calls:
-            names = ", ".join(
-                str((c.get("function") or {}).get("name", "?")) if isinstance(c, dict) else "?"
-                for c in calls
-            )
+            names = ", ".join(_call_summary(c) for c in calls)
             text = (text + " " if text else "") + f"[calls {names}]"
         if role == "tool":
             role = f"tool {data.get('tool_call_id', '')}".strip()

@@ -48,11 +48,11 @@ class MetaHead:
 
     def get(self) -> str | None:
         """The raw value, or None."""
-        return self._backend.get_meta("HEAD")
+        return self._backend.get_head()
 
     def set(self, value: str) -> None:
         """Write the raw value (inside the store's transaction, if one is open)."""
-        self._backend.set_meta("HEAD", value)
+        self._backend.set_head(value)
 
 
 class FileHead:

@@ -27,7 +27,18 @@ from .events import Derived, derive_messages, is_registered
 from .fmt import plural
 from .head import FileHead, HeadKeeper, MetaHead, head_file_for
 from .node import Node, NodeId, check_ref_name, encode_data, node_id_from_encoded
-from .store.base import Backend, Chain, RawNode, Ref, ReflogEntry, RefUpdate
+from .policy import WritePolicy
+from .store.base import (
+    PROVENANCE_KEY,
+    Backend,
+    Chain,
+    ImportOrigin,
+    RawNode,
+    Ref,
+    ReflogEntry,
+    RefUpdate,
+    SessionMeta,
+)
 from .store.memory import MemoryBackend
 from .store.sqlite import SqliteBackend
 from .store.sqlite_media import media_error
@@ -36,12 +47,15 @@ from .store.urls import is_store_url, open_url
 if TYPE_CHECKING:
     from .maintenance import GcResult, Stats
     from .session import Session
+    from .sync import FetchResult, PullResult, PushResult
 
 __all__ = ["STORE_FILE", "Diff", "SessionInfo", "Store", "open_store"]
 
 STORE_FILE = "store.db"
 SESSIONS = "sessions/"
 TAGS = "tags/"
+#: Remote-tracking refs: ``remotes/REMOTE/NAME``, read as the revision ``REMOTE/NAME``.
+REMOTES = "remotes/"
 _HEX = re.compile(r"^[0-9a-f]{4,64}$")
 _SUFFIX = re.compile(r"(~[0-9]*|\^+)$")
 _REFLOG_REV = re.compile(r"^(.*)@\{([0-9]+)\}$")
@@ -125,10 +139,8 @@ class Store:
         self.backend = backend
         #: Where HEAD is kept: in the store (a local store), or on this machine (a shared one).
         self._head: HeadKeeper = head if head is not None else MetaHead(backend)
-        # Session handles that moved inside the open batch: if it rolls back, they must forget
-        # what it wrote.
-        self._batch_depth = 0
-        self._moved_in_batch: list[Session] = []
+        #: Batches and how ref moves are logged: one policy for every backend.
+        self._policy = WritePolicy()
 
     def __enter__(self) -> Store:
         return self
@@ -147,25 +159,21 @@ class Store:
         Appends inside the block are acknowledged (and durable) when the block exits; each ref
         moved gets one reflog entry for the whole batch.
         """
-        # A HEAD kept outside the store (a shared store's) is not in the transaction: put it
-        # back by hand if the batch fails.
-        outside = self._batch_depth == 0 and not self._head.in_store
-        head_before = self._head.get() if outside else None
-        self._batch_depth += 1
-        try:
-            with self.backend.batch():
-                yield
-        except BaseException:
-            if self._batch_depth == 1:
-                for session in self._moved_in_batch:
-                    session.refresh()
-                if outside and self._head.get() != head_before:
-                    self._head.set(head_before or "ref: " + SESSIONS + "main")
-            raise
-        finally:
-            self._batch_depth -= 1
-            if self._batch_depth == 0:
-                self._moved_in_batch.clear()
+        with self._policy.batch() as state:
+            # A HEAD kept outside the store (a shared store's) is not in the transaction: put
+            # it back by hand if the batch fails.
+            outside = state.depth == 1 and not self._head.in_store
+            head_before = self._head.get() if outside else None
+            try:
+                with self.backend.batch():
+                    yield
+            except BaseException:
+                if state.depth == 1:
+                    for session in state.moved:
+                        session.refresh()
+                    if outside and self._head.get() != head_before:
+                        self._head.set(head_before or "ref: " + SESSIONS + "main")
+                raise
 
     # -- sessions ----------------------------------------------------------------------------
 
@@ -225,7 +233,7 @@ class Store:
                 target = self._require_session(name)
                 self.move_ref(SESSIONS + name, target, None, "branch: deleted")
                 self._move_head(name, target)
-                self.backend.set_meta("session:" + name, None)
+                self.backend.set_session_meta(name, None)
         return target
 
     def rename_session(self, old: str, new: str) -> None:
@@ -239,10 +247,10 @@ class Store:
                     raise RefExistsError(f"session {new!r} already exists")
                 self.backend.rename_ref(SESSIONS + old, SESSIONS + new, target,
                                         f"branch: renamed {old} to {new}")
-                meta = self.backend.get_meta("session:" + old)
+                meta = self.backend.get_session_meta(old)
                 if meta is not None:
-                    self.backend.set_meta("session:" + new, meta)
-                    self.backend.set_meta("session:" + old, None)
+                    self.backend.set_session_meta(new, meta)
+                    self.backend.set_session_meta(old, None)
                 self._move_head(old, "ref: " + SESSIONS + new)
 
     def _move_head(self, name: str, value: str) -> None:
@@ -316,22 +324,51 @@ class Store:
             ConflictError: ``ref`` is not at ``old`` (nothing was written).
             MissingNodeError: a parent, or ``new``, is not stored.
         """
-        self.backend.commit(nodes, [RefUpdate(ref, old, new, reason)])
-        if handle is not None and self._batch_depth and handle not in self._moved_in_batch:
-            self._moved_in_batch.append(handle)
+        update = self._policy.update(ref, old, new, reason, handle)
+        self.backend.commit(nodes, [update])
+        self._policy.moved(update, handle)
 
     def get_session_meta(self, name: str) -> dict[str, Any] | None:
-        """The metadata stored with a session (``NAME.meta.json`` on import/export), or None."""
-        raw = self.backend.get_meta("session:" + name)
-        if raw is None:
-            return None
-        meta: dict[str, Any] = msgspec.json.decode(raw)
-        return meta
+        """The metadata stored with a session (``NAME.meta.json`` on import/export), or None.
+        Its import provenance is apart: :meth:`session_origin`."""
+        meta = self.backend.get_session_meta(name)
+        return dict(meta.fields) if meta is not None and meta.fields else None
 
     def set_session_meta(self, name: str, meta: dict[str, Any] | None) -> None:
-        """Store (or with None drop) a session's metadata. Not hashed, not part of any node."""
-        self.backend.set_meta("session:" + name,
-                              None if meta is None else msgspec.json.encode(meta).decode())
+        """Store (or with None drop) a session's metadata, a JSON object. Not hashed, not part
+        of any node; it moves with a rename and goes with a delete. Its import provenance
+        (:meth:`session_origin`) is kept as it is.
+
+        Raises:
+            InvalidEventError: ``meta`` is not a JSON object.
+        """
+        if meta is not None:
+            try:
+                meta = msgspec.json.decode(msgspec.json.encode(meta))
+            except (TypeError, msgspec.EncodeError, OverflowError) as exc:
+                raise InvalidEventError(f"session metadata must be JSON: {exc}") from None
+            if not isinstance(meta, dict):
+                raise InvalidEventError("session metadata must be a JSON object")
+            if PROVENANCE_KEY in meta:
+                raise InvalidEventError(f"session metadata key {PROVENANCE_KEY!r} is sesstree's "
+                                        "own: set_session_origin() records an import")
+        with self.batch():
+            old = self.backend.get_session_meta(name)
+            origin = old.origin if old is not None else None
+            self.backend.set_session_meta(name, SessionMeta(meta or {}, origin))
+
+    def session_origin(self, name: str) -> ImportOrigin | None:
+        """Where session ``name`` was imported from (a file and its format), or None."""
+        meta = self.backend.get_session_meta(name)
+        return meta.origin if meta is not None else None
+
+    def set_session_origin(self, name: str, origin: ImportOrigin | None) -> None:
+        """Record (or with None forget) where session ``name`` was imported from; its other
+        metadata is kept as it is."""
+        with self.batch():
+            old = self.backend.get_session_meta(name)
+            fields = old.fields if old is not None else {}
+            self.backend.set_session_meta(name, SessionMeta(fields, origin))
 
     # -- tags and HEAD -----------------------------------------------------------------------
 
@@ -425,7 +462,9 @@ class Store:
             if node is None:
                 raise UnknownRevisionError(f"HEAD ({name}) has no events yet")
             return node
-        for ref in (base, SESSIONS + base, TAGS + base):
+        # A session or tag wins over a remote-tracking ref of the same spelling (a session
+        # may be called ``origin/x``), as git's refs/heads come before refs/remotes.
+        for ref in (base, SESSIONS + base, TAGS + base, REMOTES + base):
             found = self.backend.get_ref(ref)
             if found is not None:
                 return found.target
@@ -452,8 +491,10 @@ class Store:
                 raise UnknownRevisionError(f"{rev}: HEAD is detached and has no reflog")
             name = head_name
         entries = self.reflog(name)
-        if not entries and not name.startswith((SESSIONS, TAGS)):
+        if not entries and not name.startswith((SESSIONS, TAGS, REMOTES)):
             entries = self.backend.reflog(TAGS + name)  # a tag by its short name
+            if not entries and "/" in name:
+                entries = self.backend.reflog(REMOTES + name)  # REMOTE/NAME
         if n >= len(entries):
             raise UnknownRevisionError(f"{rev}: the reflog of {name} has only {len(entries)} entries")
         target = entries[-1 - n].new
@@ -529,8 +570,12 @@ class Store:
         """Every move of session ``name`` (a tag with ``tags/NAME``), or of every ref."""
         if name is None:
             return self.backend.reflog()
-        ref = name if name.startswith((SESSIONS, TAGS)) else SESSIONS + name
-        return self.backend.reflog(ref)
+        if name.startswith((SESSIONS, TAGS, REMOTES)):
+            return self.backend.reflog(name)
+        entries = self.backend.reflog(SESSIONS + name)
+        if not entries and "/" in name:
+            entries = self.backend.reflog(REMOTES + name)  # REMOTE/NAME, a remote session
+        return entries
 
     # -- maintenance -------------------------------------------------------------------------
 
@@ -552,6 +597,35 @@ class Store:
 
         return stats(self)
 
+    # -- syncing -----------------------------------------------------------------------------
+
+    def push(self, remote: str | os.PathLike[str] | Store = "origin",
+             sessions: Sequence[str] | None = None, *, force: bool = False, tags: bool = False,
+             dry_run: bool = False, token: str | None = None) -> PushResult:
+        """Send sessions (default: HEAD's) to ``remote`` (a remote's name, a path, a
+        ``postgresql://`` or ``http(s)://`` URL, or a Store), only the nodes it lacks. See
+        :func:`sesstree.sync.push`; raises PushRejectedError for refs refused."""
+        from .sync import push
+
+        return push(self, remote, sessions, force=force, tags=tags, dry_run=dry_run,
+                    token=token)
+
+    def fetch(self, remote: str | os.PathLike[str] | Store = "origin", *,
+              token: str | None = None) -> FetchResult:
+        """Bring what ``remote`` has and this store lacks, and move the remote-tracking refs
+        ``REMOTE/NAME``. See :func:`sesstree.sync.fetch`."""
+        from .sync import fetch
+
+        return fetch(self, remote, token=token)
+
+    def pull(self, remote: str | os.PathLike[str] | Store = "origin",
+             sessions: Sequence[str] | None = None, *, token: str | None = None) -> PullResult:
+        """Fetch, then fast-forward sessions (default: HEAD's) to the remote's; a divergence
+        is refused (RemoteError naming the node). See :func:`sesstree.sync.pull`."""
+        from .sync import pull
+
+        return pull(self, remote, sessions, token=token)
+
     # -- writing -----------------------------------------------------------------------------
 
     def write(
@@ -562,7 +636,10 @@ class Store:
         The low-level write that importers use for whole trees. Session handles use
         :meth:`Session.append`.
         """
-        self.backend.commit([raw_node(n) for n in nodes], updates)
+        planned = [self._policy.update(u.name, u.old, u.new, u.reason, None) for u in updates]
+        self.backend.commit([raw_node(n) for n in nodes], planned)
+        for u in planned:
+            self._policy.moved(u, None)
 
 
 def _split_steps(rev: str) -> tuple[str, int]:

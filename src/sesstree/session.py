@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from .errors import ConflictError, InvalidEventError, UnknownRevisionError
 from .events import MESSAGE_TYPES, Derived, derive_messages, is_registered, message_type
 from .node import Node, NodeId, encode_data, node_id_from_encoded
+from .policy import LogGroup
 from .store.base import Chain, RawNode
 
 if TYPE_CHECKING:
@@ -44,6 +46,8 @@ class Session:
         self._new_ids: list[NodeId] = []  # ids appended since the chain was read
         self._types: list[str] = []
         self._datas: list[Any] = []
+        #: The open log group (see :meth:`log_group`), or None.
+        self.log_group_open: LogGroup | None = None
         self.refresh()
 
     def __repr__(self) -> str:
@@ -143,6 +147,25 @@ class Session:
             self._types.append(type)
             self._datas.append(data)
         return Node(id, parent, type, data)
+
+    @contextmanager
+    def log_group(self, reason: str) -> Iterator[None]:
+        """Log this session's moves inside the block as one reflog entry, ``reason``, while
+        each event is still committed (and acknowledged) on its own as it is appended.
+
+        The agent loop wraps each turn in one, so ``sess reflog`` lists turns, not each event
+        of them, and ``NAME@{1}`` is the session before the last turn. A group nested in
+        another joins it. If another writer moves the session meanwhile (or a batch inside
+        rolls back), the group's next move starts a new entry instead of rewriting one.
+        """
+        if self.log_group_open is not None:
+            yield
+            return
+        self.log_group_open = LogGroup(reason)
+        try:
+            yield
+        finally:
+            self.log_group_open = None
 
     def add_message(self, message: dict[str, Any], *, rebase: bool = False) -> Node:
         """Append an OpenAI chat message; its role picks the event type, every key is kept."""

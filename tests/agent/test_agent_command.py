@@ -65,7 +65,9 @@ def test_run_new_session_then_continue(tmp_path: Path, server: FakeOpenAI,
     result = _invoke(tmp_path, "quest-1", "Shout into the cave", "--base-url", server.url,
                      "--model", "m", "--tools", "cli_tools_mod:TOOLS", "--no-stream")
     assert result.exit_code == 0, result.output
-    assert result.output == "It echoes.\n"
+    # stdout is the answer alone; the tool call and its result are shown on stderr as they run
+    assert result.stdout == "It echoes.\n"
+    assert result.stderr == '-> shout {"word": "cave"}\n<- CAVE!\n'
     assert [t["function"]["name"] for t in server.requests[0]["tools"]] == ["shout", "whisper"]
     assert server.requests[1]["messages"][-1]["content"] == "CAVE!"
     # Continue it, streamed, with the endpoint from the environment.

@@ -232,3 +232,24 @@ def test_arun_records_without_holding_up_the_event_loop(
     assert asyncio.run(main()) == "Ask the mayor."
     assert saw_the_loop_run == [True]
     assert [m["role"] for m in store.messages("q")] == ["user", "assistant"]
+
+
+def test_a_turn_is_one_reflog_entry_sync_and_async(tmp_path: Path) -> None:
+    for mode in ("sync", "async"):
+        with FakeOpenAI() as fake, open_store(tmp_path / mode) as store:
+            fake.add(*day1_script(), message("Go at dawn."))
+            p = OpenAIProvider(fake.url, "scripted", backoff=0.01)
+            agent = Agent(p, store.session("q"), quest_tools(Town()))
+            if mode == "sync":
+                agent.run(DAY1)
+            else:
+                asyncio.run(agent.arun(DAY1))
+            after_day1 = agent.session.head
+            agent.run("And then?\nTell me.")
+            p.close()
+            log = store.reflog("q")
+            # 19 events, then 7: two entries, one a turn, named after its prompt.
+            assert [e.reason for e in log] == [
+                f"run: {DAY1[:57]}... (19 moves)", "run: And then?\\nTell me. (7 moves)"]
+            assert (log[0].old, log[0].new, log[1].old) == (None, after_day1, after_day1)
+            assert store.resolve("q@{1}") == after_day1

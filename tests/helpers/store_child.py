@@ -54,7 +54,7 @@ def main() -> int:
             for i in itertools.count():
                 # Short write transactions back to back, with no pause between them.
                 with store.batch():
-                    store.backend.set_meta("hammer", str(i))
+                    store.backend.set_head(f"ref: sessions/hammer-{i}")
                 if i % 500 == 0:
                     print("GC", flush=True)
     elif job == "hold":
@@ -62,7 +62,7 @@ def main() -> int:
             for i in itertools.count():
                 # The write lock held almost all the time: 5 ms in, a moment out.
                 with store.batch():
-                    store.backend.set_meta("hammer", str(i))
+                    store.backend.set_head(f"ref: sessions/hammer-{i}")
                     time.sleep(0.005)
                 if i % 20 == 0:
                     print("GC", flush=True)

@@ -8,21 +8,48 @@ from typing import Any
 
 import pytest
 
-from sesstree import InputError, Store, open_store
+from sesstree import InputError, InvalidEventError, Store, open_store
 from sesstree.interop import import_files
-from sesstree.interop.provenance import LEGACY_PREFIX, PROVENANCE_KEY
+from sesstree.interop.provenance import PROVENANCE_KEY
+from sesstree.store.base import ImportOrigin, SessionMeta
 
 
-def test_list_meta_reads_one_prefix_on_every_backend(tmp_path: Path) -> None:
-    for store in (open_store(":memory:"), open_store(tmp_path / "s")):
+def test_session_meta_is_typed_and_read_in_one_call_on_every_backend(
+    tmp_path: Path, postgres_url: str
+) -> None:
+    for store in (open_store(":memory:"), open_store(tmp_path / "s"), open_store(postgres_url)):
         with store:
             b = store.backend
-            b.set_meta("session:a", "1")
-            b.set_meta("session:b_%", "2")
-            b.set_meta("sessionx", "3")
-            b.set_meta("HEAD", "ref: sessions/a")
-            assert b.list_meta("session:") == {"session:a": "1", "session:b_%": "2"}
-            assert b.list_meta("nothing:") == {}
+            origin = ImportOrigin("seed", "/x/a.jsonl", main=False)
+            b.set_session_meta("a", SessionMeta({"title": "A"}, origin))
+            b.set_session_meta("b_%", SessionMeta({"n": 2}))
+            b.set_session_meta("gone", SessionMeta({"n": 3}))
+            b.set_session_meta("gone", None)
+            b.set_session_meta("empty", SessionMeta())  # nothing to keep: nothing kept
+            b.set_head("ref: sessions/a")
+            assert b.list_session_meta() == {
+                "a": SessionMeta({"title": "A"}, origin), "b_%": SessionMeta({"n": 2})}
+            assert b.get_session_meta("a") == SessionMeta({"title": "A"}, origin)
+            assert b.get_session_meta("b") is None
+            assert b.get_head() == "ref: sessions/a"
+            assert b.store_format().ids == "blake3-msgpack-v1"
+            assert store.session_origin("a") == origin
+            assert store.get_session_meta("a") == {"title": "A"}  # provenance kept apart
+
+
+def test_provenance_key_is_sesstrees_own(store: Store) -> None:
+    with pytest.raises(InvalidEventError, match="sesstree's own"):
+        store.set_session_meta("q", {PROVENANCE_KEY: {"format": "seed", "source": "/a"}})
+    assert store.get_session_meta("q") is None
+
+
+def _legacy(store: Store, name: str, value: str | None) -> None:
+    """Write (or drop) provenance the way stores of earlier versions kept it."""
+    db = store.backend._db  # type: ignore[attr-defined]
+    if value is None:
+        db.execute("DELETE FROM meta WHERE key = ?", ("import-source:" + name,))
+    else:
+        db.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", ("import-source:" + name, value))
 
 
 QUEST = [{"role": "user", "content": "I need to get into the Cave of Echoes."},
@@ -135,17 +162,19 @@ def test_legacy_key_trusted_only_while_the_reflog_shows_the_import(store: Store,
     path = _seed(tmp_path / "quest-1.jsonl", QUEST)
     source = str(path.resolve())
     import_files(store, [path])
-    store.set_session_meta("quest-1", None)
-    store.backend.set_meta(LEGACY_PREFIX + "quest-1", "seed:" + source)
+    store.set_session_origin("quest-1", None)
+    _legacy(store, "quest-1", "seed:" + source)
+    assert store.backend.get_session_meta("quest-1") == SessionMeta(
+        legacy_origin="seed:" + source)
     _seed(path, [*QUEST, {"role": "user", "content": "I go west."}])
     assert [(r.session, r.outcome) for r in import_files(store, [path])] == [
         ("quest-1", "fast-forward")]
-    assert store.backend.get_meta(LEGACY_PREFIX + "quest-1") is None  # migrated
-    meta = store.get_session_meta("quest-1")
-    assert meta is not None and meta[PROVENANCE_KEY]["source"] == source
+    meta = store.backend.get_session_meta("quest-1")  # migrated
+    assert meta is not None and meta.legacy_origin is None
+    assert meta.origin is not None and meta.origin.source == source
     # a legacy key left behind by a delete does not make a new session of that name the file's
-    store.backend.set_meta(LEGACY_PREFIX + "quest-1", "seed:" + source)
-    store.set_session_meta("quest-1", None)
+    store.set_session_origin("quest-1", None)
+    _legacy(store, "quest-1", "seed:" + source)
     store.delete_session("quest-1")
     _hand_made(store, "quest-1", "another story")
     _seed(path, [QUEST[0], {"role": "assistant", "content": "Go east."}])
@@ -157,7 +186,8 @@ def test_metadata_someone_else_wrote_is_no_provenance(store: Store, tmp_path: Pa
     path = _seed(tmp_path / "quest-1.jsonl", QUEST)
     _hand_made(store, "quest-1")
     for odd in ({PROVENANCE_KEY: {"format": 5}}, {PROVENANCE_KEY: "x"}, {"other": 1}):
-        store.set_session_meta("quest-1", odd)
+        store.backend._db.execute(  # type: ignore[attr-defined] - as someone else wrote it
+            "INSERT OR REPLACE INTO meta VALUES ('session:quest-1', ?)", (json.dumps(odd),))
         [result] = import_files(store, [path])
         assert result.session == "quest-1-2"  # never the hand-made one
     assert store.messages("quest-1") == [{"role": "user", "content": "made by hand"}]

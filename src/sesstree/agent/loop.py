@@ -18,6 +18,7 @@ import msgspec
 from blake3 import blake3
 
 from ..errors import AgentError, IncompleteReplyError, MaxTurnsExceeded, ProviderError, SesstreeError
+from ..fmt import printable
 from ..node import Node
 from ..session import Session
 from .provider import Provider
@@ -318,6 +319,15 @@ class Agent:
     # -- the loop, once -----------------------------------------------------------------------
 
     def _turn(self, trigger: dict[str, Any], prompt: str | None, max_turns: int | None) -> _Turn:
+        # A turn is one reflog entry (each event is still committed as it happens): `sess
+        # reflog` lists turns, and NAME@{1} is the session before the last one.
+        reason = "run: " + (printable(prompt, 60) if prompt is not None else "resume")
+        with self.session.log_group(reason):
+            return (yield from self._turn_events(trigger, prompt, max_turns))
+
+    def _turn_events(
+        self, trigger: dict[str, Any], prompt: str | None, max_turns: int | None
+    ) -> _Turn:
         limit = self.max_turns if max_turns is None else max_turns
         if limit < 1:
             raise ValueError("max_turns must be at least 1")

@@ -7,7 +7,7 @@ commands live in :mod:`.sessions`, :mod:`.reading` and :mod:`.storage` (``run`` 
 
 from __future__ import annotations
 
-from . import reading, sessions, storage  # noqa: F401 - importing them registers the commands
+from . import reading, refs, sessions, storage, viewing  # noqa: F401 - importing them registers the commands
 from .core import StoreLocator, cli, main
 
 __all__ = ["StoreLocator", "cli", "main"]

@@ -26,9 +26,10 @@ from ..errors import (
 from ..fmt import plural, printable
 from ..repo import STORE_FILE, Store, open_store
 from ..store.urls import is_store_url
+from .term import install, terminal
 
-__all__ = ["STORE_DIR", "StoreLocator", "cli", "emit_json", "events", "fail", "main",
-           "one_line", "pass_store"]
+__all__ = ["CONTEXT_SETTINGS", "STORE_DIR", "CountCommand", "StoreLocator", "cli", "complete_rev",
+           "completion", "emit_json", "events", "fail", "main", "one_line", "page", "pass_store"]
 
 STORE_DIR = ".sess"
 _json = msgspec.json.Encoder()
@@ -111,8 +112,13 @@ class _Group(click.Group):
     ``lazy`` only when they are used (``run`` needs the HTTP client; the others should not
     wait for it to load)."""
 
-    lazy: ClassVar[dict[str, str]] = {"run": "sesstree.agent.command:run",
-                                       "proxy": "sesstree.cli.proxy:proxy"}
+    lazy: ClassVar[dict[str, str]] = {
+        "run": "sesstree.agent.command:run",
+        "serve": "sesstree.cli.remote:serve", "remote": "sesstree.cli.remote:remote",
+        "clone": "sesstree.cli.remote:clone", "fetch": "sesstree.cli.remote:fetch",
+        "pull": "sesstree.cli.remote:pull", "push": "sesstree.cli.remote:push",
+        "proxy": "sesstree.cli.proxy:proxy",
+    }
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted({*super().list_commands(ctx), *self.lazy})
@@ -163,6 +169,7 @@ class _Group(click.Group):
         finally:
             if isinstance(ctx.obj, StoreLocator):
                 ctx.obj.close()
+            terminal(ctx).close()
 
 
 def one_line(text: str) -> str:
@@ -199,14 +206,46 @@ def _silence_stdout() -> None:
         pass  # not a real file (a test's capture): nothing will be flushed at exit
 
 
-@click.group(cls=_Group)
+#: ``-h`` is ``--help`` everywhere, as a git user types it.
+CONTEXT_SETTINGS: dict[str, Any] = {"help_option_names": ["-h", "--help"]}
+
+
+@click.group(cls=_Group, context_settings=CONTEXT_SETTINGS)
 @click.option("--store", "store_path", metavar="PATH", help="Store folder (default: SESS_STORE, "
               "then .sess/ here or in a parent).")
+@click.option("--color", "--colour", "color", type=click.Choice(["auto", "always", "never"]),
+              default="auto", show_default=True,
+              help="Colour the output: on a terminal only (auto; NO_COLOR turns it off), "
+                   "always, or never.")
+@click.option("--no-pager", is_flag=True,
+              help="Do not send long output through a pager (SESS_PAGER, PAGER, else less).")
 @click.version_option(package_name="sesstree")
 @click.pass_context
-def cli(ctx: click.Context, store_path: str | None) -> None:
+def cli(ctx: click.Context, store_path: str | None, color: str, no_pager: bool) -> None:
     """Store agent sessions the way git stores commits."""
     ctx.obj = StoreLocator(store_path)
+    install(ctx, color, not no_pager)
+
+
+class CountCommand(click.Command):
+    """A command that takes ``-N`` for ``-n N``, as ``git log -3`` does."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        out: list[str] = []
+        for i, arg in enumerate(args):
+            if arg == "--":
+                out.extend(args[i:])
+                break
+            if len(arg) > 1 and arg[0] == "-" and arg[1:].isdigit():
+                out.extend(["-n", arg[1:]])
+            else:
+                out.append(arg)
+        return super().parse_args(ctx, out)
+
+
+def page() -> None:
+    """Send the rest of this command's output through the pager (on a terminal only)."""
+    terminal().page()
 
 
 pass_store = click.make_pass_decorator(StoreLocator)
@@ -245,3 +284,48 @@ def main() -> None:
         click.echo(f"Error: internal error ({message}); please report it "
                    "(SESS_DEBUG=1 shows the traceback)", err=True)
         sys.exit(70)
+
+
+# -- shell completion ------------------------------------------------------------------------
+
+
+def complete_rev(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[Any]:
+    """Shell completion of a revision: HEAD, the sessions and the tags of the store the
+    command line names (nothing when there is none: completion never prints an error)."""
+    from click.shell_completion import CompletionItem
+
+    store_path = ctx.find_root().params.get("store_path")
+    locator = StoreLocator(store_path if isinstance(store_path, str) else None)
+    try:
+        store = locator.open()
+        try:
+            names = ["HEAD", *(i.name for i in store.sessions()), *(t.name for t in store.tags())]
+        finally:
+            locator.close()
+    except Exception:  # a missing or damaged store: offer nothing, say nothing
+        return []
+    return [CompletionItem(n) for n in dict.fromkeys(names) if n.startswith(incomplete)]
+
+
+_INSTALL = {
+    "bash": "eval \"$(sess completion bash)\"        # in ~/.bashrc",
+    "zsh": "eval \"$(sess completion zsh)\"         # in ~/.zshrc",
+    "fish": "sess completion fish | source          # in ~/.config/fish/config.fish",
+}
+
+
+@cli.command()
+@click.argument("shell", type=click.Choice(sorted(_INSTALL)))
+def completion(shell: str) -> None:
+    """Print the completion script for SHELL (commands, options, sessions and tags).
+
+    \b
+    bash:  eval "$(sess completion bash)"    in ~/.bashrc
+    zsh:   eval "$(sess completion zsh)"     in ~/.zshrc
+    fish:  sess completion fish | source     in ~/.config/fish/config.fish
+    """
+    from click.shell_completion import get_completion_class
+
+    cls = get_completion_class(shell)
+    assert cls is not None  # the choice lists only shells click completes
+    click.echo(cls(cli, {}, "sess", "_SESS_COMPLETE").source())

@@ -1,8 +1,15 @@
-"""``sess`` commands that read: log (and its graph), show, messages, diff."""
+"""``sess`` commands that read history: log (and its graph) and diff.
+
+``sess log`` shows the conversation by default: messages, and one line per agent turn that
+folds in its bookkeeping (steps, tokens, duration, finish reason); ``--all-events`` shows every
+event. Ranges (``A..B``, ``A...B``) and filters pick what is shown; ``--json`` lists events.
+"""
 
 from __future__ import annotations
 
-import json
+from collections import Counter
+from collections.abc import Sequence
+from typing import Any
 
 import click
 import msgspec
@@ -12,7 +19,12 @@ from ..graph import GraphNode, draw_graph
 from ..maintenance import ancestors
 from ..node import Node, NodeId
 from ..repo import SESSIONS, TAGS, Store
-from .core import StoreLocator, cli, emit_json, events, fail, pass_store
+from .conversation import CONVERSATION_TYPES, Row, fold_turns, node_text
+from .core import CountCommand, StoreLocator, cli, complete_rev, emit_json, events, fail, page, pass_store
+from .select import Filters, Range, node_times, parse_range, parse_time
+from .term import Terminal, terminal
+
+__all__ = ["decorate", "diff", "log", "reversed_graph"]
 
 
 def _ref_labels(store: Store) -> dict[NodeId, list[str]]:
@@ -32,52 +44,232 @@ def _ref_labels(store: Store) -> dict[NodeId, list[str]]:
     return labels
 
 
+def decorate(refs: Sequence[str] | None, term: Terminal) -> str:
+    """``(HEAD -> main, tag: v1)`` in colour, or "" for no refs."""
+    if not refs:
+        return ""
+    painted = []
+    for ref in refs:
+        if ref.startswith("HEAD"):
+            rest = ref[len("HEAD"):]
+            painted.append(term.paint("HEAD", "head") + (
+                term.paint(" -> ", "head") + term.paint(rest[4:], "ref") if rest else ""))
+        elif ref.startswith("tag: "):
+            painted.append(term.paint(ref, "tag"))
+        else:
+            painted.append(term.paint(ref, "ref"))
+    return term.paint("(", "id") + term.paint(", ", "id").join(painted) + term.paint(")", "id")
+
+
+def _plain_width(refs: Sequence[str] | None) -> int:
+    return len(f"({', '.join(refs)})") if refs else 0
+
+
 def _label(node: Node, labels: dict[NodeId, list[str]]) -> str:
+    """The one-line label of a node in the graph: short id, refs, summary."""
+    term = terminal()
     refs = labels.get(node.id)
-    names = f"({', '.join(refs)}) " if refs else ""
-    return f"{short(node.id)} {names}{summary(node, 64, with_type=True)}"
+    # The lanes drawn left of the label are not known here: leave room for a few.
+    width = max(30, term.width - 12 - _plain_width(refs) - 1 - 16)
+    names = f"{decorate(refs, term)} " if refs else ""
+    return f"{term.paint(short(node.id), 'id')} {names}{summary(node, width, with_type=True)}"
 
 
-@cli.command()
-@click.argument("rev", required=False, default="HEAD")
-@click.option("-n", "limit", type=click.IntRange(min=1), help="Show at most N events.")
+def _long_label(node: Node, labels: dict[NodeId, list[str]]) -> str:
+    """The graph label without --oneline: id, type and summary, as ``sess log`` lines are."""
+    term = terminal()
+    refs = labels.get(node.id)
+    width = max(30, term.width - 12 - len(node.type) - 2 - _plain_width(refs) - 1 - 16)
+    names = f" {decorate(refs, term)}" if refs else ""
+    return (f"{term.paint(short(node.id), 'id')}  {node.type}  {summary(node, width)}{names}")
+
+
+def reversed_graph(lines: Sequence[str]) -> list[str]:
+    """A drawing upside down, oldest first: the lines in reverse order, each join (``|/``)
+    turned into a fork (``|\\``)."""
+    out = []
+    for line in reversed(lines):
+        if line and "*" not in line:  # a join line: only lanes and slashes
+            line = line.replace("/", "\\")
+        out.append(line)
+    return out
+
+
+@cli.command(cls=CountCommand)
+@click.argument("rev", required=False, default="HEAD", shell_complete=complete_rev)
+@click.option("-n", "--max-count", "limit", type=click.IntRange(min=1),
+              help="Show at most N lines (-N works too).")
 @click.option("--oneline", is_flag=True, help="One short line per event.")
 @click.option("--reverse", is_flag=True, help="Oldest first.")
 @click.option("--graph", is_flag=True, help="Draw the tree of sessions and where they fork.")
 @click.option("--all", "all_refs", is_flag=True, help="With --graph: every session and tag "
               "(refused without --graph).")
-@click.option("--json", "as_json", is_flag=True, help="Machine output.")
+@click.option("--all-events", is_flag=True,
+              help="Every event, not only the conversation (turn/step/usage/chunk/tool-call "
+                   "records, an importer's raw records).")
+@click.option("--type", "types", multiple=True, metavar="TYPE",
+              help="Only events of TYPE (a glob: 'tool/*'); repeatable. Implies --all-events.")
+@click.option("--role", "roles", multiple=True, metavar="ROLE",
+              help="Only events of ROLE (user, assistant, tool, system); repeatable.")
+@click.option("--grep", metavar="REGEX", help="Only events whose text matches REGEX.")
+@click.option("-i", "--regexp-ignore-case", "ignore_case", is_flag=True,
+              help="--grep ignores case.")
+@click.option("--since", "--after", "since", metavar="TIME",
+              help="Only events recorded after TIME ('2 hours ago', 'yesterday', '2026-11-30').")
+@click.option("--until", "--before", "until", metavar="TIME",
+              help="Only events recorded before TIME.")
+@click.option("--json", "as_json", is_flag=True,
+              help="Machine output: the events (every event unless filtered).")
 @pass_store
 def log(locator: StoreLocator, rev: str, limit: int | None, oneline: bool, reverse: bool,
-        graph: bool, all_refs: bool, as_json: bool) -> None:
-    """Walk back from REV (default HEAD): id, type and a one-line summary, newest first."""
+        graph: bool, all_refs: bool, all_events: bool, types: tuple[str, ...],
+        roles: tuple[str, ...], grep: str | None, ignore_case: bool, since: str | None,
+        until: str | None, as_json: bool) -> None:
+    """The conversation at REV (default HEAD), newest first: its messages, and one line per
+    agent turn with what its bookkeeping says (steps, tokens, duration, how it ended).
+
+    REV may be a range: A..B is what B added since A (where they parted), A...B what
+    either added since they parted (marked < for A's side, > for B's).
+    """
     store = locator.open()
+    filters = Filters(types, grep, ignore_case, roles,
+                      parse_time(since, "--since") if since else None,
+                      parse_time(until, "--until") if until else None)
     if graph and as_json:
         fail("--graph draws for people; use --json without it (nodes carry their parent)")
     if all_refs and not graph:
         fail("--all draws every session and needs --graph ('sess log --graph --all'); "
-              "'sess branch' lists the sessions")
+             "'sess branch' lists the sessions")
+    span = parse_range(rev)
     if graph:
-        _log_graph(store, rev, all_refs, limit)
+        if span is not None or filters.active:
+            fail("--graph draws whole sessions: ranges and filters (--type, --role, --grep, "
+                 "--since, --until) work without it")
+        page()
+        _log_graph(store, rev, all_refs, limit, oneline=oneline, reverse=reverse)
         return
-    nodes = store.log(rev, limit)
-    if reverse:
-        nodes.reverse()
+    everything = all_events or bool(types)
+    sides: dict[NodeId, str] = {}
+    if span is not None:
+        nodes = _range_nodes(store, span, sides)
+    elif (everything or as_json) and not filters.active:
+        nodes = store.log(rev, limit)  # bounded: only what is shown is read
+    elif limit is not None and not filters.active:
+        nodes = _recent(store, rev, limit)
+    else:
+        nodes = store.log(rev)
+    oldest_first = nodes[::-1]
+    times: dict[NodeId, float] = {}
+    if filters.timed and span is not None:  # each side is a path of its own
+        times = {**node_times(store, span.left, store.log(span.left)),
+                 **node_times(store, span.right, store.log(span.right))}
+    elif filters.timed:
+        times = node_times(store, rev, nodes)
+    elif not (everything or as_json):  # a turn's duration: when it started and ended
+        turns = [n.id for n in nodes if n.type in ("turn/start", "turn/end")]
+        times = node_times(store, rev, nodes, turns) if turns and span is None else {}
     if as_json:
-        emit_json([to_jsonable(n) for n in nodes])
+        kept = [n for n in nodes if filters.keep(n, times)][:limit]
+        emit_json([to_jsonable(n) for n in (kept[::-1] if reverse else kept)])
         return
-    labels = _ref_labels(store)
-    width = max((len(n.type) for n in nodes), default=0)
-    for n in nodes:
-        if oneline:
-            click.echo(_label(n, labels))
+    if everything:
+        rows = [Row(n) for n in oldest_first]
+    elif filters.active:
+        rows = [Row(n) for n in oldest_first if n.type in CONVERSATION_TYPES]
+    else:
+        rows = fold_turns(oldest_first, times)
+    rows = [r for r in rows if r.turn is not None or filters.keep(r.node, times)]
+    rows.reverse()  # newest first
+    rows = rows[:limit]
+    if reverse:
+        rows.reverse()
+    page()
+    _print_rows(store, rows, oneline, sides)
+
+
+def _recent(store: Store, rev: str, limit: int) -> list[Node]:
+    """The newest events of ``rev`` (newest first) that give the conversation view's newest
+    ``limit`` lines whole: a window that grows until it holds that many lines from turns that
+    start inside it, so a long session is not read to its root for ``sess log -n 10``."""
+    window = max(256, 16 * limit)
+    while True:
+        nodes = store.log(rev, window)
+        if len(nodes) < window:
+            return nodes  # the whole session
+        oldest_first = nodes[::-1]
+        starts = [i for i, n in enumerate(oldest_first) if n.type == "turn/start"]
+        if starts:
+            # What comes before the first turn/start may be part of a turn that began
+            # further back: only the turns that start in the window are known whole.
+            whole = oldest_first[starts[0]:]
+        elif not any(n.type == "turn/end" for n in oldest_first):
+            whole = oldest_first  # no turn here at all: every message stands alone
         else:
-            refs = labels.get(n.id)
-            names = f" ({', '.join(refs)})" if refs else ""
-            click.echo(f"{short(n.id)}  {n.type:<{width}}  {summary(n)}{names}")
+            whole = []  # inside one long turn: its start is further back
+        if len(fold_turns(whole, {})) >= limit:
+            return whole[::-1]
+        window *= 4
 
 
-def _log_graph(store: Store, rev: str, all_refs: bool, limit: int | None) -> None:
+def _range_nodes(store: Store, span: Range, sides: dict[NodeId, str]) -> list[Node]:
+    """The nodes of a range, newest first (for A...B: B's side, then A's)."""
+    d = store.diff(span.left, span.right)
+    if not span.symmetric:
+        return d.only_b[::-1]
+    for n in d.only_a:
+        sides[n.id] = "<"
+    for n in d.only_b:
+        sides[n.id] = ">"
+    both = d.only_a + d.only_b
+    order = {n.id: i for i, n in enumerate(both)}
+    # Oldest first within each side, B's side after A's: reversed, B's newest is on top.
+    return sorted(both, key=lambda n: (sides[n.id] == ">", order[n.id]), reverse=True)
+
+
+def _print_rows(store: Store, rows: Sequence[Row], oneline: bool, sides: dict[NodeId, str]) -> None:
+    term = terminal()
+    labels = _ref_labels(store)
+    width = max((len(r.node.type) for r in rows), default=0)
+    for r in rows:
+        n = r.node
+        refs = labels.get(n.id)
+        mark = sides.get(n.id)
+        lead = (mark + " ") if mark else ""
+        text = r.turn.line() if r.turn is not None else None
+        ident = term.paint(short(n.id), "id")
+        if oneline:
+            names = f"{decorate(refs, term)} " if refs else ""
+            room = term.width - len(lead) - 11 - (_plain_width(refs) + 1 if refs else 0)
+            body = _fit(text, room) if text is not None else summary(
+                n, max(1, room), with_type=True)
+            click.echo(f"{lead}{ident} {names}{_paint_body(body, r, term)}")
+        else:
+            names = f" {decorate(refs, term)}" if refs else ""
+            room = term.width - len(lead) - 10 - 2 - width - 2 - (
+                _plain_width(refs) + 1 if refs else 0)
+            body = _fit(text, room) if text is not None else summary(n, max(1, room))
+            kind = f"{n.type:<{width}}"
+            click.echo(f"{lead}{ident}  {term.paint(kind, 'dim') if r.turn else kind}  "
+                       f"{_paint_body(body, r, term)}{names}")
+
+
+def _fit(text: str, width: int) -> str:
+    width = max(1, width)
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def _paint_body(body: str, row: Row, term: Terminal) -> str:
+    if row.turn is not None:
+        return term.paint(body, "turn")
+    role, sep, rest = body.partition(": ")
+    what = role.split(" ")[0]
+    if sep and what in ("user", "assistant", "tool", "system"):
+        return term.paint(role, what) + sep + rest
+    return body
+
+
+def _log_graph(store: Store, rev: str, all_refs: bool, limit: int | None, *,
+               oneline: bool = True, reverse: bool = False) -> None:
     labels = _ref_labels(store)
     if all_refs:
         targets = {r.target for r in store.backend.list_refs("")}
@@ -91,81 +283,73 @@ def _log_graph(store: Store, rev: str, all_refs: bool, limit: int | None) -> Non
     else:
         nodes = store.log(rev)
         nodes.reverse()
-    drawn = [GraphNode(n.id, n.parent, _label(n, labels)) for n in nodes]
-    for line in draw_graph(drawn, limit):
+    label = _label if oneline else _long_label
+    drawn = [GraphNode(n.id, n.parent, label(n, labels)) for n in nodes]
+    lines = draw_graph(drawn, limit)
+    for line in reversed_graph(lines) if reverse else lines:
         click.echo(line)
 
 
+# -- diff ------------------------------------------------------------------------------------
+
+
 @cli.command()
-@click.argument("rev", default="HEAD", required=False)
+@click.argument("a", shell_complete=complete_rev)
+@click.argument("b", required=False, shell_complete=complete_rev)
+@click.option("--stat", is_flag=True, help="Only how many events of each kind each side added.")
 @click.option("--json", "as_json", is_flag=True, help="Machine output.")
 @pass_store
-def show(locator: StoreLocator, rev: str, as_json: bool) -> None:
-    """Show one node in full."""
+def diff(locator: StoreLocator, a: str, b: str | None, stat: bool, as_json: bool) -> None:
+    """Show the common ancestor of A and B (default HEAD) and what each added after it.
+
+    `sess diff A..B` is `sess diff A B`; `sess diff A...B` shows only what B added since it
+    parted from A.
+    """
     store = locator.open()
-    node = store.show(rev)
-    if as_json:
-        emit_json({**to_jsonable(node), "depth": store.depth(node.id)})
-        return
-    labels = _ref_labels(store).get(node.id)
-    click.echo(f"node    {node.id}")
-    click.echo(f"parent  {node.parent or '(root)'}")
-    click.echo(f"type    {node.type}")
-    click.echo(f"depth   {store.depth(node.id)}")
-    if labels:
-        click.echo(f"refs    {', '.join(labels)}")
-    click.echo("")
-    click.echo(json.dumps(node.data, indent=2, ensure_ascii=False))
-
-
-@cli.command()
-@click.argument("rev", default="HEAD", required=False)
-@click.option("--json", "fmt", flag_value="json", help="One JSON array.")
-@click.option("--jsonl", "fmt", flag_value="jsonl", help="One message per line.")
-@click.option("--sending", is_flag=True,
-              help="What a model API is sent: every tool call answered, no result without a "
-                   "call, no two user messages in a row (the stored messages are unchanged).")
-@pass_store
-def messages(locator: StoreLocator, rev: str, fmt: str | None, sending: bool) -> None:
-    """Print the chat messages of REV exactly as they were stored (--sending: as sent)."""
-    store = locator.open()
-    derived = store.derive(rev, sending=sending)
-    for p in derived.problems:
-        if p.kind == "pending-call":
-            click.echo(f"note: tool call {p.tool_call_id} has no result yet (pending)", err=True)
-        elif p.kind == "merged-user":
-            click.echo(f"note: {p.detail}", err=True)
-        else:
-            click.echo(f"warning: {p.kind} {p.tool_call_id}: {p.detail}", err=True)
-    if fmt == "json":
-        emit_json(derived.messages)
-    elif fmt == "jsonl":
-        for m in derived.messages:
-            emit_json(m)
-    else:
-        for m in derived.messages:
-            click.echo(summary(Node(NodeId(""), None, "", m), 200))
-
-
-
-@cli.command()
-@click.argument("a")
-@click.argument("b")
-@click.option("--json", "as_json", is_flag=True, help="Machine output.")
-@pass_store
-def diff(locator: StoreLocator, a: str, b: str, as_json: bool) -> None:
-    """Show the common ancestor of A and B and what each added after it."""
-    store = locator.open()
+    only_right = False
+    span = parse_range(a)
+    if span is not None:
+        if b is not None:
+            fail(f"give a range or two revisions, not both ('sess diff {a}' or "
+                 f"'sess diff {span.left} {b}')")
+        a, b, only_right = span.left, span.right, span.symmetric
+    b = b or "HEAD"
     d = store.diff(a, b)
+    sides = [(b, d.only_b)] if only_right else [(a, d.only_a), (b, d.only_b)]
     if as_json:
-        emit_json({"base": d.base, "a": [to_jsonable(n) for n in d.only_a],
-                    "b": [to_jsonable(n) for n in d.only_b]})
+        out: dict[str, Any] = {"base": d.base, "a": [] if only_right else [to_jsonable(n) for n in d.only_a],
+               "b": [to_jsonable(n) for n in d.only_b]}
+        if stat:
+            out = {"base": d.base, **{k: _stat(nodes) for k, nodes in
+                                      (("a", [] if only_right else d.only_a), ("b", d.only_b))}}
+        emit_json(out)
         return
+    page()
+    term = terminal()
     if d.base is None:
         click.echo("no common ancestor")
     else:
-        click.echo(f"common ancestor {short(d.base)} ({events(store.depth(d.base))})")
-    for rev, nodes in ((a, d.only_a), (b, d.only_b)):
+        click.echo(f"common ancestor {term.paint(short(d.base), 'id')} "
+                   f"({events(store.depth(d.base))})")
+    if stat:
+        namew = max(len(rev) for rev, _ in sides)
+        for rev, nodes in sides:
+            counts = _stat(nodes)
+            kinds = ", ".join(f"{v} {k}" for k, v in counts["types"].items())
+            click.echo(f" {rev:<{namew}} | {term.paint('+' + events(len(nodes)), 'added')}"
+                       f"{': ' + kinds if kinds else ''}; {counts['chars']} characters of text")
+        return
+    typew = max((len(n.type) for _, nodes in sides for n in nodes), default=0)
+    typew = max(typew, 18)  # the column as it always was, wider only for long types
+    for rev, nodes in sides:
         click.echo(f"only in {rev} ({len(nodes)}):")
         for n in nodes:
-            click.echo(f"  {short(n.id)}  {n.type:<18} {summary(n, 60)}")
+            room = max(1, term.width - 2 - 10 - 2 - typew - 1)
+            click.echo(f"  {term.paint(short(n.id), 'id')}  {n.type:<{typew}} {summary(n, room)}")
+
+
+def _stat(nodes: Sequence[Node]) -> dict[str, Any]:
+    """How many events of each type (most first), and characters of message text."""
+    types = Counter(n.type for n in nodes)
+    chars = sum(len(node_text(n)) for n in nodes if n.type in CONVERSATION_TYPES)
+    return {"events": len(nodes), "types": dict(types.most_common()), "chars": chars}

@@ -1,28 +1,29 @@
 """``sess`` commands that make, move and name sessions: init, status, branch, checkout,
-reset, tag, append, reflog."""
+reset."""
 
 from __future__ import annotations
 
-import json
-import sys
+import fnmatch
 from pathlib import Path
 from typing import Any
 
 import click
-import msgspec
 
 from ..errors import (
-    InputError,
     InvalidRefNameError,
     SesstreeError,
     UnknownRevisionError,
 )
-from ..events import is_registered
-from ..fmt import relative_time, short
+from ..fmt import printable, relative_time, short
+from ..head import head_file_for
 from ..node import check_ref_name
-from ..repo import SESSIONS, STORE_FILE, TAGS, Store, open_store
+from ..repo import SESSIONS, STORE_FILE, Store, open_store
 from ..store.urls import is_store_url, redact_url
-from .core import STORE_DIR, StoreLocator, cli, emit_json, events, fail, pass_store
+from .core import STORE_DIR, StoreLocator, cli, complete_rev, emit_json, events, fail, pass_store
+from .term import terminal
+from .titles import Titles
+
+__all__ = ["branch", "checkout", "init", "reset", "status"]
 
 
 @cli.command()
@@ -69,28 +70,40 @@ def status(locator: StoreLocator, as_json: bool) -> None:
 
 
 @cli.command()
-@click.argument("names", nargs=-1)
-@click.option("-d", "--delete", is_flag=True, help="Delete session NAME (its reflog is kept).")
+@click.argument("names", nargs=-1, shell_complete=complete_rev)
+@click.option("-d", "--delete", is_flag=True,
+              help="Delete sessions NAME... (their reflogs are kept: undoable).")
+@click.option("-D", "force_delete", is_flag=True, help="The same as -d (no session is ever "
+              "unmerged: every deletion can be undone from the reflog).")
 @click.option("-m", "--move", is_flag=True, help="Rename session OLD to NEW.")
+@click.option("-l", "--list", "as_list", is_flag=True,
+              help="List only the sessions matching PATTERN... (globs: 'quest-*').")
+@click.option("-v", "--verbose", is_flag=True,
+              help="With each session its title (an import's, or its first user message) and "
+                   "where it came from.")
 @click.option("--json", "as_json", is_flag=True, help="Machine output.")
 @pass_store
-def branch(locator: StoreLocator, names: tuple[str, ...], delete: bool, move: bool,
-           as_json: bool) -> None:
+def branch(locator: StoreLocator, names: tuple[str, ...], delete: bool, force_delete: bool,
+           move: bool, as_list: bool, verbose: bool, as_json: bool) -> None:
     """List sessions, or fork one: `branch [SOURCE] NEW` forks SOURCE (default HEAD) into NEW.
 
     `sess branch quest-1 quest-2` makes quest-2 a new session at quest-1's head, as
     `branch -m OLD NEW` renames OLD to NEW. SOURCE is any revision (`quest-1~3`, an id, a tag).
     """
     store = locator.open()
-    if delete:
-        if len(names) != 1:
-            fail("usage: sess branch -d NAME")
-        on_head = store.head()[0] == names[0]
-        old = store.delete_session(names[0])
-        click.echo(f"Deleted session {names[0]} (was {short(old)}; "
-                   f"'sess branch {names[0]}@{{1}} {names[0]}' restores it)")
-        if on_head:
-            click.echo(f"HEAD is now detached at {short(old)}")
+    if delete or force_delete:
+        if not names:
+            fail("usage: sess branch -d NAME...")
+        for name in names:  # every name is checked before any session is deleted
+            if not store.has_session(name):
+                raise UnknownRevisionError(f"no session named {name!r}")
+        for name in names:
+            on_head = store.head()[0] == name
+            old = store.delete_session(name)
+            click.echo(f"Deleted session {name} (was {short(old)}; "
+                       f"'sess branch {name}@{{1}} {name}' restores it)")
+            if on_head:
+                click.echo(f"HEAD is now detached at {short(old)}")
         return
     if move:
         if len(names) != 2:
@@ -98,7 +111,7 @@ def branch(locator: StoreLocator, names: tuple[str, ...], delete: bool, move: bo
         store.rename_session(names[0], names[1])
         click.echo(f"Renamed session {names[0]} to {names[1]}")
         return
-    if names:
+    if names and not as_list:
         if len(names) > 2:
             fail("usage: sess branch [SOURCE] NEW")
         source, new = (None, names[0]) if len(names) == 1 else names
@@ -108,18 +121,56 @@ def branch(locator: StoreLocator, names: tuple[str, ...], delete: bool, move: bo
         click.echo(f"Created session {session.name} at {short(session.head)}"
                    + (f" from {source}" if source is not None else ""))
         return
+    _list_sessions(store, names, verbose, as_json)
+
+
+def _list_sessions(store: Store, patterns: tuple[str, ...], verbose: bool, as_json: bool) -> None:
     current, _ = store.head()
-    infos = store.sessions()
+    infos = [i for i in store.sessions()
+             if not patterns or any(fnmatch.fnmatchcase(i.name, p) for p in patterns)]
+    known = Titles(store)
+    titles = {i.name: known.of(i.name) for i in infos} if verbose else {}
     if as_json:
-        emit_json([{"name": i.name, "head": i.head, "length": i.length, "moved": i.moved,
-                     "current": i.name == current} for i in infos])
+        rows = []
+        for i in infos:
+            row: dict[str, Any] = {"name": i.name, "head": i.head, "length": i.length,
+                                   "moved": i.moved, "current": i.name == current}
+            if verbose:
+                row.update(title=titles[i.name].title, source=titles[i.name].source)
+            rows.append(row)
+        emit_json(rows)
         return
+    term = terminal()
     width = max((len(i.name) for i in infos), default=0)
     for i in infos:
         mark = "*" if i.name == current else " "
         unit = "event" if i.length == 1 else "events"
-        click.echo(f"{mark} {i.name:<{width}}  {short(i.head)}  {i.length:>6} {unit:<6}  "
-                   f"{relative_time(i.moved)}")
+        when = relative_time(i.moved)
+        name = f"{i.name:<{width}}"
+        line = (f"{mark} {term.paint(name, 'head' if mark == '*' else 'ref')}  "
+                f"{term.paint(short(i.head), 'id')}  {i.length:>6} {unit:<6}  ")
+        if not verbose:
+            click.echo(line + when)
+            continue
+        used = 2 + width + 2 + 10 + 2 + 6 + 1 + 6 + 2 + 16
+        title, source = titles[i.name].title, titles[i.name].source
+        available = term.width - used
+        # The title comes first; the source gets what is left past 20 characters of it.
+        kind, sep, where = (source or "").partition(": ")
+        budget = min(40, available - 20 - 5 - (len(kind) + 2 if sep else 0))
+        shown_source = ""
+        if source and budget >= 12:
+            shown_source = (f"  [{kind}: {_left_clip(where, budget)}]" if sep
+                            else f"  [{_left_clip(source, budget)}]")
+        room = max(1, available - len(shown_source))
+        text = printable(title or "(no messages)", room)
+        click.echo(f"{line}{when:<14}  {text}{term.paint(shown_source, 'dim')}")
+
+
+def _left_clip(text: str, width: int) -> str:
+    """A path cut on the left, where a long one says least: ``…/projects/x/abc.jsonl``."""
+    text = printable(text)
+    return text if len(text) <= width else "…" + text[-(width - 1):]
 
 
 def _refuse_swapped(store: Store, source: str, new: str) -> None:
@@ -143,170 +194,127 @@ def _refuse_swapped(store: Store, source: str, new: str) -> None:
 
 
 @cli.command()
-@click.argument("rev", required=False)
+@click.argument("rev", required=False, shell_complete=complete_rev)
 @click.option("-b", "new", metavar="NEW", help="Create session NEW at REV (default HEAD) and switch.")
 @pass_store
 def checkout(locator: StoreLocator, rev: str | None, new: str | None) -> None:
-    """Switch HEAD to a session, or (detached) to any other revision."""
+    """Switch HEAD to a session, or (detached) to any other revision; `-` is the one before."""
     store = locator.open()
+    before = _raw_head(store)
     if new is not None:
         store.fork(new, rev)
         store.set_head_session(new)
+        _remember_previous(locator, before)
         click.echo(f"Switched to a new session {new}")
         return
     if rev is None:
-        fail("usage: sess checkout REV | sess checkout -b NEW [START]")
+        fail("usage: sess checkout REV | sess checkout - | sess checkout -b NEW [START]")
+    if rev == "-":
+        rev = _previous(locator)
     name, node = store.checkout(rev)
+    if _raw_head(store) != before:
+        _remember_previous(locator, before)
     if name is not None:
         click.echo(f"Switched to session {name}")
     else:
         click.echo(f"HEAD is now detached at {short(node)}")
 
 
-@cli.command()
-@click.argument("session")
-@click.argument("rev")
-@pass_store
-def reset(locator: StoreLocator, session: str, rev: str) -> None:
-    """Move SESSION to REV (rewind or fast-forward); logged, so `sess reflog` can undo it."""
-    store = locator.open()
-    old = store.session_head(session)
-    target = store.reset(session, rev)
-    click.echo(f"{session}: {short(old)} -> {short(target)} ({events(store.depth(target))})")
+def _raw_head(store: Store) -> str | None:
+    """HEAD as `sess checkout` takes it back: a session's name, or the detached node's id."""
+    name, node = store.head()
+    return name if name is not None else node
 
 
-@cli.command()
-@click.argument("name", required=False)
-@click.argument("rev", required=False)
-@click.option("-d", "--delete", is_flag=True, help="Delete tag NAME.")
-@click.option("--json", "as_json", is_flag=True, help="Machine output.")
-@pass_store
-def tag(locator: StoreLocator, name: str | None, rev: str | None, delete: bool,
-        as_json: bool) -> None:
-    """Name the node at REV (default HEAD), or list tags."""
-    store = locator.open()
-    if delete:
-        if name is None or rev is not None:
-            fail("usage: sess tag -d NAME")
-        old = store.delete_tag(name)
-        click.echo(f"Deleted tag {name} (was {short(old)})")
+def _previous_file(locator: StoreLocator) -> Path:
+    """Where `sess checkout -` finds the previous HEAD: beside this checkout's HEAD (in the
+    store folder, or beside the file that keeps a shared store's HEAD on this machine)."""
+    url = locator.url()
+    if url is not None:
+        head = head_file_for(url)
+        return head.with_name(head.name + ".previous")
+    found = locator.find()
+    return found / "PREVIOUS_HEAD" if found.is_dir() else found.with_name(
+        found.name + ".PREVIOUS_HEAD")
+
+
+def _remember_previous(locator: StoreLocator, value: str | None) -> None:
+    if value is None:
         return
-    if name is not None:
-        target = store.tag(name, rev or "HEAD")
-        click.echo(f"Tagged {short(target)} as {name}")
-        return
-    tags = store.tags()
-    if as_json:
-        emit_json([{"name": t.name, "target": t.target, "moved": t.moved} for t in tags])
-        return
-    for t in tags:
-        click.echo(f"{t.name}  {short(t.target)}")
+    path = _previous_file(locator)
+    try:
+        path.parent.mkdir(parents=True, mode=0o700, exist_ok=True)
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text(value + "\n")
+        tmp.replace(path)
+    except OSError as exc:
+        # The switch is done; only `checkout -` will not know where it came from.
+        click.echo(f"warning: cannot remember the previous session in {path}: {exc.strerror}",
+                   err=True)
 
 
-# -- reading ---------------------------------------------------------------------------------
-
+def _previous(locator: StoreLocator) -> str:
+    try:
+        value = _previous_file(locator).read_text().strip()
+    except FileNotFoundError:
+        value = ""
+    except OSError as exc:
+        fail(f"cannot read the previous session: {exc.strerror}")
+    if not value:
+        fail("no previous session: 'sess checkout -' goes back to where the last checkout "
+             "left from")
+    return value
 
 
 @cli.command()
-@click.argument("args", nargs=-1, required=True)
+@click.argument("args", nargs=-1, metavar="[SESSION] REV", shell_complete=complete_rev)
+@click.option("--empty", is_flag=True,
+              help="Empty SESSION (default: HEAD's): it keeps its name, HEAD and metadata, and "
+                   "no events; SESSION@{1} is where it was.")
+@click.option("--hard", "--soft", "--mixed", "git_mode", is_flag=True, hidden=True)
 @pass_store
-def append(locator: StoreLocator, args: tuple[str, ...]) -> None:
-    """Append one event: `append [SESSION] TYPE [JSON|-]` (JSON from stdin if absent or -).
+def reset(locator: StoreLocator, args: tuple[str, ...], empty: bool, git_mode: bool) -> None:
+    """Move SESSION (default: the HEAD session) to REV: rewind, fast-forward or jump; logged,
+    so `sess reflog` can undo it.
 
-    SESSION defaults to the HEAD session; it is created if it does not exist.
+    `sess reset HEAD~2` drops the last two events of the current session; `sess reset quest-2
+    quest-1` moves quest-2 to quest-1's head. There is no working tree, so --hard, --soft and
+    --mixed (accepted) all mean the same: only the session moves, and nothing is ever lost.
     """
     store = locator.open()
-    if len(args) > 3:
-        fail("usage: sess append [SESSION] TYPE [JSON|-]")
-    if len(args) == 2 and not is_registered(args[0]) and not is_registered(args[1]):
-        fail(f"unknown event type {args[0]!r}")
-    if len(args) == 3 or (len(args) == 2 and not is_registered(args[0])):
-        target, type, payload = args[0], args[1], (args[2] if len(args) == 3 else "-")
+    if empty:
+        if len(args) > 1:
+            fail("usage: sess reset --empty [SESSION]")
+        name = args[0] if args else _head_session(store, "empty")
+        name = name[len(SESSIONS):] if name.startswith(SESSIONS) else name
+        old = store.session_head(name)
+        if old is None:
+            raise UnknownRevisionError(f"no session named {name!r} with events to empty")
+        store.move_ref(SESSIONS + name, old, None, "reset: emptied")
+        click.echo(f"{name}: {short(old)} -> (empty) ('sess reset {name} {name}@{{1}}' "
+                   "restores it)")
+        return
+    if len(args) == 2:
+        name, rev = args
+    elif len(args) == 1:
+        name, rev = _head_session(store, "reset"), args[0]
     else:
-        target, type, payload = None, args[0], (args[1] if len(args) == 2 else "-")
-    if not is_registered(type):
-        fail(f"unknown event type {type!r}")
-    source = "stdin" if payload == "-" else "argument"
-    data = _parse_json(_read_stdin() if payload == "-" else payload, source)
-    if target is None or target == "HEAD":
-        name, node = store.head()
-        if name is None:
-            fail(f"HEAD is detached at {short(node)}; create a session with "
-                  "'sess checkout -b NAME'")
-        target = name
-    if target.startswith(SESSIONS):
-        target = target[len(SESSIONS):]
-    session = store.session(target)
-    # The user named a session, not a parent: another writer's append in between is fine.
-    appended = session.append(type, data, rebase=True)
-    click.echo(f"{short(appended.id)} {target} ({events(len(session))})")
+        fail("usage: sess reset [SESSION] REV | sess reset --empty [SESSION]")
+    name = name[len(SESSIONS):] if name.startswith(SESSIONS) else name
+    old = store.session_head(name)
+    if old is None and (len(args) == 1 or store.reflog(name)):
+        # An emptied session (or HEAD's, not started yet) takes events again.
+        check_ref_name(name)
+        target = store.resolve(rev)
+        store.move_ref(SESSIONS + name, None, target, f"reset: moving to {rev}")
+    else:
+        target = store.reset(name, rev)
+    click.echo(f"{name}: {short(old)} -> {short(target)} ({events(store.depth(target))})")
 
 
-def _reflog_name(store: Store, name: str | None) -> str:
-    """The ref whose log `sess reflog NAME` shows: HEAD's session for none or ``HEAD``, a
-    session by name, else a tag by its short name (as revisions resolve)."""
-    if name is None or name in ("HEAD", "@"):
-        head_name, node = store.head()
-        if head_name is None:
-            fail(f"HEAD is detached at {short(node)}: only sessions and tags have a reflog; "
-                  "name one")
-        return head_name
-    if name.startswith((SESSIONS, TAGS)) or store.reflog(name):
-        return name
-    if store.reflog(TAGS + name):
-        return TAGS + name
+def _head_session(store: Store, verb: str) -> str:
+    name, node = store.head()
+    if name is None:
+        fail(f"HEAD is detached at {short(node)}: name the session to {verb} "
+             f"('sess reset SESSION REV')")
     return name
-
-
-def _read_stdin() -> str:
-    raw = sys.stdin.buffer.read() if hasattr(sys.stdin, "buffer") else sys.stdin.read().encode()
-    try:
-        return raw.decode()
-    except UnicodeDecodeError as exc:
-        raise InputError(f"stdin is not valid UTF-8 (byte {exc.start})") from None
-
-
-def _parse_json(text: str, source: str) -> Any:
-    """A JSON value typed by the user; every way it can be bad is one InputError."""
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise InputError(f"malformed JSON in {source}: {exc.msg} at line {exc.lineno} "
-                         f"column {exc.colno}") from None
-    except RecursionError:
-        raise InputError(f"JSON in {source} is nested too deeply") from None
-    except ValueError as exc:  # an integer of thousands of digits
-        raise InputError(f"JSON in {source} cannot be read: {exc}".split(";")[0]) from None
-
-
-@cli.command()
-@click.argument("name", required=False)
-@click.option("--expire", is_flag=True,
-              help="Forget NAME's history (all of it for a deleted session) so gc can reclaim it.")
-@click.option("--json", "as_json", is_flag=True, help="Machine output.")
-@pass_store
-def reflog(locator: StoreLocator, name: str | None, expire: bool, as_json: bool) -> None:
-    """Every move of a session's ref (default: the HEAD session), newest first."""
-    store = locator.open()
-    if expire:
-        if name is None:
-            fail("usage: sess reflog --expire NAME (this gives up undo: name it explicitly)")
-        gone = store.expire_reflog(name)
-        click.echo(f"Expired {gone} reflog entr{'y' if gone == 1 else 'ies'} of {name}; "
-                   "'sess gc' removes what nothing else reaches")
-        return
-    name = _reflog_name(store, name)
-    entries = store.reflog(name)
-    if not entries and not store.has_session(name):
-        raise UnknownRevisionError(f"no session named {name!r} and no reflog for it")
-    entries.reverse()
-    if as_json:
-        emit_json([msgspec.to_builtins(e) for e in entries])
-        return
-    for i, e in enumerate(entries):
-        ref = e.ref[len(SESSIONS):] if e.ref.startswith(SESSIONS) else e.ref
-        ref = ref[len(TAGS):] if ref.startswith(TAGS) else ref
-        click.echo(f"{short(e.new)} {ref}@{{{i}}}: {e.reason} (from {short(e.old)}, "
-                   f"{relative_time(e.time)})")
-
-

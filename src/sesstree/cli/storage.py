@@ -10,8 +10,9 @@ import click
 import msgspec
 
 from ..fmt import plural
-from .core import StoreLocator, cli, emit_json, events, fail, one_line, pass_store
+from .core import StoreLocator, cli, complete_rev, emit_json, events, fail, one_line, pass_store
 
+__all__ = ["export", "fsck", "gc", "import_", "stats"]
 
 @cli.command("import")
 @click.argument("files", nargs=-1, required=True, type=click.Path(path_type=Path))
@@ -59,7 +60,7 @@ def import_(locator: StoreLocator, files: tuple[Path, ...], name: str | None, fm
 
 
 @cli.command()
-@click.argument("rev", default="HEAD", required=False)
+@click.argument("rev", default="HEAD", required=False, shell_complete=complete_rev)
 @click.option("-o", "out", type=click.Path(dir_okay=False, allow_dash=True, path_type=Path),
               help="Output file (default: NAME.jsonl here); - for standard output.")
 @click.option("--format", "fmt", default="seed", show_default=True, help="Output format.")

@@ -16,8 +16,7 @@ from ..errors import InputError, InvalidEventError
 from ..events import message_type
 from ..node import Node, NodeId, make_node
 from ..repo import Store
-from ..store.base import RefUpdate
-from .provenance import Origin, Provenance
+from .provenance import Origin, Provenance, without_provenance
 
 __all__ = ["ImportResult", "land", "message_chain", "write_new"]
 
@@ -228,11 +227,11 @@ def land(
                         "previous head kept in this reflog",
         }.get(outcome)
         if reason is not None:
-            backend.commit([], [RefUpdate("sessions/" + name, head, target, reason)])
+            store.move_ref("sessions/" + name, head, target, reason)
         if claim:
             owners.claim(name, origin, meta)
         elif reason is not None and holder is None and meta is not None:
-            store.set_session_meta(name, meta)
+            store.set_session_meta(name, without_provenance(meta))
     return ImportResult(source, name, outcome, len(path), new, target)
 
 

@@ -1,16 +1,17 @@
 """Which file each imported session came from, kept in the session's own metadata.
 
-A session an import created (or was told to take with ``--as``) carries, in its metadata, the
-key ``sesstree.import``: ``{"format": F, "source": ABSOLUTE PATH, "main": true|false}``
-(``main``: the file's main line, not one of its other branches). Session metadata moves with
-``sess branch -m`` and goes with ``sess branch -d``, so provenance follows the session: a
-re-import finds its earlier import wherever it landed (``NAME-2``, a renamed session), and a
-later unrelated session that happens to take a deleted one's name belongs to nobody.
+A session an import created (or was told to take with ``--as``) carries, beside its ref, an
+:class:`~sesstree.store.base.ImportOrigin`: ``format``, ``source`` (an absolute path) and
+``main`` (the file's main line, not one of its other branches); ``Store.session_origin(NAME)``
+reads it. Session metadata moves with ``sess branch -m`` and goes with ``sess branch -d``, so
+provenance follows the session: a re-import finds its earlier import wherever it landed
+(``NAME-2``, a renamed session), and a later unrelated session that happens to take a deleted
+one's name belongs to nobody.
 
-Stores written by earlier versions kept ``import-source:NAME`` = ``F:PATH`` beside the
-metadata, keyed by name. Those are still read, but trusted only while the session's reflog
-shows that import since the session was last created (so a name deleted and reused by hand
-does not inherit it); the key is replaced by the new one the next time the import lands there.
+Stores written by earlier versions kept ``FORMAT:PATH`` apart, keyed by name (the seam gives
+it as ``SessionMeta.legacy_origin``). It is still read, but trusted only while the session's
+reflog shows that import since the session was last created (so a name deleted and reused by
+hand does not inherit it); it is replaced the next time the import lands there.
 """
 
 from __future__ import annotations
@@ -19,35 +20,15 @@ import re
 from collections.abc import Collection
 from typing import Any
 
-import msgspec
-
 from ..repo import SESSIONS, Store
+from ..store.base import PROVENANCE_KEY, ImportOrigin
 
-__all__ = ["LEGACY_PREFIX", "PROVENANCE_KEY", "Origin", "Provenance"]
-
-#: The key of the session metadata that holds an import's provenance.
-PROVENANCE_KEY = "sesstree.import"
-#: Where earlier versions kept provenance: ``import-source:NAME`` = ``FORMAT:PATH``.
-LEGACY_PREFIX = "import-source:"
-_META_PREFIX = "session:"
+__all__ = ["PROVENANCE_KEY", "Origin", "Provenance", "without_provenance"]
 _BRANCH = re.compile(r"/branch-\d+$")
 
 
-class Origin(msgspec.Struct, frozen=True):
-    """What a session was imported from: a file read as a format, its main line or not."""
-
-    format: str
-    source: str
-    main: bool = True
-
-
-def _origin_in(raw: str) -> Origin | None:
-    try:
-        meta = msgspec.json.decode(raw)
-        found = meta.get(PROVENANCE_KEY) if isinstance(meta, dict) else None
-        return msgspec.convert(found, Origin) if isinstance(found, dict) else None
-    except (msgspec.DecodeError, RecursionError):  # metadata someone else wrote: not ours
-        return None
+#: What a session was imported from (the seam's type, under the name importers use).
+Origin = ImportOrigin
 
 
 class Provenance:
@@ -62,17 +43,14 @@ class Provenance:
         self._of: dict[str, Origin] = {}
         backend = store.backend
         names = {ref.name[len(SESSIONS):] for ref in backend.list_refs(SESSIONS)}
-        for key, raw in backend.list_meta(_META_PREFIX).items():
-            name = key[len(_META_PREFIX):]
-            origin = _origin_in(raw) if name in names else None
+        for name, meta in backend.list_session_meta().items():
+            if name not in names:
+                continue
+            origin = meta.origin
+            if origin is None and meta.legacy_origin is not None:
+                origin = self._legacy(name, meta.legacy_origin)
             if origin is not None:
                 self._of[name] = origin
-        for key, owner in backend.list_meta(LEGACY_PREFIX).items():
-            name = key[len(LEGACY_PREFIX):]
-            if name in names and name not in self._of:
-                origin = self._legacy(name, owner)
-                if origin is not None:
-                    self._of[name] = origin
 
     def _legacy(self, name: str, owner: str) -> Origin | None:
         fmt, sep, source = owner.partition(":")
@@ -125,13 +103,16 @@ class Provenance:
         if origin.main:
             for other in self.sessions_of(origin):
                 if other != name:
-                    rest = store.get_session_meta(other) or {}
-                    if rest.pop(PROVENANCE_KEY, None) is not None:
-                        store.set_session_meta(other, rest or None)
-                    store.backend.set_meta(LEGACY_PREFIX + other, None)
+                    store.set_session_origin(other, None)
                     del self._of[other]
-        base = dict(meta) if meta is not None else (store.get_session_meta(name) or {})
-        base[PROVENANCE_KEY] = msgspec.to_builtins(origin)
-        store.set_session_meta(name, base)
-        store.backend.set_meta(LEGACY_PREFIX + name, None)
+        if meta is not None:
+            store.set_session_meta(name, without_provenance(meta))
+        store.set_session_origin(name, origin)
         self._of[name] = origin
+
+
+def without_provenance(meta: dict[str, Any]) -> dict[str, Any] | None:
+    """An import's metadata without the provenance key a file exported by an earlier sesstree
+    may carry (provenance is the store's own, about this machine's files)."""
+    rest = {k: v for k, v in meta.items() if k != PROVENANCE_KEY}
+    return rest or None

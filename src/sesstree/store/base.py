@@ -21,9 +21,14 @@ import msgspec
 from ..node import NodeId
 
 __all__ = [
-    "Backend", "Chain", "ObjectStore", "RawNode", "Ref", "RefStore", "RefUpdate", "ReflogEntry",
-    "StoredNode",
+    "Backend", "Chain", "ImportOrigin", "ObjectStore", "RawNode", "Ref", "RefStore", "RefUpdate",
+    "ReflogEntry", "SessionMeta", "StoreFormat", "StoredNode", "decode_session_meta",
+    "encode_session_meta",
 ]
+
+#: Where a session's import provenance sits in its stored metadata document (see
+#: :func:`encode_session_meta`): a key no importer's own metadata uses.
+PROVENANCE_KEY = "sesstree.import"
 
 
 class RawNode(msgspec.Struct, frozen=True, gc=False):
@@ -95,22 +100,101 @@ class Ref(msgspec.Struct, frozen=True):
 
 
 class RefUpdate(msgspec.Struct, frozen=True):
-    """One compare-and-set: move ``name`` from ``old`` to ``new`` (None: absent), logged."""
+    """One compare-and-set: move ``name`` from ``old`` to ``new`` (None: absent), logged.
+
+    With ``fold``, the move is logged by folding it into the ref's newest reflog entry (the
+    one that put the ref at ``old``): that entry keeps its ``old`` (and, as ``started``, the
+    time of its first move) and takes this move's ``new``, time and reason, instead of a new
+    entry being added. The backend only carries
+    this out; when to fold (the later moves of a ref in one batch, or in one agent turn) is
+    decided above the seam, by :class:`~sesstree.repo.Store`.
+    """
 
     name: str
     old: NodeId | None
     new: NodeId | None
     reason: str
+    fold: bool = False
 
 
 class ReflogEntry(msgspec.Struct, frozen=True):
-    """One move of a ref. ``old`` is None for a creation, ``new`` None for a deletion."""
+    """One move of a ref. ``old`` is None for a creation, ``new`` None for a deletion.
+
+    An entry that later moves were folded into (a batch, an agent turn) spans them: ``time``
+    is the last move's, ``started`` the first's (None for an entry of one move, and on stores
+    too old to keep it).
+    """
 
     ref: str
     old: NodeId | None
     new: NodeId | None
     time: float
     reason: str
+    started: float | None = None
+
+
+class ImportOrigin(msgspec.Struct, frozen=True):
+    """What a session was imported from: a file read as a format, its main line or not."""
+
+    format: str
+    source: str
+    main: bool = True
+
+
+class SessionMeta(msgspec.Struct, frozen=True):
+    """What a store keeps beside a session, in no node and not hashed: it moves with a rename
+    and goes with a delete, in the same transaction as the ref.
+
+    ``fields``: the session's own metadata (an import's header, ``NAME.meta.json``);
+    ``origin``: where an import came from (see :mod:`sesstree.interop.provenance`);
+    ``legacy_origin``: provenance as stores written before it moved into the session's
+    metadata kept it (``FORMAT:PATH``), read-only: writing a session's metadata drops it.
+    """
+
+    fields: dict[str, Any] = msgspec.field(default_factory=dict)
+    origin: ImportOrigin | None = None
+    legacy_origin: str | None = None
+
+    def __bool__(self) -> bool:
+        return bool(self.fields) or self.origin is not None or self.legacy_origin is not None
+
+
+class StoreFormat(msgspec.Struct, frozen=True):
+    """A store's format version and id scheme, as its backend recorded them."""
+
+    version: int
+    ids: str
+
+
+def encode_session_meta(meta: SessionMeta) -> str:
+    """The one text form of :class:`SessionMeta` every backend stores (``legacy_origin`` is
+    never written): a JSON object of the fields, with the origin under ``sesstree.import``."""
+    doc = dict(meta.fields)
+    if meta.origin is not None:
+        doc[PROVENANCE_KEY] = msgspec.to_builtins(meta.origin)
+    return msgspec.json.encode(doc).decode()
+
+
+def decode_session_meta(text: str | None, legacy: str | None = None) -> SessionMeta | None:
+    """The inverse of :func:`encode_session_meta`; ``legacy`` is a legacy provenance row.
+    A document that is not sesstree's own (a hand-edited row) is kept as fields."""
+    if text is None and legacy is None:
+        return None
+    fields: dict[str, Any] = {}
+    origin: ImportOrigin | None = None
+    if text is not None:
+        try:
+            doc = msgspec.json.decode(text)
+        except (msgspec.DecodeError, RecursionError):
+            doc = {"value": text}
+        fields = doc if isinstance(doc, dict) else {"value": doc}
+        found = fields.pop(PROVENANCE_KEY, None)
+        if isinstance(found, dict):
+            try:
+                origin = msgspec.convert(found, ImportOrigin)
+            except msgspec.ValidationError:
+                fields[PROVENANCE_KEY] = found  # not ours after all: keep it as written
+    return SessionMeta(fields, origin, legacy)
 
 
 class ObjectStore(Protocol):
@@ -153,9 +237,10 @@ class ObjectStore(Protocol):
 
 
 class RefStore(Protocol):
-    """Refs, their reflog and the store's settings. A ref moves only by compare-and-set with
-    its reflog entry in the same transaction (:meth:`Backend.commit`); a rename and an expiry
-    are compare-and-sets too."""
+    """Refs, their reflog, what is kept beside them (session metadata, a local store's HEAD)
+    and the store's format. A ref moves only by compare-and-set with its reflog entry in the
+    same transaction (:meth:`Backend.commit`); a rename and an expiry are compare-and-sets
+    too. Everything here is typed: no string-keyed settings cross the seam."""
 
     def get_ref(self, name: str) -> Ref | None:
         """The ref, or None."""
@@ -173,14 +258,25 @@ class RefStore(Protocol):
         """Forget the history of ref ``name``: every entry of a deleted ref, all but the newest
         of a live one (which then forgets its ``old``). Returns how many entries went."""
 
-    def get_meta(self, key: str) -> str | None:
-        """A small setting (HEAD, session metadata), or None."""
+    def get_session_meta(self, name: str) -> SessionMeta | None:
+        """What is kept beside session ``name`` (its ref name without ``sessions/``), or None."""
 
-    def set_meta(self, key: str, value: str | None) -> None:
-        """Set or (with None) delete a setting."""
+    def set_session_meta(self, name: str, meta: SessionMeta | None) -> None:
+        """Keep ``meta`` beside session ``name`` (None or an empty one: keep nothing); in the
+        open batch's transaction, if there is one."""
 
-    def list_meta(self, prefix: str) -> dict[str, str]:
-        """Every setting whose key starts with ``prefix``, by key (one read, not one per key)."""
+    def list_session_meta(self) -> dict[str, SessionMeta]:
+        """What is kept beside every session that has any, by name, in one read."""
+
+    def get_head(self) -> str | None:
+        """HEAD as a local store keeps it (``ref: sessions/NAME`` or an id), or None."""
+
+    def set_head(self, value: str) -> None:
+        """Set HEAD, in the open batch's transaction if there is one (a rename or delete
+        moves it with the ref it follows)."""
+
+    def store_format(self) -> StoreFormat:
+        """The format version and id scheme the store was written with."""
 
 
 class Backend(ObjectStore, RefStore, Protocol):
@@ -193,11 +289,14 @@ class Backend(ObjectStore, RefStore, Protocol):
 
         A node's parent must be stored already or come earlier in ``nodes``. If any update's
         ``old`` differs from the ref's current target, raise ConflictError and write nothing.
-        Inside :meth:`batch`, the work joins the batch and is durable when the batch ends.
+        An update with ``fold`` rewrites the ref's newest reflog entry instead of adding one
+        (if the ref has no entry, one is added). Inside :meth:`batch`, the work joins the
+        batch and is durable when the batch ends.
         """
 
     def batch(self) -> AbstractContextManager[None]:
-        """Group commits: one transaction, acknowledged (and durable) when the block exits."""
+        """Group commits: one transaction, acknowledged (and durable) when the block exits.
+        Nothing else: every commit in it is logged as it says (``fold`` or not)."""
 
     def snapshot(self) -> AbstractContextManager[None]:
         """Read everything inside the block from one consistent state of the store (one read

@@ -6,12 +6,23 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from functools import partial
 
 import msgspec
 
 from ..errors import ConflictError, MissingNodeError
-from ..node import NodeId
-from .base import Chain, RawNode, Ref, ReflogEntry, RefUpdate, StoredNode, describe
+from ..node import ID_VERSION, NodeId
+from .base import (
+    Chain,
+    RawNode,
+    Ref,
+    ReflogEntry,
+    RefUpdate,
+    SessionMeta,
+    StoredNode,
+    StoreFormat,
+    describe,
+)
 
 __all__ = ["MemoryBackend"]
 
@@ -25,7 +36,10 @@ class MemoryBackend:
         self._nodes: dict[NodeId, StoredNode] = {}
         self._refs: dict[str, Ref] = {}
         self._reflog: list[ReflogEntry] = []
-        self._meta: dict[str, str] = {}
+        # Where each ref's newest reflog entry is in the list (what a fold rewrites).
+        self._newest: dict[str, int] = {}
+        self._session_meta: dict[str, SessionMeta] = {}
+        self._head: str | None = None
         # Every read and write holds the lock: a reader iterating a dict while another thread
         # writes it would otherwise fail ("dictionary changed size during iteration").
         self._lock = threading.RLock()
@@ -33,7 +47,6 @@ class MemoryBackend:
         # Inside a batch: how to undo each change made so far, newest last. A rollback runs
         # them backwards; the store is never copied, so a batch costs what it writes.
         self._undo: list[Callable[[], None]] | None = None
-        self._pending: dict[str, tuple[NodeId | None, int, str]] = {}
 
     def commit(self, nodes: Sequence[RawNode], updates: Sequence[RefUpdate]) -> None:
         with self._lock:
@@ -68,12 +81,28 @@ class MemoryBackend:
                     self._refs.pop(u.name, None)
                 else:
                     self._refs[u.name] = Ref(u.name, u.new, now)
-                if self._batch_depth:
-                    # As on disk: one reflog entry per ref for the whole batch.
-                    first, count, _ = self._pending.get(u.name, (u.old, 0, ""))
-                    self._pending[u.name] = (first, count + 1, u.reason)
-                else:
-                    self._reflog.append(ReflogEntry(u.name, u.old, u.new, now, u.reason))
+                self._log(u, now)
+
+    def _log(self, u: RefUpdate, now: float) -> None:
+        """Add the move's reflog entry, or fold it into the ref's newest one."""
+        i = self._newest.get(u.name) if u.fold else None
+        if i is not None:
+            entry = self._reflog[i]
+            if self._undo is not None:
+                self._undo.append(partial(self._put_entry, i, entry))
+            started = entry.started if entry.started is not None else entry.time
+            self._reflog[i] = ReflogEntry(u.name, entry.old, u.new, now, u.reason, started)
+            return
+        self._newest[u.name] = len(self._reflog)
+        self._reflog.append(ReflogEntry(u.name, u.old, u.new, now, u.reason))
+
+    def _reindex(self) -> None:
+        """Find each ref's newest entry again, after the log was rewritten or cut back."""
+        self._newest = {e.ref: i for i, e in enumerate(self._reflog)}
+
+    def _put_entry(self, i: int, entry: ReflogEntry) -> None:
+        if i < len(self._reflog):
+            self._reflog[i] = entry
 
     def _remember_ref(self, name: str) -> None:
         """Inside a batch, note how to put ref ``name`` back as it is now."""
@@ -110,13 +139,11 @@ class MemoryBackend:
             self._batch_depth += 1
             try:
                 yield
-                if self._batch_depth == 1:
-                    self._flush_pending()
             except BaseException:
                 if outer and self._undo is not None:
                     for undo in reversed(self._undo):
                         undo()
-                    self._pending.clear()
+                    self._reindex()
                 raise
             finally:
                 self._batch_depth -= 1
@@ -128,15 +155,6 @@ class MemoryBackend:
         # The lock keeps other threads' writes out until the block ends.
         with self._lock:
             yield
-
-    def _flush_pending(self) -> None:
-        now = time.time()
-        for name, (old, count, reason) in self._pending.items():
-            ref = self._refs.get(name)
-            new = ref.target if ref is not None else None
-            text = reason if count == 1 else f"{reason} (batch of {count} moves)"
-            self._reflog.append(ReflogEntry(name, old, new, now, text))
-        self._pending.clear()
 
     def get(self, id: NodeId) -> StoredNode | None:
         with self._lock:
@@ -204,44 +222,60 @@ class MemoryBackend:
             self._remember_reflog()
             # As on disk: the log of `old` moves over and one entry records the rename.
             self._reflog = [
-                ReflogEntry(new, e.old, e.new, e.time, e.reason) if e.ref == old else e
+                msgspec.structs.replace(e, ref=new) if e.ref == old else e
                 for e in self._reflog
             ]
             del self._refs[old]
             now = time.time()
             self._refs[new] = Ref(new, target, now)
             self._reflog.append(ReflogEntry(new, target, target, now, reason))
+            self._reindex()
 
     def expire_reflog(self, name: str) -> int:
         with self._lock:
             mine = [e for e in self._reflog if e.ref == name]
             keep = mine[-1:] if name in self._refs else []
             # The entry kept no longer remembers where the ref was before it.
-            forgotten = [ReflogEntry(e.ref, None, e.new, e.time, e.reason) for e in keep]
+            forgotten = [msgspec.structs.replace(e, old=None) for e in keep]
             self._remember_reflog()
             self._reflog = [e for e in self._reflog if e.ref != name] + forgotten
+            self._reindex()
             return len(mine) - len(keep)
 
-    def get_meta(self, key: str) -> str | None:
+    def get_session_meta(self, name: str) -> SessionMeta | None:
         with self._lock:
-            return self._meta.get(key)
+            return self._session_meta.get(name)
 
-    def set_meta(self, key: str, value: str | None) -> None:
+    def set_session_meta(self, name: str, meta: SessionMeta | None) -> None:
         with self._lock:
             if self._undo is not None:
-                before = self._meta.get(key)
-                self._undo.append(lambda: self._put_meta(key, before))
-            self._put_meta(key, value)
+                self._undo.append(partial(self._put_meta, name, self._session_meta.get(name)))
+            # As on disk: a legacy origin is never written.
+            self._put_meta(name, msgspec.structs.replace(meta, legacy_origin=None)
+                           if meta else None)
 
-    def _put_meta(self, key: str, value: str | None) -> None:
-        if value is None:
-            self._meta.pop(key, None)
+    def _put_meta(self, name: str, meta: SessionMeta | None) -> None:
+        if meta:
+            self._session_meta[name] = meta
         else:
-            self._meta[key] = value
+            self._session_meta.pop(name, None)
 
-    def list_meta(self, prefix: str) -> dict[str, str]:
+    def list_session_meta(self) -> dict[str, SessionMeta]:
         with self._lock:
-            return {k: v for k, v in self._meta.items() if k.startswith(prefix)}
+            return dict(self._session_meta)
+
+    def get_head(self) -> str | None:
+        with self._lock:
+            return self._head
+
+    def set_head(self, value: str) -> None:
+        with self._lock:
+            if self._undo is not None:
+                self._undo.append(partial(setattr, self, "_head", self._head))
+            self._head = value
+
+    def store_format(self) -> StoreFormat:
+        return StoreFormat(1, f"blake3-msgpack-v{ID_VERSION}")  # never written anywhere
 
     def iter_nodes(self) -> Iterator[StoredNode]:
         # Insertion order of a dict is parents-first, as nodes are only stored after parents.
@@ -274,7 +308,7 @@ class MemoryBackend:
             if keep is not None:
                 roots.add(keep)
             roots.update(t for e in self._reflog for t in (e.old, e.new) if t is not None)
-            head = self._meta.get("HEAD")
+            head = self._head
             if head is not None and not head.startswith("ref: "):
                 roots.add(NodeId(head))
             live: set[NodeId] = set()

@@ -14,8 +14,8 @@ Round trips: an append (one node on the session's head) is one statement, a serv
 function, in autocommit, so one round trip and one commit; a chain is one statement; other
 commits are one transaction (the nodes pipelined, then one statement per ref moved). A batch
 is one transaction: once it has moved a ref it holds that ref's row lock, so its later appends
-to it are decided here and sent as one call per ref (before anything else reaches the server,
-and at the end); each ref it moved gets one reflog entry when it commits, as on SQLite.
+to it (folded into one reflog entry, as the store asks) are decided here and sent as one call
+per ref (before anything else reaches the server, and at the end).
 """
 
 from __future__ import annotations
@@ -32,7 +32,19 @@ from ..errors import ConflictError, MissingNodeError, StoreCorruptError
 from ..node import NodeId
 from . import postgres_objects as objects
 from . import postgres_refs as refs
-from .base import Chain, RawNode, Ref, ReflogEntry, RefUpdate, StoredNode, describe
+from .base import (
+    Chain,
+    RawNode,
+    Ref,
+    ReflogEntry,
+    RefUpdate,
+    SessionMeta,
+    StoredNode,
+    StoreFormat,
+    describe,
+    encode_session_meta,
+)
+from .meta_rows import HEAD, LEGACY, SESSION, session_meta_of
 from .postgres_conn import Conn, Connector, StoreUnavailableError, is_connection_lost
 from .postgres_schema import ensure_schema
 from .urls import redact_url
@@ -43,14 +55,6 @@ T = TypeVar("T")
 
 #: Nodes per fetch when every node is read (fsck, graph): bounded memory on a large store.
 _ITER_CHUNK = 5000
-
-
-class _Pending(msgspec.Struct):
-    """A ref moved inside a batch: where it was before, how often, why last."""
-
-    old: NodeId | None
-    count: int
-    reason: str
 
 
 class PostgresBackend:
@@ -65,11 +69,12 @@ class PostgresBackend:
         self._conn = Connector(url, timeout=timeout, setup=self._setup)
         self._lock = threading.RLock()
         self._batch_depth = 0
-        self._pending: dict[str, _Pending] = {}
         # Inside a batch: where each ref the batch moved is now (the batch holds its row lock),
-        # and the appends not sent yet, by ref, oldest first: (expected old head, params).
+        # and the appends not sent yet, by ref, oldest first: (expected old head, params), with
+        # the reason of the newest.
         self._heads: dict[str, NodeId | None] = {}
         self._queue: dict[str, list[tuple[NodeId | None, tuple[Any, ...]]]] = {}
+        self._queue_reason: dict[str, str] = {}
         self._create = create
         try:
             self._conn.run(self._check_schema)
@@ -126,28 +131,27 @@ class PostgresBackend:
 
     def _append(self, node: RawNode, u: RefUpdate) -> None:
         params = objects.node_params(node)
-        log = not self._batch_depth
-        if not log and self._heads.get(u.name) is not None:
+        if self._batch_depth and u.fold and self._heads.get(u.name) is not None:
             # This batch holds the ref's row lock since it first moved it, so where the ref
             # is, is known here: decide the compare-and-set now, send the node with the rest
             # of the ref's run (one call for the run, when anything else needs the server).
             if self._heads[u.name] != u.old:
                 raise self._conflict(u, "conflict:" + (self._heads[u.name] or ""))
             self._queue.setdefault(u.name, []).append((u.old, params))
+            self._queue_reason[u.name] = u.reason
             self._heads[u.name] = u.new
-            self._note(u)
             return
 
         def work(conn: Conn, replay: bool) -> str:
-            row = conn.execute(refs.APPEND, (u.name, *params, u.reason, log, replay)).fetchone()
+            row = conn.execute(refs.APPEND, (u.name, *params, u.reason, u.fold, replay)
+                               ).fetchone()
             return str(row[0]) if row else "conflict:"
 
         status = self._run(work)
         if status != "ok":
             raise self._conflict(u, status)
-        if not log:
+        if self._batch_depth:
             self._heads[u.name] = u.new
-            self._note(u)
 
     def _run(self, work: Callable[[Conn, bool], T]) -> T:
         """Run ``work`` on the server, after the batch's queued appends (it may read them)."""
@@ -158,6 +162,7 @@ class PostgresBackend:
     def _send_queue(self) -> None:
         """Send each ref's queued run of appends, one call per ref."""
         queue, self._queue = self._queue, {}
+        reasons, self._queue_reason = self._queue_reason, {}
 
         def work(conn: Conn, replay: bool) -> None:
             for name, run in queue.items():
@@ -166,7 +171,7 @@ class PostgresBackend:
                 row = conn.execute(refs.APPEND_RUN, (
                     name, bytes.fromhex(old) if old is not None else None,
                     list(columns[0]), list(columns[2]), list(columns[3]), list(columns[4]),
-                    list(columns[5]),
+                    list(columns[5]), reasons[name],
                 )).fetchone()
                 if row is None or row[0] != "ok":  # pragma: no cover - the batch holds the lock
                     raise ConflictError(f"{name} moved during the batch")
@@ -178,7 +183,6 @@ class PostgresBackend:
         updates: Sequence[RefUpdate], replay: bool,
     ) -> None:
         """One commit as one transaction (or, inside a batch, one savepoint)."""
-        log = not self._batch_depth
         # Outside a batch this is the commit's transaction; inside one, a savepoint.
         with conn.transaction():
             if nodes:
@@ -202,30 +206,20 @@ class PostgresBackend:
             for u in sorted(updates, key=lambda u: u.name):
                 old = bytes.fromhex(u.old) if u.old is not None else None
                 new = bytes.fromhex(u.new) if u.new is not None else None
-                row = conn.execute(refs.MOVE_REF, (u.name, old, new, u.reason, log, replay)
+                row = conn.execute(refs.MOVE_REF, (u.name, old, new, u.reason, u.fold, replay)
                                    ).fetchone()
                 status = str(row[0]) if row else "conflict:"
                 if status != "ok":
                     raise self._conflict(u, status)
-        if not log:
+        if self._batch_depth:
             for u in updates:
                 self._heads[u.name] = u.new
-                self._note(u)
 
     @staticmethod
     def _has_in(conn: Conn, id: NodeId, nodes: Sequence[RawNode]) -> bool:
         if any(n.id == id for n in nodes):
             return True
         return conn.execute(objects.HAS, ([bytes.fromhex(id)],)).fetchone() is not None
-
-    def _note(self, u: RefUpdate) -> None:
-        """Remember a move made inside a batch, for the batch's one reflog entry per ref."""
-        p = self._pending.get(u.name)
-        if p is None:
-            self._pending[u.name] = _Pending(u.old, 1, u.reason)
-        else:
-            p.count += 1
-            p.reason = u.reason
 
     def _conflict(self, u: RefUpdate, status: str) -> ConflictError | MissingNodeError:
         if status == "missing-target":
@@ -256,10 +250,9 @@ class PostgresBackend:
                 yield
                 if self._queue:
                     self._send_queue()
-                self._flush_pending(conn)
             except BaseException as exc:
-                self._pending.clear()
                 self._queue.clear()
+                self._queue_reason.clear()
                 self._end_batch()
                 try:
                     txn.__exit__(type(exc), exc, exc.__traceback__)
@@ -285,17 +278,6 @@ class PostgresBackend:
         self._heads.clear()
         self._conn.end_batch()
 
-    def _flush_pending(self, conn: Conn) -> None:
-        try:
-            for name, p in self._pending.items():
-                reason = p.reason if p.count == 1 else f"{p.reason} (batch of {p.count} moves)"
-                old = bytes.fromhex(p.old) if p.old is not None else None
-                conn.execute(refs.LOG_BATCH, {"ref": name, "old": old, "reason": reason})
-        except psycopg.Error as exc:
-            self._conn.raise_translated(exc)
-        finally:
-            self._pending.clear()
-
     def rename_ref(self, old: str, new: str, target: NodeId, reason: str) -> None:
         with self._lock:
             self._flush_in_batch()
@@ -309,11 +291,9 @@ class PostgresBackend:
                 raise ConflictError(f"cannot rename {old} to {new}: one of them moved")
 
     def _flush_in_batch(self) -> None:
-        """Log a batch's moves so far: an operation that rewrites the log must see them."""
+        """Send a batch's queued appends: an operation that rewrites the log must see them."""
         if self._queue:
             self._send_queue()
-        if self._batch_depth and self._pending:
-            self._flush_pending(self._conn.connection())
         self._heads.clear()  # a rename or gc may move refs: ask the server again
 
     def expire_reflog(self, name: str) -> int:
@@ -322,12 +302,23 @@ class PostgresBackend:
             row = self._read(refs.EXPIRE, {"ref": name})
             return int(row[0][0])
 
-    def set_meta(self, key: str, value: str | None) -> None:
+    def set_session_meta(self, name: str, meta: SessionMeta | None) -> None:
+        text = encode_session_meta(meta) if meta else None
+
+        def work(conn: Conn, replay: bool) -> None:
+            with conn.transaction():  # inside a batch: a savepoint of it
+                conn.execute(refs.UNSET_META, (LEGACY + name,))
+                if text is None:
+                    conn.execute(refs.UNSET_META, (SESSION + name,))
+                else:
+                    conn.execute(refs.SET_META, (SESSION + name, text))
+
         with self._lock:
-            if value is None:
-                self._read(refs.UNSET_META, (key,))
-            else:
-                self._read(refs.SET_META, (key, value))
+            self._run(work)
+
+    def set_head(self, value: str) -> None:
+        with self._lock:
+            self._read(refs.SET_META, (HEAD, value), fetch=False)
 
     def delete_nodes(self, ids: Sequence[NodeId]) -> int:
         rows = self._read(objects.DELETE, {"ids": [bytes.fromhex(i) for i in ids]})
@@ -414,15 +405,27 @@ class PostgresBackend:
     def reflog(self, name: str | None = None) -> list[ReflogEntry]:
         rows = self._read(refs.REFLOG_ALL) if name is None else self._read(refs.REFLOG, (name,))
         return [
-            ReflogEntry(r[0], objects.hex_id(r[1]), objects.hex_id(r[2]), r[3], r[4]) for r in rows
+            ReflogEntry(r[0], objects.hex_id(r[1]), objects.hex_id(r[2]), r[3], r[4], r[5])
+            for r in rows
         ]
 
-    def get_meta(self, key: str) -> str | None:
-        rows = self._read(refs.GET_META, (key,))
+    def _meta_rows(self, prefix: str) -> list[tuple[str, str]]:
+        return [(str(k), str(v)) for k, v in self._read(refs.LIST_META, (len(prefix), prefix))]
+
+    def get_session_meta(self, name: str) -> SessionMeta | None:
+        rows = self._read(refs.GET_METAS, ([SESSION + name, LEGACY + name],))
+        return session_meta_of((str(k), str(v)) for k, v in rows).get(name)
+
+    def list_session_meta(self) -> dict[str, SessionMeta]:
+        return session_meta_of(self._meta_rows(SESSION) + self._meta_rows(LEGACY))
+
+    def get_head(self) -> str | None:
+        rows = self._read(refs.GET_META, (HEAD,))
         return str(rows[0][0]) if rows else None
 
-    def list_meta(self, prefix: str) -> dict[str, str]:
-        return {str(k): str(v) for k, v in self._read(refs.LIST_META, (len(prefix), prefix))}
+    def store_format(self) -> StoreFormat:
+        rows = dict(self._read(refs.GET_METAS, (["format", "ids"],)))
+        return StoreFormat(int(rows.get("format", 0)), str(rows.get("ids", "")))
 
     @contextmanager
     def snapshot(self) -> Iterator[None]:
@@ -551,7 +554,7 @@ class PostgresBackend:
         machine), or one a store of an older sesstree kept in its metadata."""
         if keep is not None:
             return bytes.fromhex(keep)
-        head = conn.execute(refs.GET_META, ("HEAD",)).fetchone()
+        head = conn.execute(refs.GET_META, (HEAD,)).fetchone()
         if head is not None and not str(head[0]).startswith("ref: "):
             return bytes.fromhex(str(head[0]))
         return None

@@ -24,10 +24,10 @@ __all__ = [
     "APPEND_RUN",
     "EXPIRE",
     "GET_META",
+    "GET_METAS",
     "GET_REF",
     "LIST_META",
     "LIST_REFS",
-    "LOG_BATCH",
     "MOVE_REF",
     "REFLOG",
     "REFLOG_ALL",
@@ -36,6 +36,7 @@ __all__ = [
     "REF_TABLES",
     "RENAME_REF",
     "SET_META",
+    "TO_FORMAT_2",
     "UNSET_META",
 ]
 
@@ -60,11 +61,30 @@ REF_TABLES = [
     )""",
 ]
 
-# The compare-and-set of any move (create, move, delete), logged unless p_log is false (a
-# batch logs once per ref when it commits; see PostgresBackend.batch).
+# How a move is logged: a new entry, or with p_fold (see RefUpdate.fold) folded into the ref's
+# newest entry, which keeps its `old` (a new entry if the ref has none).
+_LOG_FN = """
+CREATE OR REPLACE FUNCTION sesstree_log(
+    p_ref text, p_old bigint, p_new bigint, p_time double precision, p_reason text,
+    p_fold boolean
+) RETURNS void LANGUAGE plpgsql AS $$
+BEGIN
+    IF p_fold THEN
+        UPDATE reflog SET new = p_new, time = p_time, reason = p_reason,
+                started = coalesce(started, time)
+            WHERE ref = p_ref AND n = (SELECT max(n) FROM reflog WHERE ref = p_ref);
+        IF FOUND THEN
+            RETURN;
+        END IF;
+    END IF;
+    INSERT INTO reflog(ref, old, new, time, reason) VALUES (p_ref, p_old, p_new, p_time, p_reason);
+END $$
+"""
+
+# The compare-and-set of any move (create, move, delete), and its log.
 _MOVE_FN = """
 CREATE OR REPLACE FUNCTION sesstree_move_ref(
-    p_ref text, p_old bytea, p_new bytea, p_reason text, p_log boolean, p_replay boolean
+    p_ref text, p_old bytea, p_new bytea, p_reason text, p_fold boolean, p_replay boolean
 ) RETURNS text LANGUAGE plpgsql AS $$
 DECLARE
     cur bigint;
@@ -101,9 +121,7 @@ BEGIN
     ELSE
         UPDATE refs SET target = new_seq, moved = now_ WHERE name = p_ref;
     END IF;
-    IF p_log THEN
-        INSERT INTO reflog(ref, old, new, time, reason) VALUES (p_ref, cur, new_seq, now_, p_reason);
-    END IF;
+    PERFORM sesstree_log(p_ref, cur, new_seq, now_, p_reason, p_fold);
     RETURN 'ok';
 END $$
 """
@@ -115,7 +133,7 @@ END $$
 _APPEND_FN = """
 CREATE OR REPLACE FUNCTION sesstree_append(
     p_ref text, p_id bytea, p_parent bytea, p_data bytea, p_blob bytea, p_blob_data bytea,
-    p_line bigint, p_reason text, p_log boolean, p_replay boolean
+    p_line bigint, p_reason text, p_fold boolean, p_replay boolean
 ) RETURNS text LANGUAGE plpgsql AS $$
 DECLARE
     cur bigint;
@@ -146,9 +164,7 @@ BEGIN
         RAISE EXCEPTION 'parent of the appended node is not stored' USING ERRCODE = 'P0002';
     END IF;
     UPDATE refs SET target = node_seq, moved = now_ WHERE name = p_ref;
-    IF p_log THEN
-        INSERT INTO reflog(ref, old, new, time, reason) VALUES (p_ref, cur, node_seq, now_, p_reason);
-    END IF;
+    PERFORM sesstree_log(p_ref, cur, node_seq, now_, p_reason, p_fold);
     RETURN 'ok';
 END $$
 """
@@ -185,11 +201,11 @@ END $$
 """
 # A batch's run of appends to one ref, in one call: the ref's row is locked (it already is:
 # the batch moved it before), compared once, each node written as the child of the one
-# before, and the ref moved once. The batch logs the ref's moves when it commits.
+# before, and the ref moved once, folded into its newest reflog entry (the batch's).
 _APPEND_RUN_FN = """
 CREATE OR REPLACE FUNCTION sesstree_append_run(
     p_ref text, p_old bytea, p_ids bytea[], p_datas bytea[], p_blobs bytea[],
-    p_blob_datas bytea[], p_lines bigint[]
+    p_blob_datas bytea[], p_lines bigint[], p_reason text
 ) RETURNS text LANGUAGE plpgsql AS $$
 DECLARE
     cur bigint;
@@ -223,30 +239,35 @@ BEGIN
     END LOOP;
     UPDATE refs SET target = par_seq, moved = extract(epoch FROM clock_timestamp())
         WHERE name = p_ref;
+    PERFORM sesstree_log(p_ref, cur, par_seq, extract(epoch FROM clock_timestamp()), p_reason,
+                         true);
     RETURN 'ok';
 END $$
 """
-REF_FUNCTIONS = [_MOVE_FN, _APPEND_FN, _RENAME_FN, _APPEND_RUN_FN]
-APPEND_RUN = "SELECT sesstree_append_run(%s, %b, %b, %b, %b, %b, %b::int8[])"  # %b: binary arrays
+REF_FUNCTIONS = [_LOG_FN, _MOVE_FN, _APPEND_FN, _RENAME_FN, _APPEND_RUN_FN]
+# Format 1 to 2: the reflog's `started`; the functions format 1 had, with other parameters,
+# dropped before format 2's are created.
+TO_FORMAT_2 = [
+    # A folded entry keeps when its first move was made (ReflogEntry.started).
+    "ALTER TABLE reflog ADD COLUMN started double precision",
+    "DROP FUNCTION IF EXISTS sesstree_move_ref(text, bytea, bytea, text, boolean, boolean)",
+    "DROP FUNCTION IF EXISTS sesstree_append(text, bytea, bytea, bytea, bytea, bytea, bigint, "
+    "text, boolean, boolean)",
+    "DROP FUNCTION IF EXISTS sesstree_append_run(text, bytea, bytea[], bytea[], bytea[], "
+    "bytea[], bigint[])",
+]
+APPEND_RUN = "SELECT sesstree_append_run(%s, %b, %b, %b, %b, %b, %b::int8[], %s)"  # %b: binary arrays
 
 MOVE_REF = "SELECT sesstree_move_ref(%s, %s, %s, %s, %s, %s)"
 APPEND = "SELECT sesstree_append(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"
 RENAME_REF = "SELECT sesstree_rename_ref(%s, %s, %s, %s, %s)"
-# One entry for all the moves a batch made to a ref: from where it was before the batch
-# (%s: that id) to where it is now.
-LOG_BATCH = (
-    "INSERT INTO reflog(ref, old, new, time, reason) SELECT %(ref)s, "
-    "(SELECT seq FROM nodes WHERE id = %(old)s), (SELECT target FROM refs WHERE name = %(ref)s), "
-    "extract(epoch FROM clock_timestamp()), %(reason)s"
-)
-
 GET_REF = "SELECT n.id, r.moved FROM refs r JOIN nodes n ON n.seq = r.target WHERE r.name = %s"
 LIST_REFS = (
     "SELECT r.name, n.id, r.moved FROM refs r JOIN nodes n ON n.seq = r.target "
     "WHERE left(r.name, %s) = %s ORDER BY r.name"
 )
 _REFLOG = (
-    "SELECT l.ref, o.id, w.id, l.time, l.reason FROM reflog l "
+    "SELECT l.ref, o.id, w.id, l.time, l.reason, l.started FROM reflog l "
     "LEFT JOIN nodes o ON o.seq = l.old LEFT JOIN nodes w ON w.seq = l.new"
 )
 REFLOG = _REFLOG + " WHERE l.ref = %s ORDER BY l.n"
@@ -266,6 +287,7 @@ SELECT count(*) FROM gone
 """
 
 GET_META = "SELECT value FROM meta WHERE key = %s"
+GET_METAS = "SELECT key, value FROM meta WHERE key = ANY(%s)"
 LIST_META = "SELECT key, value FROM meta WHERE left(key, %s) = %s ORDER BY key"
 SET_META = (
     "INSERT INTO meta(key, value) VALUES (%s, %s) "

@@ -31,11 +31,11 @@ from ..errors import StoreCorruptError, StoreFormatError, StoreNotFoundError
 from ..node import ID_VERSION
 from .postgres_conn import Conn
 from .postgres_objects import OBJECT_FUNCTIONS, OBJECT_TABLES
-from .postgres_refs import REF_FUNCTIONS, REF_TABLES
+from .postgres_refs import REF_FUNCTIONS, REF_TABLES, TO_FORMAT_2
 
 __all__ = ["FORMAT_VERSION", "MIGRATIONS", "ensure_schema"]
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 
 #: Step k takes format k to format k + 1.
 MIGRATIONS: list[list[str]] = [
@@ -44,6 +44,11 @@ MIGRATIONS: list[list[str]] = [
         *OBJECT_TABLES,
         *REF_TABLES,
     ],
+    # 2: a ref's later moves in one batch or agent turn fold into one reflog entry, decided
+    # by the store above the seam (the functions' "log" flag became "fold"), which keeps when
+    # its first move was made. A sesstree of format 1 would read the flag the other way
+    # round: it must refuse the store.
+    TO_FORMAT_2,
 ]
 assert len(MIGRATIONS) == FORMAT_VERSION
 

@@ -31,7 +31,6 @@ from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import NoReturn
 
-import msgspec
 from blake3 import blake3
 
 from ..errors import (
@@ -41,20 +40,41 @@ from ..errors import (
     StoreLockedError,
 )
 from ..node import NodeId
-from .base import Chain, RawNode, RefUpdate, StoredNode, describe
+from .base import (
+    Chain,
+    RawNode,
+    RefUpdate,
+    SessionMeta,
+    StoredNode,
+    describe,
+    encode_session_meta,
+)
+from .meta_rows import HEAD, LEGACY, SESSION
 from .sqlite_check import check_store
 from .sqlite_gc import collect_garbage
 from .sqlite_lock import WriteLock
 from .sqlite_media import translate, translating
-from .sqlite_open import DURABLE_WAL_PAGES, FORMAT_VERSION, PAGE_SIZE, WAL_PAGES, open_connection
+from .sqlite_open import (
+    DURABLE_WAL_PAGES,
+    FORMAT_VERSION,
+    PAGE_SIZE,
+    WAL_PAGES,
+    open_connection,
+    reflog_has_started,
+)
 from .sqlite_paths import PathReader, row_data, split_row, verify_node
 from .sqlite_refs import RefReads
 from .sqlite_sql import (
+    APPEND_FOLD,
     APPEND_ONE,
     CAS,
+    FOLD,
+    FOLD_NEWEST,
     INSERT_NODE,
     NEWEST,
     NODE_COLS,
+    REFLOG_ROWS,
+    without_started,
 )
 from .sqlite_wal import IdleCheckpointer, preallocate_wal
 
@@ -72,13 +92,6 @@ _CACHE_MAX = 200_000
 # A writer idle this many seconds has its commits folded into the main file (see
 # sqlite_wal.IdleCheckpointer): recent history does not live on only in the WAL.
 IDLE_CHECKPOINT = 1.0
-
-
-class _Pending(msgspec.Struct):
-    old: int | None
-    new: int | None
-    count: int
-    reason: str
 
 
 class SqliteBackend(RefReads):
@@ -100,12 +113,24 @@ class SqliteBackend(RefReads):
         self._lock = threading.RLock()
         self._idle = IdleCheckpointer(self._checkpoint_idle, IDLE_CHECKPOINT)
         self._paths = PathReader(self._db, self.path)
+        # The statements that write and read a folded entry's `started`, or (a store made
+        # before it was kept) their forms without it.
+        started = reflog_has_started(self._db)
+        self._fold_sql = FOLD if started else without_started(FOLD)
+        self._fold_newest_sql = FOLD_NEWEST if started else without_started(FOLD_NEWEST)
+        self._reflog_sql = REFLOG_ROWS if started else without_started(REFLOG_ROWS)
         # Appends committed by this connection, until the WAL is given its size (a long
         # writer's appends then stop growing the file; see sqlite_wal). A durable store's WAL
         # was sized when it was opened.
         self._appends_to_size_wal = -1 if durable else SIZE_WAL_AFTER
         self._batch_depth = 0
-        self._pending: dict[str, _Pending] = {}
+        # Inside a batch, where each ref it moved is now (row number, or None): the batch holds
+        # the write lock, so no one else moves them meanwhile, and a CAS needs no read.
+        self._heads: dict[str, int | None] = {}
+        # Inside a batch, folds not written yet: ref -> (new row, time, reason). A ref's later
+        # moves in a batch each rewrite its newest entry; only the last rewrite matters, so it
+        # is written once, before anything reads the log and when the batch commits.
+        self._unwritten: dict[str, tuple[int | None, float, str]] = {}
         self._txn_new: list[NodeId] = []
         # id -> (seq, depth) of nodes known to be stored: saves a lookup per append.
         self._known: dict[NodeId, tuple[int, int]] = {}
@@ -127,13 +152,15 @@ class SqliteBackend(RefReads):
         for key in self._txn_new:
             self._known.pop(key, None)
         self._txn_new.clear()
-        self._pending.clear()
+        self._heads.clear()
+        self._unwritten.clear()
 
     @contextmanager
     def _write(self) -> Iterator[None]:
         """One transaction, or the one already open (a batch, or an outer write)."""
         with self._lock, self._errors():
             if self._batch_depth or self._db.in_transaction:
+                self._write_folds()
                 yield
                 return
             with self._queued():
@@ -189,7 +216,7 @@ class SqliteBackend(RefReads):
                 self._batch_depth = 1
                 try:
                     yield
-                    self._flush_pending()
+                    self._write_folds()
                     self._db.execute("COMMIT")
                     self._txn_new.clear()
                 except BaseException:
@@ -197,6 +224,8 @@ class SqliteBackend(RefReads):
                     raise
                 finally:
                     self._batch_depth = 0
+                    self._heads.clear()
+                    self._unwritten.clear()
 
     @contextmanager
     def snapshot(self) -> Iterator[None]:
@@ -213,16 +242,14 @@ class SqliteBackend(RefReads):
                 if self._db.in_transaction:
                     self._db.execute("COMMIT")
 
-    def _flush_pending(self) -> None:
-        now = time.time()
-        for name, p in self._pending.items():
-            reason = p.reason if p.count == 1 else f"{p.reason} (batch of {p.count} moves)"
-            if not self._log(name, p.old, p.new, reason, now):
-                raise ConflictError(f"{name} moved during the batch")  # pragma: no cover
-        self._pending.clear()
-
-    def _log(self, name: str, old: int | None, new: int | None, reason: str, now: float) -> bool:
-        """The compare-and-set: move ``name`` from ``old`` to ``new`` and log it, or do nothing."""
+    def _log(self, name: str, old: int | None, new: int | None, reason: str, now: float,
+             fold: bool = False) -> bool:
+        """The compare-and-set: move ``name`` from ``old`` to ``new`` and log it (or, with
+        ``fold``, rewrite its newest entry), or do nothing."""
+        if fold and self._db.execute(self._fold_sql, (name, old, new, now, reason)).rowcount == 1:
+            return True
+        # Not folded: the ref has no entry to fold into, or it is not at `old` (then the CAS
+        # below writes nothing either).
         return self._db.execute(CAS, (name, old, new, now, reason)).rowcount == 1
 
     def _seq_of(self, id: NodeId) -> tuple[int, int] | None:
@@ -250,9 +277,8 @@ class SqliteBackend(RefReads):
         self._known[id] = value
 
     def _ref_seq(self, name: str) -> int | None:
-        pending = self._pending.get(name)
-        if pending is not None:
-            return pending.new
+        if name in self._heads:
+            return self._heads[name]
         row = self._db.execute(NEWEST, (name,)).fetchone()
         return None if row is None or row[0] is None else int(row[0])
 
@@ -335,7 +361,8 @@ class SqliteBackend(RefReads):
                 self._insert(n)
             now = time.time()
             for u in updates:
-                if not self._log(u.name, self._old_seq(u), self._new_seq(u), u.reason, now):
+                if not self._log(u.name, self._old_seq(u), self._new_seq(u), u.reason, now,
+                                 u.fold):
                     raise self._conflict(u)
             db.execute("COMMIT")
             self._txn_new.clear()
@@ -351,7 +378,7 @@ class SqliteBackend(RefReads):
         if u.new != node.id or u.old != node.parent or len(node.encoded) > BLOB_MIN:
             return False
         try:
-            self._db.execute(APPEND_ONE, (
+            self._db.execute(APPEND_FOLD if u.fold and u.old is not None else APPEND_ONE, (
                 u.name, bytes.fromhex(node.parent) if node.parent is not None else None,
                 bytes.fromhex(node.id), row_data(node.type, node.encoded), time.time(), u.reason,
             ))
@@ -391,19 +418,32 @@ class SqliteBackend(RefReads):
 
     def _commit_batched(self, nodes: Sequence[RawNode], updates: Sequence[RefUpdate]) -> None:
         # Check every CAS before writing anything: a lost CAS must not spoil the batch.
-        # Ref moves are logged once per ref when the batch commits.
         for u in updates:
             if self._ref_seq(u.name) != self._old_seq(u):
                 raise self._conflict(u)
         for n in nodes:
             self._insert(n)
+        now = time.time()
         for u in updates:
-            old, new = self._old_seq(u), self._new_seq(u)  # cached lookups: cheaper than a list
-            p = self._pending.get(u.name)
-            if p is None:
-                self._pending[u.name] = _Pending(old, new, 1, u.reason)
-            else:
-                p.new, p.count, p.reason = new, p.count + 1, u.reason
+            old, new = self._old_seq(u), self._new_seq(u)  # cached lookups
+            if u.fold and u.name in self._heads:
+                # The batch moved this ref, holding the write lock since: its newest entry is
+                # the batch's, and where the ref is, is known. The rewrite can wait.
+                self._unwritten[u.name] = (new, now, u.reason)
+                self._heads[u.name] = new
+                continue
+            self._write_folds()  # the log this move is compared with must be up to date
+            if not self._log(u.name, old, new, u.reason, now, u.fold):  # pragma: no cover
+                raise self._conflict(u)  # checked above, under the write lock
+            self._heads[u.name] = new
+
+    def _write_folds(self) -> None:
+        """Write the folds a batch has kept back (see ``_unwritten``)."""
+        if self._unwritten:
+            unwritten, self._unwritten = self._unwritten, {}
+            self._db.executemany(self._fold_newest_sql, [
+                (name, new, when, reason) for name, (new, when, reason) in unwritten.items()
+            ])
 
     def _conflict(self, u: RefUpdate) -> ConflictError:
         current = self._ref_seq(u.name)
@@ -417,8 +457,8 @@ class SqliteBackend(RefReads):
 
     def rename_ref(self, old: str, new: str, target: NodeId, reason: str) -> None:
         with self._write():
-            if self._batch_depth:
-                self._flush_pending()
+            self._heads.pop(old, None)
+            self._heads.pop(new, None)
             seq = self._seq_of(target)
             if seq is None or self._ref_seq(old) != seq[0]:
                 raise self._conflict(RefUpdate(old, target, None, reason))
@@ -507,8 +547,6 @@ class SqliteBackend(RefReads):
 
     def expire_reflog(self, name: str) -> int:
         with self._write():
-            if self._batch_depth:
-                self._flush_pending()
             # A live ref's newest entry is its value: it stays. A deleted ref's go entirely.
             live = self._ref_seq(name) is not None
             cur = self._db.execute(
@@ -520,12 +558,18 @@ class SqliteBackend(RefReads):
             self._db.execute("UPDATE reflog SET old = NULL WHERE ref = ?", (name,))
             return int(cur.rowcount)
 
-    def set_meta(self, key: str, value: str | None) -> None:
+    def set_session_meta(self, name: str, meta: SessionMeta | None) -> None:
         with self._write():
-            if value is None:
-                self._db.execute("DELETE FROM meta WHERE key = ?", (key,))
+            self._db.execute("DELETE FROM meta WHERE key = ?", (LEGACY + name,))
+            if meta:
+                self._db.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)",
+                                 (SESSION + name, encode_session_meta(meta)))
             else:
-                self._db.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (key, value))
+                self._db.execute("DELETE FROM meta WHERE key = ?", (SESSION + name,))
+
+    def set_head(self, value: str) -> None:
+        with self._write():
+            self._db.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (HEAD, value))
 
     def iter_nodes(self) -> Iterator[StoredNode]:
         with self._lock, self._errors():
@@ -564,11 +608,14 @@ class SqliteBackend(RefReads):
         self, dry_run: bool, keep: NodeId | None = None
     ) -> tuple[list[NodeId], int, int]:
         # Each step takes the connection's lock itself, so other threads get turns too.
+        with self._lock, self._errors():
+            self._write_folds()
         with self._errors():
             return collect_garbage(self, dry_run, keep)
 
     def check(self) -> list[str]:
         with self._lock, self._errors():
+            self._write_folds()
             return check_store(self._db, self.path)
 
     def physical_bytes(self) -> int:

@@ -60,8 +60,11 @@ def check_store(db: sqlite3.Connection, path: Path) -> list[str]:
                       "(a damaged log: the ref may show an older position)")
     for (ref,) in db.execute("SELECT DISTINCT ref FROM reflog"):
         kind, _, name = str(ref).partition("/")
+        if kind == "remotes":  # remote-tracking refs: remotes/REMOTE/NAME
+            remote, _, name = name.partition("/")
+            kind = "remotes" if remote and "/" not in remote else ""
         try:
-            if kind not in ("sessions", "tags"):
+            if kind not in ("sessions", "tags", "remotes"):
                 raise InvalidRefNameError(ref)
             check_ref_name(name)
         except InvalidRefNameError:

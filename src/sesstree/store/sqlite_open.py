@@ -14,10 +14,19 @@ from ..errors import StoreCorruptError, StoreFormatError, StoreLockedError, Stor
 from ..node import ID_VERSION
 from .sqlite_create import create_store_file, remove_leftovers
 from .sqlite_media import media_error, one_line, open_read_only, translating, unopenable
-from .sqlite_sql import APPEND_TEMP, SCHEMA
+from .sqlite_sql import APPEND_TEMP, SCHEMA, without_started
 from .sqlite_wal import preallocate_wal
 
-__all__ = ["DURABLE_WAL_PAGES", "FORMAT_VERSION", "PAGE_SIZE", "WAL_PAGES", "open_connection"]
+__all__ = [
+    "DURABLE_WAL_PAGES", "FORMAT_VERSION", "PAGE_SIZE", "WAL_PAGES", "open_connection",
+    "reflog_has_started",
+]
+
+
+def reflog_has_started(db: sqlite3.Connection) -> bool:
+    """Whether the store's reflog keeps when a folded entry's first move was made (stores
+    made before that have no such column, and are read and written without it)."""
+    return any(row[1] == "started" for row in db.execute("PRAGMA table_info(reflog)"))
 
 FORMAT_VERSION = 1
 #: A commit writes whole pages to the WAL, and an append dirties three: smaller pages make it
@@ -139,8 +148,9 @@ def _prepare(db: sqlite3.Connection, path: Path, durable: bool, read_only: bool)
         db.execute(f"PRAGMA wal_autocheckpoint={DURABLE_WAL_PAGES if durable else WAL_PAGES}")
         db.execute("PRAGMA mmap_size=268435456")
         db.execute("PRAGMA temp_store=MEMORY")
+        started = reflog_has_started(db)
         for statement in APPEND_TEMP:
-            db.execute(statement)
+            db.execute(statement if started else without_started(statement))
         if durable and not read_only:
             try:
                 preallocate_wal(db, path, DURABLE_WAL_PAGES)

@@ -1,22 +1,20 @@
 """Reading refs, the reflog and the settings of an SQLite store: a part of
 :class:`SqliteBackend`.
 
-A ref's value is its newest reflog entry (see :mod:`sesstree.store.sqlite`); inside a batch,
-the moves not yet logged are in ``_pending`` and win over the log.
+A ref's value is its newest reflog entry (see :mod:`sesstree.store.sqlite`).
 """
 
 from __future__ import annotations
 
 import sqlite3
 import threading
-import time
 from contextlib import AbstractContextManager
 from pathlib import Path
-from typing import Any
 
 from ..errors import StoreCorruptError
 from ..node import NodeId
-from .base import Ref, ReflogEntry
+from .base import Ref, ReflogEntry, SessionMeta, StoreFormat
+from .meta_rows import HEAD, LEGACY, SESSION, session_meta_of
 from .sqlite_sql import LIST_REFS
 
 __all__ = ["RefReads"]
@@ -29,9 +27,12 @@ class RefReads:
     path: Path
     _db: sqlite3.Connection
     _lock: threading.RLock
-    _pending: dict[str, Any]
+    _reflog_sql: str
 
     def _errors(self) -> AbstractContextManager[None]:  # pragma: no cover - the backend's
+        raise NotImplementedError
+
+    def _write_folds(self) -> None:  # pragma: no cover - the backend's
         raise NotImplementedError
 
     def _hex(self, value: object) -> NodeId:
@@ -48,10 +49,7 @@ class RefReads:
 
     def get_ref(self, name: str) -> Ref | None:
         with self._lock, self._errors():
-            pending = self._pending.get(name)
-            if pending is not None:
-                target = self._id_of_seq(pending.new)
-                return None if target is None else Ref(name, target, time.time())
+            self._write_folds()
             row = self._db.execute(
                 "SELECT d.id, l.time FROM reflog l LEFT JOIN nodes d ON d.seq = l.new "
                 "WHERE l.ref = ? ORDER BY l.n DESC LIMIT 1",
@@ -63,22 +61,14 @@ class RefReads:
 
     def list_refs(self, prefix: str) -> list[Ref]:
         with self._lock, self._errors():
+            self._write_folds()
             rows = self._db.execute(LIST_REFS, (prefix, len(prefix))).fetchall()
-            refs = {r[0]: Ref(r[0], self._hex(r[1]), r[2]) for r in rows}
-            for name in [n for n in self._pending if n.startswith(prefix)]:
-                ref = self.get_ref(name)
-                if ref is None:
-                    refs.pop(name, None)
-                else:
-                    refs[name] = ref
-            return [refs[k] for k in sorted(refs)]
+            return [Ref(r[0], self._hex(r[1]), r[2]) for r in rows]
 
     def reflog(self, name: str | None = None) -> list[ReflogEntry]:
-        sql = (
-            "SELECT l.ref, o.id, w.id, l.time, l.reason FROM reflog l "
-            "LEFT JOIN nodes o ON o.seq = l.old LEFT JOIN nodes w ON w.seq = l.new"
-        )
+        sql = self._reflog_sql
         with self._lock, self._errors():
+            self._write_folds()
             if name is None:
                 rows = self._db.execute(sql + " ORDER BY l.time, l.ref, l.n").fetchall()
             else:
@@ -87,21 +77,39 @@ class RefReads:
             ReflogEntry(
                 r[0], self._hex(r[1]) if r[1] is not None else None,
                 self._hex(r[2]) if r[2] is not None else None,
-                r[3], r[4],
+                r[3], r[4], r[5],
             )
             for r in rows
         ]
 
-    def get_meta(self, key: str) -> str | None:
-        with self._lock, self._errors():
-            row = self._db.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
-        return None if row is None else str(row[0])
+    def _meta_range(self, prefix: str, name: str | None = None) -> list[tuple[str, str]]:
+        # A range on the primary key, not LIKE: names may hold % and _, and a range uses the
+        # index. With `name`, the one key.
+        if name is not None:
+            rows = self._db.execute("SELECT key, value FROM meta WHERE key = ?",
+                                    (prefix + name,)).fetchall()
+        else:
+            rows = self._db.execute("SELECT key, value FROM meta WHERE key >= ? AND key < ?",
+                                    (prefix, prefix + "\U0010ffff")).fetchall()
+        return [(str(k), str(v)) for k, v in rows if str(k).startswith(prefix)]
 
-    def list_meta(self, prefix: str) -> dict[str, str]:
-        # A range on the primary key, not LIKE: keys may hold % and _, and the range uses the index.
+    def get_session_meta(self, name: str) -> SessionMeta | None:
         with self._lock, self._errors():
-            rows = self._db.execute(
-                "SELECT key, value FROM meta WHERE key >= ? AND key < ?",
-                (prefix, prefix + "\U0010ffff"),
-            ).fetchall()
-        return {str(k): str(v) for k, v in rows if str(k).startswith(prefix)}
+            rows = self._meta_range(SESSION, name) + self._meta_range(LEGACY, name)
+        return session_meta_of(rows).get(name)
+
+    def list_session_meta(self) -> dict[str, SessionMeta]:
+        with self._lock, self._errors():
+            rows = self._meta_range(SESSION) + self._meta_range(LEGACY)
+        return session_meta_of(rows)
+
+    def get_head(self) -> str | None:
+        with self._lock, self._errors():
+            rows = self._meta_range(HEAD, "")
+        return rows[0][1] if rows else None
+
+    def store_format(self) -> StoreFormat:
+        with self._lock, self._errors():
+            rows = dict(self._db.execute(
+                "SELECT key, value FROM meta WHERE key IN ('format', 'ids')").fetchall())
+        return StoreFormat(int(rows.get("format", 0)), str(rows.get("ids", "")))

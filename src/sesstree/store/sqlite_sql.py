@@ -6,11 +6,14 @@ See :mod:`sesstree.store.sqlite` for the layout and why it is shaped this way.
 from __future__ import annotations
 
 __all__ = [
+    "APPEND_FOLD",
     "APPEND_ONE",
     "APPEND_TEMP",
     "BLOBS_IN",
     "CAS",
     "CHECKS",
+    "FOLD",
+    "FOLD_NEWEST",
     "INSERT_NODE",
     "LIST_REFS",
     "NEWEST",
@@ -18,9 +21,12 @@ __all__ = [
     "READ_IDS",
     "READ_RANGE",
     "READ_RUN",
+    "REFLOG_ROWS",
     "RUN_BREAK",
     "SCHEMA",
+    "STARTED_SET",
     "WALK_ROWS",
+    "without_started",
 ]
 
 SCHEMA = [
@@ -41,9 +47,20 @@ SCHEMA = [
         new INTEGER,
         time REAL NOT NULL,
         reason TEXT NOT NULL,
+        started REAL,
         PRIMARY KEY (ref, n)
     ) WITHOUT ROWID""",
 ]
+# An entry a move is folded into keeps when its first move was made (`started`, see
+# ReflogEntry). Stores made before the column existed have none: `without_started` takes the
+# clause out of the statements below for them (they read NULL instead).
+STARTED_SET = ", started = coalesce(started, time)"
+
+
+def without_started(sql: str) -> str:
+    """``sql`` for a store whose reflog has no ``started`` column."""
+    return sql.replace(STARTED_SET, "").replace("l.started", "NULL")
+
 
 NEWEST = "SELECT new FROM reflog WHERE ref = ?1 ORDER BY n DESC LIMIT 1"
 # Compare-and-set and log in one statement: the row is written only if the newest entry of the
@@ -53,6 +70,19 @@ CAS = (
     "SELECT ?1, coalesce((SELECT n FROM reflog WHERE ref = ?1 ORDER BY n DESC LIMIT 1), 0) + 1,"
     " ?2, ?3, ?4, ?5 "
     f"WHERE ({NEWEST}) IS ?2"
+)
+# A move folded into the ref's newest entry (see RefUpdate.fold): that entry keeps its `old`
+# and takes the new target, time and reason; only if the ref is at ?2, so it is a
+# compare-and-set too. ?-parameters as CAS.
+FOLD = (
+    f"UPDATE reflog SET new = ?3, time = ?4, reason = ?5{STARTED_SET} WHERE ref = ?1 AND n = "
+    "(SELECT n FROM reflog WHERE ref = ?1 ORDER BY n DESC LIMIT 1) AND new IS ?2"
+)
+# The same rewrite when the batch writing it holds the write lock and knows the entry is its
+# own (?1 ref, ?2 new row, ?3 time, ?4 reason).
+FOLD_NEWEST = (
+    f"UPDATE reflog SET new = ?2, time = ?3, reason = ?4{STARTED_SET} WHERE ref = ?1 AND n = "
+    "(SELECT n FROM reflog WHERE ref = ?1 ORDER BY n DESC LIMIT 1)"
 )
 # The common append (one small node on top of the ref's head) as one statement: a temporary
 # INSTEAD OF trigger on a temporary view does the node insert and the compare-and-set. One
@@ -76,8 +106,25 @@ APPEND_TEMP = [
           AND last.new IS c.parent;
         SELECT RAISE(ABORT, 'sesstree-conflict') WHERE changes() = 0;
     END""",
+    # The same append, its move folded into the ref's newest entry (an agent turn's later
+    # events): the entry is rewritten only if the ref is at the node's parent.
+    "CREATE TEMP VIEW append_fold(ref, parent, id, data, time, reason) AS "
+    "SELECT NULL, NULL, NULL, NULL, NULL, NULL",
+    f"""CREATE TEMP TRIGGER append_fold_do INSTEAD OF INSERT ON append_fold BEGIN
+        INSERT OR IGNORE INTO nodes(id, parent, depth, data)
+        SELECT NEW.id, p.seq, p.depth + 1, NEW.data
+        FROM main.nodes p WHERE p.id = NEW.parent;
+        UPDATE reflog SET new = (SELECT seq FROM nodes WHERE id = NEW.id), time = NEW.time,
+            reason = NEW.reason{STARTED_SET}
+        WHERE ref = NEW.ref
+          AND n = (SELECT n FROM reflog WHERE ref = NEW.ref ORDER BY n DESC LIMIT 1)
+          AND new IS (SELECT seq FROM nodes WHERE id = NEW.parent)
+          AND (SELECT seq FROM nodes WHERE id = NEW.id) IS NOT NULL;
+        SELECT RAISE(ABORT, 'sesstree-conflict') WHERE changes() = 0;
+    END""",
 ]
 APPEND_ONE = "INSERT INTO temp.append_one VALUES (?, ?, ?, ?, ?, ?)"
+APPEND_FOLD = "INSERT INTO temp.append_fold VALUES (?, ?, ?, ?, ?, ?)"
 INSERT_NODE = (
     "INSERT OR IGNORE INTO nodes(id, parent, depth, data, bid) VALUES (?, ?, ?, ?, ?)"
 )
@@ -129,6 +176,12 @@ READ_IDS = "SELECT CAST(group_concat(id, x'') AS BLOB) FROM nodes WHERE seq BETW
 WALK_ROWS = (
     "SELECT n.seq, n.parent, n.id, n.data, b.data FROM nodes n "
     "LEFT JOIN blobs b ON b.bid = n.bid WHERE n.seq BETWEEN ? AND ? ORDER BY n.seq DESC"
+)
+
+# Every entry of the reflog (or, with a WHERE added, of one ref), ids resolved.
+REFLOG_ROWS = (
+    "SELECT l.ref, o.id, w.id, l.time, l.reason, l.started FROM reflog l "
+    "LEFT JOIN nodes o ON o.seq = l.old LEFT JOIN nodes w ON w.seq = l.new"
 )
 
 # fsck's checks of the derived indexes and links, each naming the nodes it finds.

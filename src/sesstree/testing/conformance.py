@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import os
 import random
+import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -322,6 +323,112 @@ def test_batch_one_reflog_entry_per_ref(store: Store) -> None:
     log = store.reflog("q")
     assert len(log) == 2
     assert (log[1].old, log[1].new) == (first, q.head)
+
+
+def test_fold_rewrites_the_newest_entry_and_is_a_compare_and_set(store: Store) -> None:
+    a = raw(None, "user/message", user("a"))
+    b = raw(a.id, "user/message", user("b"))
+    c = raw(b.id, "user/message", user("c"))
+    store.backend.commit([a], [RefUpdate("sessions/x", None, a.id, "first")])
+    store.backend.commit([b], [RefUpdate("sessions/x", a.id, b.id, "second", fold=True)])
+    [entry] = store.backend.reflog("sessions/x")
+    assert (entry.old, entry.new, entry.reason) == (None, b.id, "second")
+    # A stale fold is a lost compare-and-set: nothing written, the entry as it was.
+    with pytest.raises(ConflictError):
+        store.backend.commit([c], [RefUpdate("sessions/x", a.id, c.id, "stale", fold=True)])
+    assert store.backend.reflog("sessions/x") == [entry]
+    assert store.backend.has([c.id]) == set()
+    # A ref with no entry to fold into gets one.
+    store.backend.commit([], [RefUpdate("tags/t", None, a.id, "tagged", fold=True)])
+    assert [(e.old, e.new) for e in store.backend.reflog("tags/t")] == [(None, a.id)]
+
+
+def test_batch_reflog_entry_names_its_moves_and_undoes_at_once(store: Store) -> None:
+    q = store.session("q")
+    first = q.add_message(user("0")).id
+    with store.batch():
+        for i in range(3):
+            q.add_message(user(str(i + 1)))
+        store.fork("w", "q")  # another ref in the same batch: its own entry
+    log = store.reflog("q")
+    assert log[-1].reason == "append: user/message (batch of 3 moves)"
+    assert store.resolve("q@{1}") == first
+    assert len(store.reflog("w")) == 1
+
+
+def test_log_group_logs_a_turn_once_and_commits_each_move(
+    store: Store, engine: Engine
+) -> None:
+    q = store.session("q")
+    before = q.add_message(user("hello")).id
+    other = engine.open()
+    try:
+        with q.log_group("run: turn"):
+            q.add_message(user("question"))
+            q.append("step/start", {"step": 1})
+            # Each move is committed as it happens: another handle sees it inside the group.
+            assert other.session_head("q") == q.head
+            q.add_message(assistant("answer"))
+        log = store.reflog("q")
+        assert [e.reason for e in log] == ["append: user/message", "run: turn (3 moves)"]
+        assert (log[-1].old, log[-1].new) == (before, q.head)
+        # The entry spans the turn: from its first move to its last.
+        assert log[0].started is None
+        assert log[-1].started is not None and log[0].time <= log[-1].started <= log[-1].time
+        assert other.resolve("q@{1}") == before
+        # Outside the group, every move has its own entry again.
+        q.add_message(user("after"))
+        assert len(store.reflog("q")) == 3
+    finally:
+        other.close()
+
+
+def test_a_batch_rolled_back_inside_a_group_does_not_fold_into_older_entries(
+    store: Store,
+) -> None:
+    q = store.session("q")
+    q.add_message(user("0"))
+    with q.log_group("run: turn"):
+        with pytest.raises(RuntimeError), store.batch():
+            q.add_message(user("lost"))
+            raise RuntimeError("rolled back")
+        q.add_message(user("kept"))
+    log = store.reflog("q")
+    assert [e.reason for e in log] == ["append: user/message", "run: turn"]
+    assert [m["content"] for m in q.messages()] == ["0", "kept"]
+
+
+def test_a_group_does_not_fold_over_another_writers_move(store: Store) -> None:
+    q = store.session("q")
+    q.add_message(user("0"))
+    with q.log_group("run: turn"):
+        q.add_message(user("mine"))
+        other = store.session("q")
+        other.add_message(user("theirs"))
+        q.add_message(user("mine again"), rebase=True)
+    reasons = [e.reason for e in store.reflog("q")]
+    assert reasons == ["append: user/message", "run: turn", "append: user/message", "run: turn"]
+
+
+def test_another_threads_moves_are_not_folded_into_a_batch(store: Store) -> None:
+    a, b = store.session("a"), store.session("b")
+    a.add_message(user("a0"))
+    b.add_message(user("b0"))
+    done = threading.Event()
+
+    def other() -> None:
+        store.session("b").add_message(user("b1"))
+        done.set()
+
+    with store.batch():
+        a.add_message(user("a1"))
+        worker = threading.Thread(target=other)
+        worker.start()
+        a.add_message(user("a2"))
+    worker.join(10)
+    assert done.is_set()
+    assert [e.reason for e in store.reflog("b")] == ["append: user/message"] * 2
+    assert store.reflog("a")[-1].reason == "append: user/message (batch of 2 moves)"
 
 
 # -- reflog, rename, delete ---------------------------------------------------------------

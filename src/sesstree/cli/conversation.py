@@ -1,0 +1,241 @@
+"""A session as a person reads it: the conversation, with the loop's bookkeeping folded away.
+
+Two views live here. :func:`fold_turns` picks, from a session's events, what ``sess log``
+shows by default: the messages, and one line per agent turn that sums up the events around
+them (steps, tokens, how long it took, why it ended). :func:`render_messages` writes chat
+messages in full for ``sess show SESSION`` and ``sess messages``: every line break kept, tool
+calls with their arguments and results indented under the message that made them, markdown
+left as written.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from typing import Any
+
+import msgspec
+
+from ..node import Node, NodeId
+from .term import Terminal
+
+__all__ = ["CONVERSATION_TYPES", "Row", "TurnStats", "content_text", "fold_turns", "node_text",
+           "render_messages", "role_of"]
+
+#: The events ``sess log`` shows by default; the rest is the loop's bookkeeping, folded into
+#: the line of its turn (or shown with ``--all-events``).
+CONVERSATION_TYPES = frozenset({
+    "system/message", "user/message", "assistant/message", "tool/result", "message",
+    "steering/message", "context/message", "compaction/marker", "error",
+})
+_ROLE_OF_TYPE = {"system/message": "system", "user/message": "user",
+                 "assistant/message": "assistant", "tool/result": "tool", "tool/call": "assistant",
+                 "assistant/chunk": "assistant", "steering/message": "user",
+                 "context/message": "user"}
+_json = msgspec.json.Encoder()
+
+
+def role_of(node: Node) -> str | None:
+    """The chat role an event speaks with: its message's role, else its type's."""
+    data = node.data
+    if isinstance(data, dict) and isinstance(data.get("role"), str):
+        return str(data["role"])
+    return _ROLE_OF_TYPE.get(node.type)
+
+
+def node_text(node: Node) -> str:
+    """All the text of an event, for ``--grep``: its content, tool names and arguments; the
+    whole data as JSON for any other kind."""
+    data = node.data
+    if isinstance(data, dict):
+        parts = [content_text(data.get("content"))] if "content" in data else []
+        for call in data.get("tool_calls") or []:
+            if isinstance(call, dict):
+                fn = call.get("function") or {}
+                if isinstance(fn, dict):
+                    parts.append(f"{fn.get('name', '')} {fn.get('arguments', '')}")
+        if parts and any(parts):
+            return "\n".join(parts)
+    return _json.encode(data).decode() if not isinstance(data, str) else data
+
+
+def content_text(content: Any) -> str:
+    """The text of a message's content, line breaks kept: parts joined by a blank line,
+    images named, not inlined."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        out = []
+        for part in content:
+            if isinstance(part, dict):
+                if isinstance(part.get("text"), str):
+                    out.append(part["text"])
+                elif "image_url" in part:
+                    url = part["image_url"]
+                    url = url.get("url", "") if isinstance(url, dict) else url
+                    url = str(url)
+                    out.append(f"[image {url[:60] + '...' if len(url) > 60 else url}]")
+                else:
+                    out.append(f"[{part.get('type', 'part')}]")
+            else:
+                out.append(str(part))
+        return "\n\n".join(out)
+    return _json.encode(content).decode()
+
+
+class TurnStats(msgspec.Struct):
+    """What the bookkeeping of one agent turn says, summed."""
+
+    steps: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    finish: str | None = None  # the last step's finish_reason
+    reason: str | None = None  # why the turn ended (turn/end's reason kind); None: unfinished
+    seconds: float | None = None  # from the reflog: when turn/start and turn/end were recorded
+    retries: int = 0
+
+    def line(self) -> str:
+        """``turn: answer (stop), 2 steps, 335 in/35 out tokens, 4.2 s``."""
+        parts = [(self.reason or "unfinished")
+                 + (f" ({self.finish})" if self.finish and self.finish != self.reason else "")]
+        if self.steps:
+            parts.append(f"{self.steps} step{'s' if self.steps != 1 else ''}")
+        if self.prompt_tokens or self.completion_tokens:
+            parts.append(f"{self.prompt_tokens} in/{self.completion_tokens} out tokens")
+        if self.seconds is not None:
+            parts.append(f"{self.seconds:.1f} s")
+        if self.retries:
+            parts.append(f"{self.retries} retr{'y' if self.retries == 1 else 'ies'}")
+        return "turn: " + ", ".join(parts)
+
+
+class Row(msgspec.Struct):
+    """One line of ``sess log``: an event, or (``turn`` set) a turn's summary at its last event."""
+
+    node: Node
+    turn: TurnStats | None = None
+
+
+def fold_turns(nodes: Sequence[Node], times: Mapping[NodeId, float]) -> list[Row]:
+    """The rows of the conversation view of ``nodes`` (oldest first), oldest first.
+
+    Messages are kept; turn/step/usage/chunk/tool-call events are summed into a row for the
+    turn, placed at its ``turn/end`` (or, for a turn that has not ended, at its ``turn/start``).
+    Events of other types (an importer's raw records, extensions) are bookkeeping too.
+    """
+    index = {n.id: i for i, n in enumerate(nodes)}
+    rows: list[Row] = []
+    turn: TurnStats | None = None
+    start: Node | None = None
+    for node in nodes:
+        data = node.data if isinstance(node.data, dict) else {}
+        kind = node.type
+        if kind == "turn/start":
+            if turn is not None and start is not None:
+                rows.append(Row(start, turn))  # the previous turn never ended
+            turn, start = TurnStats(), node
+        elif kind == "turn/end" and turn is not None:
+            reason = data.get("reason")
+            turn.reason = str(reason.get("kind", "?")) if isinstance(reason, dict) else "ended"
+            # Known only when the reflog recorded the start and the end apart: one entry for
+            # the whole turn (a batch, an import) says when it ended, not how long it took.
+            if start is not None and times.get(start.id, 0.0) < times.get(node.id, 0.0) and \
+                    start.id in times:
+                turn.seconds = times[node.id] - times[start.id]
+            rows.append(Row(node, turn))
+            turn, start = None, None
+        elif turn is not None and kind == "step/end":
+            turn.steps = max(turn.steps, _int(data.get("step")))
+            if isinstance(data.get("finish_reason"), str):
+                turn.finish = data["finish_reason"]
+        elif turn is not None and kind == "usage" and isinstance(data.get("usage"), dict):
+            usage = data["usage"]
+            turn.prompt_tokens += _int(usage.get("prompt_tokens"))
+            turn.completion_tokens += _int(usage.get("completion_tokens"))
+        elif kind == "error" and data.get("kind") == "retry":
+            if turn is not None:
+                turn.retries += 1
+        elif kind in CONVERSATION_TYPES:
+            rows.append(Row(node))
+    if turn is not None and start is not None:
+        # A turn still running, or cut off: its line sits where it started (its last event
+        # may be a message, shown on its own line).
+        rows.append(Row(start, turn))
+    rows.sort(key=lambda r: index[r.node.id])  # an unfinished turn's line was added late
+    return rows
+
+
+def _int(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+# -- the readable conversation ---------------------------------------------------------------
+
+
+def render_messages(messages: Iterable[dict[str, Any]], term: Terminal) -> Iterator[str]:
+    """The lines of a conversation: each message under its role, in full; tool calls and
+    results indented under the assistant message that made them."""
+    indent = "    "
+    first = True
+    in_calls = False  # the previous message made tool calls: results nest under it
+    for m in messages:
+        role = str(m.get("role", "?"))
+        if role == "tool" and in_calls:
+            call_id = m.get("tool_call_id", "")
+            name = f" {m['name']}" if isinstance(m.get("name"), str) else ""
+            yield indent + term.paint(f"result{name} [{call_id}]", "tool")
+            yield from _block(content_text(m.get("content")), indent * 2)
+            continue
+        if not first:
+            yield ""
+        first = False
+        head = role
+        if role == "tool":
+            head = f"tool [{m.get('tool_call_id', '')}]"
+        elif isinstance(m.get("name"), str):
+            head = f"{role} ({m['name']})"
+        yield term.paint(head, role if role in term.STYLES else "dim")
+        text = content_text(m.get("content"))
+        if text:
+            yield from _block(text, indent)
+        if role == "assistant" and isinstance(m.get("reasoning_content"), str):
+            yield indent + term.paint("reasoning", "dim")
+            yield from _block(m["reasoning_content"], indent * 2)
+        calls = m.get("tool_calls")
+        in_calls = role == "assistant" and isinstance(calls, list) and bool(calls)
+        for call in calls if isinstance(calls, list) else ():
+            yield from _call_lines(call, indent, term)
+
+
+def _call_lines(call: Any, indent: str, term: Terminal) -> Iterator[str]:
+    fn = call.get("function") if isinstance(call, dict) else None
+    if not isinstance(fn, dict):
+        yield indent + term.paint("call", "tool") + " " + _json.encode(call).decode()
+        return
+    head = indent + term.paint(f"call {fn.get('name', '?')} [{call.get('id', '')}]", "tool")
+    arguments = fn.get("arguments", "")
+    parsed: Any = arguments
+    if isinstance(arguments, str):
+        try:
+            parsed = json.loads(arguments) if arguments.strip() else None
+        except (ValueError, RecursionError):
+            parsed = None  # not JSON: shown as the model wrote it
+    if parsed is None or parsed == {}:
+        text = arguments if isinstance(arguments, str) and arguments.strip() not in ("", "{}") \
+            else ""
+    else:
+        compact = json.dumps(parsed, ensure_ascii=False)
+        if len(compact) <= 72 and "\\n" not in compact:
+            yield f"{head} {compact}"  # short arguments stay on the call's line
+            return
+        text = json.dumps(parsed, indent=2, ensure_ascii=False)
+    yield head
+    if text:
+        yield from _block(text, indent * 2)
+
+
+def _block(text: str, indent: str) -> Iterator[str]:
+    for line in text.splitlines() or [""]:
+        yield indent + line if line else ""  # as written: markdown's trailing spaces count

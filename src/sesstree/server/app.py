@@ -1,0 +1,209 @@
+"""The HTTP API of a served store (Starlette): refs, negotiation, node batches, ref CAS.
+
+Reads need nothing; every write needs ``Authorization: Bearer TOKEN``, and a server started
+without a token is read-only. Bodies are capped before they are read, compressed ones also
+once inflated; every pushed node is verified (:func:`sesstree.sync.pack.verify`) and every
+pushed ref name checked before anything is stored. The routes sit under ``/api/v1``; the
+browser view of :mod:`sesstree.web` is mounted into the same app, at ``/`` and ``/api/v1/web/``.
+"""
+
+from __future__ import annotations
+
+import hmac
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import msgspec
+from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from ..errors import (
+    InvalidRefNameError,
+    RemoteError,
+    SesstreeError,
+    StoreError,
+    StoreLockedError,
+)
+from ..node import NodeId
+from ..repo import SESSIONS, TAGS, Store
+from ..sync.pack import MAX_BODY, decode_pack, encode_pack, pack_ids, unpack_ids
+from ..sync.peer import Update, apply_push, read_chains, walk_store
+from ..web import web_routes
+
+__all__ = ["MAX_HAS", "MAX_NODES", "MAX_STARTS", "MAX_WALK", "create_app", "serve"]
+
+#: Most ids one /has request may ask about.
+MAX_HAS = 200_000
+#: Most starts in one /walk request, and most ids listed back from one start.
+MAX_STARTS = 20_000
+MAX_WALK = 65_536
+#: Most nodes one /nodes request may ask for.
+MAX_NODES = 20_000
+API = "/api/v1"
+
+_Handler = Callable[[Request], Awaitable[Response]]
+
+
+class _Refused(Exception):
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+def create_app(store: Store, *, token: str | None) -> Starlette:
+    """The ASGI app serving ``store``: the sync API under ``/api/v1`` and the browser view at
+    ``/`` (see docs/web.md). With ``token`` None the store is served read-only. The app does
+    not close the store."""
+
+    def handler(fn: Callable[[Request], Awaitable[Response]]) -> _Handler:
+        async def run(request: Request) -> Response:
+            try:
+                return await fn(request)
+            except _Refused as exc:
+                return _error(exc.status, exc.message)
+            except (RemoteError, InvalidRefNameError) as exc:
+                return _error(400, str(exc))
+            except StoreLockedError as exc:
+                return _error(503, str(exc))
+            except StoreError as exc:
+                return _error(500, f"the store cannot be used: {exc}")
+            except SesstreeError as exc:
+                return _error(400, str(exc))
+        return run
+
+    async def refs(request: Request) -> Response:
+        def read() -> dict[str, str]:
+            backend = store.backend
+            with backend.snapshot():
+                return {r.name: r.target for p in (SESSIONS, TAGS) for r in backend.list_refs(p)}
+        return JSONResponse({"version": 1, "refs": await run_in_threadpool(read)})
+
+    async def has(request: Request) -> Response:
+        body = await _msgpack_body(request)
+        ids = unpack_ids(_get(body, "ids", bytes))
+        if len(ids) > MAX_HAS:
+            raise _Refused(413, f"at most {MAX_HAS} ids per request")
+        have = await run_in_threadpool(store.backend.has, ids)
+        return _msgpack({"have": pack_ids(i for i in ids if i in have)})
+
+    async def walk(request: Request) -> Response:
+        starts = _starts(await _msgpack_body(request), "starts", MAX_STARTS)
+
+        def read() -> list[list[Any]]:
+            out: list[list[Any]] = []
+            with store.backend.snapshot():
+                for start, limit in starts:
+                    w = walk_store(store, start, min(limit, MAX_WALK))
+                    out.append([w.depth, pack_ids(w.ids),
+                                None if w.base is None else bytes.fromhex(w.base)])
+            return out
+        return _msgpack({"walks": await run_in_threadpool(read)})
+
+    async def nodes(request: Request) -> Response:
+        chains = _starts(await _msgpack_body(request), "chains", MAX_NODES)
+        if sum(n for _, n in chains) > MAX_NODES:
+            raise _Refused(413, f"at most {MAX_NODES} nodes per request")
+
+        def read() -> bytes:
+            with store.backend.snapshot():
+                return encode_pack(read_chains(store, chains))
+        return Response(await run_in_threadpool(read), media_type="application/x-sesstree-pack")
+
+    async def push(request: Request) -> Response:
+        _authorize(request, token)
+        body = await _msgpack_body(request)
+        pack = _get(body, "pack", bytes)
+        reason = body.get("reason", "push")
+        if not isinstance(reason, str) or len(reason) > 200 or not reason.isprintable():
+            reason = "push"
+        try:
+            updates = msgspec.convert(body.get("updates", []), list[Update])
+        except msgspec.ValidationError as exc:
+            raise _Refused(400, f"malformed updates: {exc}") from None
+        received = decode_pack(pack, "pack")
+        results = await run_in_threadpool(
+            lambda: apply_push(store, received, updates, peer="the client", reason=reason))
+        return JSONResponse({"results": [msgspec.to_builtins(r) for r in results]})
+
+    routes = [
+        Route(API + "/refs", handler(refs), methods=["GET"]),
+        Route(API + "/has", handler(has), methods=["POST"]),
+        Route(API + "/walk", handler(walk), methods=["POST"]),
+        Route(API + "/nodes", handler(nodes), methods=["POST"]),
+        Route(API + "/push", handler(push), methods=["POST"]),
+    ]
+    # The browser view (pages at /, its JSON under /api/v1/web) shares the server and token.
+    app = Starlette(routes=[*routes, *web_routes(store, token=token)])
+    app.state.store = store
+    return app
+
+
+def _authorize(request: Request, token: str | None) -> None:
+    if token is None:
+        raise _Refused(403, "this server is read-only (started without --token-file)")
+    given = request.headers.get("authorization", "")
+    scheme, _, value = given.partition(" ")
+    if scheme.lower() != "bearer" or not hmac.compare_digest(value.strip().encode(),
+                                                              token.encode()):
+        raise _Refused(401, "a valid bearer token is needed to write")
+
+
+async def _msgpack_body(request: Request) -> dict[str, Any]:
+    length = request.headers.get("content-length")
+    if length is not None and (not length.isdigit() or int(length) > MAX_BODY):
+        raise _Refused(413, f"request body over {MAX_BODY // 2**20} MiB")
+    chunks = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > MAX_BODY:
+            raise _Refused(413, f"request body over {MAX_BODY // 2**20} MiB")
+        chunks.append(chunk)
+    try:
+        body = msgspec.msgpack.decode(b"".join(chunks))
+    except msgspec.DecodeError:
+        raise _Refused(400, "the request body is not msgpack") from None
+    if not isinstance(body, dict):
+        raise _Refused(400, "the request body is not a msgpack map")
+    return body
+
+
+def _get(body: dict[str, Any], key: str, kind: type) -> Any:
+    value = body.get(key)
+    if not isinstance(value, kind):
+        raise _Refused(400, f"the request has no valid {key!r}")
+    return value
+
+
+def _starts(body: dict[str, Any], key: str, most: int) -> list[tuple[NodeId, int]]:
+    items = _get(body, key, list)
+    if len(items) > most:
+        raise _Refused(413, f"at most {most} {key} per request")
+    out = []
+    for item in items:
+        if (not isinstance(item, list) or len(item) != 2 or not isinstance(item[0], bytes)
+                or len(item[0]) != 32 or not isinstance(item[1], int) or item[1] < 0):
+            raise _Refused(400, f"malformed {key}: expected [32-byte id, count] pairs")
+        out.append((NodeId(item[0].hex()), item[1]))
+    return out
+
+
+def _error(status: int, message: str) -> Response:
+    return JSONResponse({"error": message}, status_code=status)
+
+
+def _msgpack(value: Any) -> Response:
+    return Response(msgspec.msgpack.encode(value), media_type="application/x-msgpack")
+
+
+def serve(store: Store, *, host: str = "127.0.0.1", port: int = 8765, token: str | None = None,
+          app: Starlette | None = None) -> None:
+    """Serve ``store`` (or a ready ``app`` over it) with uvicorn until interrupted."""
+    import uvicorn
+
+    uvicorn.run(app or create_app(store, token=token), host=host, port=port, log_level="warning",
+                server_header=False)

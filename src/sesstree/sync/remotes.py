@@ -1,0 +1,151 @@
+"""Remotes: named URLs of other stores, kept as client-side configuration, like HEAD.
+
+A local store keeps its remotes in ``remotes.json`` beside its database (in the store folder);
+a shared PostgreSQL store keeps each user's under ``$SESS_HOME`` (see :mod:`sesstree.head`), so
+one user's ``sess remote add`` changes nobody else's. A store in memory keeps them in memory.
+The file never holds a token: at most the path of a file that holds one.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tempfile
+import weakref
+from pathlib import Path
+
+import msgspec
+
+from ..errors import RemoteError, StoreError
+from ..head import head_file_for
+from ..repo import Store
+from ..store.urls import is_store_url
+
+__all__ = [
+    "Remote", "add_remote", "check_remote_name", "get_remote", "list_remotes", "normalize_url",
+    "remotes_file", "remove_remote",
+]
+
+REMOTES_FILE = "remotes.json"
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+_in_memory: weakref.WeakKeyDictionary[Store, dict[str, Remote]] = weakref.WeakKeyDictionary()
+
+
+class Remote(msgspec.Struct, frozen=True):
+    """A named other store: a folder, a ``postgresql://`` URL or an ``http(s)://`` URL, and
+    optionally the file holding the token to write there."""
+
+    name: str
+    url: str
+    token_file: str | None = None
+
+
+class _File(msgspec.Struct):
+    remotes: dict[str, Remote] = {}
+
+
+def remotes_file(store: Store) -> Path | None:
+    """Where ``store``'s remotes are kept (None: in memory)."""
+    backend = store.backend
+    path = getattr(backend, "path", None)
+    if isinstance(path, Path):
+        from ..repo import STORE_FILE
+
+        return (path.parent / REMOTES_FILE if path.name == STORE_FILE
+                else path.with_name(path.name + "." + REMOTES_FILE))
+    url = getattr(backend, "url", None)
+    if isinstance(url, str):
+        key = head_file_for(url).name
+        return head_file_for(url).parent.parent / "remotes" / (key + ".json")
+    return None
+
+
+def _load(store: Store) -> dict[str, Remote]:
+    path = remotes_file(store)
+    if path is None:
+        return dict(_in_memory.get(store, {}))
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        return {}
+    except OSError as exc:
+        raise StoreError(f"cannot read the remotes at {path}: {exc.strerror}") from None
+    try:
+        return dict(msgspec.json.decode(raw, type=_File).remotes)
+    except msgspec.DecodeError as exc:
+        raise StoreError(f"{path}: not a valid remotes file ({exc})") from None
+
+
+def _save(store: Store, remotes: dict[str, Remote]) -> None:
+    path = remotes_file(store)
+    if path is None:
+        _in_memory[store] = dict(remotes)
+        return
+    data = msgspec.json.format(msgspec.json.encode(_File(dict(sorted(remotes.items())))))
+    try:
+        path.parent.mkdir(parents=True, mode=0o700, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".remotes.")
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(data + b"\n")
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+    except OSError as exc:
+        raise StoreError(f"cannot write the remotes at {path}: {exc.strerror}") from None
+
+
+def check_remote_name(name: str) -> str:
+    """A remote's name: letters, digits, ``.``, ``_``, ``-`` (no ``/``: ``NAME/SESSION`` is
+    how its sessions are read)."""
+    if not _NAME.match(name):
+        raise RemoteError(f"invalid remote name {name!r}: use letters, digits, '.', '_' and '-'")
+    return name
+
+
+def normalize_url(url: str) -> str:
+    """A remote's location as stored: URLs as given, a path made absolute."""
+    lowered = url.lower()
+    if lowered.startswith(("http://", "https://")) or is_store_url(url):
+        return url
+    if "://" in url:
+        raise RemoteError(f"unsupported URL {url.split('://')[0]}://...: use a path, "
+                          "postgresql:// or http(s)://")
+    return str(Path(url).expanduser().resolve())
+
+
+def list_remotes(store: Store) -> list[Remote]:
+    """Every remote of ``store``, by name."""
+    return [r for _, r in sorted(_load(store).items())]
+
+
+def get_remote(store: Store, name: str) -> Remote | None:
+    """The remote called ``name``, or None."""
+    return _load(store).get(name)
+
+
+def add_remote(store: Store, name: str, url: str, *, token_file: str | None = None) -> Remote:
+    """Add remote ``name`` at ``url`` (a path, ``postgresql://`` or ``http(s)://``)."""
+    remotes = _load(store)
+    if name in remotes:
+        raise RemoteError(f"remote {name!r} already exists ({remotes[name].url})")
+    remote = Remote(check_remote_name(name), normalize_url(url),
+                    None if token_file is None else str(Path(token_file).expanduser().resolve()))
+    remotes[name] = remote
+    _save(store, remotes)
+    return remote
+
+
+def remove_remote(store: Store, name: str) -> Remote:
+    """Forget remote ``name`` and its remote-tracking refs (logged, like every ref move)."""
+    remotes = _load(store)
+    remote = remotes.pop(name, None)
+    if remote is None:
+        raise RemoteError(f"no remote named {name!r} (see 'sess remote list')")
+    prefix = f"remotes/{name}/"
+    with store.batch():
+        for ref in store.backend.list_refs(prefix):
+            store.move_ref(ref.name, ref.target, None, f"remote: removed {name}")
+    _save(store, remotes)
+    return remote

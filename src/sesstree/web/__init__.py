@@ -1,0 +1,30 @@
+"""The web view: the session forest, sessions, nodes, diffs, search and reflogs in a browser.
+
+:func:`web_routes` gives the routes to mount in a Starlette app (``sess serve`` does);
+:func:`create_web_app` makes a standalone app of them. Pages live at ``/``, the JSON API they
+use under ``/api/v1/web/``, their assets under ``/static/``. See ``docs/web.md``.
+"""
+
+from __future__ import annotations
+
+from starlette.applications import Starlette
+from starlette.routing import BaseRoute
+
+from ..repo import Store
+from .api import api_routes
+from .app import Web
+from .pages import page_routes
+
+__all__ = ["create_web_app", "web_routes"]
+
+
+def web_routes(store: Store, *, token: str | None) -> list[BaseRoute]:
+    """The web view's routes over ``store``. Without ``token`` it only reads; with one, rename,
+    delete and tag work for a client that presents it (see docs/web.md)."""
+    web = Web(store, token)
+    return [*api_routes(web), *page_routes(web)]
+
+
+def create_web_app(store: Store, *, token: str | None = None) -> Starlette:
+    """A Starlette app serving only the web view (the store stays the caller's to close)."""
+    return Starlette(routes=web_routes(store, token=token))

@@ -1,0 +1,105 @@
+"""Search across the message text of the store: a bounded scan, resumable page by page.
+
+The store keeps no text index, so a search reads sessions newest activity first and looks at
+the text of their events, each stored node once however many sessions share it. One request
+reads at most ``budget`` events and stops at ``limit`` hits; the answer says how many sessions
+and events it searched and carries a cursor to go on from there. A search is therefore never
+slower than its budget, and on a large store the first page answers about recent sessions first.
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+from ..node import NodeId
+from ..repo import Store
+from .catalog import all_sessions
+from .render import text_of
+
+__all__ = ["Hit", "SearchPage", "search"]
+
+MAX_QUERY = 200
+
+
+class Hit(msgspec.Struct, frozen=True):
+    """One event whose text holds the query, with the session it was found in."""
+
+    session: str
+    id: NodeId
+    type: str
+    before: str
+    match: str
+    after: str
+
+
+class SearchPage(msgspec.Struct, frozen=True):
+    """Hits, what was searched, and where the next page starts (None when done)."""
+
+    query: str
+    hits: list[Hit]
+    sessions_searched: int
+    sessions_total: int
+    events_searched: int
+    cursor: int | None
+    clipped: bool = False  # more hits in the sessions searched than ``limit``: narrow the query
+
+
+def _text(type: str, data: object) -> str:
+    if isinstance(data, dict):
+        parts = [text_of(data.get("content"))]
+        for key in ("summary", "message", "reasoning", "reasoning_content"):
+            if isinstance(data.get(key), str):
+                parts.append(data[key])
+        calls = data.get("tool_calls")
+        if isinstance(calls, list):
+            for c in calls:
+                fn = c.get("function") if isinstance(c, dict) else None
+                if isinstance(fn, dict):
+                    parts.append(f"{fn.get('name', '')} {fn.get('arguments', '')}")
+        if type == "tool/call":
+            parts.append(f"{data.get('name', '')} {data.get('arguments', '')}")
+        return "\n".join(p for p in parts if p)
+    return data if isinstance(data, str) else ""
+
+
+def search(store: Store, query: str, *, cursor: int = 0, limit: int = 50,
+           budget: int = 200_000) -> SearchPage:
+    """Events whose text holds ``query`` (case-insensitive), sessions newest first, starting at
+    the ``cursor``-th session; reads at most ``budget`` events."""
+    query = query.strip()[:MAX_QUERY]
+    sessions = all_sessions(store)
+    needle = query.casefold()
+    hits: list[Hit] = []
+    clipped = False  # a session held more hits than the page shows
+    seen: set[NodeId] = set()
+    events = 0
+    index = max(0, cursor)
+    while index < len(sessions) and needle:
+        entry = sessions[index]
+        chain = store.chain(entry.head)
+        ids = chain.ids
+        for i in range(len(ids) - 1, -1, -1):  # newest first, so recent hits come first
+            nid = ids[i]
+            if nid in seen:
+                break  # the rest of this path was searched through another session
+            seen.add(nid)
+            text = _text(chain.types[i], chain.datas[i])
+            at = text.casefold().find(needle)
+            if at >= 0:
+                if len(hits) >= limit:
+                    clipped = True
+                    continue
+                hits.append(Hit(entry.name, nid, chain.types[i], _clip(text[max(0, at - 80):at], left=True),
+                                text[at:at + len(query)], _clip(text[at + len(query):at + len(query) + 120])))
+        events += len(ids)
+        index += 1
+        if len(hits) >= limit or events >= budget:
+            break
+    done = index >= len(sessions) or not needle
+    return SearchPage(query, hits, index - max(0, cursor), len(sessions), events,
+                      None if done else index, clipped)
+
+
+def _clip(text: str, *, left: bool = False) -> str:
+    text = " ".join(text.split()) if text.strip() else ""
+    return ("…" + text if left and text else text + "…" if text else "")

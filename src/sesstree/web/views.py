@@ -1,0 +1,235 @@
+"""What each page and API call shows, as plain data: one place for both the HTML and the JSON.
+
+Every view reads a bounded amount of the store: a page of sessions, a page of one session's
+events, one node and what a bounded check finds around it.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+import msgspec
+
+from ..errors import UnknownRevisionError
+from ..node import Node, NodeId
+from ..repo import TAGS, Store
+from ..store.base import Ref
+from .catalog import Filter, list_sessions, source_of
+from .forest import Forest, build_forest
+from .paths import ID_BYTES, PathCache, id_at, node_of
+from .render import Item, conversation, pretty_json, snippet
+
+__all__ = ["DEFAULT_EVENTS", "MAX_EVENTS", "MAX_PAGE", "Views", "items_json"]
+
+#: Sessions per forest page, by default and at most.
+DEFAULT_PAGE = 40
+MAX_PAGE = 200
+#: Events per session page, by default and at most.
+DEFAULT_EVENTS = 200
+MAX_EVENTS = 2000
+#: Sessions a node page checks for the node (newest first), and the events it reads at most
+#: to do so (paths already cached cost nothing).
+CONTAINS_CHECKED = 300
+CONTAINS_READ = 200_000
+#: How old the refs listing behind :meth:`Views.version` may be, in seconds.
+VERSION_MAX_AGE = 0.5
+#: Events a diff shows on each side.
+DIFF_SHOWN = 500
+
+
+class Views:
+    """The views of one store, sharing one cache of session paths."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self.paths = PathCache(store)
+        self._lock = threading.Lock()
+        self._version: tuple[float, str] | None = None
+
+    # -- the forest -------------------------------------------------------------------------
+
+    def forest(self, f: Filter, offset: int, limit: int) -> dict[str, Any]:
+        """One page of the forest: the sessions, and the rows of the graph drawn from them."""
+        store = self.store
+        limit = max(1, min(limit, MAX_PAGE))
+        with store.backend.snapshot():
+            refs = store.backend.list_refs("")  # sessions and tags in one read
+            listing = list_sessions(store, f, offset, limit, refs)
+            tags: dict[NodeId, list[str]] = {}
+            for t in refs:
+                if t.name.startswith(TAGS):
+                    tags.setdefault(t.target, []).append(t.name[len(TAGS):])
+            forest: Forest = build_forest(self.paths, listing.sessions, tags)
+            nodes = {r.id: node_of(store, r.id) for r in forest.rows}
+            sources = {s.name: source_of(store, s.name, s.head) for s in listing.sessions}
+        rows = []
+        for r in forest.rows:
+            node = nodes[r.id]
+            rows.append({**msgspec.to_builtins(r), "type": node.type, "snippet": snippet(node),
+                         "sources": [sources[s] for s in r.sessions if s in sources]})
+        return {
+            "sessions": [{**msgspec.to_builtins(s), "source": sources[s.name]} for s in listing.sessions],
+            "rows": rows,
+            "lanes": forest.lanes,
+            "offset": listing.offset,
+            "limit": limit,
+            "total": listing.total,
+            "more": listing.more,
+            "version": _version(refs),
+        }
+
+    def version(self) -> str:
+        """Changes whenever any session or tag moves: what a page polls to stay live.
+
+        Every open forest page polls it every second, and listing the refs of a store of
+        10,000 sessions takes tens of milliseconds: one listing serves every poll within
+        ``VERSION_MAX_AGE`` seconds.
+        """
+        now = time.monotonic()
+        with self._lock:
+            if self._version is not None and now - self._version[0] < VERSION_MAX_AGE:
+                return self._version[1]
+        version = _version(self.store.backend.list_refs(""))
+        with self._lock:
+            self._version = (now, version)
+        return version
+
+    def forget_version(self) -> None:
+        """After a write through this server: the next poll reads the refs again."""
+        with self._lock:
+            self._version = None
+
+    # -- a session --------------------------------------------------------------------------
+
+    def session(self, name: str, end: str | None, limit: int) -> dict[str, Any]:
+        """A page of session ``name``'s events ending at ``end`` (default: its head)."""
+        store = self.store
+        limit = max(1, min(limit, MAX_EVENTS))
+        with store.backend.snapshot():
+            head = store.session_head(name)
+            if head is None:
+                raise UnknownRevisionError(f"no session named {name!r}")
+            last = store.resolve(end) if end else head
+            chain = store.chain(last, limit)
+            depth = store.depth(last)
+            times = {e.new: e.time for e in store.reflog(name) if e.new is not None}
+            meta = store.get_session_meta(name)
+            source = source_of(store, name, head)
+            tags = sorted(t.name for t in store.tags() if t.target == head)
+            moved = store.backend.get_ref("sessions/" + name)
+        nodes = [Node(i, p, t, d) for i, p, t, d in zip(
+            chain.ids, [chain.base, *chain.ids], chain.types, chain.datas, strict=False)]
+        return {
+            "name": name,
+            "head": head,
+            "end": last,
+            "at_head": last == head,
+            "depth": depth,
+            "first": depth - len(nodes) + 1,
+            "older": chain.base,
+            "moved": moved.moved if moved is not None else None,
+            "source": source,
+            "tags": tags,
+            "meta": meta,
+            "items": conversation(nodes, times),
+        }
+
+    def tail(self, name: str, after: str, limit: int = 500) -> dict[str, Any]:
+        """What session ``name`` gained since node ``after``: ``reset`` when it did not just
+        grow from there (rewound, or more than ``limit`` events: reload the page)."""
+        store = self.store
+        with store.backend.snapshot():
+            head = store.session_head(name)
+            if head is None:
+                raise UnknownRevisionError(f"no session named {name!r}")
+            if head == after:
+                return {"head": head, "items": [], "reset": False}
+            grown = store.depth(head) - (store.depth(after) if after else 0)
+            if not after or grown <= 0 or grown > limit:
+                return {"head": head, "items": [], "reset": True}
+            chain = store.chain(head, grown)
+            if chain.base != after:
+                return {"head": head, "items": [], "reset": True}
+            times = {e.new: e.time for e in store.reflog(name)[-grown - 1:] if e.new is not None}
+        nodes = [Node(i, p, t, d) for i, p, t, d in zip(
+            chain.ids, [chain.base, *chain.ids], chain.types, chain.datas, strict=False)]
+        return {"head": head, "items": conversation(nodes, times), "reset": False}
+
+    def reflog(self, name: str) -> dict[str, Any]:
+        """Every move of session ``name``, newest first (``name@{N}`` numbering)."""
+        entries = self.store.reflog(name)
+        if not entries:
+            raise UnknownRevisionError(f"no session named {name!r} and no reflog for it")
+        out = [{"n": i, "old": e.old, "new": e.new, "time": e.time, "reason": e.reason}
+               for i, e in enumerate(reversed(entries))]
+        return {"name": name, "entries": out, "exists": self.store.has_session(name)}
+
+    # -- a node -----------------------------------------------------------------------------
+
+    def node(self, rev: str) -> dict[str, Any]:
+        """One node in full, its parent, and the sessions (and children) a bounded check finds."""
+        store = self.store
+        with store.backend.snapshot():
+            node = store.show(rev)
+            depth = store.depth(node.id)
+            sessions = []
+            children: set[NodeId] = set()
+            listing = list_sessions(store, Filter(), 0, CONTAINS_CHECKED)
+            checked = 0
+            read = 0  # events read for paths that were not cached
+            for s in listing.sessions:
+                if read >= CONTAINS_READ and not self.paths.cached(s.head):
+                    break
+                checked += 1
+                fresh = not self.paths.cached(s.head)
+                path = self.paths.path(s.head, s.name)
+                read += len(path) // ID_BYTES if fresh else 0
+                n = len(path) // ID_BYTES
+                if n >= depth and id_at(path, depth - 1) == node.id:
+                    sessions.append(s.name)
+                    if n > depth:
+                        children.add(id_at(path, depth))
+            tags = sorted(t.name for t in store.tags() if t.target == node.id)
+        return {
+            "id": node.id,
+            "parent": node.parent,
+            "type": node.type,
+            "depth": depth,
+            "data": node.data,
+            "json": pretty_json({"id": node.id, "parent": node.parent, "type": node.type,
+                                 "data": node.data}, None),
+            "children": sorted(children),
+            "sessions": sessions,
+            "tags": tags,
+            "sessions_checked": checked,
+            "sessions_total": listing.total,
+        }
+
+    # -- a diff -----------------------------------------------------------------------------
+
+    def diff(self, a: str, b: str) -> dict[str, Any]:
+        """The last common node of ``a`` and ``b`` and what each added, as conversations."""
+        d = self.store.diff(a, b)
+        base = self.store.show(d.base) if d.base is not None else None
+        return {
+            "a": a, "b": b,
+            "base": base.id if base else None,
+            "base_type": base.type if base else None,
+            "base_snippet": snippet(base) if base else "",
+            "only_a": len(d.only_a), "only_b": len(d.only_b),
+            "items_a": conversation(d.only_a[:DIFF_SHOWN], {}),
+            "items_b": conversation(d.only_b[:DIFF_SHOWN], {}),
+            "shown": DIFF_SHOWN,
+        }
+
+
+def _version(refs: list[Ref]) -> str:
+    newest = max((r.moved for r in refs), default=0.0)
+    return f"{len(refs)}:{newest:.6f}"
+
+
+def items_json(items: list[Item]) -> list[dict[str, Any]]:
+    """Conversation items as JSON (the HTML of a message is its rendered markdown)."""
+    return [msgspec.to_builtins(item, enc_hook=str) for item in items]

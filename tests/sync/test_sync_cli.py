@@ -1,0 +1,156 @@
+"""``sess serve / remote / clone / fetch / pull / push`` as a user runs them."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+import pytest
+from cli_kit import Sess, msg
+from sync_kit import TOKEN, served
+
+from sesstree import open_store
+
+SESS = [sys.executable, "-c", "from sesstree.cli import main; main()"]
+
+
+@pytest.fixture
+def two(sess: Sess, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Sess:
+    """``sess`` in tmp_path/.sess holding main (3 events), and a clone of it in mine/.sess."""
+    monkeypatch.delenv("SESS_TOKEN", raising=False)
+    sess.quest()
+    out = sess.ok("clone", str(tmp_path), "mine")
+    assert "Cloned 1 session and 0 tags" in out
+    return sess
+
+
+def mine(sess: Sess, *args: str, env: dict[str, str | None] | None = None) -> str:
+    return sess.ok("--store", "mine/.sess", *args, env=env)
+
+
+def test_clone_log_branch_diff_with_remote_sessions(two: Sess) -> None:
+    assert mine(two, "remote", "list") == "origin\n"
+    assert mine(two, "remote", "list", "-v") == f"origin\t{two.root}\n"
+    shown = mine(two, "remote", "show", "origin").splitlines()
+    assert shown[:2] == ["remote origin", f"  url: {two.root}"]
+    assert re.fullmatch(r"  origin/main  [0-9a-f]{10}  3 events", shown[2]), shown
+    head = two.head()
+    assert head[:10] in mine(two, "log", "-n", "1", "origin/main")
+    assert "Created session work" in mine(two, "branch", "origin/main~1", "work")
+    mine(two, "append", "work", "user/message", msg("user", "another way"))
+    out = mine(two, "diff", "origin/main", "work")
+    assert "another way" in out
+    with open_store(two.root / "mine" / ".sess") as store:
+        assert store.fsck() == []
+
+
+def test_push_fetch_pull_round(two: Sess) -> None:
+    mine(two, "append", "user/message", msg("user", "from the clone"))
+    out = mine(two, "push")
+    assert re.search(r"^   [0-9a-f]{10}\.\.[0-9a-f]{10}  main$", out, re.M), out
+    assert "Sent 1 node" in out
+    assert "from the clone" in two.ok("log", "-n", "1")
+    assert "Everything up to date" in mine(two, "push", "origin", "main")
+    two.ok("append", "assistant/message", msg("assistant", "answered at the origin"))
+    out = mine(two, "fetch")
+    assert re.search(r"^   [0-9a-f]{10}\.\.[0-9a-f]{10}  origin/main$", out, re.M), out
+    out = mine(two, "pull")
+    assert out.startswith("main: fast-forward")
+    assert "answered at the origin" in mine(two, "log", "-n", "1")
+    assert "already up to date" in mine(two, "pull", "origin", "main")
+
+
+def test_user_errors_are_one_line(two: Sess, tmp_path: Path) -> None:
+    two.ok("append", "user/message", msg("user", "theirs"))
+    mine(two, "append", "user/message", msg("user", "ours"))
+    line = two.fail("--store", "mine/.sess", "push", needles=("non-fast-forward",))
+    theirs = two.head()
+    assert theirs[:12] in line
+    line = two.fail("--store", "mine/.sess", "pull", needles=("diverged at",
+                                                             "sess branch origin/main"))
+    two.fail("--store", "mine/.sess", "fetch", "nowhere", needles=("no remote named 'nowhere'",))
+    two.fail("--store", "mine/.sess", "remote", "add", "x", "ftp://host/x",
+             needles=("unsupported URL ftp://",))
+    two.fail("--store", "mine/.sess", "remote", "add", "origin", "/x",
+             needles=("already exists",))
+    two.fail("--store", "mine/.sess", "remote", "remove", "nope", needles=("no remote named",))
+    two.fail("--store", "mine/.sess", "remote", "show", "nope", needles=("no remote named",))
+    mine(two, "remote", "add", "down", "http://127.0.0.1:1")
+    two.fail("--store", "mine/.sess", "fetch", "down", needles=("cannot reach", "127.0.0.1:1"))
+    two.fail("clone", "http://127.0.0.1:1", "elsewhere", needles=("cannot reach",))
+    assert not (tmp_path / "elsewhere").exists()  # a failed clone leaves nothing behind
+    two.fail("clone", "http://127.0.0.1:1", needles=("give PATH",))
+    assert "Cloned 1 session" in two.ok("clone", str(tmp_path / ".sess"))
+    assert (tmp_path / str(tmp_path.name) / ".sess" / "store.db").exists()
+    two.fail("clone", str(tmp_path), "mine", needles=("already holds a store",))
+    two.fail("--store", "mine/.sess", "push", "--token-file", str(tmp_path / "no-such"),
+             needles=("cannot read the token file",))
+
+
+def test_tokens_are_never_printed(two: Sess, tmp_path: Path) -> None:
+    with open_store(two.root / ".sess", create=False) as origin, served(origin) as url:
+        token_file = tmp_path / "token"
+        token_file.write_text(TOKEN + "\n")
+        mine(two, "remote", "add", "web", url, "--token-file", str(token_file))
+        remotes = (tmp_path / "mine" / ".sess" / "remotes.json").read_text()
+        assert TOKEN not in remotes and str(token_file) in remotes
+        mine(two, "append", "user/message", msg("user", "over http"))
+        secret = "wrong-" + TOKEN
+        result = two("--store", "mine/.sess", "push", "web", env={"SESS_TOKEN": secret})
+        assert result.exit_code == 1
+        assert "refused the token" in result.stderr and secret not in result.output
+        out = mine(two, "push", "web")  # the token from the remote's token file
+        assert "Sent 1 node" in out and TOKEN not in out
+        assert TOKEN not in mine(two, "remote", "list", "-v", "--json")
+        out = mine(two, "push", "--dry-run", "web")
+        assert "Everything up to date" in out
+
+
+def test_serve_subprocess_clone_and_push(tmp_path: Path, sess: Sess) -> None:
+    sess.quest()
+    token_file = tmp_path / "token"
+    token_file.write_text(TOKEN)
+    env = {**os.environ, "SESS_HOME": str(tmp_path / "home")}
+    env.pop("SESS_TOKEN", None)
+    server = subprocess.Popen([*SESS, "--store", ".sess", "serve", "--port", "0", "--token-file",
+                               str(token_file)], cwd=tmp_path, env=env, stderr=subprocess.PIPE,
+                              text=True)
+    try:
+        assert server.stderr is not None
+        line = server.stderr.readline()
+        match = re.search(r"on (http://127\.0\.0\.1:\d+) \(writes need the token\)", line)
+        assert match, line
+        url = match.group(1)
+        run = subprocess.run([*SESS, "clone", url, "copy"], cwd=tmp_path, env=env,
+                             capture_output=True, text=True, timeout=60)
+        assert run.returncode == 0, run.stderr
+        subprocess.run([*SESS, "--store", "copy/.sess", "append", "user/message",
+                        msg("user", "pushed")], cwd=tmp_path, env=env, check=True,
+                       capture_output=True, timeout=60)
+        run = subprocess.run([*SESS, "--store", "copy/.sess", "push"], cwd=tmp_path,
+                             env={**env, "SESS_TOKEN": TOKEN}, capture_output=True, text=True,
+                             timeout=60)
+        assert run.returncode == 0, run.stderr
+        assert run.stderr == ""  # no progress when stderr is not a terminal
+        assert "pushed" in sess.ok("log", "-n", "1")
+        # The same server shows the store in a browser, under its strict policy.
+        page = httpx.get(url + "/", timeout=30)
+        assert page.status_code == 200 and "/session/main" in page.text
+        assert "script-src 'self'" in page.headers["content-security-policy"]
+        session = httpx.get(url + "/session/main", timeout=30)
+        assert session.status_code == 200 and "pushed" in session.text
+    finally:
+        server.send_signal(signal.SIGINT)
+        server.wait(20)
+        if server.stderr is not None:
+            server.stderr.close()
+    # A bad address: one line, no traceback.
+    taken = subprocess.run([*SESS, "serve", "--host", "nonsense"], cwd=tmp_path, env=env,
+                           capture_output=True, text=True, timeout=60)
+    assert taken.returncode == 1
+    assert taken.stderr.strip().splitlines() == ["Error: --host 'nonsense' is not an IP address"]

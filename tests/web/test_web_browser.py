@@ -1,0 +1,176 @@
+"""The pages in a real headless browser: Debian's Chromium driven by Playwright for Python.
+
+Without Playwright or Chromium these tests are skipped with the reason, except in CI
+(``CI`` set), where a skip would hide that the pages were never run: there they fail.
+Set ``SESS_WEB_SCREENSHOTS=DIR`` to keep the screenshots they take (docs/img holds them).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from forest_kit import TOKEN, serve
+
+from sesstree import Store
+
+CHROMIUM = os.environ.get("SESS_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
+
+
+def _need_browser() -> None:
+    reason = ""
+    try:
+        import playwright.sync_api  # noqa: F401
+    except ImportError:
+        reason = "Playwright is not installed: pip install -e '.[web-test]'"
+    if not reason and not os.path.exists(CHROMIUM):
+        reason = f"no Chromium at {CHROMIUM}: apt-get install -y chromium"
+    if reason:
+        if os.environ.get("CI"):
+            pytest.fail(f"the browser tests must run in CI: {reason}")
+        pytest.skip(reason)
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    """One headless Chromium for the module."""
+    _need_browser()
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=["--no-sandbox"])
+        try:
+            yield b
+        finally:
+            b.close()
+
+
+@pytest.fixture
+def page(browser: Any) -> Iterator[Any]:
+    """A fresh browser tab (its own cookies), failing the test on any script error."""
+    context = browser.new_context(viewport={"width": 1200, "height": 800})
+    tab = context.new_page()
+    tab.set_default_timeout(10_000)
+    errors: list[str] = []
+    tab.on("pageerror", lambda exc: errors.append(str(exc)))
+    # A refused request (the test's own) is logged as a console error; script errors are not.
+    tab.on("console", lambda m: errors.append(m.text)
+           if m.type == "error" and not m.text.startswith("Failed to load resource") else None)
+    try:
+        yield tab
+    finally:
+        context.close()
+    assert errors == [], errors
+
+
+def _shot(tab: Any, name: str, tmp_path: Path) -> None:
+    """Screenshot the page; also into $SESS_WEB_SCREENSHOTS when set (how docs/img is made)."""
+    tab.screenshot(path=str(tmp_path / name), full_page=True)
+    folder = os.environ.get("SESS_WEB_SCREENSHOTS")
+    if folder:
+        shutil.copy(tmp_path / name, Path(folder) / name)
+    assert (tmp_path / name).stat().st_size > 1000
+
+
+def test_click_from_the_forest_to_a_session_a_node_a_diff_and_a_search(
+        page: Any, forest_store: Store, tmp_path: Path) -> None:
+    with serve(forest_store) as url:
+        page.goto(url + "/")
+        assert page.locator(".row").count() == 7
+        assert page.locator(".row.is-fork").count() == 2
+        assert page.locator(".row .badge.session").all_inner_texts() == [
+            "scratch", "notes", "quest-2", "quest-1"]
+        _shot(page, "forest.png", tmp_path)
+        page.click(".row .badge.session >> text=quest-1")
+        page.wait_for_url(url + "/session/quest-1")
+        call = page.locator("details.call").first
+        assert not call.locator("pre").first.is_visible()
+        call.locator("summary").click()
+        assert "missing symbol" in call.inner_text()
+        _shot(page, "session.png", tmp_path)
+        head = forest_store.session_head("quest-1")
+        assert head is not None
+        page.click(f"#n-{head} .perma")
+        page.wait_for_url(url + f"/node/{head}")
+        assert '"kind": "done"' in page.locator("#json").inner_text()
+        page.click("text=" + forest_store.resolve("quest-1~1"))
+        assert page.url == url + "/node/" + forest_store.resolve("quest-1~1")
+        page.goto(url + "/diff")
+        page.fill("input[name=a]", "quest-1")
+        page.fill("input[name=b]", "quest-2")
+        page.click("main button")
+        assert forest_store.resolve("before-answer")[:12] in page.locator("#base").inner_text()
+        assert page.locator(".diff section").count() == 2
+        _shot(page, "diff.png", tmp_path)
+        page.fill(".quick input", "frobnicate")
+        page.press(".quick input", "Enter")
+        page.wait_for_selector("#hits")
+        assert page.locator("#hits li").count() == 2
+        assert "Searched 4 of 4 sessions" in page.locator("#searched").inner_text()
+        page.goto(url + "/reflog/quest-2")
+        page.click("td a.mono >> nth=0")
+        assert "/session/quest-2?end=" in page.url
+
+
+def test_a_hostile_message_runs_nothing(page: Any, forest_store: Store, tmp_path: Path) -> None:
+    with serve(forest_store) as url:
+        dialogs: list[str] = []
+        page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
+        page.goto(url + "/session/notes")
+        text = page.locator(".r-user").last.inner_text()
+        assert "<script>window.__pwned = 1</script>" in text
+        assert 'onerror="window.__pwned = 2"' in text
+        assert page.locator(".conversation img, .conversation script").count() == 0
+        page.click(".r-user >> nth=-1 >> .md")
+        page.wait_for_timeout(300)
+        assert page.evaluate("typeof window.__pwned") == "undefined"
+        assert dialogs == []
+        # The page's own script did run (so the check above could have seen a payload run).
+        assert page.evaluate("document.body.dataset.page") == "session"
+        assert page.evaluate("typeof fetch") == "function"
+        _shot(page, "hostile.png", tmp_path)
+
+
+def test_live_appends_appear_without_a_reload(page: Any, forest_store: Store, tmp_path: Path) -> None:
+    with serve(forest_store) as url:
+        page.goto(url + "/session/quest-1")
+        page.evaluate("window.__same_page = true")
+        node = forest_store.session("quest-1").add_message(
+            {"role": "assistant", "content": "A *live* answer."})
+        page.wait_for_selector(f"#n-{node.id}", timeout=10_000)
+        assert "A live answer." in page.locator(f"#n-{node.id}").inner_text()
+        assert page.evaluate("window.__same_page") is True, "the page was not reloaded"
+        page.goto(url + "/")
+        page.evaluate("window.__same_page = true")
+        forest_store.fork("brand-new", "quest-1~4")
+        page.wait_for_selector(".badge.session >> text=brand-new", timeout=10_000)
+        assert page.evaluate("window.__same_page") is True
+        page.goto(url + "/session/scratch")
+        forest_store.delete_session("scratch")
+        page.wait_for_selector("#live-note >> text=renamed or deleted", timeout=10_000)
+
+
+def test_writes_need_the_token(page: Any, forest_store: Store, tmp_path: Path) -> None:
+    with serve(forest_store, token=TOKEN) as url:
+        page.goto(url + "/session/quest-1")
+        assert page.locator("form[action='/actions/rename']").count() == 0
+        status = page.evaluate("""async () => (await fetch('/api/v1/web/delete', {method: 'POST',
+            headers: {'content-type': 'application/json'},
+            body: JSON.stringify({session: 'quest-1'})})).status""")
+        assert status == 401 and forest_store.has_session("quest-1")
+        page.click("text=log in to write")
+        page.fill("input[name=token]", "not-the-token")
+        page.click("main button")
+        assert "not the server's token" in page.locator("#error").inner_text()
+        page.fill("input[name=token]", TOKEN)
+        page.click("main button")
+        page.wait_for_url(url + "/session/quest-1")
+        page.click("summary >> text=rename")
+        page.fill("input[name=new]", "quest-renamed")
+        page.click("form[action='/actions/rename'] button")
+        page.wait_for_url(url + "/session/quest-renamed")
+        assert forest_store.has_session("quest-renamed") and not forest_store.has_session("quest-1")

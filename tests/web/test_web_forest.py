@@ -1,0 +1,117 @@
+"""The forest's layout on random trees: lines join up from row to row, parents come after
+children, every session's head is drawn once, and only the page's paths are read."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from sesstree import Store, open_store
+from sesstree.web.catalog import Filter
+from sesstree.web.views import Views
+
+
+def _random_forest(store: Store, seed: int, sessions: int) -> None:
+    rng = random.Random(seed)
+    for i in range(sessions):
+        names = [s.name for s in store.sessions()]
+        if names and rng.random() < 0.8:
+            source = rng.choice(names)
+            back = rng.randrange(store.depth(source))
+            s = store.fork(f"s{i}", f"{source}~{back}")
+        else:
+            s = store.session(f"s{i}")
+        for j in range(rng.randrange(0 if s.head else 1, 4)):
+            s.add_message({"role": "user", "content": f"{i}.{j}"})
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_lines_join_from_row_to_row(seed: int) -> None:
+    with open_store(":memory:") as store:
+        _random_forest(store, seed, 14)
+        views = Views(store)
+        data = views.forest(Filter(), 0, 40)
+        rows = data["rows"]
+        position = {r["id"]: i for i, r in enumerate(rows)}
+        assert len(position) == len(rows)
+        heads = sorted(s for r in rows for s in r["sessions"])
+        assert heads == sorted(s.name for s in store.sessions())
+        bottom: set[int] = set()
+        for r in rows:
+            top = {s["x1"] for s in r["segments"] if s["y1"] == 0}
+            assert top == bottom, f"row {position[r['id']]}: lines from above {top}, below {bottom}"
+            assert r["separate"] == (not top and r is not rows[0])
+            bottom = {s["x2"] for s in r["segments"] if s["y2"] == 2}
+            into_node = {s["x2"] for s in r["segments"] if s["y2"] == 1}
+            assert into_node <= {r["lane"]}
+            if r["parent"] is None:
+                assert r["lane"] not in {s["x1"] for s in r["segments"] if s["y1"] == 1}
+            else:
+                assert position[r["parent"]] > position[r["id"]]
+                assert {"x1": r["lane"], "y1": 1, "x2": r["lane"], "y2": 2} in r["segments"]
+                parent_depth = rows[position[r["parent"]]]["depth"]
+                assert r["hidden"] == r["depth"] - parent_depth - 1
+            assert max([r["lane"], *(max(s["x1"], s["x2"]) for s in r["segments"])]) < data["lanes"]
+        assert bottom == set(), "every line ends at a root"
+
+
+def test_a_page_reads_only_its_own_sessions_paths() -> None:
+    with open_store(":memory:") as store:
+        base = store.session("base")
+        for i in range(5):
+            base.add_message({"role": "user", "content": str(i)})
+        for i in range(100):
+            store.fork(f"f{i:03d}", "base~2").add_message({"role": "user", "content": f"f{i}"})
+        views = Views(store)
+        data = views.forest(Filter(), 0, 10)
+        assert len(data["sessions"]) == 10 and data["total"] == 101
+        assert len(views.paths._paths) == 10
+        # A session that grows is read from where it was: the cache keeps its earlier path.
+        newest = data["sessions"][0]["name"]
+        before = views.paths.path(store.session_head(newest), newest)  # type: ignore[arg-type]
+        node = store.session(newest).add_message({"role": "assistant", "content": "more"})
+        after = views.paths.path(node.id, newest)
+        assert after[: len(before)] == before and len(after) == len(before) + 32
+        # Only the fork point and the shared root are drawn besides the ten heads.
+        assert len(data["rows"]) == 12
+
+
+def test_a_node_page_checks_sessions_within_its_budget(monkeypatch: pytest.MonkeyPatch) -> None:
+    from sesstree.web import views as views_module
+
+    with open_store(":memory:") as store:
+        root = store.session("s0").add_message({"role": "user", "content": "root"})
+        for i in range(1, 6):
+            s = store.fork(f"s{i}", root.id)
+            for j in range(30):
+                s.add_message({"role": "user", "content": f"{i}.{j}"})
+        views = Views(store)
+        monkeypatch.setattr(views_module, "CONTAINS_READ", 50)
+        first = views.node(root.id)
+        # Two uncached paths of 31 events pass the budget of 50; the rest wait.
+        assert first["sessions_checked"] == 2 and first["sessions_total"] == 6
+        assert len(first["sessions"]) == 2 and len(first["children"]) == 2
+        monkeypatch.setattr(views_module, "CONTAINS_READ", 10_000)
+        full = views.node(root.id)
+        assert full["sessions_checked"] == 6
+        assert sorted(full["sessions"]) == [f"s{i}" for i in range(6)]
+        assert len(full["children"]) == 5
+
+
+def test_the_version_polled_changes_when_a_ref_moves(monkeypatch: pytest.MonkeyPatch) -> None:
+    from sesstree.web import views as views_module
+
+    with open_store(":memory:") as store:
+        store.session("a").add_message({"role": "user", "content": "1"})
+        views = Views(store)
+        first = views.version()
+        store.session("a").add_message({"role": "user", "content": "2"})
+        monkeypatch.setattr(views_module, "VERSION_MAX_AGE", 3600.0)
+        assert views.version() == first  # one listing serves the polls of its age
+        views.forget_version()
+        second = views.version()
+        assert second != first
+        monkeypatch.setattr(views_module, "VERSION_MAX_AGE", 0.0)
+        store.tag("t", "a")
+        assert views.version() != second
