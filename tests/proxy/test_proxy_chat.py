@@ -243,3 +243,15 @@ def test_a_gzip_encoded_reply_passes_encoded_and_is_recorded(
     assert reply.json()["choices"][0]["message"]["content"] == "compressed answer"
     proxy.flush()
     assert store.messages("zip-it")[-1]["content"] == "compressed answer"
+
+
+def test_a_recording_failure_never_fails_the_call(proxy: RunningProxy, store: Store) -> None:
+    store.close()  # the store is gone: every write fails
+    reply = httpx.post(proxy.url + "/v1/chat/completions", headers={"Authorization": "Bearer " + KEY},
+                       json={"model": "m", "messages": [{"role": "user", "content": "still?"}]})
+    assert reply.status_code == 200
+    assert reply.json()["choices"][0]["message"]["content"].endswith("still?")
+    proxy.flush()
+    assert proxy.proxy.stats.snapshot()["record_failures"] == 1
+    failed = [line for line in proxy.lines if "recording failed" in line]
+    assert len(failed) == 1 and KEY not in failed[0]
