@@ -10,6 +10,7 @@ connection closed with no end of body), or a reply held until released.
 
 from __future__ import annotations
 
+import gzip
 import itertools
 import json
 import socket
@@ -42,6 +43,8 @@ class Scripted:
     number: int | None = None
     #: A stream of these (event name, data) instead of the protocol's usual answer.
     events: list[tuple[str | None, Any]] | None = None
+    #: Send a whole reply gzip-encoded (as OpenAI does for a client that accepts it).
+    gzip: bool = False
 
 
 def free_port() -> int:
@@ -81,6 +84,7 @@ class FakeUpstream:
         self.paths: list[str] = []
         self.release = threading.Event()
         self._lock = threading.Lock()
+        self._gzip: dict[int, bool] = {}  # per serving thread: gzip the reply being sent
         self._count = itertools.count(1)
         fake = self
 
@@ -116,6 +120,7 @@ class FakeUpstream:
                 if fake.delay and self.path.split("?")[0].endswith(
                         ("/chat/completions", "/responses", "/messages")):
                     time.sleep(fake.delay)
+                fake._gzip[threading.get_ident()] = scripted.gzip
                 fake._answer(self, self.path.split("?")[0], body, scripted,
                              n if scripted.number is None else scripted.number)
 
@@ -137,6 +142,9 @@ class FakeUpstream:
     def _json(self, h: BaseHTTPRequestHandler, status: int, body: Any,
               headers: dict[str, str] | None = None) -> None:
         data = body if isinstance(body, bytes) else json.dumps(body).encode()
+        if self._gzip.get(threading.get_ident()):
+            data = gzip.compress(data)
+            headers = {**(headers or {}), "Content-Encoding": "gzip"}
         h.send_response(status)
         for k, v in (headers or {}).items():
             h.send_header(k, v)

@@ -231,3 +231,27 @@ def test_stats_endpoint_and_lines(proxy: RunningProxy) -> None:
     assert "plan-the-trip-to-lyon (fast-forward)" in lines[1]
     assert "tokens 12 in/5 out" in lines[1]
     assert all(KEY not in line for line in proxy.lines)
+
+
+def test_a_gzip_encoded_reply_passes_encoded_and_is_recorded(
+        proxy: RunningProxy, store: Store, upstream: FakeUpstream) -> None:
+    upstream.add(Scripted(gzip=True, text="compressed answer"))
+    with httpx.Client() as c:
+        reply = c.post(proxy.url + "/v1/chat/completions", headers={"Accept-Encoding": "gzip"},
+                       json={"model": "m", "messages": [{"role": "user", "content": "zip it"}]})
+    assert reply.headers["content-encoding"] == "gzip"  # passed as the upstream sent it
+    assert reply.json()["choices"][0]["message"]["content"] == "compressed answer"
+    proxy.flush()
+    assert store.messages("zip-it")[-1]["content"] == "compressed answer"
+
+
+def test_a_recording_failure_never_fails_the_call(proxy: RunningProxy, store: Store) -> None:
+    store.close()  # the store is gone: every write fails
+    reply = httpx.post(proxy.url + "/v1/chat/completions", headers={"Authorization": "Bearer " + KEY},
+                       json={"model": "m", "messages": [{"role": "user", "content": "still?"}]})
+    assert reply.status_code == 200
+    assert reply.json()["choices"][0]["message"]["content"].endswith("still?")
+    proxy.flush()
+    assert proxy.proxy.stats.snapshot()["record_failures"] == 1
+    failed = [line for line in proxy.lines if "recording failed" in line]
+    assert len(failed) == 1 and KEY not in failed[0]

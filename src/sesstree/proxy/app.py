@@ -95,7 +95,7 @@ def _tokens(usage: Any) -> str:
 
 
 class Proxy:
-    """One proxy: its upstream, client, recorder and counters."""
+    """One proxy: its upstream, connection pools, recorder and counters."""
 
     def __init__(self, store: Store, upstream: str, *, timeout: float = 600.0,
                  log: Callable[[str], None] | None = None, quiet: bool = False) -> None:
@@ -110,15 +110,16 @@ class Proxy:
         self.report = log if log is not None else _stderr
         #: Where the line per request goes.
         self.log = (lambda line: None) if quiet else self.report
-        self.client: httpx.AsyncHTTPTransport | None = None
         self._pools: list[httpx.AsyncHTTPTransport] = []
+        self._timeout = {"connect": min(timeout, 10.0), "read": timeout, "write": timeout,
+                         "pool": timeout}
         self._turn = itertools.count()
         self._worker: ThreadPoolExecutor | None = None
 
     # -- lifecycle ---------------------------------------------------------------------------
 
     async def start(self) -> None:
-        """Open the upstream client and the recorder thread; index the store."""
+        """Open the upstream connection pools and the recorder thread; index the store."""
         # The transport alone: a proxy wants none of the client's redirects, cookies, auth or
         # default headers, and skipping them is a third of the cost of a forwarded call.
         # Several small pools rather than one large: a pool checks every idle connection it
@@ -130,9 +131,6 @@ class Proxy:
             # upstream's delayed ACK: 40 ms added to every call.
             socket_options=[(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)])
             for _ in range(_POOLS)]
-        self.client = self._pools[0]
-        self._timeout = {"connect": min(self.timeout, 10.0), "read": self.timeout,
-                         "write": self.timeout, "pool": self.timeout}
         self._worker = ThreadPoolExecutor(1, thread_name_prefix="sess-proxy-recorder")
         self._worker.submit(self._index).result()
 
@@ -145,17 +143,16 @@ class Proxy:
             return
         ms = (time.perf_counter() - started) * 1000
         self.report(f"sess proxy: {len(self.recorder.index.heads)} sessions, "
-                 f"{len(self.recorder.index.states)} nodes indexed in {ms:.0f} ms")
+                    f"{len(self.recorder.index.states)} nodes indexed in {ms:.0f} ms")
 
     async def stop(self) -> None:
-        """Finish the recordings in flight, close the client, report the counters."""
+        """Finish the recordings in flight, close the connections, report the counters."""
         if self._worker is not None:
             self._worker.shutdown(wait=True)
             self._worker = None
         for pool in self._pools:
             await pool.aclose()
         self._pools = []
-        self.client = None
         self.report("sess proxy: " + self.stats.line())
 
     def flush(self) -> None:
@@ -178,7 +175,7 @@ class Proxy:
         """
         started = time.perf_counter()
         self.stats.add("requests")
-        assert self.client is not None, "the proxy was not started"
+        assert self._pools, "the proxy was not started"
         body = await request.body()
         path = request.url.path
         call = _Call(request.method, path, protocol_of(request.method, path), body, started)
