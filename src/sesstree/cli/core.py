@@ -117,6 +117,7 @@ class _Group(click.Group):
         "serve": "sesstree.cli.remote:serve", "remote": "sesstree.cli.remote:remote",
         "clone": "sesstree.cli.remote:clone", "fetch": "sesstree.cli.remote:fetch",
         "pull": "sesstree.cli.remote:pull", "push": "sesstree.cli.remote:push",
+        "proxy": "sesstree.cli.proxy:proxy",
     }
 
     def list_commands(self, ctx: click.Context) -> list[str]:

@@ -1,0 +1,210 @@
+"""What ``sess proxy`` costs: latency added against calling the same provider directly, and
+storage of a long conversation against the request bodies a request-logging proxy keeps.
+
+The provider is the tests' fake (``tests/proxy/fake_upstream.py``) in a process of its own on
+127.0.0.1; the proxy is ``sess proxy`` in another, recording into a fresh SQLite store. The
+clients (httpx, asyncio) run here: 32 at once, each holding a growing conversation, first
+straight to the provider, then through the proxy, in alternating rounds so both see the same
+machine load.
+
+    python bench/bench_proxy.py            # 32 clients x 15 calls per round, 3 rounds, 200 turns
+    python bench/bench_proxy.py --quick    # a smoke run
+    python bench/bench_proxy.py --delay 0  # a provider that answers at once: throughput
+
+Figures are milliseconds per call (non-streamed: the whole reply; streamed: time to the first
+chunk of the body); "added" is proxy minus direct at the same percentile, in this run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import random
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import msgspec
+
+from sesstree import open_store
+
+HERE = Path(__file__).resolve().parent
+FAKE = HERE.parent / "tests" / "proxy" / "fake_upstream.py"
+SESS = [sys.executable, "-c", "from sesstree.cli import main; main()"]
+_json = msgspec.json.Encoder()
+
+#: A tool's output of the size agents re-send every turn (a file read, a test run).
+TOOL_TEXT = ("def test_parse():\n    assert parse('a=1') == {'a': 1}\n" * 24)[:1500]
+
+
+def tool_output(i: int) -> str:
+    """1.5 KB of text that compresses about as well as source code does (not a repetition,
+    which zlib would shrink to nothing and flatter the store)."""
+    rng = random.Random(i)
+    words = ["self", "return", "value", "parse", "assert", "def", "test", "config", "path",
+             "None", "import", "from", "for", "in", "if", "else", "raise", "error", "line"]
+    lines = []
+    while sum(len(x) + 1 for x in lines) < 1500:
+        lines.append(" ".join(rng.choice(words) + str(rng.randrange(1000))
+                              for _ in range(rng.randrange(3, 9))))
+    return "\n".join(lines)[:1500]
+
+
+def start_upstream(delay: float) -> tuple[subprocess.Popen[str], str]:
+    proc = subprocess.Popen([sys.executable, str(FAKE), str(delay)], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    return proc, proc.stdout.readline().strip()
+
+
+def start_proxy(store: Path, upstream: str) -> tuple[subprocess.Popen[str], str]:
+    open_store(store).close()
+    proc = subprocess.Popen([*SESS, "--store", str(store), "proxy", "--upstream", upstream,
+                             "--port", "0", "--quiet"], stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    assert proc.stderr is not None
+    while True:
+        line = proc.stderr.readline()
+        if not line:
+            raise SystemExit("sess proxy did not start")
+        m = re.search(r"listening on (http://\S+),", line)
+        if m:
+            return proc, m.group(1)
+
+
+async def client(base: str, n: int, calls: int, stream: bool, out: list[float]) -> None:
+    messages: list[dict[str, Any]] = [{"role": "system", "content": "You are a coding agent."},
+                                      {"role": "user", "content": f"client {n}: fix the test"}]
+    async with httpx.AsyncClient(timeout=60) as c:
+        for i in range(calls):
+            body = {"model": "m", "messages": messages, "stream": stream}
+            started = time.perf_counter()
+            async with c.stream("POST", base + "/v1/chat/completions", json=body) as r:
+                first = None
+                async for _chunk in r.aiter_raw():
+                    if first is None:
+                        first = time.perf_counter()
+            done = time.perf_counter()
+            out.append(((first or done) if stream else done) - started)
+            messages += [{"role": "assistant", "content": f"reply {i}"},
+                         {"role": "user", "content": f"tool output {i}: " + TOOL_TEXT[:200]}]
+
+
+async def round_of(base: str, clients: int, calls: int, stream: bool) -> list[float]:
+    out: list[float] = []
+    await asyncio.gather(*(client(base, n, calls, stream, out) for n in range(clients)))
+    return out
+
+
+def pct(values: list[float], p: float) -> float:
+    values = sorted(values)
+    return values[min(len(values) - 1, int(p / 100 * len(values)))] * 1000
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process so far (Linux)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return float("nan")
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def latency(direct: str, proxied: str, proxy_pid: int, clients: int, calls: int, rounds: int,
+            delay: float) -> None:
+    for stream in (False, True):
+        got: dict[str, list[float]] = {"direct": [], "proxy": []}
+        cpu = 0.0
+        for _ in range(rounds):
+            for name, base in (("direct", direct), ("proxy", proxied)):
+                before = cpu_seconds(proxy_pid)
+                got[name] += asyncio.run(round_of(base, clients, calls, stream))
+                if name == "proxy":
+                    time.sleep(0.2)  # the last recordings land just after their replies
+                    cpu += cpu_seconds(proxy_pid) - before
+        what = "time to first chunk, streamed" if stream else "whole reply, non-streamed"
+        print(f"\n{what}: {clients} clients x {calls} calls x {rounds} rounds, provider "
+              f"answering in {delay * 1000:.0f} ms; proxy CPU {cpu / len(got['proxy']) * 1000:.2f}"
+              " ms per call (forwarding and recording)")
+        print(f"  {'':8} {'p50 ms':>8} {'p99 ms':>8} {'mean ms':>8}")
+        for name, values in got.items():
+            print(f"  {name:8} {pct(values, 50):8.2f} {pct(values, 99):8.2f} "
+                  f"{statistics.mean(values) * 1000:8.2f}")
+        for p in (50, 99):
+            d, x = pct(got["direct"], p), pct(got["proxy"], p)
+            print(f"  p{p}: added {x - d:+.2f} ms, proxy/direct {x / d:.2f}x")
+
+
+def storage(proxied: str, store: Path, turns: int) -> None:
+    sent = 0
+    tools = [{"type": "function", "function": {"name": f"tool_{i}", "description": "x" * 200,
+                                               "parameters": {"type": "object"}}}
+             for i in range(8)]
+    messages: list[dict[str, Any]] = [{"role": "system", "content": "You are a coding agent."},
+                                      {"role": "user", "content": "fix the flaky test"}]
+    with httpx.Client(timeout=60) as c:
+        for i in range(turns):
+            body = _json.encode({"model": "m", "messages": messages, "tools": tools})
+            sent += len(body)
+            reply = c.post(proxied + "/v1/chat/completions", content=body,
+                           headers={"content-type": "application/json"}).json()
+            messages += [reply["choices"][0]["message"],
+                         {"role": "user", "content": f"tool output {i}:\n{tool_output(i)}"}]
+        time.sleep(1.0)  # the last recordings land just after their replies
+        stats = c.get(proxied + "/_sess/stats").json()
+    with open_store(store) as s:
+        st = s.stats()
+        chain = max(s.sessions(), key=lambda info: info.length)
+    print(f"\nstorage of a {turns}-turn conversation (each turn re-sends the history; "
+          f"{len(tool_output(0))} B of tool output per turn, echoed in the reply)")
+    print(f"  request bodies (a request-logging proxy): {sent / 1e6:8.2f} MB")
+    print(f"  sesstree store on disk:                   {st.physical_bytes / 1e6:8.2f} MB "
+          f"({st.nodes} nodes, session of {chain.length} events)")
+    print(f"  ratio: {sent / st.physical_bytes:.0f}x smaller; prefix misses "
+          f"{stats['prefix_misses']}, re-sent messages matched {stats['dedup_hits']}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="small sizes, for a smoke run")
+    parser.add_argument("--delay", type=float, default=0.2,
+                        help="seconds the provider takes to answer (default 0.2; 0 makes the "
+                             "32 clients a throughput test of the proxy's one process)")
+    parser.add_argument("--clients", type=int, default=None, help="concurrent clients (32)")
+    parser.add_argument("--only", choices=["latency", "storage"], help="run one part")
+    args = parser.parse_args()
+    clients, calls, rounds, turns = (8, 5, 1, 40) if args.quick else (32, 15, 3, 200)
+    if args.clients is not None:
+        clients = args.clients
+    up, upstream = start_upstream(args.delay)
+    with tempfile.TemporaryDirectory() as tmp:
+        try:
+            if args.only != "storage":
+                px, proxied = start_proxy(Path(tmp) / "latency", upstream)
+                try:
+                    latency(upstream, proxied, px.pid, clients, calls, rounds, args.delay)
+                finally:
+                    px.terminate()
+                    px.wait()
+            if args.only != "latency":
+                px, proxied = start_proxy(Path(tmp) / "storage", upstream)
+                try:
+                    storage(proxied, Path(tmp) / "storage", turns)
+                finally:
+                    px.terminate()
+                    px.wait()
+        finally:
+            assert up.stdin is not None
+            up.stdin.close()
+            up.wait()
+
+
+if __name__ == "__main__":
+    main()

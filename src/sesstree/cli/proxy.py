@@ -1,0 +1,88 @@
+"""``sess proxy``: record any agent's conversations by standing between it and its model
+provider. Loaded lazily: the server stack is imported only when the command runs."""
+
+from __future__ import annotations
+
+import socket
+
+import click
+
+from ..fmt import printable
+from .core import StoreLocator, fail, pass_store
+
+__all__ = ["proxy"]
+
+
+def _listen(host: str, port: int) -> socket.socket:
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(
+            host, port, type=socket.SOCK_STREAM)[0]
+        sock = socket.socket(family, kind, proto)
+    except (OSError, UnicodeError) as exc:
+        fail(printable(f"cannot listen on {host}:{port}: {exc}"))
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(address)
+        sock.listen(256)
+    except OSError as exc:
+        sock.close()
+        fail(printable(f"cannot listen on {host}:{port}: {exc.strerror or exc}"))
+    return sock
+
+
+@click.command("proxy")
+@click.option("--upstream", required=True, metavar="URL",
+              help="The model provider, e.g. https://api.openai.com or https://api.anthropic.com.")
+@click.option("--port", type=click.IntRange(0, 65535), default=8787, show_default=True,
+              help="Port to listen on (0: any free port).")
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
+@click.option("--timeout", type=click.FloatRange(min=0.1), default=600.0, show_default=True,
+              help="Seconds to wait for the upstream (connect, and between two chunks).")
+@click.option("-q", "--quiet", is_flag=True, help="No line per request (counters still at exit).")
+@pass_store
+def proxy(locator: StoreLocator, upstream: str, port: int, host: str, timeout: float,
+          quiet: bool) -> None:
+    """Record every conversation that passes through, untouched, into the store.
+
+    Point the agent at it: OPENAI_BASE_URL=http://127.0.0.1:8787/v1, or
+    ANTHROPIC_BASE_URL=http://127.0.0.1:8787. Requests are forwarded to UPSTREAM with the
+    same path; API keys pass through and are never stored. GET /_sess/stats gives the
+    counters. Stop with Ctrl-C: recordings in flight are finished first.
+    """
+    import httpx
+    import uvicorn
+
+    from ..proxy.app import create_app, safe_url
+    from ..proxy.relay import quiet_cut_logs
+
+    try:
+        url = httpx.URL(upstream)
+    except (httpx.InvalidURL, TypeError, ValueError) as exc:
+        fail(printable(f"--upstream {upstream!r} is not a URL: {exc}"))
+    if url.scheme not in ("http", "https") or not url.host:
+        fail(printable(f"--upstream {safe_url(upstream) if url.host else upstream!r} must be "
+                       "an http:// or https:// URL with a host"))
+    store = locator.open()
+
+    def log(line: str) -> None:
+        click.echo(line, err=True)
+
+    app, _ = create_app(store, str(url), timeout=timeout, log=log, quiet=quiet)
+    sock = _listen(host, port)
+    bound = sock.getsockname()[1]
+    shown = f"[{host}]" if ":" in host else host
+    click.echo(f"sess proxy: listening on http://{shown}:{bound}, forwarding to "
+               f"{safe_url(url)}", err=True)
+    if host not in ("127.0.0.1", "localhost", "::1"):
+        click.echo(printable(f"sess proxy: warning: listening on {host}: anyone who can reach "
+                             "this port can send calls through it and have them recorded"),
+                   err=True)
+    quiet_cut_logs()
+    config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on",
+                            timeout_graceful_shutdown=5)
+    try:
+        uvicorn.Server(config).run(sockets=[sock])
+    except KeyboardInterrupt:
+        pass  # the server re-raises the Ctrl-C it stopped for: stopping is what was asked
+    finally:
+        sock.close()

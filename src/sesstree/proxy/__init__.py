@@ -1,0 +1,33 @@
+"""``sess proxy``: a recording pass-through for the OpenAI and Anthropic APIs.
+
+Point any agent's base URL at the proxy: every request and reply passes through untouched,
+and the conversations are recorded into a store, re-sent history deduplicated by content
+(see ``docs/proxy.md``).
+
+The application needs the ``proxy`` extra (Starlette, uvicorn, httpx); importing
+:mod:`sesstree.proxy.app` loads them.
+"""
+
+from __future__ import annotations
+
+from .canonical import EMPTY_KEY, canonical_message, chain_key
+from .protocols import ParsedRequest, parse_request, protocol_of
+from .recorder import Exchange, Outcome, Recorder, Stats, redact
+from .replies import ReplyBuilder, ReplyResult, SseParser
+
+__all__ = [
+    "EMPTY_KEY",
+    "Exchange",
+    "Outcome",
+    "ParsedRequest",
+    "Recorder",
+    "ReplyBuilder",
+    "ReplyResult",
+    "SseParser",
+    "Stats",
+    "canonical_message",
+    "chain_key",
+    "parse_request",
+    "protocol_of",
+    "redact",
+]

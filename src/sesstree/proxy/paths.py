@@ -1,0 +1,147 @@
+"""Which stored node a history ends at: an index from history keys to nodes.
+
+Every chat message event rolls the history key (:func:`~sesstree.proxy.canonical.chain_key`);
+every other event is a record of the run and leaves the key as it is. The index maps a key to
+the node where a history with that key can be continued: the message's node, moved on past
+the records that close it (a reply's ``usage`` and ``step/end``). A model call is recorded as
+``step/start``, the reply, ``usage``, ``step/end``: a call whose reply holds no message (an
+upstream error, a stream cut short) closes the history it was sent, so a retry of the same
+request continues after it instead of forking.
+
+The index is built by walking every session of the store once, then kept up to date by the
+proxy's own writes and by walking the new part of any session another writer moved. It lives
+in memory (about 250 bytes per node).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any, NamedTuple
+
+from ..events import MESSAGE_TYPES
+from ..node import NodeId
+from ..repo import Store
+from .canonical import EMPTY_KEY, chain_key
+
+__all__ = ["Candidate", "PathIndex", "WalkState"]
+
+SESSIONS = "sessions/"
+#: Records that close the message before them: the node after them continues the history.
+_CLOSING = frozenset({"usage", "error", "step/end", "turn/end"})
+_KEEP = 4  # attach points remembered per key (different records after one history)
+
+
+class WalkState(NamedTuple):
+    """Where a walk along a path is: the history key, and whether it is inside a model call
+    (0 no, 1 yes with no reply message yet, 2 yes with a reply message)."""
+
+    key: bytes
+    call: int = 0
+
+
+ROOT = WalkState(EMPTY_KEY)
+
+
+class Candidate(NamedTuple):
+    """A node a history can be continued from, and the session that was walked through it."""
+
+    node: NodeId
+    session: str | None
+
+
+class PathIndex:
+    """History keys to nodes, for one store. Not thread-safe: one recorder thread owns it."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self.keys: dict[bytes, list[Candidate]] = {}
+        self.states: dict[NodeId, WalkState] = {}
+        self.responses: dict[str, NodeId] = {}
+        #: session name -> head, as last seen
+        self.heads: dict[str, NodeId] = {}
+
+    # -- walking -----------------------------------------------------------------------------
+
+    def _mark(self, key: bytes, node: NodeId, session: str | None) -> None:
+        found = self.keys.setdefault(key, [])
+        for i, c in enumerate(found):
+            if c.node == node:
+                del found[i]
+                break
+        found.append(Candidate(node, session))
+        if len(found) > _KEEP:
+            del found[0]
+
+    def walk(self, state: WalkState, ids: Sequence[NodeId], types: Sequence[str],
+             datas: Sequence[Any], session: str | None) -> WalkState:
+        """Index a stretch of a path that starts after a node in ``state``; the end state."""
+        key, call = state
+        for node, type, data in zip(ids, types, datas, strict=True):
+            if type in MESSAGE_TYPES:
+                key = chain_key(key, type, data)
+                self._mark(key, node, session)
+                if call:
+                    call = 2
+            elif type == "step/start":
+                call = 1
+            elif type in _CLOSING:
+                if type == "step/end":
+                    if isinstance(data, dict) and isinstance(data.get("response_id"), str):
+                        self.responses[data["response_id"]] = node
+                    self._mark(key, node, session)
+                    call = 0
+                elif call != 1:
+                    self._mark(key, node, session)
+            self.states[node] = WalkState(key, call)
+        return WalkState(key, call)
+
+    def state_at(self, node: NodeId | None) -> WalkState | None:
+        """The walk state after ``node`` (ROOT for None), or None if it was never walked."""
+        return ROOT if node is None else self.states.get(node)
+
+    def refresh(self) -> None:
+        """Walk what changed in the store since the last look: new sessions, sessions that
+        moved. Only the part of a path not walked before is read."""
+        refs = self.store.backend.list_refs(SESSIONS)
+        heads = {r.name[len(SESSIONS):]: r.target for r in refs}
+        for name, head in heads.items():
+            if head not in self.states:
+                self._walk_session(name, head)
+        self.heads = heads
+
+    def _walk_session(self, name: str, head: NodeId) -> None:
+        limit = 64
+        while True:
+            chain = self.store.backend.chain(head, limit)
+            state = self.state_at(chain.base)
+            if state is not None:
+                self.walk(state, chain.ids, chain.types, chain.datas, name)
+                return
+            limit *= 8
+
+    # -- matching ----------------------------------------------------------------------------
+
+    def match(self, base: WalkState, types: Sequence[str], datas: Sequence[Any]
+              ) -> tuple[int, list[Candidate], list[bytes]]:
+        """The longest known prefix of a history: how many of its events it covers, the nodes
+        it can be continued from (most recent last; none: nothing matched), and the key after
+        each event."""
+        keys: list[bytes] = []
+        key = base.key
+        for type, data in zip(types, datas, strict=True):
+            if type in MESSAGE_TYPES:
+                key = chain_key(key, type, data)
+            keys.append(key)
+        for i in range(len(types) - 1, -1, -1):
+            if types[i] in MESSAGE_TYPES and keys[i] in self.keys:
+                return i + 1, list(self.keys[keys[i]]), keys
+        return 0, [], keys
+
+    def sessions_at(self, nodes: Iterable[NodeId]) -> dict[NodeId, list[str]]:
+        """The sessions whose head is one of ``nodes``, as last seen."""
+        wanted = set(nodes)
+        out: dict[NodeId, list[str]] = {}
+        for name, head in sorted(self.heads.items()):
+            if head in wanted:
+                out.setdefault(head, []).append(name)
+        return out

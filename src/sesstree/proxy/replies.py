@@ -1,0 +1,288 @@
+"""What the upstream answered, in the event vocabulary: a whole JSON reply or a stream of
+server-sent events, fed as it passes through.
+
+A reply the upstream finished (``finish_reason``, ``[DONE]``, ``message_stop``,
+``response.completed``) becomes the assistant's messages. A stream cut before that (by the
+client or by the upstream) is recorded as one ``assistant/chunk`` event holding what had
+arrived, marked incomplete: it is a record of what passed, not a message, so a client that
+retries the request does not find a half reply in its history.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from ..interop.claude import claude_message_events
+from ..interop.codex import response_item_events
+from .protocols import ANTHROPIC, CHAT, Event
+
+__all__ = ["ReplyBuilder", "ReplyResult", "SseParser"]
+
+_decode = msgspec.json.decode
+
+
+class SseParser:
+    """Incremental server-sent-events parser: feed bytes, get ``(event, data)`` pairs."""
+
+    def __init__(self) -> None:
+        self._buffer = b""
+        self._event: str | None = None
+        self._data: list[str] = []
+
+    def feed(self, chunk: bytes) -> list[tuple[str | None, str]]:
+        """The events completed by ``chunk``."""
+        self._buffer += chunk
+        out: list[tuple[str | None, str]] = []
+        while True:
+            end = self._buffer.find(b"\n")
+            if end < 0:
+                return out
+            line = self._buffer[:end].rstrip(b"\r").decode("utf-8", "replace")
+            self._buffer = self._buffer[end + 1:]
+            if not line:
+                if self._data:
+                    out.append((self._event, "\n".join(self._data)))
+                self._event, self._data = None, []
+            elif line.startswith("data:"):
+                self._data.append(line[5:].removeprefix(" "))
+            elif line.startswith("event:"):
+                self._event = line[6:].strip()
+
+
+class ReplyResult(msgspec.Struct):
+    """The reply as events, and what is recorded about it."""
+
+    events: list[Event]
+    usage: Any = None
+    model: Any = None
+    finish_reason: Any = None
+    response_id: str | None = None
+    complete: bool = False
+
+
+class ReplyBuilder:
+    """Accumulates one reply of ``protocol`` from a JSON body or from stream events."""
+
+    def __init__(self, protocol: str) -> None:
+        self.protocol = protocol
+        self.complete = False
+        self.usage: Any = None
+        self.model: Any = None
+        self.finish: Any = None
+        self.response_id: str | None = None
+        #: An error the upstream sent inside a stream (after a 200 status line).
+        self.error: Any = None
+        # chat
+        self._text: list[str] = []
+        self._role_seen = False
+        self._calls: dict[int, dict[str, Any]] = {}
+        self._message: dict[str, Any] | None = None
+        # anthropic
+        self._blocks: dict[int, dict[str, Any]] = {}
+        self._partial_json: dict[int, str] = {}
+        # responses
+        self._items: dict[int, dict[str, Any]] = {}
+        self._output: list[Any] | None = None
+
+    # -- feeding -----------------------------------------------------------------------------
+
+    def feed_json(self, body: Any) -> None:
+        """A whole (non-streamed) reply."""
+        if not isinstance(body, dict):
+            return
+        self.model = body.get("model")
+        self.usage = body.get("usage")
+        if self.protocol == CHAT:
+            choices = body.get("choices")
+            first = choices[0] if isinstance(choices, list) and choices else None
+            if isinstance(first, dict) and isinstance(first.get("message"), dict):
+                self._message = first["message"]
+                self.finish = first.get("finish_reason")
+                self.complete = True
+        elif self.protocol == ANTHROPIC:
+            if isinstance(body.get("content"), list):
+                self._blocks = dict(enumerate(body["content"]))
+                self.finish = body.get("stop_reason")
+                self.complete = True
+        else:
+            self._response(body)
+
+    def feed_event(self, event: str | None, data: str) -> None:
+        """One server-sent event of a streamed reply."""
+        if data.strip() == "[DONE]":
+            self.complete = self.complete or bool(self._text or self._calls or self._role_seen)
+            return
+        try:
+            value = _decode(data)
+        except msgspec.DecodeError:
+            return
+        if not isinstance(value, dict):
+            return
+        if event == "error" or value.get("type") == "error" or (
+                "error" in value and "choices" not in value and "type" not in value):
+            # Anthropic's overloaded_error, Responses' error event, OpenAI-compatible routers'
+            # {"error": ...} chunk: the stream failed after its status line.
+            self.error = value.get("error", value)
+            return
+        if self.protocol == CHAT:
+            self._chat_chunk(value)
+        elif self.protocol == ANTHROPIC:
+            self._anthropic_event(value)
+        else:
+            self._responses_event(value)
+
+    def _chat_chunk(self, chunk: dict[str, Any]) -> None:
+        self.model = chunk.get("model", self.model)
+        if isinstance(chunk.get("usage"), dict):
+            self.usage = chunk["usage"]
+        choices = chunk.get("choices")
+        first = next((c for c in choices if isinstance(c, dict) and c.get("index", 0) == 0),
+                     None) if isinstance(choices, list) else None
+        if first is None:
+            return
+        delta = first.get("delta")
+        if isinstance(delta, dict):
+            if "role" in delta:
+                self._role_seen = True
+            if isinstance(delta.get("content"), str):
+                self._text.append(delta["content"])
+            for call in delta.get("tool_calls") or []:
+                if not isinstance(call, dict):
+                    continue
+                index = call.get("index", 0)
+                acc = self._calls.setdefault(index if isinstance(index, int) else 0,
+                                             {"id": None, "type": "function",
+                                              "function": {"name": "", "arguments": ""}})
+                if call.get("id"):
+                    acc["id"] = call["id"]
+                fn = call.get("function")
+                if isinstance(fn, dict):
+                    if isinstance(fn.get("name"), str):
+                        acc["function"]["name"] += fn["name"]
+                    if isinstance(fn.get("arguments"), str):
+                        acc["function"]["arguments"] += fn["arguments"]
+        if first.get("finish_reason"):
+            self.finish = first["finish_reason"]
+            self.complete = True
+
+    def _anthropic_event(self, event: dict[str, Any]) -> None:
+        kind = event.get("type")
+        index = event.get("index")
+        if kind == "message_start" and isinstance(event.get("message"), dict):
+            message = event["message"]
+            self.model = message.get("model")
+            self.usage = message.get("usage")
+        elif kind == "content_block_start" and isinstance(index, int):
+            block = event.get("content_block")
+            self._blocks[index] = dict(block) if isinstance(block, dict) else {}
+        elif kind == "content_block_delta" and isinstance(index, int):
+            block = self._blocks.setdefault(index, {"type": "text", "text": ""})
+            raw_delta = event.get("delta")
+            delta: dict[str, Any] = raw_delta if isinstance(raw_delta, dict) else {}
+            dtype = delta.get("type")
+            if dtype == "text_delta":
+                block["text"] = str(block.get("text", "")) + str(delta.get("text", ""))
+            elif dtype == "input_json_delta":
+                self._partial_json[index] = (self._partial_json.get(index, "")
+                                             + str(delta.get("partial_json", "")))
+            elif dtype == "thinking_delta":
+                block["thinking"] = str(block.get("thinking", "")) + str(delta.get("thinking", ""))
+            elif dtype == "signature_delta":
+                block["signature"] = delta.get("signature")
+        elif kind == "content_block_stop" and isinstance(index, int):
+            self._settle_json(index)
+        elif kind == "message_delta":
+            change = event.get("delta")
+            if isinstance(change, dict) and change.get("stop_reason"):
+                self.finish = change["stop_reason"]
+            if isinstance(event.get("usage"), dict):
+                self.usage = {**(self.usage if isinstance(self.usage, dict) else {}),
+                              **event["usage"]}
+        elif kind == "message_stop":
+            self.complete = True
+
+    def _settle_json(self, index: int) -> None:
+        text = self._partial_json.pop(index, None)
+        if text is None:
+            return
+        try:
+            self._blocks[index]["input"] = _decode(text) if text else {}
+        except msgspec.DecodeError:
+            self._blocks[index]["input"] = text
+
+    def _responses_event(self, event: dict[str, Any]) -> None:
+        kind = str(event.get("type", ""))
+        index = event.get("output_index")
+        if kind in ("response.created", "response.in_progress") and isinstance(
+                event.get("response"), dict):
+            self.response_id = event["response"].get("id")
+            self.model = event["response"].get("model")
+        elif kind in ("response.completed", "response.incomplete", "response.failed"):
+            if isinstance(event.get("response"), dict):
+                self._response(event["response"])
+        elif kind in ("response.output_item.added", "response.output_item.done") and \
+                isinstance(index, int) and isinstance(event.get("item"), dict):
+            self._items[index] = dict(event["item"])
+        elif kind == "response.output_text.delta" and isinstance(index, int):
+            item = self._items.setdefault(index, {"type": "message", "role": "assistant"})
+            parts = item.setdefault("content", [])
+            if isinstance(parts, list):
+                if not parts or not isinstance(parts[-1], dict):
+                    parts.append({"type": "output_text", "text": ""})
+                parts[-1]["text"] = str(parts[-1].get("text", "")) + str(event.get("delta", ""))
+        elif kind == "response.function_call_arguments.delta" and isinstance(index, int):
+            item = self._items.setdefault(index, {"type": "function_call"})
+            item["arguments"] = str(item.get("arguments", "")) + str(event.get("delta", ""))
+
+    def _response(self, response: dict[str, Any]) -> None:
+        self.response_id = response.get("id", self.response_id)
+        self.model = response.get("model", self.model)
+        self.usage = response.get("usage", self.usage)
+        status = response.get("status")
+        details = response.get("incomplete_details")
+        self.finish = details.get("reason") if isinstance(details, dict) and \
+            details.get("reason") else status
+        if isinstance(response.get("output"), list):
+            self._output = response["output"]
+            self.complete = True
+
+    # -- result ------------------------------------------------------------------------------
+
+    def result(self) -> ReplyResult:
+        """The reply's events: messages if it finished, else one incomplete chunk."""
+        events: list[Event] = []
+        if self.protocol == CHAT:
+            message = self._message
+            if message is None:
+                message = {"role": "assistant", "content": "".join(self._text) or None}
+                if self._calls:
+                    message["tool_calls"] = [self._calls[i] for i in sorted(self._calls)]
+                if not self._text and not self._calls and not self._role_seen:
+                    message = None
+            if message is not None:
+                events.append(("assistant/message" if self.complete else "assistant/chunk",
+                               message))
+        elif self.protocol == ANTHROPIC:
+            for index in list(self._partial_json):
+                self._settle_json(index)
+            blocks = [self._blocks[i] for i in sorted(self._blocks)]
+            reply = {"role": "assistant", "content": blocks}
+            if self.complete:
+                events.append(("anthropic/message", reply))
+                events.extend(claude_message_events(reply, "assistant"))
+            elif blocks:
+                events.append(("assistant/chunk", reply))
+        else:
+            items = self._output if self._output is not None else [
+                self._items[i] for i in sorted(self._items)]
+            if self.complete:
+                for item in items:
+                    if isinstance(item, dict):
+                        events.append(("openai/response-item", item))
+                        events.extend(response_item_events(item))
+            elif items:
+                events.append(("assistant/chunk", {"role": "assistant", "output": items}))
+        return ReplyResult(events, self.usage, self.model, self.finish, self.response_id,
+                           self.complete)

@@ -1,0 +1,48 @@
+"""Fixtures for the proxy tests: a fake provider and the real proxy, both on loopback."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from fake_upstream import FakeUpstream
+from proxy_server import OPENED, RunningProxy
+
+from sesstree import Store, open_store
+
+
+@pytest.fixture
+def upstream() -> Iterator[FakeUpstream]:
+    with FakeUpstream() as up:
+        yield up
+
+
+@pytest.fixture
+def store_path(tmp_path: Path) -> Path:
+    return tmp_path / "s"
+
+
+@pytest.fixture
+def store(store_path: Path) -> Iterator[Store]:
+    with open_store(store_path) as s:
+        yield s
+
+
+@pytest.fixture
+def proxy(store: Store, upstream: FakeUpstream) -> Iterator[RunningProxy]:
+    with RunningProxy(store, upstream.url) as running:
+        yield running
+
+
+@pytest.fixture(autouse=True)
+def close_clients() -> Iterator[None]:
+    """SDK clients a test made (``track``) are closed after it: an open socket left to the
+    garbage collector is a ResourceWarning, an error here."""
+    yield
+    while OPENED:
+        OPENED.pop().close()

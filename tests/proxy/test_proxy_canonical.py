@@ -1,0 +1,109 @@
+"""Test vectors of the canonical form: what re-encodings match, what changes do not."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from sesstree.proxy import EMPTY_KEY, canonical_message, chain_key, parse_request
+from sesstree.proxy.protocols import ANTHROPIC, CHAT, RESPONSES
+
+
+def key(*messages: dict[str, Any]) -> bytes:
+    k = EMPTY_KEY
+    for m in messages:
+        k = chain_key(k, "message", m)
+    return k
+
+
+SAME = [
+    # keys in another order
+    ({"role": "user", "content": "hi"}, {"content": "hi", "role": "user"}),
+    # a string, or a list of one text part, with or without a cache marker
+    ({"role": "user", "content": "hi"},
+     {"role": "user", "content": [{"type": "text", "text": "hi",
+                                   "cache_control": {"type": "ephemeral"}}]}),
+    # text parts of other APIs are text parts
+    ({"role": "user", "content": [{"type": "input_text", "text": "hi"}]},
+     {"role": "user", "content": "hi"}),
+    # consecutive text parts are one text, joined by a newline
+    ({"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]},
+     {"role": "user", "content": "a\nb"}),
+    # an assistant reply as the server sent it and as the client re-sends it
+    ({"role": "assistant", "content": "ok", "refusal": None, "annotations": [], "audio": None},
+     {"role": "assistant", "content": "ok"}),
+    # null, empty and missing content
+    ({"role": "assistant", "content": None, "tool_calls": []},
+     {"role": "assistant", "content": ""}),
+    # whitespace and key order inside tool-call arguments
+    ({"role": "assistant", "tool_calls": [{"id": "c1", "type": "function", "function": {
+        "name": "ls", "arguments": '{"path": ".", "all": true}'}}]},
+     {"role": "assistant", "content": None, "tool_calls": [{"id": "c1", "function": {
+         "arguments": '{"all":true,"path":"."}', "name": "ls"}}]}),
+]
+
+DIFFERENT = [
+    ({"role": "user", "content": "hi"}, {"role": "user", "content": "hi "}),  # text is exact
+    ({"role": "user", "content": "hi"}, {"role": "assistant", "content": "hi"}),
+    ({"role": "tool", "tool_call_id": "a", "content": "1"},
+     {"role": "tool", "tool_call_id": "b", "content": "1"}),
+    ({"role": "assistant", "tool_calls": [{"id": "c1", "function": {"name": "ls",
+                                                                     "arguments": "{}"}}]},
+     {"role": "assistant", "tool_calls": [{"id": "c1", "function": {"name": "cat",
+                                                                     "arguments": "{}"}}]}),
+    ({"role": "user", "content": [{"type": "image_url", "image_url": {"url": "a.png"}}]},
+     {"role": "user", "content": [{"type": "image_url", "image_url": {"url": "b.png"}}]}),
+]
+
+
+@pytest.mark.parametrize(("a", "b"), SAME)
+def test_reencodings_match(a: dict[str, Any], b: dict[str, Any]) -> None:
+    assert canonical_message("message", a) == canonical_message("message", b)
+    assert key(a) == key(b)
+
+
+@pytest.mark.parametrize(("a", "b"), DIFFERENT)
+def test_changes_do_not_match(a: dict[str, Any], b: dict[str, Any]) -> None:
+    assert key(a) != key(b)
+
+
+def test_canonical_vector() -> None:
+    # pinned: changing the canonical form makes every stored history unmatchable
+    m = {"role": "assistant", "content": [{"type": "text", "text": "a"}],
+         "tool_calls": [{"id": "c", "function": {"name": "f", "arguments": '{"b": 1, "a": 2}'}}]}
+    assert canonical_message("assistant/message", m) == [
+        "assistant", [["text", "a"]], [["c", "f", '{"a":2,"b":1}']], None, None]
+    assert key(m).hex() == chain_key(EMPTY_KEY, "assistant/message", m).hex()
+    # blake3 of the msgpack bytes written out by hand: ["user", [["text", "hi"]], [], nil, nil]
+    # (the role comes from the event type when the message has none)
+    assert chain_key(EMPTY_KEY, "user/message", {"content": "hi"}).hex() == \
+        "b21e75d3143f3fbb33b992b86f5d8c2d839bff32596ce27602006874b1bd15df"
+    from blake3 import blake3
+    assert blake3(b"\x95\xa4user\x91\x92\xa4text\xa2hi\x90\xc0\xc0").hexdigest() == \
+        "b21e75d3143f3fbb33b992b86f5d8c2d839bff32596ce27602006874b1bd15df"
+
+
+def test_key_is_a_chain() -> None:
+    a, b = {"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}
+    assert key(a, b) != key(b, a)
+    assert key(a, b) == chain_key(key(a), "message", b)
+
+
+def test_one_history_in_three_protocols_has_one_key() -> None:
+    chat = parse_request(CHAT, {"model": "m", "messages": [
+        {"role": "system", "content": "be brief"}, {"role": "user", "content": "hi"}]})
+    responses = parse_request(RESPONSES, {"model": "m", "instructions": "be brief",
+                                          "input": [{"role": "user", "content": [
+                                              {"type": "input_text", "text": "hi"}]}]})
+    anthropic = parse_request(ANTHROPIC, {"model": "m", "max_tokens": 5, "system": [
+        {"type": "text", "text": "be brief"}], "messages": [{"role": "user", "content": "hi"}]})
+    keys = set()
+    for parsed in (chat, responses, anthropic):
+        assert parsed is not None
+        k = EMPTY_KEY
+        for type, data in parsed.events:
+            if type.endswith("/message") and type not in ("anthropic/message",):
+                k = chain_key(k, type, data)
+        keys.add(k)
+    assert len(keys) == 1

@@ -1,0 +1,86 @@
+"""``sess proxy`` as a user runs it: a real process, stopped with Ctrl-C."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+from fake_upstream import FakeUpstream
+
+from sesstree import open_store
+
+SESS = [sys.executable, "-c", "from sesstree.cli import main; main()"]
+
+
+def start(store: Path, *args: str) -> tuple[subprocess.Popen[str], str]:
+    proc = subprocess.Popen([*SESS, "--store", str(store), "proxy", *args],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    assert proc.stderr is not None
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        line = proc.stderr.readline()
+        m = re.search(r"listening on (http://127\.0\.0\.1:\d+)", line)
+        if m:
+            return proc, m.group(1)
+        if not line and proc.poll() is not None:
+            break
+    proc.kill()
+    raise AssertionError(f"the proxy did not start: {proc.communicate()}")
+
+
+def test_run_record_and_stop(tmp_path: Path, upstream: FakeUpstream) -> None:
+    open_store(tmp_path / "s").close()
+    secret_url = upstream.url.replace("http://", "http://user:hunter2secret@")
+    proc, url = start(tmp_path / "s", "--upstream", secret_url, "--port", "0")
+    try:
+        r = httpx.post(url + "/v1/chat/completions",
+                       headers={"Authorization": "Bearer sk-cli-1234567890abcdefgh"},
+                       json={"model": "m",
+                             "messages": [{"role": "user", "content": "from the cli"}]})
+        assert r.status_code == 200
+        stats = httpx.get(url + "/_sess/stats").json()
+        assert stats["requests"] == 1
+    finally:
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0, err
+    assert "Traceback" not in err
+    assert "hunter2secret" not in err + out and "sk-cli-1234567890" not in err + out
+    assert re.search(r"POST /v1/chat/completions 200 -> from-the-cli \(new\) \+\d+ nodes", err)
+    assert "sess proxy: requests 1, recorded 1" in err  # the counters, at exit
+    with open_store(tmp_path / "s") as store:
+        assert store.messages("from-the-cli")[0]["content"] == "from the cli"
+
+
+def test_bad_upstream_and_busy_port_are_one_line(tmp_path: Path) -> None:
+    open_store(tmp_path / "s").close()
+    bad = subprocess.run([*SESS, "--store", str(tmp_path / "s"), "proxy", "--upstream",
+                          "ftp://example.invalid"], capture_output=True, text=True, timeout=30)
+    assert bad.returncode == 1
+    assert bad.stderr.count("\n") == 1 and "http:// or https://" in bad.stderr
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        taken = subprocess.run([*SESS, "--store", str(tmp_path / "s"), "proxy", "--upstream",
+                                "http://127.0.0.1:9", "--port", str(port)],
+                               capture_output=True, text=True, timeout=30)
+    assert taken.returncode == 1
+    assert taken.stderr.count("\n") == 1 and f"cannot listen on 127.0.0.1:{port}" in taken.stderr
+
+
+def test_help_does_not_load_the_server_stack() -> None:
+    code = ("import sys; from click.testing import CliRunner; from sesstree.cli import cli; "
+            "r = CliRunner().invoke(cli, ['--help']); assert 'proxy' in r.output; "
+            "print(sorted(m for m in ('starlette', 'uvicorn') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=30)
+    assert out.stdout.strip() == "[]", out.stderr
