@@ -44,7 +44,8 @@ def test_before_compaction(store: Store, data: Path, tmp_path: Path) -> None:
 
 def test_real_sample(store: Store, samples: Path) -> None:
     results = import_files(store, [samples / "codex"], recursive=True)
-    assert [r.session for r in results] == ["019e9625-802f-7e91-840a-cfe88d14117a"]
+    # A UUIDv7 thread id: its last digits (random), not its first (a timestamp).
+    assert [r.session for r in results] == ["codex-8d14117a"]
     assert results[0].events == 16 and results[0].problems == []
     roles = [m["role"] for m in store.messages(results[0].session)]
     assert roles == ["system", "developer", "user", "user", "assistant"]

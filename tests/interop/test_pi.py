@@ -56,14 +56,14 @@ def test_fork_collapses_onto_parent(store: Store, data: Path, tmp_path: Path) ->
 def test_real_samples(store: Store, samples: Path) -> None:
     results = import_files(store, [samples / "pi"], recursive=True)
     by = {r.session: r for r in results}
-    before = by["ffae836b-9420-4060-ac13-7745215f90ff"]
+    before = by["pi-ffae836b"]
     assert before.events == 1975
     chain = store.chain(before.session)
     assert chain.types.count("compaction/marker") == 2
     assert store.messages(before.session)[0]["content"].startswith("<summary>")
-    large = by["d703a1a9-1b7b-4fb1-b512-c9738b1fe617"]
+    large = by["pi-d703a1a9"]
     first = store.messages(large.session)[:2]
     assert first[0]["role"] == "user" and first[1]["role"] == "user"  # aborted reply skipped
-    v3 = store.messages("019e963d-6bd6-7ade-8a49-256ac3391bdd")
+    v3 = store.messages("pi-c3391bdd")
     assert [m["role"] for m in v3] == ["user", "assistant"]
-    assert "pi/model_change" in store.chain("019e963d-6bd6-7ade-8a49-256ac3391bdd").types
+    assert "pi/model_change" in store.chain("pi-c3391bdd").types

@@ -10,6 +10,7 @@ import pytest
 
 from sesstree import InputError, InvalidEventError, Store, open_store
 from sesstree.interop import import_files
+from sesstree.interop.jsonl import session_base
 from sesstree.interop.provenance import PROVENANCE_KEY
 from sesstree.store.base import ImportOrigin, SessionMeta
 
@@ -90,12 +91,12 @@ def test_reimport_finds_name_2_and_never_grows_name_3(store: Store, tmp_path: Pa
 
 def test_nightly_recursive_import_of_real_samples_is_stable(store: Store, samples: Path) -> None:
     # hand-made sessions hold the names the samples would take
-    _hand_made(store, "Durban-Designer__vsla__raw_sessions__9b92ce83-1981-4cdc-9f5d-7f66c4b10389")
+    _hand_made(store, "claude-9b92ce83")
     _hand_made(store, "SWE-agent__mini-swe-agent__tests-test_data__github_issue")
     first = import_files(store, [samples], recursive=True)
     names = _names(store)
     heads = {s.name: s.head for s in store.sessions()}
-    assert "Durban-Designer__vsla__raw_sessions__9b92ce83-1981-4cdc-9f5d-7f66c4b10389-2" in names
+    assert "claude-9b92ce83-2" in names
     for _ in range(2):
         again = import_files(store, [samples], recursive=True)
         assert {r.outcome for r in again} == {"up to date"}, again
@@ -205,3 +206,17 @@ def test_a_copy_of_an_imported_file_lands_nowhere_new(store: Store, tmp_path: Pa
     assert store.messages("quest-1") == QUEST
     assert import_files(store, [copy])[0].session == "quest-1-2"
     assert _names(store) == ["quest-1", "quest-1-2"]
+
+
+@pytest.mark.parametrize(("fmt", "ident", "file", "name"), [
+    ("claude", "069508a5-1193-487c-a9b5-a6f5f3ae4f98", "x.jsonl", "claude-069508a5"),
+    ("claude", None, "proj__9B92CE83-1981-4cdc-9f5d-7f66c4b10389.jsonl", "claude-9b92ce83"),
+    ("codex", "019e9625-802f-7e91-840a-cfe88d14117a", "rollout.jsonl", "codex-8d14117a"),
+    ("codex", "019e9625-8030-7e91-840a-aa0000000001", "rollout.jsonl", "codex-00000001"),
+    ("pi", "notes of tuesday", "n.jsonl", "notes-of-tuesday"),
+    ("pi", None, "plain.jsonl", "plain"),
+])
+def test_import_names_are_short_and_the_same_everywhere(fmt: str, ident: str | None,
+                                                        file: str, name: str) -> None:
+    assert session_base(fmt, ident, Path("/any") / file) == name
+    assert session_base(fmt, ident, Path("/elsewhere") / file) == name

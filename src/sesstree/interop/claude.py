@@ -32,7 +32,7 @@ import msgspec
 
 from ..repo import Store
 from .common import ImportResult
-from .jsonl import Record, read_records, record_type, ref_safe
+from .jsonl import Record, read_records, record_type, session_base
 from .provenance import Provenance
 from .tree import Entry, build_tree, land_tree
 
@@ -292,7 +292,7 @@ def import_claude(
         if not side:
             last_main = uuid
     tree = build_tree(entries, path)
-    base = name or ref_safe(path.name.removesuffix(".jsonl"))
+    base = name or session_base("claude", session_id, path, by_id=False)
     meta = {"format": "claude", "sessionId": session_id, "source": str(path)}
     return land_tree(store, tree, path=path, base=base, explicit=name is not None, meta=meta,
                      problems=problems, format="claude", owners=owners, force=force)

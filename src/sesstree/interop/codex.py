@@ -12,7 +12,8 @@ Each record becomes its raw form as ``codex/<type>`` followed by what the model 
 - ``event_msg`` (UI events, token counts: the user's prompt also arrives as a ``response_item``),
   ``turn_context`` and anything newer: the raw record only.
 
-The session is named after the thread id in ``session_meta``.
+The session is named after the thread id in ``session_meta`` (``codex-`` and 8 of its hex
+digits, see :func:`~sesstree.interop.jsonl.session_base`).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import msgspec
 
 from ..repo import Store
 from .common import ImportResult
-from .jsonl import read_records, record_type, ref_safe
+from .jsonl import read_records, record_type, session_base
 from .provenance import Provenance
 from .tree import Entry, build_tree, land_tree
 
@@ -143,8 +144,7 @@ def import_codex(
         entries.append(Entry(r.line, key, prev, _events(r.data)))
         prev = key
     tree = build_tree(entries, path)
-    base = name or ref_safe(thread if isinstance(thread, str)
-                            else path.name.removesuffix(".jsonl"))
+    base = name or session_base("codex", thread, path)
     meta = {"format": "codex", "thread": thread, "source": str(path)}
     return land_tree(store, tree, path=path, base=base, explicit=name is not None, meta=meta,
                      problems=problems, format="codex", owners=owners, force=force)

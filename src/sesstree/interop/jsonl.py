@@ -18,7 +18,7 @@ import msgspec
 from ..errors import InputError
 from ..events import is_registered, register_event_type
 
-__all__ = ["Record", "decode_line", "read_records", "record_type", "ref_safe"]
+__all__ = ["Record", "decode_line", "read_records", "record_type", "ref_safe", "session_base"]
 
 _decoder = msgspec.json.Decoder()
 _raw = json.JSONDecoder()
@@ -118,6 +118,30 @@ def ref_safe(text: str) -> str:
     name = re.sub(r"\.\.+", ".", re.sub(r"//+", "/", name))
     name = "/".join(p.lstrip(".").removesuffix(".lock") or "x" for p in name.split("/"))
     return name[:120] or "imported"
+
+
+_UUID = re.compile(
+    r"([0-9a-f]{8})-?[0-9a-f]{4}-?([0-9a-f])[0-9a-f]{3}-?[0-9a-f]{4}-?[0-9a-f]{4}([0-9a-f]{8})",
+    re.IGNORECASE,
+)
+
+
+def session_base(fmt: str, ident: object, path: Path, *, by_id: bool = True) -> str:
+    """The name an import gives a session when it is not told one: short, and the same on
+    every machine and every import of the file.
+
+    A tool's session id that is (or a file name that holds) a UUID gives ``FORMAT-XXXXXXXX``,
+    8 hex digits of it, as git shortens an id: its first, or for a time-ordered UUID
+    (version 7, whose first digits are a timestamp that sessions begun together share) its
+    last, which are random. Anything else gives the session id (``by_id``) or the file's name,
+    made safe.
+    """
+    stem = path.name.removesuffix(".jsonl")
+    for text in (ident, stem):
+        if isinstance(text, str) and (m := _UUID.search(text)) is not None:
+            digits = m.group(3) if m.group(2) == "7" else m.group(1)
+            return f"{fmt}-{digits.lower()}"
+    return ref_safe(ident if by_id and isinstance(ident, str) and ident else stem)
 
 
 _TYPE_PART = re.compile(r"[^a-z0-9_.-]+")

@@ -27,7 +27,7 @@ import msgspec
 
 from ..repo import Store
 from .common import ImportResult
-from .jsonl import read_records, record_type, ref_safe
+from .jsonl import read_records, record_type, session_base
 from .provenance import Provenance
 from .tree import Entry, build_tree, land_tree
 
@@ -174,7 +174,7 @@ def import_pi(
         prev = key
     tree = build_tree(entries, path)
     sid = header.get("id")
-    base = name or ref_safe(sid if isinstance(sid, str) else path.name.removesuffix(".jsonl"))
+    base = name or session_base("pi", sid, path)
     meta: dict[str, Any] = {"format": "pi", "header": header, "source": str(path)}
     if title is not None:
         meta["title"] = title
