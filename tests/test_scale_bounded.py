@@ -403,6 +403,7 @@ def test_an_older_store_is_upgraded_on_open_and_read_as_it_is_when_read_only(
     with sqlite3.connect(path) as db:  # back to format 1
         db.execute("DROP INDEX nodes_bid")
         db.execute("DROP INDEX reflog_new")
+        db.execute("DROP INDEX reflog_time")
         db.execute("DROP TABLE path_bytes")
         db.execute("UPDATE meta SET value = '1' WHERE key = 'format'")
     db.close()
@@ -421,8 +422,8 @@ def test_an_older_store_is_upgraded_on_open_and_read_as_it_is_when_read_only(
         assert store.stats() == stats
         db = db_of(store)
         names = {r[0] for r in db.execute("SELECT name FROM sqlite_master")}
-        assert {"nodes_bid", "reflog_new", "path_bytes"} <= names
-        assert db.execute("SELECT value FROM meta WHERE key = 'format'").fetchone()[0] == "2"
+        assert {"nodes_bid", "reflog_new", "reflog_time", "path_bytes"} <= names
+        assert db.execute("SELECT value FROM meta WHERE key = 'format'").fetchone()[0] == "3"
         assert store.fsck() == []
 
 
@@ -449,3 +450,36 @@ def test_progress_is_drawn_only_on_a_terminal() -> None:
     progress.finish()
     assert out.getvalue() == ("\rchecking nodes: 0% (0/2,000)\x1b[K"
                               "\rchecking nodes: 100% (2,000/2,000)\x1b[K\n")
+
+
+def test_the_newest_sessions_are_read_through_an_index(two_sizes: tuple[Path, Path]) -> None:
+    from sesstree.scan import newest_refs
+
+    bounded(two_sizes, lambda store: newest_refs(store.backend, "sessions/", 10))
+
+
+def test_newest_refs_and_their_summary_on_every_backend(store: Store) -> None:
+    from sesstree.scan import newest_refs, ref_summary
+
+    for name in ("a", "b", "c", "d"):
+        store.session(name).add_message({"role": "user", "content": name})
+    store.tag("t1", "a")
+    store.session("b").add_message({"role": "user", "content": "b again"})  # b moved last
+    store.delete_session("c")  # gone: never listed
+    before = ref_summary(store.backend, "sessions/")
+    assert before.live == 3
+    got = [r.name for r in newest_refs(store.backend, "sessions/", 10)]
+    assert got == ["sessions/b", "sessions/d", "sessions/a"]
+    assert [r.name for r in newest_refs(store.backend, "sessions/", 1, 1)] == ["sessions/d"]
+    assert [r.name for r in newest_refs(store.backend, "tags/", 10)] == ["tags/t1"]
+    assert newest_refs(store.backend, "sessions/", 10)[0].target == store.session_head("b")
+    # An agent turn rewrites its entry rather than adding one: the stamp still moves.
+    d = store.session("d")
+    with d.log_group("run: turn"):
+        d.add_message({"role": "user", "content": "one"})
+        mid = ref_summary(store.backend, "sessions/")
+        d.add_message({"role": "user", "content": "two"})
+    after = ref_summary(store.backend, "sessions/")
+    assert (mid.entries, mid.newest) != (before.entries, before.newest)
+    assert after.entries == mid.entries and after.newest > mid.newest
+    assert [r.name for r in newest_refs(store.backend, "sessions/", 1)] == ["sessions/d"]

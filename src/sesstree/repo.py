@@ -7,7 +7,6 @@ same on every backend. Maintenance (gc, fsck, stats) lives in :mod:`sesstree.mai
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -16,7 +15,6 @@ from typing import TYPE_CHECKING, Any, Literal
 import msgspec
 
 from .errors import (
-    AmbiguousPrefixError,
     InvalidEventError,
     RefExistsError,
     StoreCorruptError,
@@ -24,10 +22,10 @@ from .errors import (
     UnknownRevisionError,
 )
 from .events import Derived, derive_messages, is_registered
-from .fmt import plural
 from .head import FileHead, HeadKeeper, MetaHead, head_file_for
 from .node import Node, NodeId, check_ref_name, encode_data, node_id_from_encoded
 from .policy import WritePolicy
+from .revisions import REMOTES, SESSIONS, TAGS, resolve, session_name_of, steps_suffix
 from .store.base import (
     PROVENANCE_KEY,
     Backend,
@@ -49,21 +47,9 @@ if TYPE_CHECKING:
     from .session import Session
     from .sync import FetchResult, PullResult, PushResult
 
-__all__ = ["STORE_FILE", "Diff", "SessionInfo", "Store", "open_store"]
+__all__ = ["REMOTES", "SESSIONS", "STORE_FILE", "TAGS", "Diff", "SessionInfo", "Store", "open_store"]
 
 STORE_FILE = "store.db"
-SESSIONS = "sessions/"
-TAGS = "tags/"
-#: Remote-tracking refs: ``remotes/REMOTE/NAME``, read as the revision ``REMOTE/NAME``.
-REMOTES = "remotes/"
-_HEX = re.compile(r"^[0-9a-f]{4,64}$")
-_SUFFIX = re.compile(r"(~[0-9]*|\^+)$")
-_REFLOG_REV = re.compile(r"^(.*)@\{([0-9]+)\}$")
-#: Longer revisions are refused before any parsing: no real one comes near (an id is 64
-#: characters, a name at most 200 bytes), and a bound keeps hostile input cheap.
-MAX_REVISION = 1024
-#: ``~N`` and ``@{N}`` take at most this many digits (a billion events or moves back).
-_MAX_DIGITS = 9
 
 
 class SessionInfo(msgspec.Struct, frozen=True):
@@ -295,16 +281,7 @@ class Store:
     def session_name_of(self, rev: str) -> str:
         """The session a revision is about: ``quest-1~2``, ``quest-1@{1}`` and ``quest-1^`` name
         ``quest-1``; ``HEAD`` names the current session. Used to name exported files."""
-        if rev in ("HEAD", "@"):
-            head_name, _ = self.head()
-            return head_name or rev
-        base, _ = _split_steps(rev)
-        if (m := _REFLOG_REV.match(base)) is not None:
-            base = m.group(1)
-        if base in ("HEAD", "@", ""):
-            head_name, _ = self.head()
-            return head_name or rev
-        return base[len(SESSIONS):] if base.startswith(SESSIONS) else base
+        return session_name_of(self, rev)
 
     def _require_session(self, name: str) -> NodeId:
         head = self.session_head(name)
@@ -412,7 +389,7 @@ class Store:
     def checkout(self, rev: str) -> tuple[str | None, NodeId]:
         """Point HEAD at a session (by name) or, detached, at any other revision's node."""
         name = rev[len(SESSIONS):] if rev.startswith(SESSIONS) else rev
-        if _SUFFIX.search(rev) is None and self.has_session(name):
+        if not steps_suffix(rev) and self.has_session(name):
             self._head.set("ref: " + SESSIONS + name)
             return name, self._require_session(name)
         target = self.resolve(rev)
@@ -426,79 +403,14 @@ class Store:
     # -- revisions ---------------------------------------------------------------------------
 
     def resolve(self, rev: str | NodeId) -> NodeId:
-        """The node a revision names: ``HEAD``, a session or tag (``~N``/``^`` allowed), an id prefix.
+        """The node a revision names: ``HEAD``, a session or tag (``~N``/``^`` allowed), an id
+        prefix, ``NAME@{N}``, a remote's ``REMOTE/NAME``. See :mod:`sesstree.revisions`.
 
         Raises:
             UnknownRevisionError: nothing matches, or ``~N`` goes past the root.
             AmbiguousPrefixError: the id prefix matches several nodes.
         """
-        rev = str(rev).strip()
-        if len(rev) > MAX_REVISION:
-            raise UnknownRevisionError(
-                f"a revision of {len(rev)} characters is not one (at most {MAX_REVISION})")
-        if not rev.isascii():
-            _check_utf8(rev)
-        base, back = _split_steps(rev)
-        node = self._resolve_base(base, rev)
-        if back == 0:
-            return node
-        chain = self._chain_of(node, back + 1)
-        if len(chain.ids) <= back:
-            raise UnknownRevisionError(
-                f"{_shown(rev)}: {_shown(base)} has only {plural(len(chain.ids), 'event')}, "
-                f"cannot go back {back}"
-            )
-        return chain.ids[0]
-
-    def _resolve_base(self, base: str, rev: str) -> NodeId:
-        if (m := _REFLOG_REV.match(base)) is not None:
-            if len(m.group(2)) > _MAX_DIGITS:
-                raise UnknownRevisionError(f"{_shown(rev)}: no reflog goes back that far")
-            return self._from_reflog(m.group(1), int(m.group(2)), rev)
-        if base == "HEAD" or base == "@":
-            name, node = self.head()
-            if node is None:
-                raise UnknownRevisionError(f"HEAD ({name}) has no events yet")
-            return node
-        # A session or tag wins over a remote-tracking ref of the same spelling (a session
-        # may be called ``origin/x``), as git's refs/heads come before refs/remotes.
-        for ref in (base, SESSIONS + base, TAGS + base, REMOTES + base):
-            found = self.backend.get_ref(ref)
-            if found is not None:
-                return found.target
-        prefix = base.lower()
-        if _HEX.match(prefix):
-            matches = self.backend.resolve_prefix(prefix, limit=6)
-            if len(matches) == 1:
-                return matches[0]
-            if len(matches) > 1:
-                shown = ", ".join(m[:12] for m in matches[:5])
-                raise AmbiguousPrefixError(f"id prefix {base!r} is ambiguous: {shown}...")
-        hint = ""
-        if re.fullmatch(r"[0-9a-fA-F]{1,3}", base):
-            hint = " (an id prefix needs at least 4 hex characters)"
-        raise UnknownRevisionError(
-            f"unknown revision {_shown(rev)!r}: no session, tag or node id matches{hint}"
-        )
-
-    def _from_reflog(self, name: str, n: int, rev: str) -> NodeId:
-        """``NAME@{N}``: where the ref pointed N moves ago (0 = now), deleted refs included."""
-        if name in ("HEAD", "@", ""):
-            head_name, _ = self.head()
-            if head_name is None:
-                raise UnknownRevisionError(f"{rev}: HEAD is detached and has no reflog")
-            name = head_name
-        entries = self.reflog(name)
-        if not entries and not name.startswith((SESSIONS, TAGS, REMOTES)):
-            entries = self.backend.reflog(TAGS + name)  # a tag by its short name
-            if not entries and "/" in name:
-                entries = self.backend.reflog(REMOTES + name)  # REMOTE/NAME
-        if n >= len(entries):
-            raise UnknownRevisionError(f"{rev}: the reflog of {name} has only {len(entries)} entries")
-        target = entries[-1 - n].new
-        if target is None:
-            raise UnknownRevisionError(f"{rev} is the deletion of {name}; try {name}@{{{n + 1}}}")
-        return target
+        return resolve(self, rev)
 
     # -- reading -----------------------------------------------------------------------------
 
@@ -638,47 +550,6 @@ class Store:
         self.backend.commit([raw_node(n) for n in nodes], planned)
         for u in planned:
             self._policy.moved(u, None)
-
-
-def _split_steps(rev: str) -> tuple[str, int]:
-    """``quest-1@{2}~3^`` -> ``("quest-1@{2}", 4)``: the base and how many events back.
-
-    One scan from the end, so a long run of steps costs linear time.
-    """
-    back = 0
-    end = len(rev)
-    while end > 1:
-        start = end
-        if rev[end - 1] == "^":
-            while start > 0 and rev[start - 1] == "^":
-                start -= 1
-            if start == 0:
-                break  # a base is never empty
-            back += end - start
-        else:
-            while start > 0 and "0" <= rev[start - 1] <= "9":
-                start -= 1
-            if start < 2 or rev[start - 1] != "~":
-                break
-            digits = rev[start:end]
-            if len(digits) > _MAX_DIGITS:
-                raise UnknownRevisionError(f"{_shown(rev)}: ~{_shown(digits, 12)} is too far back")
-            back += int(digits) if digits else 1
-            start -= 1
-        end = start
-    return rev[:end], back
-
-
-def _shown(text: str, width: int = 80) -> str:
-    """A user's text, clipped for an error message."""
-    return text if len(text) <= width else text[: width - 1] + "…"
-
-
-def _check_utf8(text: str) -> None:
-    try:
-        text.encode()
-    except UnicodeEncodeError:
-        raise UnknownRevisionError(f"revision {text!a} is not valid UTF-8") from None
 
 
 def raw_node(node: Node) -> RawNode:

@@ -9,9 +9,10 @@ from collections.abc import Iterator, Sequence
 from typing import cast
 
 from .node import NodeId
-from .store.base import Backend, Ref, ScaleReads
+from .store.base import Backend, Ref, RefSummary, ScaleReads
 
-__all__ = ["Links", "list_refs_with_depth", "refs_at", "scale_reads"]
+__all__ = ["Links", "list_refs_with_depth", "newest_refs", "ref_summary", "refs_at",
+           "scale_reads"]
 
 
 def scale_reads(backend: Backend) -> ScaleReads | None:
@@ -38,6 +39,25 @@ def refs_at(backend: Backend, targets: Sequence[NodeId]) -> list[Ref]:
         return scan.refs_at(targets)
     wanted = set(targets)
     return [r for r in backend.list_refs("") if r.target in wanted]
+
+
+def newest_refs(backend: Backend, prefix: str, limit: int, offset: int = 0) -> list[Ref]:
+    """The refs under ``prefix`` that moved last, newest first (ties by name)."""
+    scan = scale_reads(backend)
+    if scan is not None:
+        return scan.newest_refs(prefix, limit, offset)
+    refs = sorted(backend.list_refs(prefix), key=lambda r: (-r.moved, r.name))
+    return refs[offset:offset + limit]
+
+
+def ref_summary(backend: Backend, prefix: str) -> RefSummary:
+    """How many refs ``prefix`` holds, and a stamp that changes whenever any ref moves."""
+    scan = scale_reads(backend)
+    if scan is not None:
+        return scan.ref_summary(prefix)
+    log = backend.reflog()
+    return RefSummary(len(backend.list_refs(prefix)), len(log),
+                      max((e.time for e in log), default=0.0))
 
 
 class Links:

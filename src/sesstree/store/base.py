@@ -21,9 +21,24 @@ import msgspec
 from ..node import NodeId
 
 __all__ = [
-    "Backend", "Chain", "Counts", "ImportOrigin", "ObjectStore", "Progress", "RawNode", "Ref",
-    "RefStore", "RefUpdate", "ReflogEntry", "ScaleReads", "SessionMeta", "StoreFormat",
-    "StoredNode", "decode_session_meta", "encode_session_meta",
+    "Backend",
+    "Chain",
+    "Counts",
+    "ImportOrigin",
+    "ObjectStore",
+    "Progress",
+    "RawNode",
+    "Ref",
+    "RefStore",
+    "RefSummary",
+    "RefUpdate",
+    "ReflogEntry",
+    "ScaleReads",
+    "SessionMeta",
+    "StoreFormat",
+    "StoredNode",
+    "decode_session_meta",
+    "encode_session_meta",
 ]
 
 #: Called with (done, total) as a long operation advances; total is 0 when not known.
@@ -292,6 +307,15 @@ class Counts(msgspec.Struct, frozen=True):
     logical_bytes: int
 
 
+class RefSummary(msgspec.Struct, frozen=True):
+    """How many live refs there are under a prefix, and a stamp of the whole reflog (its entry
+    count and newest move time) that changes whenever any ref moves."""
+
+    live: int
+    entries: int
+    newest: float
+
+
 class ScaleReads(Protocol):
     """Reads whose cost follows what they touch, not what the store holds (optional: a
     backend without them gets the generic, whole-store versions in :mod:`sesstree.scan`).
@@ -322,6 +346,13 @@ class ScaleReads(Protocol):
     def verify_nodes(self, progress: Progress | None = None) -> Iterator[str]:
         """Re-hash every node against its id, streaming in slices of rows (bounded memory);
         yield one fault line per node that does not match."""
+
+    def newest_refs(self, prefix: str, limit: int, offset: int = 0) -> list[Ref]:
+        """The refs under ``prefix`` that moved last, newest first (ties by name): one page,
+        read through an index on move time, not a list of every ref."""
+
+    def ref_summary(self, prefix: str) -> RefSummary:
+        """How many refs ``prefix`` holds, and a stamp of the reflog (see :class:`RefSummary`)."""
 
     def counts(self) -> Counts:
         """Counts and logical bytes from indexes or maintained counters, not from a pass over

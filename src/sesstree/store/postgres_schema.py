@@ -52,7 +52,9 @@ MIGRATIONS: list[list[str]] = [
     # 3: the refs at a node, found from the entries that name it (`log -n 20` labels its lines
     # with a few lookups, not a list of every ref), and gc's look at what was logged since
     # its snapshot, per chunk. A new node's seq is the largest, so appends add to the end.
-    ["CREATE INDEX IF NOT EXISTS reflog_new ON reflog(new) WHERE new IS NOT NULL"],
+    # The refs that moved last (the web view's first page), read in time order.
+    ["CREATE INDEX IF NOT EXISTS reflog_new ON reflog(new) WHERE new IS NOT NULL",
+     "CREATE INDEX IF NOT EXISTS refs_moved ON refs(moved)"],
 ]
 assert len(MIGRATIONS) == FORMAT_VERSION
 

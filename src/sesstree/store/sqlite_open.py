@@ -29,9 +29,10 @@ def reflog_has_started(db: sqlite3.Connection) -> bool:
     return any(row[1] == "started" for row in db.execute("PRAGMA table_info(reflog)"))
 
 
-#: 1: the tables; 2: the indexes and derived table of SCHEMA_2 (an older store is upgraded
-#: when it is first opened for writing; read-only it is read as it is, more slowly).
-FORMAT_VERSION = 2
+#: 1: the tables; 2: the indexes and derived table of SCHEMA_2; 3: its index on move time
+#: (an older store is upgraded when it is first opened for writing; read-only it is read as
+#: it is, more slowly).
+FORMAT_VERSION = 3
 #: A commit writes whole pages to the WAL, and an append dirties three: smaller pages make it
 #: cheaper, while 1 KB pages would cost disk space (measured in bench/bench_store.py).
 PAGE_SIZE = 2048
@@ -97,12 +98,13 @@ def _build_schema(db: sqlite3.Connection) -> None:
 
 
 def _upgrade(db: sqlite3.Connection, path: Path) -> None:
-    """Format 1 to 2: add the indexes and the derived table, in one transaction (another
-    process opening the store meanwhile waits for it, then sees format 2)."""
+    """Format 1 or 2 to 3: add the indexes and the derived table (each only if missing), in
+    one transaction (another process opening the store meanwhile waits for it, then sees
+    format 3)."""
     db.execute("BEGIN IMMEDIATE")
     try:
         row = db.execute("SELECT value FROM meta WHERE key = 'format'").fetchone()
-        if row is not None and str(row[0]) == "1":
+        if row is not None and str(row[0]) in ("1", "2"):
             for statement in SCHEMA_2:
                 db.execute(statement)
             db.execute("UPDATE meta SET value = ? WHERE key = 'format'", (str(FORMAT_VERSION),))

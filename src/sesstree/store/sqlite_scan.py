@@ -23,7 +23,7 @@ from pathlib import Path
 import msgspec
 
 from ..node import NodeId
-from .base import Counts, Progress, Ref
+from .base import Counts, Progress, Ref, RefSummary
 from .sqlite_paths import split_row, verify_node
 from .sqlite_sql import LIST_REFS
 
@@ -59,6 +59,23 @@ JOIN reflog l ON l.ref = names.ref
     AND l.n = (SELECT n FROM reflog WHERE ref = names.ref ORDER BY n DESC LIMIT 1)
 WHERE names.ref IS NOT NULL
 """
+# The refs under ?1 (?2: its length) that moved last, through reflog_time: entries newest
+# first, each kept only if it is still its ref's newest (its value), a live one.
+_NEWEST_REFS = (
+    "SELECT l.ref, d.id, l.time FROM reflog l JOIN nodes d ON d.seq = l.new "
+    "WHERE substr(l.ref, 1, ?2) = ?1 "
+    "AND l.n = (SELECT n FROM reflog WHERE ref = l.ref ORDER BY n DESC LIMIT 1) "
+    "ORDER BY l.time DESC, l.ref LIMIT ?3 OFFSET ?4"
+)
+# Every ref under ?1 with its value, one index seek per name from the first one under ?1.
+_LIVE_REFS_UNDER = _LIVE_REFS.replace(
+    "SELECT (SELECT ref FROM reflog ORDER BY ref LIMIT 1)",
+    "SELECT (SELECT ref FROM reflog WHERE ref >= ?1 ORDER BY ref LIMIT 1)",
+).replace(
+    "FROM names WHERE names.ref IS NOT NULL\n)",
+    "FROM names WHERE names.ref IS NOT NULL AND substr(names.ref, 1, ?2) = ?1\n)",
+).replace("WHERE names.ref IS NOT NULL\n", "WHERE names.ref IS NOT NULL AND substr(names.ref, 1, ?2) = ?1\n")
+assert _LIVE_REFS_UNDER.count("?1") == 3
 _json = msgspec.json.Encoder()
 _msgpack = msgspec.msgpack.Decoder()
 
@@ -173,6 +190,20 @@ class ScanReads:
             after = int(rows[-1][0])
             if progress is not None:
                 progress(min(after, top), top)
+
+    def newest_refs(self, prefix: str, limit: int, offset: int = 0) -> list[Ref]:
+        with self._lock, self._errors():
+            self._write_folds()
+            rows = self._db.execute(_NEWEST_REFS, (prefix, len(prefix), limit, offset)).fetchall()
+        return [Ref(r[0], self._hex(r[1]), r[2]) for r in rows]
+
+    def ref_summary(self, prefix: str) -> RefSummary:
+        with self._lock, self._errors():
+            self._write_folds()
+            live = sum(1 for kind, new in self._db.execute(_LIVE_REFS_UNDER, (prefix, len(prefix)))
+                       if new is not None)
+            entries, newest = self._db.execute("SELECT count(*), max(time) FROM reflog").fetchone()
+        return RefSummary(live, int(entries), float(newest or 0.0))
 
     def counts(self) -> Counts:
         with self._lock, self._errors():

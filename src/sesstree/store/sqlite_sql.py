@@ -72,6 +72,8 @@ SCHEMA_2 = [
     "CREATE INDEX IF NOT EXISTS nodes_bid ON nodes(bid) WHERE bid IS NOT NULL",
     "CREATE INDEX IF NOT EXISTS reflog_new ON reflog(new) WHERE new IS NOT NULL",
     "CREATE TABLE IF NOT EXISTS path_bytes(seq INTEGER PRIMARY KEY, bytes INTEGER NOT NULL)",
+    # Format 3: the refs that moved last (the web view's first page), read in time order.
+    "CREATE INDEX IF NOT EXISTS reflog_time ON reflog(time)",
 ]
 
 NEWEST = "SELECT new FROM reflog WHERE ref = ?1 ORDER BY n DESC LIMIT 1"

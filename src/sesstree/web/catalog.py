@@ -28,11 +28,12 @@ import msgspec
 
 from ..node import NodeId
 from ..repo import SESSIONS, Store
+from ..scan import newest_refs, ref_summary
 from ..store.base import Ref
 
 __all__ = [
     "HISTORY_TAIL", "IMPORT_FORMATS", "SOURCES", "Filter", "Listing", "SessionEntry",
-    "all_sessions", "list_sessions", "note_history", "parse_day", "source_of",
+    "all_sessions", "list_sessions", "newest_sessions", "note_history", "parse_day", "source_of",
 ]
 
 #: Formats an import can come from (the filter accepts each, and ``import`` for any of them).
@@ -184,6 +185,15 @@ def _newest_key(r: Ref) -> tuple[float, str]:
 
 def _entry(r: Ref) -> SessionEntry:
     return SessionEntry(r.name[len(SESSIONS):], r.target, r.moved)
+
+
+def newest_sessions(store: Store, offset: int, limit: int) -> Listing:
+    """The unfiltered page ``[offset, offset + limit)``, newest first: read through the store's
+    index on move time, so a first page costs the same at 10 sessions or 10,000."""
+    offset = max(0, offset)
+    page = newest_refs(store.backend, SESSIONS, limit + 1, offset)
+    total = ref_summary(store.backend, SESSIONS).live
+    return Listing([_entry(r) for r in page[:limit]], offset, total, len(page) > limit)
 
 
 def list_sessions(store: Store, f: Filter, offset: int, limit: int,

@@ -15,8 +15,8 @@ import msgspec
 from ..errors import UnknownRevisionError
 from ..node import Node, NodeId
 from ..repo import TAGS, Store
-from ..store.base import Ref
-from .catalog import Filter, list_sessions, source_of
+from ..scan import ref_summary
+from .catalog import Filter, list_sessions, newest_sessions, source_of
 from .forest import Forest, build_forest
 from .paths import ID_BYTES, PathCache, id_at, node_of
 from .render import Item, conversation, pretty_json, snippet
@@ -55,12 +55,19 @@ class Views:
         store = self.store
         limit = max(1, min(limit, MAX_PAGE))
         with store.backend.snapshot():
-            refs = store.backend.list_refs("")  # sessions and tags in one read
-            listing = list_sessions(store, f, offset, limit, refs)
+            if f.active:
+                refs = store.backend.list_refs("")  # sessions and tags in one read
+                listing = list_sessions(store, f, offset, limit, refs)
+            else:
+                # The common page: the sessions that moved last, through an index on move
+                # time (what is on screen, not every session), and the tags.
+                listing = newest_sessions(store, offset, limit)
+                refs = store.backend.list_refs(TAGS)
             tags: dict[NodeId, list[str]] = {}
             for t in refs:
                 if t.name.startswith(TAGS):
                     tags.setdefault(t.target, []).append(t.name[len(TAGS):])
+            version = _version(store)
             forest: Forest = build_forest(self.paths, listing.sessions, tags)
             nodes = {r.id: node_of(store, r.id) for r in forest.rows}
             sources = {s.name: source_of(store, s.name, s.head) for s in listing.sessions}
@@ -77,7 +84,7 @@ class Views:
             "limit": limit,
             "total": listing.total,
             "more": listing.more,
-            "version": _version(refs),
+            "version": version,
         }
 
     def version(self) -> str:
@@ -91,7 +98,7 @@ class Views:
         with self._lock:
             if self._version is not None and now - self._version[0] < VERSION_MAX_AGE:
                 return self._version[1]
-        version = _version(self.store.backend.list_refs(""))
+        version = _version(self.store)
         with self._lock:
             self._version = (now, version)
         return version
@@ -225,9 +232,12 @@ class Views:
         }
 
 
-def _version(refs: list[Ref]) -> str:
-    newest = max((r.moved for r in refs), default=0.0)
-    return f"{len(refs)}:{newest:.6f}"
+def _version(store: Store) -> str:
+    """A stamp that changes whenever any ref moves: every move adds a reflog entry or (an
+    agent turn's, a batch's) rewrites the newest one with its time."""
+    # (The tags' count comes along: they are few, where sessions may be thousands.)
+    summary = ref_summary(store.backend, TAGS)
+    return f"{summary.entries}:{summary.newest:.6f}"
 
 
 def items_json(items: list[Item]) -> list[dict[str, Any]]:
