@@ -100,12 +100,12 @@ def test_forest_pages_are_bounded_at_many_sessions(tmp_path: object, forest_stor
         for i in range(600):
             forest_store.fork(f"many-{i:04d}", base).add_message({"role": "user", "content": f"n{i}"})
     first = client.get("/api/v1/web/forest").json()
-    assert len(first["sessions"]) == 40 and first["total"] == 604 and first["more"]
+    assert len(first["sessions"]) == 40 and first["total"] is None and first["more"]
     assert len(first["rows"]) <= 3 * 40
     big = client.get("/api/v1/web/forest", params={"limit": 100000}).json()
     assert len(big["sessions"]) == 200 and big["limit"] == 200
     last = client.get("/api/v1/web/forest", params={"offset": 600}).json()
-    assert len(last["sessions"]) == 4 and not last["more"]
+    assert len(last["sessions"]) == 4 and not last["more"] and last["total"] == 604
     seen = set()
     for offset in range(0, 604, 200):
         page = client.get("/api/v1/web/forest", params={"offset": offset, "limit": 200}).json()

@@ -28,7 +28,7 @@ import msgspec
 
 from ..node import NodeId
 from ..repo import SESSIONS, Store
-from ..scan import newest_refs, ref_summary
+from ..scan import newest_refs
 from ..store.base import Ref
 
 __all__ = [
@@ -189,11 +189,14 @@ def _entry(r: Ref) -> SessionEntry:
 
 def newest_sessions(store: Store, offset: int, limit: int) -> Listing:
     """The unfiltered page ``[offset, offset + limit)``, newest first: read through the store's
-    index on move time, so a first page costs the same at 10 sessions or 10,000."""
+    index on move time, so a first page costs the same at 10 sessions or 10,000. The total is
+    known (and given) only when this is the last page: counting every session would read
+    every ref, what the page avoids."""
     offset = max(0, offset)
     page = newest_refs(store.backend, SESSIONS, limit + 1, offset)
-    total = ref_summary(store.backend, SESSIONS).live
-    return Listing([_entry(r) for r in page[:limit]], offset, total, len(page) > limit)
+    more = len(page) > limit
+    total = None if more else offset + len(page)
+    return Listing([_entry(r) for r in page[:limit]], offset, total, more)
 
 
 def list_sessions(store: Store, f: Filter, offset: int, limit: int,
