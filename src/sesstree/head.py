@@ -13,13 +13,13 @@ Its value is ``ref: sessions/NAME`` or a node id (detached), as in git.
 from __future__ import annotations
 
 import os
-import tempfile
 from pathlib import Path
 from typing import Protocol
 
 from blake3 import blake3
 
 from .errors import StoreError
+from .files import write_private
 from .store.base import Backend
 
 __all__ = ["FileHead", "HeadKeeper", "MetaHead", "head_file_for"]
@@ -75,15 +75,7 @@ class FileHead:
     def set(self, value: str) -> None:
         """Write the raw value, atomically (a temporary file renamed over the old one)."""
         try:
-            self.path.parent.mkdir(parents=True, mode=0o700, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=".HEAD.")
-            try:
-                with os.fdopen(fd, "w") as f:
-                    f.write(value + "\n")
-                os.replace(tmp, self.path)
-            except BaseException:
-                Path(tmp).unlink(missing_ok=True)
-                raise
+            write_private(self.path, (value + "\n").encode())
         except OSError as exc:
             raise StoreError(f"cannot write HEAD at {self.path}: {exc.strerror}") from None
 

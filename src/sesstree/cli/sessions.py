@@ -14,6 +14,7 @@ from ..errors import (
     SesstreeError,
     UnknownRevisionError,
 )
+from ..files import write_private
 from ..fmt import printable, relative_time, short
 from ..head import head_file_for
 from ..node import check_ref_name
@@ -243,10 +244,7 @@ def _remember_previous(locator: StoreLocator, value: str | None) -> None:
         return
     path = _previous_file(locator)
     try:
-        path.parent.mkdir(parents=True, mode=0o700, exist_ok=True)
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(value + "\n")
-        tmp.replace(path)
+        write_private(path, (value + "\n").encode())
     except OSError as exc:
         # The switch is done; only `checkout -` will not know where it came from.
         click.echo(f"warning: cannot remember the previous session in {path}: {exc.strerror}",

@@ -8,15 +8,14 @@ The file never holds a token: at most the path of a file that holds one.
 
 from __future__ import annotations
 
-import os
 import re
-import tempfile
 import weakref
 from pathlib import Path
 
 import msgspec
 
 from ..errors import RemoteError, StoreError
+from ..files import write_private
 from ..head import head_file_for
 from ..repo import Store
 from ..store.urls import is_store_url
@@ -83,15 +82,7 @@ def _save(store: Store, remotes: dict[str, Remote]) -> None:
         return
     data = msgspec.json.format(msgspec.json.encode(_File(dict(sorted(remotes.items())))))
     try:
-        path.parent.mkdir(parents=True, mode=0o700, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".remotes.")
-        try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(data + b"\n")
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        write_private(path, data + b"\n")
     except OSError as exc:
         raise StoreError(f"cannot write the remotes at {path}: {exc.strerror}") from None
 
