@@ -81,7 +81,7 @@ _DEFAULT_ROLE = {
 
 Renderer = Callable[[Any], "dict[str, Any] | None"]
 _registry: dict[str, Renderer | None] = {}
-_TYPE_NAME = re.compile(r"^[a-z0-9][a-z0-9_.-]*(/[a-z0-9][a-z0-9_.-]*)+$")
+_TYPE_NAME = re.compile(r"^[a-z0-9][a-z0-9_.-]*(/[a-z0-9][a-z0-9_.-]*)+\Z")
 
 
 def register_event_type(name: str, render: Renderer | None = None) -> None:

@@ -30,9 +30,10 @@ SESSIONS = "sessions/"
 TAGS = "tags/"
 #: Remote-tracking refs: ``remotes/REMOTE/NAME``, read as the revision ``REMOTE/NAME``.
 REMOTES = "remotes/"
-_HEX = re.compile(r"^[0-9a-f]{4,64}$")
-_SUFFIX = re.compile(r"(~[0-9]*|\^+)$")
-_REFLOG_REV = re.compile(r"^(.*)@\{([0-9]+)\}$")
+# \Z, not $: `$` also matches before a final line break, which a hostile revision may hold.
+_HEX = re.compile(r"^[0-9a-f]{4,64}\Z")
+_SUFFIX = re.compile(r"(~[0-9]*|\^+)\Z")
+_REFLOG_REV = re.compile(r"^(.*)@\{([0-9]+)\}\Z", re.DOTALL)
 #: Longer revisions are refused before any parsing: no real one comes near (an id is 64
 #: characters, a name at most 200 bytes), and a bound keeps hostile input cheap.
 MAX_REVISION = 1024

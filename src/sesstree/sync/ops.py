@@ -42,7 +42,7 @@ __all__ = [
 #: Most nodes asked for in one read of the sender's chains.
 NODES_PER_REQUEST = 5000
 REMOTES = "remotes/"
-_HEX64 = re.compile(r"^[0-9a-f]{64}$")
+_HEX64 = re.compile(r"^[0-9a-f]{64}\Z")
 #: Called with (nodes, bytes) moved so far, as a transfer goes.
 Progress = Callable[[int, int], None]
 

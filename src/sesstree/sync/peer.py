@@ -26,7 +26,7 @@ __all__ = [
 ]
 
 
-_HEX64 = re.compile(r"^[0-9a-f]{64}$")
+_HEX64 = re.compile(r"^[0-9a-f]{64}\Z")
 
 
 class Update(msgspec.Struct, frozen=True):

@@ -26,7 +26,7 @@ __all__ = [
 ]
 
 REMOTES_FILE = "remotes.json"
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}\Z")
 _in_memory: weakref.WeakKeyDictionary[Store, dict[str, Remote]] = weakref.WeakKeyDictionary()
 
 
