@@ -169,3 +169,45 @@ def test_lines_fit_the_terminal(store_dir: Path, tmp_path: Path, columns: int) -
     # piped output uses COLUMNS when set
     out = _piped(["--store", str(store_dir), "log"], _env(tmp_path, COLUMNS="70"))
     assert max(len(line) for line in out.splitlines()) <= 70
+
+
+HOSTILE = "ok \x1b[2J\x1b]0;pwned\x07 end \x1b]8;;http://evil\x1b\\link\x1b]8;;\x1b\\ \r\u202egnp.exe"
+
+
+def test_stored_escape_sequences_never_reach_the_terminal(tmp_path: Path) -> None:
+    # Stored content is anyone's: a message, a tool call or a reflog reason holding escape
+    # sequences is shown escaped, in colour on a terminal and piped alike.
+    with open_store(tmp_path / "s") as store:
+        s = store.session("main")
+        s.add_message({"role": "user", "content": "line one\n" + HOSTILE})
+        s.add_message({"role": "assistant", "content": None, "tool_calls": [{
+            "id": "c\x1b[1m", "type": "function",
+            "function": {"name": "run\x1b]0;t\x07", "arguments": json.dumps({"x": HOSTILE})}}]})
+        store.reset("main", "main", "evil \x1b]0;pwned\x07")  # a no-op move: not logged
+        store.tag("t", "main")
+        store.reset("main", "main~1", "evil \x1b]0;pwned\x07 \x1b[2J")
+    store_args = ["--no-pager", "--store", str(tmp_path / "s")]
+    commands = [["log", "main@{1}"], ["log", "--all-events", "main@{1}"], ["show", "t"],
+                ["messages", "t"], ["messages", "--oneline", "t"], ["reflog", "main"],
+                ["diff", "main", "t"]]
+    shown = _on_terminal([([*store_args, *c], {}) for c in commands], _env(tmp_path))
+    shown += [_piped([*store_args, *c], _env(tmp_path)) for c in commands]
+    for out in shown:
+        plain = ANSI.sub("", out)  # sess's own colours, which are fine
+        assert "\x1b" not in plain and "\x07" not in plain and "\r" not in plain, plain
+        assert "\u202e" not in plain
+    assert "pwned" in ANSI.sub("", shown[5])  # the reason is there, escaped
+    assert "\\x1b]0;pwned" in ANSI.sub("", shown[3])  # the message, escaped
+
+
+def test_usage_errors_are_one_plain_line(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from sesstree.cli import cli
+
+    result = CliRunner().invoke(cli, ["completion"])
+    assert result.output.strip().splitlines() == [
+        "Error: Missing argument '{bash|fish|zsh}'. Choose from: bash, fish, zsh "
+        "(see 'sess completion --help')"]
+    result = CliRunner().invoke(cli, ["--store", str(tmp_path / "s"), "log", "-n", "-1"])
+    assert "-1 is not in the range" in result.output and "not a valid integer" not in result.output

@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import time
+import unicodedata
 from typing import Any
 
 import msgspec
 
 from .node import Node
 
-__all__ = ["SHORT", "plural", "printable", "relative_time", "short", "summary", "to_jsonable"]
+__all__ = [
+    "SHORT", "plural", "printable", "relative_time", "short", "summary", "terminal_safe",
+    "terminal_text", "to_jsonable",
+]
 
 #: Characters of an id shown to people; any unambiguous prefix of 4+ is accepted back.
 SHORT = 10
@@ -35,6 +39,37 @@ def printable(text: str, limit: int | None = None) -> str:
     return text if limit is None or len(text) <= limit else text[: limit - 3] + "..."
 
 
+#: Characters that reorder what a terminal shows (bidi embeddings, overrides, isolates, marks).
+_BIDI = frozenset("\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
+
+
+def terminal_text(text: str) -> str:
+    """``text`` safe to print on a terminal, its line breaks and tabs kept: stored content is
+    anyone's, and a control character (ESC starts a sequence that clears the screen, retitles
+    the window or forges a link; CR overwrites a line) or a bidi override (it reorders what
+    is shown) is written escaped, as ``\\x1b``."""
+    if text.isprintable():
+        return text
+    return "".join(
+        ascii(ch)[1:-1] if ch in _BIDI or (ch not in "\n\t" and unicodedata.category(ch) == "Cc")
+        else ch
+        for ch in text
+    )
+
+
+def terminal_safe(value: Any) -> Any:
+    """``value`` (a message, or any JSON value) with every string in it, keys too, made
+    :func:`terminal_text`."""
+    if isinstance(value, str):
+        return terminal_text(value)
+    if isinstance(value, dict):
+        return {terminal_text(k) if isinstance(k, str) else k: terminal_safe(v)
+                for k, v in value.items()}
+    if isinstance(value, list):
+        return [terminal_safe(v) for v in value]
+    return value
+
+
 def relative_time(then: float, now: float | None = None) -> str:
     """``3 minutes ago`` style."""
     delta = max(0.0, (now if now is not None else time.time()) - then)
@@ -46,7 +81,7 @@ def relative_time(then: float, now: float | None = None) -> str:
 
 
 def _clip(text: str, width: int) -> str:
-    text = " ".join(text.split())
+    text = terminal_text(" ".join(text.split()))
     return text if len(text) <= width else text[: width - 1] + "…"
 
 

@@ -16,6 +16,7 @@ from typing import Any
 
 import msgspec
 
+from ..fmt import terminal_safe, terminal_text
 from ..node import Node, NodeId
 from .term import Terminal
 
@@ -181,6 +182,7 @@ def render_messages(messages: Iterable[dict[str, Any]], term: Terminal) -> Itera
     first = True
     in_calls = False  # the previous message made tool calls: results nest under it
     for m in messages:
+        m = terminal_safe(m)  # stored text is anyone's: no raw escape sequence reaches a terminal
         role = str(m.get("role", "?"))
         if role == "tool" and in_calls:
             call_id = m.get("tool_call_id", "")
@@ -226,11 +228,12 @@ def _call_lines(call: Any, indent: str, term: Terminal) -> Iterator[str]:
         text = arguments if isinstance(arguments, str) and arguments.strip() not in ("", "{}") \
             else ""
     else:
-        compact = json.dumps(parsed, ensure_ascii=False)
+        # (Parsed arguments hold the characters their JSON escaped: escape them again.)
+        compact = terminal_text(json.dumps(parsed, ensure_ascii=False))
         if len(compact) <= 72 and "\\n" not in compact:
             yield f"{head} {compact}"  # short arguments stay on the call's line
             return
-        text = json.dumps(parsed, indent=2, ensure_ascii=False)
+        text = terminal_text(json.dumps(parsed, indent=2, ensure_ascii=False))
     yield head
     if text:
         yield from _block(text, indent * 2)

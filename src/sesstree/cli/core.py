@@ -139,7 +139,9 @@ class _Group(click.Group):
         except click.UsageError as exc:
             # One line, as for every other user error (click's own form takes three).
             command = f"sess {exc.ctx.command.name} --help" if exc.ctx else "sess --help"
-            raise _OneLineUsage(one_line(f"{exc.format_message()} (see '{command}')")) from None
+            # click's own line breaks ("Choose from:\n\tbash,...") are layout, not content.
+            message = " ".join(exc.format_message().split())
+            raise _OneLineUsage(one_line(f"{message} (see '{command}')")) from None
         except click.ClickException as exc:
             if exc.message.isprintable():
                 raise
@@ -236,7 +238,9 @@ class CountCommand(click.Command):
             if arg == "--":
                 out.extend(args[i:])
                 break
-            if len(arg) > 1 and arg[0] == "-" and arg[1:].isdigit():
+            # (`-n -1`: the -1 is -n's value, refused by its own check, not a second count.)
+            after_n = i > 0 and args[i - 1] in ("-n", "--max-count")
+            if len(arg) > 1 and arg[0] == "-" and arg[1:].isdigit() and not after_n:
                 out.extend(["-n", arg[1:]])
             else:
                 out.append(arg)

@@ -12,7 +12,7 @@ import msgspec
 
 from ..errors import InputError, UnknownRevisionError
 from ..events import VOCABULARY, is_registered, message_type
-from ..fmt import relative_time, short
+from ..fmt import printable, relative_time, short
 from ..repo import SESSIONS, TAGS, Store
 from .core import CountCommand, StoreLocator, cli, complete_rev, emit_json, events, fail, page, pass_store
 from .term import terminal
@@ -254,5 +254,5 @@ def reflog(locator: StoreLocator, name: str | None, limit: int | None, expire: b
     for i, e in enumerate(entries):
         ref = e.ref[len(SESSIONS):] if e.ref.startswith(SESSIONS) else e.ref
         ref = ref[len(TAGS):] if ref.startswith(TAGS) else ref
-        click.echo(f"{term.paint(short(e.new), 'id')} {ref}@{{{i}}}: {e.reason} "
+        click.echo(f"{term.paint(short(e.new), 'id')} {ref}@{{{i}}}: {printable(e.reason)} "
                    f"(from {short(e.old)}, {relative_time(e.time)})")
