@@ -190,7 +190,12 @@ def test_a_server_restart_mid_run_loses_nothing(postgres_url: str) -> None:
     started = server_start_time(postgres_url)
     restart_server()
     assert server_start_time(postgres_url) != started
-    rest, err = first.communicate(timeout=300)
+    # Read on through the same buffered reader: lines it already holds are not lost (as they
+    # would be to communicate(), which reads the pipe underneath it).
+    assert first.stderr is not None
+    with first.stdout, first.stderr:
+        rest, err = first.stdout.read(), first.stderr.read()
+    first.wait(300)
     assert first.returncode == 0 and "Traceback" not in err, err
     acked = {"own-0": list(range(21)) + [int(x.split()[1]) for x in rest.splitlines()
                                            if x.startswith("ACK")]}
