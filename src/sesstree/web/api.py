@@ -117,7 +117,7 @@ def _write_endpoint(web: Web, action: str) -> Callable[[Request], Awaitable[Resp
             return json_error(401, "writing needs the server's token: Authorization: Bearer TOKEN")
         try:
             fields = msgspec.json.decode(await request.body())
-        except msgspec.DecodeError:
+        except (msgspec.DecodeError, RecursionError):  # not JSON, or nested past msgspec's depth
             return json_error(400, "the body must be a JSON object")
         if not isinstance(fields, dict):
             return json_error(400, "the body must be a JSON object")

@@ -9,6 +9,8 @@ from typing import Any
 from urllib.parse import quote
 
 from starlette.concurrency import run_in_threadpool
+from starlette.datastructures import FormData
+from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 from starlette.routing import BaseRoute, Route
@@ -82,7 +84,7 @@ def _login_form(web: Web, request: Request) -> Response:
 async def _login(web: Web, request: Request) -> Response:
     if not web.auth.writable:
         return web.error_page(request, 403, "this server is read-only: it was started without a token")
-    form = await request.form()
+    form = await _form(request)
     token = form.get("token")
     if not same_origin(request) or not isinstance(token, str) or not web.auth.check_token(token):
         return web.page(request, "login.html", status=401, failed=True,
@@ -94,12 +96,22 @@ async def _login(web: Web, request: Request) -> Response:
 
 
 async def _logout(web: Web, request: Request) -> Response:
-    form = await request.form()
+    form = await _form(request)
     if not web.auth.form_ok(request, str(form.get("csrf", ""))):
         return web.error_page(request, 403, "log out from this server's own page")
     response = RedirectResponse("/", status_code=303, headers=dict(SECURITY_HEADERS))
     response.delete_cookie(COOKIE, path="/")
     return response
+
+
+async def _form(request: Request) -> FormData:
+    """The request's form; a body that cannot be parsed is a 400 (one line), not a 500."""
+    try:
+        return await request.form()
+    except HTTPException:
+        raise  # Starlette's own 400 for a malformed multipart body
+    except (ValueError, UnicodeDecodeError, AssertionError) as exc:
+        raise HTTPException(400, f"the form body cannot be read: {type(exc).__name__}") from None
 
 
 def _local(path: str) -> str:
@@ -115,7 +127,7 @@ def _action(web: Web, action: str) -> Callable[[Request], Awaitable[Response]]:
         if not web.auth.writable:
             return web.error_page(request, 403,
                                   "this server is read-only: it was started without a token")
-        form = await request.form()
+        form = await _form(request)
         if not web.auth.form_ok(request, str(form.get("csrf", ""))):
             return web.error_page(request, 403, "writing needs the server's token: log in first")
         fields = {k: v for k, v in form.items() if isinstance(v, str)}
