@@ -14,11 +14,11 @@ from starlette.routing import BaseRoute, Route
 from ..errors import SesstreeError
 from .app import Web, json_error, json_response, status_of
 from .catalog import SOURCES, Filter, parse_day
-from .search import search
+from .search import SearchPage, search
 from .views import DEFAULT_EVENTS, MAX_PAGE, items_json
 from .writes import ACTIONS, perform
 
-__all__ = ["BadRequest", "api_routes", "int_param", "read_filter"]
+__all__ = ["BadRequest", "api_routes", "int_param", "read_filter", "searching"]
 
 PREFIX = "/api/v1/web"
 #: Events one search request reads at most (a client may ask for up to ten times this).
@@ -91,11 +91,18 @@ def _tail(web: Web, request: Request) -> Any:
     return data
 
 
+def searching(web: Web, request: Request, **options: int) -> SearchPage:
+    """The search a request asks for (``q``, ``cursor``); a malformed cursor is a 400."""
+    try:
+        return search(web.store, request.query_params.get("q", ""),
+                      cursor=request.query_params.get("cursor", ""), **options)
+    except ValueError as exc:
+        raise BadRequest(str(exc)) from None
+
+
 def _search(web: Web, request: Request) -> Any:
-    page = search(web.store, request.query_params.get("q", ""),
-                  cursor=int_param(request, "cursor", 0, 0, 10**9),
-                  limit=int_param(request, "limit", 50, 1, 500),
-                  budget=int_param(request, "budget", SEARCH_BUDGET, 1, 10 * SEARCH_BUDGET))
+    page = searching(web, request, limit=int_param(request, "limit", 50, 1, 500),
+                     budget=int_param(request, "budget", SEARCH_BUDGET, 1, 10 * SEARCH_BUDGET))
     return msgspec.to_builtins(page)
 
 

@@ -16,9 +16,8 @@ from starlette.responses import RedirectResponse, Response
 from starlette.routing import BaseRoute, Route
 
 from ..errors import SesstreeError
-from .api import BadRequest, int_param, read_filter
+from .api import BadRequest, int_param, read_filter, searching
 from .app import Web, status_of
-from .search import search
 from .security import COOKIE, SECURITY_HEADERS, same_origin
 from .views import DEFAULT_EVENTS, MAX_EVENTS, MAX_PAGE
 from .writes import ACTIONS, perform
@@ -72,7 +71,7 @@ def _diff(web: Web, request: Request) -> Response:
 
 def _search(web: Web, request: Request) -> Response:
     q = request.query_params.get("q", "")
-    page = search(web.store, q, cursor=int_param(request, "cursor", 0, 0, 10**9)) if q.strip() else None
+    page = searching(web, request) if q.strip() else None
     return web.page(request, "search.html", q=q, page=page)
 
 
