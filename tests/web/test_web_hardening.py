@@ -127,6 +127,16 @@ def test_another_host_name_is_refused(sync_url: str) -> None:
             assert r.status_code == 200, host
 
 
+def test_more_host_names_come_from_the_environment(
+        forest_store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SESS_ALLOWED_HOSTS", "sessions.example.org, box.lan")
+    app = create_app(forest_store, token=None, allowed_hosts=["other.lan"])
+    with serve(forest_store, app=app) as base, httpx.Client(base_url=base) as c:
+        for host in ("sessions.example.org", "BOX.LAN:443", "other.lan"):
+            assert c.get("/api/v1/refs", headers={"host": host}).status_code == 200, host
+        assert c.get("/api/v1/refs", headers={"host": "example.org"}).status_code == 400
+
+
 async def _asgi_status(app: HostCheck, host: str, server: tuple[str, int]) -> int:
     sent: list[dict[str, object]] = []
 

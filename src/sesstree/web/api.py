@@ -15,10 +15,11 @@ from ..errors import SesstreeError
 from .app import Web, json_error, json_response, status_of
 from .catalog import SOURCES, Filter, parse_day
 from .search import SearchPage, search
-from .views import DEFAULT_EVENTS, MAX_PAGE, items_json
+from .views import DEFAULT_EVENTS, DEFAULT_REFLOG, MAX_PAGE, MAX_REFLOG, items_json
 from .writes import ACTIONS, perform
 
-__all__ = ["BadRequest", "api_routes", "int_param", "read_filter", "searching"]
+__all__ = ["BadRequest", "api_routes", "int_param", "read_filter", "reflog_page",
+           "searching"]
 
 PREFIX = "/api/v1/web"
 #: Events one search request reads at most (a client may ask for up to ten times this).
@@ -39,6 +40,12 @@ def int_param(request: Request, key: str, default: int, low: int, high: int) -> 
     except ValueError:
         raise BadRequest(f"parameter {key}={raw[:40]!r} is not a whole number") from None
     return max(low, min(value, high))
+
+
+def reflog_page(request: Request) -> tuple[int, int]:
+    """The ``offset`` and ``limit`` of a reflog page."""
+    return (int_param(request, "offset", 0, 0, 10**9),
+            int_param(request, "limit", DEFAULT_REFLOG, 1, MAX_REFLOG))
 
 
 def read_filter(request: Request) -> Filter:
@@ -147,7 +154,7 @@ def api_routes(web: Web) -> list[BaseRoute]:
         ("/version", lambda w, r: {"version": v.version()}),
         ("/sessions/{name:path}", _session),
         ("/tail/{name:path}", _tail),
-        ("/reflog/{name:path}", lambda w, r: v.reflog(r.path_params["name"])),
+        ("/reflog/{name:path}", lambda w, r: v.reflog(r.path_params["name"], *reflog_page(r))),
         ("/nodes/{rev:path}", lambda w, r: {k: x for k, x in v.node(r.path_params["rev"]).items()
                                              if k != "json"}),
         ("/diff", _diff),

@@ -7,13 +7,15 @@ DNS rebinding: a page on ``evil.example`` re-points its name at 127.0.0.1 and th
 ``http://evil.example:8765/``, which the browser deems its own origin. The request still says
 ``Host: evil.example``, so the server answers only the names it is known by: ``localhost``,
 ``127.0.0.1``, ``[::1]``, the address it was bound to, the local address the connection came in
-on (a server bound to ``0.0.0.0`` is reached by the machine's own IP) and any name it was told.
+on (a server bound to ``0.0.0.0`` is reached by the machine's own IP) and any name it was told
+(``allowed_hosts``, or ``$SESS_ALLOWED_HOSTS`` for a server behind a reverse proxy).
 """
 
 from __future__ import annotations
 
 import ipaddress
 import logging
+import os
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 
 from starlette.applications import Starlette
@@ -30,8 +32,11 @@ from .app import Web, json_error
 from .pages import page_routes
 from .security import SECURITY_HEADERS
 
-__all__ = ["LOOPBACK_NAMES", "CatchErrors", "HostCheck", "SecurityHeaders", "build_app", "host_name"]
+__all__ = ["HOSTS_ENV", "LOOPBACK_NAMES", "CatchErrors", "HostCheck", "SecurityHeaders", "build_app",
+           "host_name"]
 
+#: The environment variable naming more host names to answer (comma- or space-separated).
+HOSTS_ENV = "SESS_ALLOWED_HOSTS"
 #: Names a server answers to wherever it is bound.
 LOOPBACK_NAMES = ("localhost", "127.0.0.1", "[::1]")
 
@@ -150,9 +155,11 @@ def build_app(store: Store, *, token: str | None, routes: Sequence[BaseRoute] = 
               host: str = "127.0.0.1", allowed_hosts: Iterable[str] = ()) -> Starlette:
     """A Starlette app serving the web view over ``store`` after ``routes``, with the security
     headers, the ``Host`` check (the loopback names, ``host`` unless it is a wildcard address,
-    ``allowed_hosts``) and one-line errors."""
+    ``allowed_hosts``, the names in ``$SESS_ALLOWED_HOSTS``) and one-line errors."""
     web = Web(store, token)
-    allowed = [*LOOPBACK_NAMES, *allowed_hosts]
+    # Names a reverse proxy in front of `sess serve` forwards (it cannot pass options).
+    extra = [h for h in os.environ.get(HOSTS_ENV, "").replace(",", " ").split() if h]
+    allowed = [*LOOPBACK_NAMES, *allowed_hosts, *extra]
     if host not in ("0.0.0.0", "::", ""):
         allowed.append(host)
 

@@ -16,7 +16,7 @@ from starlette.responses import RedirectResponse, Response
 from starlette.routing import BaseRoute, Route
 
 from ..errors import SesstreeError
-from .api import BadRequest, int_param, read_filter, searching
+from .api import BadRequest, int_param, read_filter, reflog_page, searching
 from .app import Web, status_of
 from .security import COOKIE, SECURITY_HEADERS, same_origin
 from .views import DEFAULT_EVENTS, MAX_EVENTS, MAX_PAGE
@@ -60,7 +60,8 @@ def _node(web: Web, request: Request) -> Response:
 
 
 def _reflog(web: Web, request: Request) -> Response:
-    return web.page(request, "reflog.html", **web.views.reflog(request.path_params["name"]))
+    data = web.views.reflog(request.path_params["name"], *reflog_page(request))
+    return web.page(request, "reflog.html", q=request.query_params, **data)
 
 
 def _diff(web: Web, request: Request) -> Response:
