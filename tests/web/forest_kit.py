@@ -8,6 +8,7 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 import uvicorn
 
@@ -53,13 +54,14 @@ def fill(store: Store) -> None:
 
 
 @contextmanager
-def serve(store: Store, token: str | None = None) -> Iterator[str]:
-    """A real uvicorn on 127.0.0.1 (a free port) serving the web view; yields its base URL."""
+def serve(store: Store, token: str | None = None, app: Any = None) -> Iterator[str]:
+    """A real uvicorn on 127.0.0.1 (a free port) serving the web view (or ``app``); yields its
+    base URL."""
     sock = socket.socket()
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # no 40 ms delayed-ACK stalls
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
-    config = uvicorn.Config(create_web_app(store, token=token), log_level="warning",
+    config = uvicorn.Config(app or create_web_app(store, token=token), log_level="warning",
                             lifespan="off")
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)

@@ -10,7 +10,7 @@ browser view of :mod:`sesstree.web` is mounted into the same app, at ``/`` and `
 from __future__ import annotations
 
 import hmac
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
 import msgspec
@@ -31,7 +31,7 @@ from ..node import NodeId
 from ..repo import SESSIONS, TAGS, Store
 from ..sync.pack import MAX_BODY, decode_pack, encode_pack, pack_ids, unpack_ids
 from ..sync.peer import Update, apply_push, read_chains, walk_store
-from ..web import web_routes
+from ..web.guard import build_app
 
 __all__ = ["MAX_HAS", "MAX_NODES", "MAX_STARTS", "MAX_WALK", "create_app", "serve"]
 
@@ -54,10 +54,16 @@ class _Refused(Exception):
         self.message = message
 
 
-def create_app(store: Store, *, token: str | None) -> Starlette:
+def create_app(store: Store, *, token: str | None, host: str = "127.0.0.1",
+               allowed_hosts: Iterable[str] = ()) -> Starlette:
     """The ASGI app serving ``store``: the sync API under ``/api/v1`` and the browser view at
     ``/`` (see docs/web.md). With ``token`` None the store is served read-only. The app does
-    not close the store."""
+    not close the store.
+
+    Against DNS rebinding it answers only requests whose ``Host`` is ``localhost``,
+    ``127.0.0.1``, ``[::1]``, ``host`` (the address it is bound to), the local address the
+    connection came in on, or one of ``allowed_hosts``. Every response carries the web view's
+    security headers, and an unexpected error is one line (JSON under ``/api/``)."""
 
     def handler(fn: Callable[[Request], Awaitable[Response]]) -> _Handler:
         async def run(request: Request) -> Response:
@@ -137,7 +143,7 @@ def create_app(store: Store, *, token: str | None) -> Starlette:
         Route(API + "/push", handler(push), methods=["POST"]),
     ]
     # The browser view (pages at /, its JSON under /api/v1/web) shares the server and token.
-    app = Starlette(routes=[*routes, *web_routes(store, token=token)])
+    app = build_app(store, token=token, routes=routes, host=host, allowed_hosts=allowed_hosts)
     app.state.store = store
     return app
 
@@ -205,5 +211,5 @@ def serve(store: Store, *, host: str = "127.0.0.1", port: int = 8765, token: str
     """Serve ``store`` (or a ready ``app`` over it) with uvicorn until interrupted."""
     import uvicorn
 
-    uvicorn.run(app or create_app(store, token=token), host=host, port=port, log_level="warning",
+    uvicorn.run(app or create_app(store, token=token, host=host), host=host, port=port, log_level="warning",
                 server_header=False)

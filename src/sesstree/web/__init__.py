@@ -7,6 +7,8 @@ use under ``/api/v1/web/``, their assets under ``/static/``. See ``docs/web.md``
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from starlette.applications import Starlette
 from starlette.routing import BaseRoute
 
@@ -25,6 +27,13 @@ def web_routes(store: Store, *, token: str | None) -> list[BaseRoute]:
     return [*api_routes(web), *page_routes(web)]
 
 
-def create_web_app(store: Store, *, token: str | None = None) -> Starlette:
-    """A Starlette app serving only the web view (the store stays the caller's to close)."""
-    return Starlette(routes=web_routes(store, token=token))
+def create_web_app(store: Store, *, token: str | None = None, host: str = "127.0.0.1",
+                   allowed_hosts: Iterable[str] = ()) -> Starlette:
+    """A Starlette app serving only the web view (the store stays the caller's to close).
+
+    It answers only requests whose ``Host`` is a loopback name, ``host`` (the address it is
+    bound to), the local address of the connection, or one of ``allowed_hosts``; every
+    response carries the security headers, and every error is one line."""
+    from .guard import build_app
+
+    return build_app(store, token=token, host=host, allowed_hosts=allowed_hosts)

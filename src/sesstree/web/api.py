@@ -14,11 +14,12 @@ from starlette.routing import BaseRoute, Route
 from ..errors import SesstreeError
 from .app import Web, json_error, json_response, status_of
 from .catalog import SOURCES, Filter, parse_day
-from .search import search
-from .views import DEFAULT_EVENTS, MAX_PAGE, items_json
+from .search import SearchPage, search
+from .views import DEFAULT_EVENTS, DEFAULT_REFLOG, MAX_PAGE, MAX_REFLOG, items_json
 from .writes import ACTIONS, perform
 
-__all__ = ["BadRequest", "api_routes", "int_param", "read_filter"]
+__all__ = ["BadRequest", "api_routes", "int_param", "read_filter", "reflog_page",
+           "searching"]
 
 PREFIX = "/api/v1/web"
 #: Events one search request reads at most (a client may ask for up to ten times this).
@@ -39,6 +40,12 @@ def int_param(request: Request, key: str, default: int, low: int, high: int) -> 
     except ValueError:
         raise BadRequest(f"parameter {key}={raw[:40]!r} is not a whole number") from None
     return max(low, min(value, high))
+
+
+def reflog_page(request: Request) -> tuple[int, int]:
+    """The ``offset`` and ``limit`` of a reflog page."""
+    return (int_param(request, "offset", 0, 0, 10**9),
+            int_param(request, "limit", DEFAULT_REFLOG, 1, MAX_REFLOG))
 
 
 def read_filter(request: Request) -> Filter:
@@ -91,11 +98,18 @@ def _tail(web: Web, request: Request) -> Any:
     return data
 
 
+def searching(web: Web, request: Request, **options: int) -> SearchPage:
+    """The search a request asks for (``q``, ``cursor``); a malformed cursor is a 400."""
+    try:
+        return search(web.store, request.query_params.get("q", ""),
+                      cursor=request.query_params.get("cursor", ""), **options)
+    except ValueError as exc:
+        raise BadRequest(str(exc)) from None
+
+
 def _search(web: Web, request: Request) -> Any:
-    page = search(web.store, request.query_params.get("q", ""),
-                  cursor=int_param(request, "cursor", 0, 0, 10**9),
-                  limit=int_param(request, "limit", 50, 1, 500),
-                  budget=int_param(request, "budget", SEARCH_BUDGET, 1, 10 * SEARCH_BUDGET))
+    page = searching(web, request, limit=int_param(request, "limit", 50, 1, 500),
+                     budget=int_param(request, "budget", SEARCH_BUDGET, 1, 10 * SEARCH_BUDGET))
     return msgspec.to_builtins(page)
 
 
@@ -117,7 +131,7 @@ def _write_endpoint(web: Web, action: str) -> Callable[[Request], Awaitable[Resp
             return json_error(401, "writing needs the server's token: Authorization: Bearer TOKEN")
         try:
             fields = msgspec.json.decode(await request.body())
-        except msgspec.DecodeError:
+        except (msgspec.DecodeError, RecursionError):  # not JSON, or nested past msgspec's depth
             return json_error(400, "the body must be a JSON object")
         if not isinstance(fields, dict):
             return json_error(400, "the body must be a JSON object")
@@ -140,7 +154,7 @@ def api_routes(web: Web) -> list[BaseRoute]:
         ("/version", lambda w, r: {"version": v.version()}),
         ("/sessions/{name:path}", _session),
         ("/tail/{name:path}", _tail),
-        ("/reflog/{name:path}", lambda w, r: v.reflog(r.path_params["name"])),
+        ("/reflog/{name:path}", lambda w, r: v.reflog(r.path_params["name"], *reflog_page(r))),
         ("/nodes/{rev:path}", lambda w, r: {k: x for k, x in v.node(r.path_params["rev"]).items()
                                              if k != "json"}),
         ("/diff", _diff),

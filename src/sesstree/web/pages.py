@@ -9,14 +9,15 @@ from typing import Any
 from urllib.parse import quote
 
 from starlette.concurrency import run_in_threadpool
+from starlette.datastructures import FormData
+from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 from starlette.routing import BaseRoute, Route
 
 from ..errors import SesstreeError
-from .api import BadRequest, int_param, read_filter
+from .api import BadRequest, int_param, read_filter, reflog_page, searching
 from .app import Web, status_of
-from .search import search
 from .security import COOKIE, SECURITY_HEADERS, same_origin
 from .views import DEFAULT_EVENTS, MAX_EVENTS, MAX_PAGE
 from .writes import ACTIONS, perform
@@ -59,7 +60,8 @@ def _node(web: Web, request: Request) -> Response:
 
 
 def _reflog(web: Web, request: Request) -> Response:
-    return web.page(request, "reflog.html", **web.views.reflog(request.path_params["name"]))
+    data = web.views.reflog(request.path_params["name"], *reflog_page(request))
+    return web.page(request, "reflog.html", q=request.query_params, **data)
 
 
 def _diff(web: Web, request: Request) -> Response:
@@ -70,7 +72,7 @@ def _diff(web: Web, request: Request) -> Response:
 
 def _search(web: Web, request: Request) -> Response:
     q = request.query_params.get("q", "")
-    page = search(web.store, q, cursor=int_param(request, "cursor", 0, 0, 10**9)) if q.strip() else None
+    page = searching(web, request) if q.strip() else None
     return web.page(request, "search.html", q=q, page=page)
 
 
@@ -82,7 +84,7 @@ def _login_form(web: Web, request: Request) -> Response:
 async def _login(web: Web, request: Request) -> Response:
     if not web.auth.writable:
         return web.error_page(request, 403, "this server is read-only: it was started without a token")
-    form = await request.form()
+    form = await _form(request)
     token = form.get("token")
     if not same_origin(request) or not isinstance(token, str) or not web.auth.check_token(token):
         return web.page(request, "login.html", status=401, failed=True,
@@ -94,12 +96,22 @@ async def _login(web: Web, request: Request) -> Response:
 
 
 async def _logout(web: Web, request: Request) -> Response:
-    form = await request.form()
+    form = await _form(request)
     if not web.auth.form_ok(request, str(form.get("csrf", ""))):
         return web.error_page(request, 403, "log out from this server's own page")
     response = RedirectResponse("/", status_code=303, headers=dict(SECURITY_HEADERS))
     response.delete_cookie(COOKIE, path="/")
     return response
+
+
+async def _form(request: Request) -> FormData:
+    """The request's form; a body that cannot be parsed is a 400 (one line), not a 500."""
+    try:
+        return await request.form()
+    except HTTPException:
+        raise  # Starlette's own 400 for a malformed multipart body
+    except (ValueError, UnicodeDecodeError, AssertionError) as exc:
+        raise HTTPException(400, f"the form body cannot be read: {type(exc).__name__}") from None
 
 
 def _local(path: str) -> str:
@@ -115,7 +127,7 @@ def _action(web: Web, action: str) -> Callable[[Request], Awaitable[Response]]:
         if not web.auth.writable:
             return web.error_page(request, 403,
                                   "this server is read-only: it was started without a token")
-        form = await request.form()
+        form = await _form(request)
         if not web.auth.form_ok(request, str(form.get("csrf", ""))):
             return web.error_page(request, 403, "writing needs the server's token: log in first")
         fields = {k: v for k, v in form.items() if isinstance(v, str)}

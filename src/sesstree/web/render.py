@@ -126,8 +126,10 @@ def _call_of(c: Any) -> ToolCall | None:
     if isinstance(args, str):
         try:
             shown = pretty_json(msgspec.json.decode(args))
-        except msgspec.DecodeError:
-            shown = args
+        except (msgspec.DecodeError, RecursionError):
+            # Not JSON, or nested deeper than msgspec decodes (a model can emit "[[[[...").
+            shown = args if len(args) <= MAX_SHOWN else (
+                args[:MAX_SHOWN] + f"\n… ({len(args) - MAX_SHOWN:,} more characters)")
     else:
         shown = pretty_json(args)
     return ToolCall(str(c.get("id")), str(fn.get("name", c.get("name", "?"))), shown)

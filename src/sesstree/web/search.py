@@ -9,6 +9,8 @@ slower than its budget, and on a large store the first page answers about recent
 
 from __future__ import annotations
 
+import re
+
 import msgspec
 
 from ..node import NodeId
@@ -16,9 +18,10 @@ from ..repo import Store
 from .catalog import all_sessions
 from .render import text_of
 
-__all__ = ["Hit", "SearchPage", "search"]
+__all__ = ["Hit", "SearchPage", "parse_cursor", "search"]
 
 MAX_QUERY = 200
+_ID = re.compile(r"[0-9a-f]{64}\Z")
 
 
 class Hit(msgspec.Struct, frozen=True):
@@ -40,7 +43,7 @@ class SearchPage(msgspec.Struct, frozen=True):
     sessions_searched: int
     sessions_total: int
     events_searched: int
-    cursor: int | None
+    cursor: str | None  # opaque: pass it back as ``cursor`` for the next page
     clipped: bool = False  # more hits in the sessions searched than ``limit``: narrow the query
 
 
@@ -62,25 +65,50 @@ def _text(type: str, data: object) -> str:
     return data if isinstance(data, str) else ""
 
 
-def search(store: Store, query: str, *, cursor: int = 0, limit: int = 50,
+def parse_cursor(cursor: str) -> tuple[int, NodeId | None]:
+    """The session index and (mid-session) the next node to read that ``cursor`` names.
+
+    Raises:
+        ValueError: the cursor is not one a search page gave.
+    """
+    index, _, node = cursor.strip().partition(".")
+    if not index.isdigit() or (node and not _ID.fullmatch(node)):
+        raise ValueError(f"cursor {cursor[:80]!r} is not one a search page gave")
+    return int(index), NodeId(node) if node else None
+
+
+def search(store: Store, query: str, *, cursor: str = "", limit: int = 50,
            budget: int = 200_000) -> SearchPage:
-    """Events whose text holds ``query`` (case-insensitive), sessions newest first, starting at
-    the ``cursor``-th session; reads at most ``budget`` events."""
+    """Events whose text holds ``query`` (case-insensitive), sessions newest first, from where
+    ``cursor`` (a previous page's) stopped; reads at most ``budget`` events.
+
+    A session longer than what is left of the budget is read from its head back as far as the
+    budget goes; the cursor then says where in it the next page goes on.
+
+    Raises:
+        ValueError: a malformed ``cursor``.
+    """
     query = query.strip()[:MAX_QUERY]
+    start, resume = parse_cursor(cursor) if cursor else (0, None)
     sessions = all_sessions(store)
     needle = query.casefold()
     hits: list[Hit] = []
     clipped = False  # a session held more hits than the page shows
     seen: set[NodeId] = set()
     events = 0
-    index = max(0, cursor)
+    index = start
+    partial: NodeId | None = None  # the next node to read in session ``index``
+    budget = max(1, budget)
     while index < len(sessions) and needle:
         entry = sessions[index]
-        chain = store.chain(entry.head)
+        at_node = resume if index == start and resume is not None else entry.head
+        chain = store.chain(at_node, budget - events)
         ids = chain.ids
+        finished = chain.base is None
         for i in range(len(ids) - 1, -1, -1):  # newest first, so recent hits come first
             nid = ids[i]
             if nid in seen:
+                finished = True
                 break  # the rest of this path was searched through another session
             seen.add(nid)
             text = _text(chain.types[i], chain.datas[i])
@@ -92,12 +120,15 @@ def search(store: Store, query: str, *, cursor: int = 0, limit: int = 50,
                 hits.append(Hit(entry.name, nid, chain.types[i], _clip(text[max(0, at - 80):at], left=True),
                                 text[at:at + len(query)], _clip(text[at + len(query):at + len(query) + 120])))
         events += len(ids)
+        if not finished:  # the budget ran out inside this session: go on from its base
+            partial = chain.base
+            break
         index += 1
         if len(hits) >= limit or events >= budget:
             break
-    done = index >= len(sessions) or not needle
-    return SearchPage(query, hits, index - max(0, cursor), len(sessions), events,
-                      None if done else index, clipped)
+    done = (index >= len(sessions) and partial is None) or not needle
+    next_cursor = None if done else f"{index}.{partial}" if partial is not None else str(index)
+    return SearchPage(query, hits, index - start, len(sessions), events, next_cursor, clipped)
 
 
 def _clip(text: str, *, left: bool = False) -> str:

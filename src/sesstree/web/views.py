@@ -17,11 +17,13 @@ from ..node import Node, NodeId
 from ..repo import TAGS, Store
 from ..scan import ref_summary
 from .catalog import Filter, list_sessions, newest_sessions, source_of
+from .diffing import bounded_diff
 from .forest import Forest, build_forest
 from .paths import ID_BYTES, PathCache, id_at, node_of
 from .render import Item, conversation, pretty_json, snippet
 
-__all__ = ["DEFAULT_EVENTS", "MAX_EVENTS", "MAX_PAGE", "Views", "items_json"]
+__all__ = ["DEFAULT_EVENTS", "DEFAULT_REFLOG", "MAX_EVENTS", "MAX_PAGE", "MAX_REFLOG", "Views",
+           "items_json"]
 
 #: Sessions per forest page, by default and at most.
 DEFAULT_PAGE = 40
@@ -37,6 +39,9 @@ CONTAINS_READ = 200_000
 VERSION_MAX_AGE = 0.5
 #: Events a diff shows on each side.
 DIFF_SHOWN = 500
+#: Reflog entries per page, by default and at most.
+DEFAULT_REFLOG = 200
+MAX_REFLOG = 2000
 
 
 class Views:
@@ -164,14 +169,21 @@ class Views:
             chain.ids, [chain.base, *chain.ids], chain.types, chain.datas, strict=False)]
         return {"head": head, "items": conversation(nodes, times), "reset": False}
 
-    def reflog(self, name: str) -> dict[str, Any]:
-        """Every move of session ``name``, newest first (``name@{N}`` numbering)."""
+    def reflog(self, name: str, offset: int = 0, limit: int = DEFAULT_REFLOG) -> dict[str, Any]:
+        """A page of the moves of session ``name``, newest first (``name@{N}`` numbering)."""
         entries = self.store.reflog(name)
         if not entries:
             raise UnknownRevisionError(f"no session named {name!r} and no reflog for it")
-        out = [{"n": i, "old": e.old, "new": e.new, "time": e.time, "reason": e.reason}
-               for i, e in enumerate(reversed(entries))]
-        return {"name": name, "entries": out, "exists": self.store.has_session(name)}
+        limit = max(1, min(limit, MAX_REFLOG))
+        offset = max(0, offset)
+        total = len(entries)
+        # Entry n (newest first) is entries[total - 1 - n]: slice the page, then reverse it.
+        page = entries[max(0, total - offset - limit):max(0, total - offset)][::-1]
+        out = [{"n": offset + i, "old": e.old, "new": e.new, "time": e.time, "reason": e.reason}
+               for i, e in enumerate(page)]
+        return {"name": name, "entries": out, "exists": self.store.has_session(name),
+                "offset": offset, "limit": limit, "total": total,
+                "more": offset + limit < total}
 
     # -- a node -----------------------------------------------------------------------------
 
@@ -217,18 +229,21 @@ class Views:
     # -- a diff -----------------------------------------------------------------------------
 
     def diff(self, a: str, b: str) -> dict[str, Any]:
-        """The last common node of ``a`` and ``b`` and what each added, as conversations."""
-        d = self.store.diff(a, b)
-        base = self.store.show(d.base) if d.base is not None else None
+        """The last common node of ``a`` and ``b`` and what each added, as conversations;
+        reads at most ``diffing.DIFF_READ`` events of each side (``cut`` when that was not enough)."""
+        d = bounded_diff(self.store, a, b, shown=DIFF_SHOWN)
+        base = d.base
         return {
             "a": a, "b": b,
             "base": base.id if base else None,
             "base_type": base.type if base else None,
             "base_snippet": snippet(base) if base else "",
-            "only_a": len(d.only_a), "only_b": len(d.only_b),
-            "items_a": conversation(d.only_a[:DIFF_SHOWN], {}),
-            "items_b": conversation(d.only_b[:DIFF_SHOWN], {}),
+            "only_a": d.only_a, "only_b": d.only_b,
+            "items_a": conversation(d.shown_a, {}),
+            "items_b": conversation(d.shown_b, {}),
             "shown": DIFF_SHOWN,
+            "cut": d.cut,
+            "read": d.most,
         }
 
 
