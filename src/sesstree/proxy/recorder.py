@@ -104,14 +104,24 @@ class Outcome(msgspec.Struct):
 
 def redact(value: Any, secrets: Sequence[str]) -> Any:
     """``value`` with every occurrence of a secret, and anything shaped like an API key,
-    replaced by ``[redacted]``."""
+    replaced by ``[redacted]``, in strings, lists and maps (their keys included)."""
     if isinstance(value, str):
         for secret in secrets:
             if secret:
                 value = value.replace(secret, "[redacted]")
         return _SECRET_SHAPES.sub("[redacted]", value) if "sk-" in value else value
     if isinstance(value, dict):
-        return {k: redact(v, secrets) for k, v in value.items()}
+        # Keys too: a tool's arguments or a provider's error may hold a key as a map's key.
+        out: dict[Any, Any] = {}
+        for k, v in value.items():
+            key = redact(k, secrets) if isinstance(k, str) else k
+            if key != k:
+                # Two keys redacted alike must not overwrite each other's value.
+                n, base = 2, key
+                while key in out or key in value:
+                    key, n = f"{base} ({n})", n + 1
+            out[key] = redact(v, secrets)
+        return out
     if isinstance(value, list):
         return [redact(v, secrets) for v in value]
     return value
