@@ -10,7 +10,8 @@ from fake_upstream import FakeUpstream, Scripted
 from proxy_server import RunningProxy
 
 from sesstree import Store
-from sesstree.proxy import redact
+from sesstree.proxy import Exchange, Recorder, ReplyBuilder, parse_request, redact
+from sesstree.proxy.protocols import CHAT
 from sesstree.proxy.upstream import header_secrets, query_secrets
 
 KEY = "sk-secretstest-0123456789abcdefghij"
@@ -114,3 +115,14 @@ def test_a_session_line_never_prints_a_key(proxy: RunningProxy) -> None:
     proxy.flush()
     line = next(line for line in proxy.lines if "->" in line)
     assert "-> k/[redacted] (new)" in line and GOOGLE not in line
+
+
+def test_a_secret_that_json_escapes_is_still_found(store: Store) -> None:
+    secret = 'pass"word\\with-escapes'
+    parsed = parse_request(CHAT, {"model": "m", "messages": [
+        {"role": "user", "content": f"the key is {secret}"}]})
+    assert parsed is not None
+    reply = ReplyBuilder(CHAT)
+    reply.feed_json({"choices": [{"message": {"role": "assistant", "content": "noted"}}]})
+    outcome = Recorder(store).record(Exchange(parsed, reply.result(), 200, secrets=[secret]))
+    assert store.messages(outcome.session)[0]["content"] == "the key is [redacted]"

@@ -85,7 +85,8 @@ class Exchange(msgspec.Struct):
     error: Any = None
     #: "client" or "upstream" when the reply stream was cut before its end.
     cut_by: str | None = None
-    #: Header values that must never be stored (API keys, tokens).
+    #: Values that must never be stored (API keys and tokens of the headers, query values,
+    #: the upstream URL's password), longest first.
     secrets: list[str] = msgspec.field(default_factory=list)
 
 
@@ -130,7 +131,9 @@ def redact(value: Any, secrets: Sequence[str]) -> Any:
 def _needs_redaction(events: Sequence[Event], secrets: Sequence[str]) -> bool:
     blob = _json.encode([d for _, d in events]).decode()
     # Substring tests run at memory speed; the pattern only where a key could be.
-    return any(s and s in blob for s in secrets) or (
+    # A secret is looked for as JSON writes it too (a quote or backslash in it is escaped).
+    return any(s and (s in blob or _json.encode(s)[1:-1].decode() in blob)
+               for s in secrets) or (
         "sk-" in blob and _SECRET_SHAPES.search(blob) is not None)
 
 
