@@ -3,10 +3,10 @@
 Every request goes to the upstream with its method, path, query, headers and body as the
 client sent them (less the hop-by-hop headers and ``X-Sess-Session``, header values trimmed;
 the path and query joined to the upstream URL's, see :mod:`sesstree.proxy.upstream`); the
-upstream's status, headers and body come back as they are, streamed. Requests of a recorded protocol (see
-:mod:`sesstree.proxy.protocols`) are recorded once their reply has passed, on one recorder
-thread, so a slow store never delays a reply, and a recording failure never fails one: it is
-logged and counted.
+upstream's status, headers and body come back as they are, streamed. Requests of a recorded
+protocol (see :mod:`sesstree.proxy.protocols`) are recorded once their reply has passed, on
+one recorder thread, so a slow store never delays a reply, and a recording failure never
+fails one: it is logged and counted.
 
 ``GET /_sess/stats`` answers the proxy's counters as JSON instead of being forwarded.
 """
