@@ -40,7 +40,8 @@ class RunningProxy:
         self.url = f"http://127.0.0.1:{self.port}"
         quiet_cut_logs()
         config = uvicorn.Config(self.app, log_level="warning", access_log=False,
-                                lifespan="on", timeout_graceful_shutdown=2)
+                                lifespan="on", timeout_graceful_shutdown=2, server_header=False,
+                                date_header=False)
         self.server = uvicorn.Server(config)
         self._thread = threading.Thread(target=self.server.run,
                                         kwargs={"sockets": [self._sock]}, daemon=True)

@@ -48,6 +48,13 @@ def test_run_record_and_stop(tmp_path: Path, upstream: FakeUpstream) -> None:
         assert r.status_code == 200
         stats = httpx.get(url + "/_sess/stats").json()
         assert stats["requests"] == 1
+        # the upstream's Server and Date headers, not the proxy's own as well
+        direct, via = httpx.get(upstream.url + "/v1/models"), httpx.get(url + "/v1/models")
+        assert via.headers.get_list("server") == direct.headers.get_list("server")
+        assert len(via.headers.get_list("date")) == 1
+        # the URL's credentials went upstream as Basic authorization
+        assert {k.lower(): v for k, v in upstream.headers[-1].items()}["authorization"] == \
+            "Basic dXNlcjpodW50ZXIyc2VjcmV0"
     finally:
         proc.send_signal(signal.SIGINT)
         out, err = proc.communicate(timeout=30)
@@ -55,7 +62,7 @@ def test_run_record_and_stop(tmp_path: Path, upstream: FakeUpstream) -> None:
     assert "Traceback" not in err
     assert "hunter2secret" not in err + out and "sk-cli-1234567890" not in err + out
     assert re.search(r"POST /v1/chat/completions 200 -> from-the-cli \(new\) \+\d+ nodes", err)
-    assert "sess proxy: requests 1, recorded 1" in err  # the counters, at exit
+    assert "sess proxy: requests 2, recorded 1, passed through 1" in err  # the counters, at exit
     with open_store(tmp_path / "s") as store:
         assert store.messages("from-the-cli")[0]["content"] == "from the cli"
 
@@ -63,9 +70,19 @@ def test_run_record_and_stop(tmp_path: Path, upstream: FakeUpstream) -> None:
 def test_bad_upstream_and_busy_port_are_one_line(tmp_path: Path) -> None:
     open_store(tmp_path / "s").close()
     bad = subprocess.run([*SESS, "--store", str(tmp_path / "s"), "proxy", "--upstream",
-                          "ftp://example.invalid"], capture_output=True, text=True, timeout=30)
+                          "ftp://me:hunter2secret@example.invalid"], capture_output=True,
+                         text=True, timeout=30)
     assert bad.returncode == 1
     assert bad.stderr.count("\n") == 1 and "http:// or https://" in bad.stderr
+    assert "hunter2secret" not in bad.stderr and "me:" not in bad.stderr
+    for url, problem in (("http://me:hunter2secret@", "must be an http:// or https:// URL"),
+                         ("http://me:hunter2secret@h:bad/?key=AIzaQuerySecret",
+                          "is not a URL: Invalid port")):
+        bad = subprocess.run([*SESS, "--store", str(tmp_path / "s"), "proxy", "--upstream",
+                              url], capture_output=True, text=True, timeout=30)
+        assert bad.returncode == 1
+        assert bad.stderr.count("\n") == 1 and problem in bad.stderr, bad.stderr
+        assert "hunter2secret" not in bad.stderr and "AIzaQuerySecret" not in bad.stderr
     with socket.socket() as busy:
         busy.bind(("127.0.0.1", 0))
         busy.listen()

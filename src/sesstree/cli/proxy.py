@@ -30,6 +30,17 @@ def _listen(host: str, port: int) -> socket.socket:
     return sock
 
 
+def _scrub(message: str, upstream: str) -> str:
+    """``message`` (about the URL ``upstream``) without the URL's user name and password."""
+    _, sep, rest = upstream.partition("://")
+    rest = rest if sep else upstream
+    userinfo = rest.split("/")[0].split("?")[0].split("#")[0].rpartition("@")[0]
+    for secret in sorted({userinfo, *userinfo.split(":")}, key=len, reverse=True):
+        if len(secret) >= 3:
+            message = message.replace(secret, "[redacted]")
+    return message
+
+
 @click.command("proxy")
 @click.option("--upstream", required=True, metavar="URL",
               help="The model provider, e.g. https://api.openai.com or https://api.anthropic.com.")
@@ -46,7 +57,9 @@ def proxy(locator: StoreLocator, upstream: str, port: int, host: str, timeout: f
 
     Point the agent at it: OPENAI_BASE_URL=http://127.0.0.1:8787/v1, or
     ANTHROPIC_BASE_URL=http://127.0.0.1:8787. Requests are forwarded to UPSTREAM with the
-    same path; API keys pass through and are never stored. GET /_sess/stats gives the
+    same path (after UPSTREAM's own path; the queries are merged). API keys pass through and
+    are never stored; credentials in UPSTREAM (https://user:pw@host) are sent as Basic
+    authorization when the client sends no Authorization header. GET /_sess/stats gives the
     counters. Stop with Ctrl-C: recordings in flight are finished first.
     """
     import httpx
@@ -54,13 +67,19 @@ def proxy(locator: StoreLocator, upstream: str, port: int, host: str, timeout: f
 
     from ..proxy.app import create_app, safe_url
     from ..proxy.relay import quiet_cut_logs
+    from ..proxy.upstream import hide_userinfo
 
+    # Credentials in the URL never reach the terminal, even in an error about the URL; nor
+    # does its query (it may hold a key).
+    shown = hide_userinfo(upstream)
+    if "?" in shown:
+        shown = shown.split("?")[0] + "?..."
     try:
         url = httpx.URL(upstream)
     except (httpx.InvalidURL, TypeError, ValueError) as exc:
-        fail(printable(f"--upstream {upstream!r} is not a URL: {exc}"))
+        fail(printable(f"--upstream {shown!r} is not a URL: {_scrub(str(exc), upstream)}"))
     if url.scheme not in ("http", "https") or not url.host:
-        fail(printable(f"--upstream {safe_url(upstream) if url.host else upstream!r} must be "
+        fail(printable(f"--upstream {safe_url(upstream) if url.host else repr(shown)} must be "
                        "an http:// or https:// URL with a host"))
     store = locator.open()
 
@@ -70,16 +89,18 @@ def proxy(locator: StoreLocator, upstream: str, port: int, host: str, timeout: f
     app, _ = create_app(store, str(url), timeout=timeout, log=log, quiet=quiet)
     sock = _listen(host, port)
     bound = sock.getsockname()[1]
-    shown = f"[{host}]" if ":" in host else host
-    click.echo(f"sess proxy: listening on http://{shown}:{bound}, forwarding to "
+    where = f"[{host}]" if ":" in host else host
+    click.echo(f"sess proxy: listening on http://{where}:{bound}, forwarding to "
                f"{safe_url(url)}", err=True)
     if host not in ("127.0.0.1", "localhost", "::1"):
         click.echo(printable(f"sess proxy: warning: listening on {host}: anyone who can reach "
                              "this port can send calls through it and have them recorded"),
                    err=True)
     quiet_cut_logs()
+    # No Server or Date header of the proxy's own: the upstream's pass through as they are.
     config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on",
-                            timeout_graceful_shutdown=5)
+                            timeout_graceful_shutdown=5, server_header=False,
+                            date_header=False)
     try:
         uvicorn.Server(config).run(sockets=[sock])
     except KeyboardInterrupt:

@@ -1,11 +1,12 @@
 """The proxy as an ASGI application: forward every request, record the model calls.
 
 Every request goes to the upstream with its method, path, query, headers and body as the
-client sent them (less the hop-by-hop headers and ``X-Sess-Session``); the upstream's status,
-headers and body come back as they are, streamed. Requests of a recorded protocol (see
-:mod:`sesstree.proxy.protocols`) are recorded once their reply has passed, on one recorder
-thread, so a slow store never delays a reply, and a recording failure never fails one: it is
-logged and counted.
+client sent them (less the hop-by-hop headers and ``X-Sess-Session``, header values trimmed;
+the path and query joined to the upstream URL's, see :mod:`sesstree.proxy.upstream`); the
+upstream's status, headers and body come back as they are, streamed. Requests of a recorded
+protocol (see :mod:`sesstree.proxy.protocols`) are recorded once their reply has passed, on
+one recorder thread, so a slow store never delays a reply, and a recording failure never
+fails one: it is logged and counted.
 
 ``GET /_sess/stats`` answers the proxy's counters as JSON instead of being forwarded.
 """
@@ -25,7 +26,7 @@ from typing import Any
 import httpx
 import msgspec
 from starlette.applications import Starlette
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
@@ -37,15 +38,15 @@ from .protocols import ANTHROPIC, ParsedRequest, parse_request, protocol_of
 from .recorder import Exchange, Outcome, Recorder, Stats, redact
 from .relay import Relay
 from .replies import ReplyBuilder, SseParser
+from .upstream import Upstream, header_secrets, query_secrets, strip_header_values
 
 __all__ = ["Proxy", "create_app", "safe_url"]
 
 SESSION_HEADER = "x-sess-session"
+_SESSION_KEY = SESSION_HEADER.encode()
 _HOP = frozenset({b"connection", b"keep-alive", b"proxy-connection", b"transfer-encoding",
                   b"te", b"trailer", b"upgrade", b"host", b"content-length",
                   SESSION_HEADER.encode()})
-_SECRET_HEADERS = frozenset({b"authorization", b"x-api-key", b"api-key", b"x-goog-api-key",
-                             b"proxy-authorization", b"openai-api-key", b"anthropic-api-key"})
 _DECODABLE = ("gzip", "deflate", "identity")
 _POOLS = 8
 _decode = msgspec.json.decode
@@ -68,16 +69,26 @@ def _accept_encoding(value: str | None) -> str:
     return ", ".join(kept) or "identity"
 
 
-def _secrets(headers: list[tuple[bytes, bytes]]) -> list[str]:
-    found: list[str] = []
-    for key, value in headers:
-        if key.lower() in _SECRET_HEADERS and value:
-            text = value.decode("latin-1")
-            found.append(text)
-            scheme, _, token = text.partition(" ")
-            if token and scheme.lower() in ("bearer", "basic", "token"):
-                found.append(token.strip())
-    return sorted(found, key=len, reverse=True)
+def _session_name(headers: list[tuple[bytes, bytes]]) -> str | None:
+    """The session the client names in ``X-Sess-Session``, or None.
+
+    Raises:
+        ValueError: the name is not UTF-8, not a valid session name, or given twice over.
+    """
+    values = {v for k, v in headers if k.lower() == _SESSION_KEY}
+    if not values:
+        return None
+    if len(values) > 1:
+        raise ValueError("given more than once, with different names")
+    try:
+        # Decoded as UTF-8, not as the latin-1 of HTTP's history: names are UTF-8 text.
+        name = values.pop().decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"not UTF-8 text (byte {exc.start})") from None
+    try:
+        return check_ref_name(name)
+    except InvalidRefNameError as exc:
+        raise ValueError(str(exc)) from None
 
 
 def _error_body(protocol: str | None, message: str) -> dict[str, Any]:
@@ -99,10 +110,11 @@ class Proxy:
 
     def __init__(self, store: Store, upstream: str, *, timeout: float = 600.0,
                  log: Callable[[str], None] | None = None, quiet: bool = False) -> None:
-        self.upstream = httpx.URL(upstream.rstrip("/"))
-        # Credentials in the upstream URL are secrets too: never in a record or a line.
-        self._url_secrets = [v for v in (self.upstream.password, self.upstream.query.decode())
-                             if v and len(v) >= 4]
+        self.upstream = httpx.URL(upstream)
+        self._target = Upstream(self.upstream)
+        # Credentials and query values in the upstream URL are secrets too: never in a record
+        # or a line.
+        self._url_secrets = self._target.secrets
         self.timeout = timeout
         self.stats = Stats()
         self.recorder = Recorder(store, self.stats)
@@ -176,27 +188,32 @@ class Proxy:
         started = time.perf_counter()
         self.stats.add("requests")
         assert self._pools, "the proxy was not started"
-        body = await request.body()
         path = request.url.path
+        try:
+            body = await request.body()
+        except ClientDisconnect:
+            # Nothing to forward, nobody to answer: one line, no traceback.
+            self.log(printable(f"{request.method} {path}: the client went away before its "
+                               "request was read (not forwarded)"))
+            return Response(status_code=400)
         call = _Call(request.method, path, protocol_of(request.method, path), body, started)
-        raw_headers = list(request.headers.raw)
-        call.session = request.headers.get(SESSION_HEADER)
-        if call.session is not None:
-            try:
-                check_ref_name(call.session)
-            except InvalidRefNameError as exc:
-                return JSONResponse(
-                    _error_body(call.protocol, f"sess proxy: X-Sess-Session: {exc}"),
-                    status_code=400)
+        raw_headers = strip_header_values(request.headers.raw)
+        query = request.scope.get("query_string") or b""
+        call.secrets = sorted({*header_secrets(raw_headers), *query_secrets(query),
+                               *self._url_secrets}, key=len, reverse=True)
+        try:
+            call.session = _session_name(raw_headers)
+        except ValueError as exc:
+            return JSONResponse(_error_body(call.protocol, f"sess proxy: X-Sess-Session: {exc}"),
+                                status_code=400)
         headers = [(k, v) for k, v in raw_headers if k.lower() not in _HOP
                    and k.lower() != b"accept-encoding"]
         headers.append((b"accept-encoding",
                         _accept_encoding(request.headers.get("accept-encoding")).encode()))
-        url = self.upstream.copy_with(
-            raw_path=(self.upstream.raw_path.rstrip(b"/") if self.upstream.path != "/" else b"")
-            + (request.scope.get("raw_path") or path.encode())
-            + (b"?" + request.scope["query_string"] if request.scope.get("query_string") else b""))
-        call.secrets = [*_secrets(raw_headers), *self._url_secrets]
+        if self._target.authorization is not None and not any(
+                k.lower() == b"authorization" for k, _ in headers):
+            headers.append((b"authorization", self._target.authorization))
+        url = self._target.url_for(request.scope.get("raw_path") or path.encode(), query)
         try:
             pool = self._pools[next(self._turn) % len(self._pools)]
             upstream = await pool.handle_async_request(httpx.Request(
@@ -235,7 +252,7 @@ class Proxy:
             # A reply that ends while the proxy shuts down (a stream cut at the end of the
             # grace period): the recorder has stopped taking work.
             self.stats.add("record_failures")
-            self.log(printable(f"{call.where}: not recorded: the proxy is stopping"))
+            self._say(call, f"{call.where}: not recorded: the proxy is stopping")
 
     def _record(self, call: _Call) -> None:
         """On the recorder thread: parse what passed, and record it."""
@@ -247,13 +264,20 @@ class Proxy:
             outcome: Outcome = self.recorder.record(exchange)
         except Exception as exc:  # never let a recording failure reach the client
             self.stats.add("record_failures")
-            message = redact(f"{type(exc).__name__}: {exc}", call.secrets)
-            self.log(printable(f"{call.where}: recording failed: {message}"))
+            self._say(call, f"{call.where}: recording failed: {type(exc).__name__}: {exc}")
             return
         cut = f", cut by the {call.cut_by}" if call.cut_by else ""
-        self.log(printable(
-            f"{call.where} -> {outcome.session} ({outcome.kind}) +{outcome.new_nodes} nodes, "
-            f"{outcome.dedup} re-sent, {_tokens(exchange.reply.usage)}, {call.ms:.0f} ms{cut}"))
+        self._say(call,
+                  f"{call.where} -> {outcome.session} ({outcome.kind}) +{outcome.new_nodes} "
+                  f"nodes, {outcome.dedup} re-sent, {_tokens(exchange.reply.usage)}, "
+                  f"{call.ms:.0f} ms{cut}")
+
+    def _say(self, call: _Call, line: str) -> None:
+        """Log a line about ``call``, its secrets redacted (a session is named after the
+        first words of a message, lower-cased: so are the secrets looked for)."""
+        secrets = sorted({*call.secrets, *(s.lower() for s in call.secrets)}, key=len,
+                         reverse=True)
+        self.log(printable(redact(line, secrets)))
 
     def _exchange(self, call: _Call) -> Exchange | None:
         """The exchange to record, or None (after logging why) for one that is not recorded."""
@@ -266,11 +290,11 @@ class Proxy:
         if parsed is None:
             self.stats.add("passed_through")
             tail = f", cut by the {call.cut_by}" if call.cut_by else ""
-            self.log(printable(f"{call.where} (not recorded{tail}) {call.ms:.0f} ms"))
+            self._say(call, f"{call.where} (not recorded{tail}) {call.ms:.0f} ms")
             return None
         if call.encoding not in _DECODABLE:
             self.stats.add("record_failures")
-            self.log(printable(f"{call.where}: not recorded (content encoding {call.encoding})"))
+            self._say(call, f"{call.where}: not recorded (content encoding {call.encoding})")
             return None
         data = b"".join(call.chunks)
         if call.encoding in ("gzip", "deflate") and data:
@@ -285,7 +309,9 @@ class Proxy:
             try:
                 value = _decode(data)
             except msgspec.DecodeError:
-                value = data[:4000].decode("utf-8", "replace")
+                # Redacted whole before it is cut: a key across the cut would leave its
+                # first part behind.
+                value = redact(data.decode("utf-8", "replace"), call.secrets)[:4000]
             if call.status is not None and call.status >= 400:
                 error = value
             else:

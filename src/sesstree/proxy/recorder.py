@@ -85,7 +85,8 @@ class Exchange(msgspec.Struct):
     error: Any = None
     #: "client" or "upstream" when the reply stream was cut before its end.
     cut_by: str | None = None
-    #: Header values that must never be stored (API keys, tokens).
+    #: Values that must never be stored (API keys and tokens of the headers, query values,
+    #: the upstream URL's password), longest first.
     secrets: list[str] = msgspec.field(default_factory=list)
 
 
@@ -104,14 +105,24 @@ class Outcome(msgspec.Struct):
 
 def redact(value: Any, secrets: Sequence[str]) -> Any:
     """``value`` with every occurrence of a secret, and anything shaped like an API key,
-    replaced by ``[redacted]``."""
+    replaced by ``[redacted]``, in strings, lists and maps (their keys included)."""
     if isinstance(value, str):
         for secret in secrets:
             if secret:
                 value = value.replace(secret, "[redacted]")
         return _SECRET_SHAPES.sub("[redacted]", value) if "sk-" in value else value
     if isinstance(value, dict):
-        return {k: redact(v, secrets) for k, v in value.items()}
+        # Keys too: a tool's arguments or a provider's error may hold a key as a map's key.
+        out: dict[Any, Any] = {}
+        for k, v in value.items():
+            key = redact(k, secrets) if isinstance(k, str) else k
+            if key != k:
+                # Two keys redacted alike must not overwrite each other's value.
+                n, base = 2, key
+                while key in out or key in value:
+                    key, n = f"{base} ({n})", n + 1
+            out[key] = redact(v, secrets)
+        return out
     if isinstance(value, list):
         return [redact(v, secrets) for v in value]
     return value
@@ -120,7 +131,9 @@ def redact(value: Any, secrets: Sequence[str]) -> Any:
 def _needs_redaction(events: Sequence[Event], secrets: Sequence[str]) -> bool:
     blob = _json.encode([d for _, d in events]).decode()
     # Substring tests run at memory speed; the pattern only where a key could be.
-    return any(s and s in blob for s in secrets) or (
+    # A secret is looked for as JSON writes it too (a quote or backslash in it is escaped).
+    return any(s and (s in blob or _json.encode(s)[1:-1].decode() in blob)
+               for s in secrets) or (
         "sk-" in blob and _SECRET_SHAPES.search(blob) is not None)
 
 

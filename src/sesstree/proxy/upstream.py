@@ -1,0 +1,132 @@
+"""Where a request goes, and which of the values it carries are secrets.
+
+The upstream URL given to the proxy may carry a path (``https://openrouter.ai/api``), a query
+(``?api-version=...``, ``?key=...``) and credentials (``https://user:pw@host``). A request is
+forwarded to the upstream's path followed by the request's path, with both queries merged;
+the credentials become an ``Authorization: Basic`` header when the client sent none.
+
+A secret is any value of an API-key header, of a query parameter or of the upstream URL's
+password that is at least :data:`MIN_SECRET_LENGTH` characters long. A shorter value is taken
+for a placeholder (Ollama's ``ollama``, vLLM's ``EMPTY``, a test's ``x``): replacing it
+wherever it appears would corrupt the recording (every ``x`` of every message), and it
+protects nothing.
+"""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Iterable
+from urllib.parse import unquote_plus
+
+import httpx
+
+__all__ = ["MIN_SECRET_LENGTH", "Upstream", "header_secrets", "hide_userinfo",
+           "query_secrets", "strip_header_values"]
+
+#: Shorter values of a key header, query parameter or password are not treated as secrets.
+MIN_SECRET_LENGTH = 8
+
+_SECRET_HEADERS = frozenset({b"authorization", b"x-api-key", b"api-key", b"x-goog-api-key",
+                             b"proxy-authorization", b"openai-api-key", b"anthropic-api-key"})
+_SCHEMES = ("bearer", "basic", "token")
+_BLANK = b" \t"
+
+
+def _meaningful(values: Iterable[str]) -> list[str]:
+    found = {v for v in values if len(v) >= MIN_SECRET_LENGTH}
+    # Longest first: a key that contains another is replaced whole, not around the shorter.
+    return sorted(found, key=len, reverse=True)
+
+
+def header_secrets(headers: Iterable[tuple[bytes, bytes]]) -> list[str]:
+    """The values of the request's API-key headers that are secrets (the token alone for
+    ``Bearer``, ``Basic`` and ``Token``), longest first."""
+    found: list[str] = []
+    for key, value in headers:
+        if key.lower() not in _SECRET_HEADERS:
+            continue
+        text = value.decode("latin-1").strip(" \t")
+        scheme, _, token = text.partition(" ")
+        if token.strip() and scheme.lower() in _SCHEMES:
+            # The token is the secret: the whole value ("Bearer x") would match text that
+            # merely mentions the scheme.
+            found.append(token.strip(" \t"))
+        else:
+            found.append(text)
+    return _meaningful(found)
+
+
+def query_secrets(query: bytes | str) -> list[str]:
+    """The values of a query string's parameters that could be keys (of
+    :data:`MIN_SECRET_LENGTH` characters or more, with a letter), decoded and as sent, longest
+    first: ``?key=AIza...`` is how some providers take their key."""
+    text = query.decode("latin-1") if isinstance(query, bytes) else query
+    found: list[str] = []
+    for part in text.split("&"):
+        _, _, value = part.partition("=")
+        decoded = unquote_plus(value)
+        # A value with no letter (a date, a version, a number: ``api-version=2024-06-01``)
+        # is no key, and redacting it would blank every mention of that date.
+        if any(c.isalpha() for c in decoded):
+            found += [value, decoded]
+    return _meaningful(found)
+
+
+def strip_header_values(headers: Iterable[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
+    """The headers with spaces and tabs removed at both ends of each value: they are not part
+    of a value (RFC 9110, 5.5), and the upstream's HTTP stack refuses to send them."""
+    return [(k, v.strip(_BLANK)) for k, v in headers]
+
+
+def hide_userinfo(url: str) -> str:
+    """``url`` as it may be printed: everything up to the last ``@`` of its authority removed
+    (``https://user:pw@host/`` becomes ``https://host/``), the rest as written."""
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        scheme, rest = "", url
+    end = min((i for i in (rest.find(c) for c in "/?#") if i >= 0), default=len(rest))
+    authority = rest[:end]
+    if "@" in authority:
+        rest = authority.rpartition("@")[2] + rest[end:]
+    return f"{scheme}{sep}{rest}"
+
+
+class Upstream:
+    """The upstream URL, split into what every forwarded request is built from."""
+
+    def __init__(self, url: str | httpx.URL) -> None:
+        given = httpx.URL(str(url))
+        #: The URL without credentials, path or query: what requests are sent to.
+        self.origin = given.copy_with(username=None, password=None, raw_path=b"/")
+        raw_path = given.raw_path
+        path, _, query = raw_path.partition(b"?")
+        #: The upstream's own path, without a trailing ``/``; the request's path follows it.
+        self.path = path.rstrip(b"/")
+        #: The upstream's own query, merged into every request's.
+        self.query = query
+        #: ``Authorization: Basic`` built from the URL's credentials, or None.
+        self.authorization: bytes | None = None
+        if given.userinfo:
+            pair = f"{given.username}:{given.password}".encode()
+            self.authorization = b"Basic " + base64.b64encode(pair)
+        secrets = [given.password, *query_secrets(query)]
+        if self.authorization is not None:
+            secrets.append(self.authorization[6:].decode())
+        #: The values of the URL that must never be stored or printed.
+        self.secrets = _meaningful(secrets)
+
+    def url_for(self, raw_path: bytes, query: bytes) -> httpx.URL:
+        """Where a request for ``raw_path?query`` goes: the upstream's path, then the
+        request's; the request's query, then each upstream parameter it does not name."""
+        names = {_name(p) for p in query.split(b"&") if p}
+        # A parameter the client gives itself wins over the upstream's.
+        kept = [p for p in self.query.split(b"&") if p and _name(p) not in names]
+        merged = b"&".join([*kept, query] if query else kept)
+        target = self.path + (raw_path or b"/")
+        if merged:
+            target += b"?" + merged
+        return self.origin.copy_with(raw_path=target)
+
+
+def _name(part: bytes) -> str:
+    return unquote_plus(part.partition(b"=")[0].decode("latin-1"))
