@@ -19,8 +19,9 @@ from ..node import NodeId
 from ..store.base import RawNode
 from .pack import MAX_UNPACKED, decode_pack, encode_pack, pack_ids, unpack_ids
 from .peer import RefResult, Update, Walk
+from .shown import strip_userinfo
 
-__all__ = ["API", "HttpPeer", "shown_url"]
+__all__ = ["API", "HttpPeer", "shown_url", "url_problem"]
 
 #: Where the sync API lives on a server (versioned: a change of wire format is a new prefix).
 API = "/api/v1"
@@ -30,10 +31,24 @@ PACK = "application/x-sesstree-pack"
 
 
 def shown_url(url: str) -> str:
-    """``url`` without any user or password part, for messages."""
-    parsed = httpx.URL(url)
-    return str(parsed.copy_with(username=None, password=None, query=None, fragment=None)
-               ).rstrip("/")
+    """``url`` without any user or password part, query or fragment, for messages; never
+    raises (text that does not parse is cut by hand: see :func:`.shown.strip_userinfo`)."""
+    try:
+        parsed = httpx.URL(url)
+        if parsed.host:
+            return str(parsed.copy_with(username=None, password=None, query=None,
+                                        fragment=None)).rstrip("/")
+    except (httpx.InvalidURL, ValueError, TypeError):
+        pass
+    return strip_userinfo(url).rstrip("/")
+
+
+def url_problem(url: str, exc: Exception) -> str:
+    """Why ``url`` does not parse, safe to show: httpx's reason quotes pieces of the URL (a
+    password with an unquoted ``/`` is read as the port), so with a user part it is left out."""
+    if "@" in url:
+        return "not a valid http(s) URL (quote special characters in the user part as %XX)"
+    return str(exc).splitlines()[0][:200] if str(exc) else "not a valid http(s) URL"
 
 
 class HttpPeer:
@@ -43,7 +58,8 @@ class HttpPeer:
         try:
             base = httpx.URL(url)
         except (httpx.InvalidURL, ValueError) as exc:
-            raise RemoteError(f"invalid URL {url!r}: {exc}") from None
+            raise RemoteError(f"invalid URL {shown_url(url)!r}: {url_problem(url, exc)}"
+                              ) from None
         if base.scheme not in ("http", "https") or not base.host:
             raise RemoteError(f"invalid URL {shown_url(url)!r}: expected http(s)://HOST[:PORT]")
         self.name = shown_url(url)

@@ -33,6 +33,7 @@ from .negotiate import find_missing, segments
 from .pack import PACK_BYTES, verify
 from .peer import LocalPeer, Peer, RefResult, Update, check_pushed_ref, is_ancestor
 from .remotes import add_remote, get_remote
+from .shown import shown_location
 
 __all__ = [
     "NODES_PER_REQUEST", "FetchResult", "Progress", "PullResult", "PushResult", "clone", "fetch",
@@ -193,7 +194,8 @@ def pull(store: Store, remote: str | os.PathLike[str] | Store = "origin",
     fetched = fetch(store, remote, token=token, progress=progress)
     out: list[tuple[str, str, NodeId | None, NodeId | None]] = []
     problems = []
-    label = os.fspath(remote) if not isinstance(remote, Store) else fetched.remote
+    # The label goes into the reflog and messages: a URL's password must reach neither.
+    label = shown_location(os.fspath(remote)) if not isinstance(remote, Store) else fetched.remote
     for name in names:
         theirs = fetched.refs.get(SESSIONS + name)
         if theirs is None:
