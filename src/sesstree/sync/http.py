@@ -17,7 +17,16 @@ import msgspec
 from ..errors import RemoteError
 from ..node import NodeId
 from ..store.base import RawNode
-from .pack import MAX_UNPACKED, decode_pack, encode_pack, pack_ids, unpack_ids
+from .pack import (
+    MAX_STARTS,
+    MAX_UNPACKED,
+    MAX_WALK,
+    MAX_WALK_IDS,
+    decode_pack,
+    encode_pack,
+    pack_ids,
+    unpack_ids,
+)
 from .peer import RefResult, Update, Walk
 from .shown import strip_userinfo
 
@@ -97,7 +106,23 @@ class HttpPeer:
         return set(unpack_ids(_field(reply, "have", bytes, self.name)))
 
     def walk(self, starts: Sequence[tuple[NodeId, int]]) -> list[Walk]:
-        """Ids back from each start, on the server."""
+        """Ids back from each start, on the server (in as many requests as its bounds need:
+        at most MAX_STARTS starts and MAX_WALK_IDS ids per answer)."""
+        out: list[Walk] = []
+        group: list[tuple[NodeId, int]] = []
+        room = MAX_WALK_IDS
+        for start, n in starts:
+            n = min(n, MAX_WALK)
+            if group and (len(group) == MAX_STARTS or n > room):
+                out += self._walk(group)
+                group, room = [], MAX_WALK_IDS
+            group.append((start, n))
+            room -= n
+        if group:
+            out += self._walk(group)
+        return out
+
+    def _walk(self, starts: list[tuple[NodeId, int]]) -> list[Walk]:
         body = _msgpack.encode({"starts": [[bytes.fromhex(s), n] for s, n in starts]})
         reply = self._msgpack(self._send("POST", "/walk", body, MSGPACK), "/walk")
         out = []
@@ -106,10 +131,14 @@ class HttpPeer:
                 depth, ids, base = item
                 out.append(Walk(int(depth), unpack_ids(ids),
                                 None if base is None else NodeId(bytes(base).hex())))
-            except (TypeError, ValueError):
+            except (TypeError, ValueError, RemoteError):
                 raise RemoteError(f"{self.name} answered /walk with garbage") from None
         if len(out) != len(starts):
             raise RemoteError(f"{self.name} answered /walk with garbage")
+        for w, (start, n) in zip(out, starts, strict=True):
+            if len(w.ids) > n:
+                raise RemoteError(f"{self.name} listed {len(w.ids)} ids back from "
+                                  f"{start[:12]} when asked for at most {n}: refused")
         return out
 
     def nodes(self, chains: Sequence[tuple[NodeId, int]]) -> list[RawNode]:
