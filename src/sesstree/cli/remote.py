@@ -25,6 +25,7 @@ from ..sync import ops
 from ..sync.connect import read_token_file
 from ..sync.peer import RefResult
 from ..sync.remotes import add_remote, get_remote, list_remotes, remove_remote
+from ..sync.shown import shown_location
 from .core import STORE_DIR, StoreLocator, emit_json, fail, pass_store
 
 __all__ = ["clone", "fetch", "pull", "push", "remote", "serve"]
@@ -209,13 +210,7 @@ def remote_show(locator: StoreLocator, name: str, as_json: bool) -> None:
 
 
 def _shown(url: str) -> str:
-    if is_store_url(url):
-        return redact_url(url)
-    if "://" in url:
-        from ..sync.http import shown_url
-
-        return shown_url(url)
-    return url
+    return shown_location(url)
 
 
 # -- clone, fetch, pull, push ------------------------------------------------------------------
@@ -318,7 +313,7 @@ def pull(locator: StoreLocator, remote_name: str | None, sessions: tuple[str, ..
         elif status == "created":
             click.echo(f"{session}: created at {short(new)}")
         elif status == "ahead":
-            click.echo(f"{session}: ahead of {name}/{session}, nothing to pull")
+            click.echo(f"{session}: ahead of {_shown(name)}/{session}, nothing to pull")
         else:
             click.echo(f"{session}: already up to date")
 

@@ -29,17 +29,26 @@ from ..errors import (
 )
 from ..node import NodeId
 from ..repo import SESSIONS, TAGS, Store
-from ..sync.pack import MAX_BODY, decode_pack, encode_pack, pack_ids, unpack_ids
+from ..sync import pack
+from ..sync.pack import (
+    MAX_BODY,
+    MAX_STARTS,
+    MAX_WALK,
+    MAX_WALK_IDS,
+    decode_pack,
+    encode_pack,
+    pack_ids,
+    unpack_ids,
+)
 from ..sync.peer import Update, apply_push, read_chains, walk_store
 from ..web.guard import build_app
 
-__all__ = ["MAX_HAS", "MAX_NODES", "MAX_STARTS", "MAX_WALK", "create_app", "serve"]
+__all__ = [
+    "MAX_HAS", "MAX_NODES", "MAX_STARTS", "MAX_WALK", "MAX_WALK_IDS", "create_app", "serve",
+]
 
 #: Most ids one /has request may ask about.
 MAX_HAS = 200_000
-#: Most starts in one /walk request, and most ids listed back from one start.
-MAX_STARTS = 20_000
-MAX_WALK = 65_536
 #: Most nodes one /nodes request may ask for.
 MAX_NODES = 20_000
 API = "/api/v1"
@@ -98,6 +107,11 @@ def create_app(store: Store, *, token: str | None, host: str = "127.0.0.1",
 
     async def walk(request: Request) -> Response:
         starts = _starts(await _msgpack_body(request), "starts", MAX_STARTS)
+        # Each start may list up to MAX_WALK ids: bound the answer as a whole, or a small
+        # request (20,000 starts) could ask for an answer of over a billion ids.
+        if sum(min(limit, MAX_WALK) for _, limit in starts) > MAX_WALK_IDS:
+            raise _Refused(413, f"at most {MAX_WALK_IDS} ids per /walk answer (the sum of "
+                                f"the starts' limits, each counted up to {MAX_WALK})")
 
         def read() -> list[list[Any]]:
             out: list[list[Any]] = []
@@ -116,7 +130,9 @@ def create_app(store: Store, *, token: str | None, host: str = "127.0.0.1",
 
         def read() -> bytes:
             with store.backend.snapshot():
-                return encode_pack(read_chains(store, chains))
+                # Cut at about PACK_BYTES (read now, not at import): the client asks again for
+                # the rest, so large nodes never make an answer too big to accept.
+                return encode_pack(read_chains(store, chains, max_bytes=pack.PACK_BYTES))
         return Response(await run_in_threadpool(read), media_type="application/x-sesstree-pack")
 
     async def push(request: Request) -> Response:

@@ -17,10 +17,20 @@ import msgspec
 from ..errors import RemoteError
 from ..node import NodeId
 from ..store.base import RawNode
-from .pack import MAX_UNPACKED, decode_pack, encode_pack, pack_ids, unpack_ids
+from .pack import (
+    MAX_STARTS,
+    MAX_UNPACKED,
+    MAX_WALK,
+    MAX_WALK_IDS,
+    decode_pack,
+    encode_pack,
+    pack_ids,
+    unpack_ids,
+)
 from .peer import RefResult, Update, Walk
+from .shown import strip_userinfo
 
-__all__ = ["API", "HttpPeer", "shown_url"]
+__all__ = ["API", "HttpPeer", "shown_url", "url_problem"]
 
 #: Where the sync API lives on a server (versioned: a change of wire format is a new prefix).
 API = "/api/v1"
@@ -30,10 +40,24 @@ PACK = "application/x-sesstree-pack"
 
 
 def shown_url(url: str) -> str:
-    """``url`` without any user or password part, for messages."""
-    parsed = httpx.URL(url)
-    return str(parsed.copy_with(username=None, password=None, query=None, fragment=None)
-               ).rstrip("/")
+    """``url`` without any user or password part, query or fragment, for messages; never
+    raises (text that does not parse is cut by hand: see :func:`.shown.strip_userinfo`)."""
+    try:
+        parsed = httpx.URL(url)
+        if parsed.host:
+            return str(parsed.copy_with(username=None, password=None, query=None,
+                                        fragment=None)).rstrip("/")
+    except (httpx.InvalidURL, ValueError, TypeError):
+        pass
+    return strip_userinfo(url).rstrip("/")
+
+
+def url_problem(url: str, exc: Exception) -> str:
+    """Why ``url`` does not parse, safe to show: httpx's reason quotes pieces of the URL (a
+    password with an unquoted ``/`` is read as the port), so with a user part it is left out."""
+    if "@" in url:
+        return "not a valid http(s) URL (quote special characters in the user part as %XX)"
+    return str(exc).splitlines()[0][:200] if str(exc) else "not a valid http(s) URL"
 
 
 class HttpPeer:
@@ -43,7 +67,8 @@ class HttpPeer:
         try:
             base = httpx.URL(url)
         except (httpx.InvalidURL, ValueError) as exc:
-            raise RemoteError(f"invalid URL {url!r}: {exc}") from None
+            raise RemoteError(f"invalid URL {shown_url(url)!r}: {url_problem(url, exc)}"
+                              ) from None
         if base.scheme not in ("http", "https") or not base.host:
             raise RemoteError(f"invalid URL {shown_url(url)!r}: expected http(s)://HOST[:PORT]")
         self.name = shown_url(url)
@@ -81,7 +106,23 @@ class HttpPeer:
         return set(unpack_ids(_field(reply, "have", bytes, self.name)))
 
     def walk(self, starts: Sequence[tuple[NodeId, int]]) -> list[Walk]:
-        """Ids back from each start, on the server."""
+        """Ids back from each start, on the server (in as many requests as its bounds need:
+        at most MAX_STARTS starts and MAX_WALK_IDS ids per answer)."""
+        out: list[Walk] = []
+        group: list[tuple[NodeId, int]] = []
+        room = MAX_WALK_IDS
+        for start, n in starts:
+            n = min(n, MAX_WALK)
+            if group and (len(group) == MAX_STARTS or n > room):
+                out += self._walk(group)
+                group, room = [], MAX_WALK_IDS
+            group.append((start, n))
+            room -= n
+        if group:
+            out += self._walk(group)
+        return out
+
+    def _walk(self, starts: list[tuple[NodeId, int]]) -> list[Walk]:
         body = _msgpack.encode({"starts": [[bytes.fromhex(s), n] for s, n in starts]})
         reply = self._msgpack(self._send("POST", "/walk", body, MSGPACK), "/walk")
         out = []
@@ -90,10 +131,14 @@ class HttpPeer:
                 depth, ids, base = item
                 out.append(Walk(int(depth), unpack_ids(ids),
                                 None if base is None else NodeId(bytes(base).hex())))
-            except (TypeError, ValueError):
+            except (TypeError, ValueError, RemoteError):
                 raise RemoteError(f"{self.name} answered /walk with garbage") from None
         if len(out) != len(starts):
             raise RemoteError(f"{self.name} answered /walk with garbage")
+        for w, (start, n) in zip(out, starts, strict=True):
+            if len(w.ids) > n:
+                raise RemoteError(f"{self.name} listed {len(w.ids)} ids back from "
+                                  f"{start[:12]} when asked for at most {n}: refused")
         return out
 
     def nodes(self, chains: Sequence[tuple[NodeId, int]]) -> list[RawNode]:

@@ -19,15 +19,20 @@ from collections.abc import Callable, Sequence
 
 import msgspec
 
+from ..errors import RemoteError
 from ..node import NodeId
 from .peer import Walk
 
-__all__ = ["FIRST_BATCH", "GROWTH", "MAX_BATCH", "Missing", "find_missing", "segments"]
+__all__ = ["FIRST_BATCH", "GROWTH", "MAX_BATCH", "MAX_WALKED", "Missing", "find_missing", "segments"]
 
 FIRST_BATCH = 16
 GROWTH = 4
 #: Largest batch asked for; a server may answer with fewer ids (the walk then goes on).
 MAX_BATCH = 65536
+#: Most ids one negotiation accepts from the sender's walks, whatever depths it reports: a
+#: peer that lists ids back forever ends in one error instead of growing memory (read when
+#: called).
+MAX_WALKED = 10_000_000
 
 
 class Missing(msgspec.Struct):
@@ -39,7 +44,7 @@ class Missing(msgspec.Struct):
 
 
 class _Line:
-    __slots__ = ("batch", "depth", "done", "ids", "next", "tip")
+    __slots__ = ("batch", "depth", "done", "ids", "listed", "next", "tip")
 
     def __init__(self, tip: NodeId) -> None:
         self.tip = tip
@@ -47,6 +52,7 @@ class _Line:
         self.batch = FIRST_BATCH
         self.ids: list[NodeId] = []
         self.depth = 0
+        self.listed = 0
         self.done = False
 
 
@@ -55,16 +61,23 @@ def find_missing(
     walk: Callable[[list[tuple[NodeId, int]]], list[Walk]],
     has: Callable[[list[NodeId]], set[NodeId]],
     known: set[NodeId] | None = None,
+    peer: str = "the other store",
 ) -> list[Missing]:
     """The nodes the receiver lacks to hold every tip: one entry per tip that needs any,
     sorted so that sending them in order sends parents first.
 
     ``walk`` reads the sender's lines, ``has`` asks the receiver; ``known`` holds ids the
-    receiver is known to have (the refs it advertised) without asking.
+    receiver is known to have (the refs it advertised) without asking. ``peer`` names the
+    sender in errors.
+
+    Raises:
+        RemoteError: the sender listed more ids than asked for, more back from a tip than the
+            depth it reported for it, or more than MAX_WALKED in all.
     """
     known = known or set()
     claimed: set[NodeId] = set()
     lines = []
+    walked = 0
     for tip in dict.fromkeys(tips):
         if tip not in known:
             lines.append(_Line(tip))
@@ -75,6 +88,20 @@ def find_missing(
         for line, w in zip(active, walks, strict=True):
             if not line.ids and w.depth:
                 line.depth = w.depth
+            # Trust no count the sender gives: a line holds at most its depth's ids, and the
+            # whole negotiation at most MAX_WALKED, so a lying sender ends in one error.
+            line.listed += len(w.ids)
+            walked += len(w.ids)
+            if len(w.ids) > line.batch:
+                raise RemoteError(f"{peer} listed {len(w.ids)} ids back from "
+                                  f"{(line.next or line.tip)[:12]} "
+                                  f"when asked for at most {line.batch}: refused")
+            if line.listed > max(line.depth, 0):
+                raise RemoteError(f"{peer} listed more than {line.depth} ids back from "
+                                  f"{line.tip[:12]}, the depth it reported for it: refused")
+            if walked > MAX_WALKED:
+                raise RemoteError(f"{peer} listed more than {MAX_WALKED} ids to walk: refused "
+                                  "(more than one fetch can hold)")
             ids = w.ids
             for k, i in enumerate(ids):
                 if i in known:

@@ -29,10 +29,11 @@ from ..repo import SESSIONS, TAGS, Store, open_store
 from ..store.base import RawNode
 from ..store.urls import is_store_url
 from .connect import open_peer
-from .negotiate import find_missing, segments
+from .negotiate import Missing, find_missing, segments
 from .pack import PACK_BYTES, verify
 from .peer import LocalPeer, Peer, RefResult, Update, check_pushed_ref, is_ancestor
 from .remotes import add_remote, get_remote
+from .shown import shown_location
 
 __all__ = [
     "NODES_PER_REQUEST", "FetchResult", "Progress", "PullResult", "PushResult", "clone", "fetch",
@@ -81,16 +82,56 @@ class PullResult(msgspec.Struct):
     fetched: FetchResult
 
 
-def _transfer(src: Peer, missing_chains: list[list[tuple[NodeId, int]]],
-              store_batch: Callable[[list[RawNode]], None], progress: Progress | None,
+def _transfer(src: Peer, missing: list[Missing], store: Store, progress: Progress | None,
               counters: list[int]) -> None:
-    for group in missing_chains:
+    """Read the missing chains from ``src``, verify and store them, oldest first.
+
+    A server may answer only the first nodes asked for (it cuts its answers at about
+    PACK_BYTES): each answer must be the start of what was asked, in order, and the rest is
+    asked again. After a cut answer the next request asks for twice as many nodes as the cut
+    one held, so large nodes do not make the server read thousands of them per answer.
+    """
+    total = sum(len(m.ids) for m in missing)
+    done = 0
+    per_request = NODES_PER_REQUEST
+    while done < total:
+        group, expected = _next_group(missing, done, per_request)
         nodes = src.nodes(group)
+        verify(nodes, store.backend.has, src.name)
+        if not nodes or len(nodes) > len(expected) or any(
+                n.id != i for n, i in zip(nodes, expected, strict=False)):
+            raise RemoteError(f"{src.name} answered with nodes other than those asked for: "
+                              "nothing moved")
         counters[1] += getattr(src, "last_bytes", 0) or sum(len(n.encoded) + 70 for n in nodes)
-        store_batch(nodes)
+        store.backend.commit(nodes, [])
+        done += len(nodes)
         counters[0] += len(nodes)
+        per_request = (NODES_PER_REQUEST if len(nodes) == len(expected)
+                       else max(1, min(NODES_PER_REQUEST, 2 * len(nodes))))
         if progress is not None:
             progress(counters[0], counters[1])
+
+
+def _next_group(missing: list[Missing], skip: int, most: int
+                ) -> tuple[list[tuple[NodeId, int]], list[NodeId]]:
+    """The chains of the next request: up to ``most`` nodes after the first ``skip`` (oldest
+    first, in the order of ``missing``), each piece named by its newest id; and the ids it
+    asks for, in the order they must come."""
+    group: list[tuple[NodeId, int]] = []
+    expected: list[NodeId] = []
+    for m in missing:
+        if len(expected) == most:
+            break
+        if skip >= len(m.ids):
+            skip -= len(m.ids)
+            continue
+        # m.ids is newest first: the oldest not yet received is at len - 1 - skip.
+        end = len(m.ids) - skip
+        start = max(0, end - (most - len(expected)))
+        group.append((m.ids[start], end - start))
+        expected += reversed(m.ids[start:end])
+        skip = 0
+    return group, expected
 
 
 def fetch(store: Store, remote: str | os.PathLike[str] | Store = "origin", *,
@@ -106,14 +147,10 @@ def fetch(store: Store, remote: str | os.PathLike[str] | Store = "origin", *,
         tips = sorted(set(refs.values()))
         here = store.backend.has(tips) if tips else set()
         wanted = [t for t in tips if t not in here]
-        missing = find_missing(wanted, peer.walk, lambda ids: store.backend.has(ids))
-
-        def keep(nodes: list[RawNode]) -> None:
-            verify(nodes, store.backend.has, peer.name)
-            store.backend.commit(nodes, [])
-
+        missing = find_missing(wanted, peer.walk, lambda ids: store.backend.has(ids),
+                               peer=peer.name)
         counters = [0, 0]
-        _transfer(peer, segments(missing, NODES_PER_REQUEST), keep, progress, counters)
+        _transfer(peer, missing, store, progress, counters)
         result.nodes, result.bytes = counters
         lost = set(tips) - store.backend.has(tips) if tips else set()
         if lost:
@@ -193,7 +230,8 @@ def pull(store: Store, remote: str | os.PathLike[str] | Store = "origin",
     fetched = fetch(store, remote, token=token, progress=progress)
     out: list[tuple[str, str, NodeId | None, NodeId | None]] = []
     problems = []
-    label = os.fspath(remote) if not isinstance(remote, Store) else fetched.remote
+    # The label goes into the reflog and messages: a URL's password must reach neither.
+    label = shown_location(os.fspath(remote)) if not isinstance(remote, Store) else fetched.remote
     for name in names:
         theirs = fetched.refs.get(SESSIONS + name)
         if theirs is None:

@@ -20,7 +20,10 @@ from ..store.base import RawNode
 
 __all__ = [
     "MAX_BODY",
+    "MAX_STARTS",
     "MAX_UNPACKED",
+    "MAX_WALK",
+    "MAX_WALK_IDS",
     "PACK_BYTES",
     "decode_pack",
     "encode_pack",
@@ -36,6 +39,11 @@ MAX_BODY = 32 * 1024 * 1024
 MAX_UNPACKED = 128 * 1024 * 1024
 #: A sender cuts its packs at about this many bytes of node data.
 PACK_BYTES = 4 * 1024 * 1024
+#: Most starts in one /walk request, and most ids listed back from one start.
+MAX_STARTS = 20_000
+MAX_WALK = 65_536
+#: Most ids one /walk answer may hold in all: the sum over its starts of min(LIMIT, MAX_WALK).
+MAX_WALK_IDS = 200_000
 #: Longest event type a peer may send (registered types are short names).
 MAX_TYPE = 200
 

@@ -220,10 +220,18 @@ def walk_store(store: Store, start: NodeId, limit: int) -> Walk:
     return Walk(node.depth, ids, chain.base)
 
 
-def read_chains(store: Store, chains: Sequence[tuple[NodeId, int]]) -> list[RawNode]:
-    """The nodes of each ``(tip, count)`` chain, oldest first, encoded for sending."""
+def read_chains(store: Store, chains: Sequence[tuple[NodeId, int]], *,
+                max_bytes: int | None = None) -> list[RawNode]:
+    """The nodes of each ``(tip, count)`` chain, oldest first, encoded for sending.
+
+    With ``max_bytes``, stop once the nodes' data reaches it (always at least one node): the
+    answer is then the first nodes of that order, and the reader asks again for the rest.
+    """
     out: list[RawNode] = []
+    size = 0
     for tip, count in chains:
+        if max_bytes is not None and out and size >= max_bytes:
+            break
         try:
             chain = store.backend.chain(tip, count)
         except KeyError:
@@ -231,6 +239,10 @@ def read_chains(store: Store, chains: Sequence[tuple[NodeId, int]]) -> list[RawN
         ids = chain.ids
         parent = chain.base
         for i, type_, data in zip(ids, chain.types, chain.datas, strict=True):
-            out.append(RawNode(i, parent, type_, encode_data(data)))
+            if max_bytes is not None and out and size >= max_bytes:
+                break
+            encoded = encode_data(data)
+            size += len(encoded)
+            out.append(RawNode(i, parent, type_, encoded))
             parent = i
     return out

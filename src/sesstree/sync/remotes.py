@@ -19,6 +19,7 @@ from ..files import write_private
 from ..head import head_file_for
 from ..repo import Store
 from ..store.urls import is_store_url
+from .shown import shown_location
 
 __all__ = [
     "Remote", "add_remote", "check_remote_name", "get_remote", "list_remotes", "normalize_url",
@@ -96,14 +97,35 @@ def check_remote_name(name: str) -> str:
 
 
 def normalize_url(url: str) -> str:
-    """A remote's location as stored: URLs as given, a path made absolute."""
-    lowered = url.lower()
-    if lowered.startswith(("http://", "https://")) or is_store_url(url):
+    """A remote's location as stored: a ``postgresql://`` URL as given, an ``http(s)://`` URL
+    checked (it must parse and name a host) and without ``user:password@`` (never used: the
+    token travels in a header), a path made absolute.
+
+    Raises:
+        RemoteError: an http(s) URL that does not parse or names no host, or another scheme.
+    """
+    if url.lower().startswith(("http://", "https://")):
+        return _http_url(url)
+    if is_store_url(url):
         return url
     if "://" in url:
         raise RemoteError(f"unsupported URL {url.split('://')[0]}://...: use a path, "
                           "postgresql:// or http(s)://")
     return str(Path(url).expanduser().resolve())
+
+
+def _http_url(url: str) -> str:
+    import httpx
+
+    from .http import shown_url, url_problem
+
+    try:
+        parsed = httpx.URL(url)
+    except (httpx.InvalidURL, ValueError) as exc:
+        raise RemoteError(f"invalid URL {shown_url(url)!r}: {url_problem(url, exc)}") from None
+    if not parsed.host:
+        raise RemoteError(f"invalid URL {shown_url(url)!r}: expected http(s)://HOST[:PORT]")
+    return str(parsed.copy_with(username=None, password=None))
 
 
 def list_remotes(store: Store) -> list[Remote]:
@@ -120,7 +142,8 @@ def add_remote(store: Store, name: str, url: str, *, token_file: str | None = No
     """Add remote ``name`` at ``url`` (a path, ``postgresql://`` or ``http(s)://``)."""
     remotes = _load(store)
     if name in remotes:
-        raise RemoteError(f"remote {name!r} already exists ({remotes[name].url})")
+        raise RemoteError(f"remote {name!r} already exists "
+                          f"({shown_location(remotes[name].url)})")
     remote = Remote(check_remote_name(name), normalize_url(url),
                     None if token_file is None else str(Path(token_file).expanduser().resolve()))
     remotes[name] = remote
