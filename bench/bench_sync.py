@@ -10,24 +10,21 @@ from __future__ import annotations
 
 import argparse
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-import uvicorn
-
 from sesstree import Store, open_store
 from sesstree.server import create_app
 from sesstree.sync import clone
 
 sys.path.insert(0, str(Path(__file__).parent))
+import loopback
 from bench_store import message  # the same realistic messages as the store bench
 
 TOKEN = "bench-token"
@@ -54,20 +51,9 @@ def fill(store: Store, name: str, n: int, start: str | None = None, offset: int 
 
 @contextmanager
 def serving(store: Store) -> Iterator[str]:
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)  # no Nagle
-    sock.bind(("127.0.0.1", 0))
-    server = uvicorn.Server(uvicorn.Config(create_app(store, token=TOKEN), log_level="error",
-                                           lifespan="off"))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    while not server.started:
-        time.sleep(0.01)
-    try:
-        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
-    finally:
-        server.should_exit = True
-        thread.join()
-        sock.close()
+    """``store`` served as ``sess serve`` serves it, with writes open to TOKEN."""
+    with loopback.serving(create_app(store, token=TOKEN)) as url:
+        yield url
 
 
 def best(fn: Callable[[], Any], repeat: int = 3) -> float:

@@ -18,17 +18,14 @@ from __future__ import annotations
 
 import argparse
 import shutil
-import socket
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
-import uvicorn
 
 from sesstree import Store, make_node, open_store
 from sesstree.store.base import RefUpdate
@@ -36,26 +33,17 @@ from sesstree.web import create_web_app
 from sesstree.web.catalog import Filter
 from sesstree.web.views import Views
 
+sys.path.insert(0, str(Path(__file__).parent))
+import loopback
+
 HERE = Path(__file__).resolve().parent
 
 
 @contextmanager
 def serve(store: Store) -> Iterator[str]:
     """A fresh web view of ``store`` on a free port of 127.0.0.1."""
-    sock = socket.socket()
-    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    sock.bind(("127.0.0.1", 0))
-    server = uvicorn.Server(uvicorn.Config(create_web_app(store), log_level="warning", lifespan="off"))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    while not server.started:
-        time.sleep(0.005)
-    try:
-        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
-    finally:
-        server.should_exit = True
-        thread.join()
-        sock.close()
+    with loopback.serving(create_web_app(store)) as url:
+        yield url
 
 
 def build(store: Store, trees: int, forks: int, events: int) -> None:

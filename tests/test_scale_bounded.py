@@ -458,16 +458,15 @@ def test_the_newest_sessions_are_read_through_an_index(two_sizes: tuple[Path, Pa
     bounded(two_sizes, lambda store: newest_refs(store.backend, "sessions/", 10))
 
 
-def test_newest_refs_and_their_summary_on_every_backend(store: Store) -> None:
-    from sesstree.scan import newest_refs, ref_summary
+def test_newest_refs_and_the_reflog_stamp_on_every_backend(store: Store) -> None:
+    from sesstree.scan import newest_refs, reflog_stamp
 
     for name in ("a", "b", "c", "d"):
         store.session(name).add_message({"role": "user", "content": name})
     store.tag("t1", "a")
     store.session("b").add_message({"role": "user", "content": "b again"})  # b moved last
     store.delete_session("c")  # gone: never listed
-    before = ref_summary(store.backend, "sessions/")
-    assert before.live == 3
+    before = reflog_stamp(store.backend)
     got = [r.name for r in newest_refs(store.backend, "sessions/", 10)]
     assert got == ["sessions/b", "sessions/d", "sessions/a"]
     assert [r.name for r in newest_refs(store.backend, "sessions/", 1, 1)] == ["sessions/d"]
@@ -477,9 +476,9 @@ def test_newest_refs_and_their_summary_on_every_backend(store: Store) -> None:
     d = store.session("d")
     with d.log_group("run: turn"):
         d.add_message({"role": "user", "content": "one"})
-        mid = ref_summary(store.backend, "sessions/")
+        mid = reflog_stamp(store.backend)
         d.add_message({"role": "user", "content": "two"})
-    after = ref_summary(store.backend, "sessions/")
+    after = reflog_stamp(store.backend)
     assert (mid.entries, mid.newest) != (before.entries, before.newest)
     assert after.entries == mid.entries and after.newest > mid.newest
     assert [r.name for r in newest_refs(store.backend, "sessions/", 1)] == ["sessions/d"]

@@ -9,9 +9,9 @@ from collections.abc import Iterator, Sequence
 from typing import cast
 
 from .node import NodeId
-from .store.base import Backend, Ref, RefSummary, ScaleReads
+from .store.base import Backend, Ref, ReflogStamp, ScaleReads
 
-__all__ = ["Links", "list_refs_with_depth", "newest_refs", "ref_summary", "refs_at",
+__all__ = ["Links", "list_refs_with_depth", "newest_refs", "reflog_stamp", "refs_at",
            "scale_reads"]
 
 
@@ -50,14 +50,13 @@ def newest_refs(backend: Backend, prefix: str, limit: int, offset: int = 0) -> l
     return refs[offset:offset + limit]
 
 
-def ref_summary(backend: Backend, prefix: str) -> RefSummary:
-    """How many refs ``prefix`` holds, and a stamp that changes whenever any ref moves."""
+def reflog_stamp(backend: Backend) -> ReflogStamp:
+    """A stamp of the reflog that changes whenever any ref moves (see :class:`ReflogStamp`)."""
     scan = scale_reads(backend)
     if scan is not None:
-        return scan.ref_summary(prefix)
+        return scan.reflog_stamp()
     log = backend.reflog()
-    return RefSummary(len(backend.list_refs(prefix)), len(log),
-                      max((e.time for e in log), default=0.0))
+    return ReflogStamp(len(log), max((e.time for e in log), default=0.0))
 
 
 class Links:

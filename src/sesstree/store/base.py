@@ -30,9 +30,9 @@ __all__ = [
     "RawNode",
     "Ref",
     "RefStore",
-    "RefSummary",
     "RefUpdate",
     "ReflogEntry",
+    "ReflogStamp",
     "ScaleReads",
     "SessionMeta",
     "StoreFormat",
@@ -307,11 +307,10 @@ class Counts(msgspec.Struct, frozen=True):
     logical_bytes: int
 
 
-class RefSummary(msgspec.Struct, frozen=True):
-    """How many live refs there are under a prefix, and a stamp of the whole reflog (its entry
-    count and newest move time) that changes whenever any ref moves."""
+class ReflogStamp(msgspec.Struct, frozen=True):
+    """A stamp of the whole reflog that changes whenever any ref moves: its entry count and
+    its newest entry's time (a move adds an entry, or folds into one with its own time)."""
 
-    live: int
     entries: int
     newest: float
 
@@ -351,8 +350,8 @@ class ScaleReads(Protocol):
         """The refs under ``prefix`` that moved last, newest first (ties by name): one page,
         read through an index on move time, not a list of every ref."""
 
-    def ref_summary(self, prefix: str) -> RefSummary:
-        """How many refs ``prefix`` holds, and a stamp of the reflog (see :class:`RefSummary`)."""
+    def reflog_stamp(self) -> ReflogStamp:
+        """The reflog's :class:`ReflogStamp`, from an index, not a read of every entry."""
 
     def counts(self) -> Counts:
         """Counts and logical bytes from indexes or maintained counters, not from a pass over

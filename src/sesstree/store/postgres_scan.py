@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 
 from ..node import NodeId
 from . import postgres_objects as objects
-from .base import Counts, Progress, Ref, RefSummary
+from .base import Counts, Progress, Ref, ReflogStamp
 from .postgres_conn import Conn
 
 __all__ = ["CHUNK", "SLICE", "GcPlan", "ScanReads"]
@@ -45,10 +45,7 @@ _NEWEST_REFS = (
     "SELECT r.name, n.id, r.moved FROM refs r JOIN nodes n ON n.seq = r.target "
     "WHERE left(r.name, %s) = %s ORDER BY r.moved DESC, r.name LIMIT %s OFFSET %s"
 )
-_REF_SUMMARY = (
-    "SELECT (SELECT count(*) FROM refs WHERE left(name, %s) = %s), count(*), "
-    "coalesce(max(time), 0) FROM reflog"
-)
+_REFLOG_STAMP = "SELECT count(*), coalesce(max(time), 0) FROM reflog"
 _LINKS = "SELECT seq, parent FROM nodes WHERE seq < %s ORDER BY seq DESC LIMIT %s"
 # Under the chunk's locks: what was written since the walk that could reach a candidate.
 _NEW_PARENTS = "SELECT DISTINCT parent FROM nodes WHERE seq > %s AND parent IS NOT NULL"
@@ -169,9 +166,9 @@ class ScanReads:
         rows = self._read(_NEWEST_REFS, (len(prefix), prefix, limit, offset))
         return [Ref(r[0], NodeId(bytes(r[1]).hex()), r[2]) for r in rows]
 
-    def ref_summary(self, prefix: str) -> RefSummary:
-        live, entries, newest = self._read(_REF_SUMMARY, (len(prefix), prefix))[0]
-        return RefSummary(int(live), int(entries), float(newest))
+    def reflog_stamp(self) -> ReflogStamp:
+        entries, newest = self._read(_REFLOG_STAMP)[0]
+        return ReflogStamp(int(entries), float(newest))
 
     def counts(self) -> Counts:
         s = self.server_stats()

@@ -354,13 +354,7 @@ class SqliteBackend(RefReads, ScanReads):
         try:
             db.execute("BEGIN IMMEDIATE")
             self._sync_cache()
-            # Every compare-and-set first: a lost one is a conflict (retrying helps) even when
-            # a node is missing too.
-            for u in updates:
-                if self._ref_seq(u.name) != self._old_seq(u):
-                    raise self._conflict(u)
-            for n in nodes:
-                self._insert(n)
+            self._check_then_insert(nodes, updates)
             now = time.time()
             for u in updates:
                 if not self._log(u.name, self._old_seq(u), self._new_seq(u), u.reason, now,
@@ -418,13 +412,18 @@ class SqliteBackend(RefReads, ScanReads):
             raise MissingNodeError(f"{u.name}: target {u.new[:12]} is not stored")
         return found[0]
 
-    def _commit_batched(self, nodes: Sequence[RawNode], updates: Sequence[RefUpdate]) -> None:
-        # Check every CAS before writing anything: a lost CAS must not spoil the batch.
+    def _check_then_insert(self, nodes: Sequence[RawNode], updates: Sequence[RefUpdate]) -> None:
+        """Every compare-and-set first, then the nodes: a lost one is a conflict (retrying
+        helps) even when a node is missing too, and inside a batch it writes nothing that
+        would spoil the batch."""
         for u in updates:
             if self._ref_seq(u.name) != self._old_seq(u):
                 raise self._conflict(u)
         for n in nodes:
             self._insert(n)
+
+    def _commit_batched(self, nodes: Sequence[RawNode], updates: Sequence[RefUpdate]) -> None:
+        self._check_then_insert(nodes, updates)
         now = time.time()
         for u in updates:
             old, new = self._old_seq(u), self._new_seq(u)  # cached lookups

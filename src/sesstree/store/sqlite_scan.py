@@ -23,7 +23,7 @@ from pathlib import Path
 import msgspec
 
 from ..node import NodeId
-from .base import Counts, Progress, Ref, RefSummary
+from .base import Counts, Progress, Ref, ReflogStamp
 from .sqlite_paths import split_row, verify_node
 from .sqlite_sql import LIST_REFS
 
@@ -67,15 +67,6 @@ _NEWEST_REFS = (
     "AND l.n = (SELECT n FROM reflog WHERE ref = l.ref ORDER BY n DESC LIMIT 1) "
     "ORDER BY l.time DESC, l.ref LIMIT ?3 OFFSET ?4"
 )
-# Every ref under ?1 with its value, one index seek per name from the first one under ?1.
-_LIVE_REFS_UNDER = _LIVE_REFS.replace(
-    "SELECT (SELECT ref FROM reflog ORDER BY ref LIMIT 1)",
-    "SELECT (SELECT ref FROM reflog WHERE ref >= ?1 ORDER BY ref LIMIT 1)",
-).replace(
-    "FROM names WHERE names.ref IS NOT NULL\n)",
-    "FROM names WHERE names.ref IS NOT NULL AND substr(names.ref, 1, ?2) = ?1\n)",
-).replace("WHERE names.ref IS NOT NULL\n", "WHERE names.ref IS NOT NULL AND substr(names.ref, 1, ?2) = ?1\n")
-assert _LIVE_REFS_UNDER.count("?1") == 3
 _json = msgspec.json.Encoder()
 _msgpack = msgspec.msgpack.Decoder()
 
@@ -197,13 +188,11 @@ class ScanReads:
             rows = self._db.execute(_NEWEST_REFS, (prefix, len(prefix), limit, offset)).fetchall()
         return [Ref(r[0], self._hex(r[1]), r[2]) for r in rows]
 
-    def ref_summary(self, prefix: str) -> RefSummary:
+    def reflog_stamp(self) -> ReflogStamp:
         with self._lock, self._errors():
             self._write_folds()
-            live = sum(1 for kind, new in self._db.execute(_LIVE_REFS_UNDER, (prefix, len(prefix)))
-                       if new is not None)
             entries, newest = self._db.execute("SELECT count(*), max(time) FROM reflog").fetchone()
-        return RefSummary(live, int(entries), float(newest or 0.0))
+        return ReflogStamp(int(entries), float(newest or 0.0))
 
     def counts(self) -> Counts:
         with self._lock, self._errors():

@@ -15,7 +15,7 @@ import msgspec
 from ..errors import UnknownRevisionError
 from ..node import Node, NodeId
 from ..repo import TAGS, Store
-from ..scan import ref_summary
+from ..scan import reflog_stamp
 from .catalog import Filter, list_sessions, newest_sessions, source_of
 from .diffing import bounded_diff
 from .forest import Forest, build_forest
@@ -250,9 +250,8 @@ class Views:
 def _version(store: Store) -> str:
     """A stamp that changes whenever any ref moves: every move adds a reflog entry or (an
     agent turn's, a batch's) rewrites the newest one with its time."""
-    # (The tags' count comes along: they are few, where sessions may be thousands.)
-    summary = ref_summary(store.backend, TAGS)
-    return f"{summary.entries}:{summary.newest:.6f}"
+    stamp = reflog_stamp(store.backend)
+    return f"{stamp.entries}:{stamp.newest:.6f}"
 
 
 def items_json(items: list[Item]) -> list[dict[str, Any]]:
