@@ -9,9 +9,10 @@ Layout and why:
   of the range to read. ``fsck`` recomputes it.
 - A row's ``data`` is the node's type then its payload, both msgpack, so a range of rows is
   decoded in one call (:mod:`sesstree.store.sqlite_paths`).
-- Payloads larger than ``BLOB_MIN`` bytes live once in ``blobs``, zlib-compressed, keyed by
-  the blake3 hash of their content, so the same 200 KB tool result in a thousand sessions is
-  stored once.
+- Payloads larger than ``BLOB_MIN`` bytes live once in ``blobs``, compressed, keyed by the
+  blake3 hash of their content, so the same 200 KB tool result in a thousand sessions is
+  stored once. Smaller payloads are kept in their row, as a zstd frame once the store has
+  trained a dictionary on its own payloads (see :mod:`sesstree.store.codec`).
 - There is no separate table of refs: the ``reflog`` is the truth, clustered by ``(ref, n)``,
   and a ref's value is its newest entry. Moving a ref *is* writing its log entry, so a ref can
   never move without one, and the compare-and-set is one ``INSERT ... WHERE newest IS old``.
@@ -25,7 +26,6 @@ import os
 import sqlite3
 import threading
 import time
-import zlib
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
@@ -36,6 +36,7 @@ from blake3 import blake3
 from ..errors import (
     ConflictError,
     MissingNodeError,
+    SesstreeError,
     StoreCorruptError,
     StoreLockedError,
 )
@@ -50,6 +51,7 @@ from .base import (
     describe,
     encode_session_meta,
 )
+from .codec import SMALL_MIN, TRAIN_AFTER, TRAIN_SAMPLES, dict_hash, train
 from .meta_rows import HEAD, LEGACY, SESSION
 from .sqlite_check import check_store
 from .sqlite_gc import collect_garbage
@@ -60,10 +62,11 @@ from .sqlite_open import (
     FORMAT_VERSION,
     PAGE_SIZE,
     WAL_PAGES,
+    has_codec,
     open_connection,
     reflog_has_started,
 )
-from .sqlite_paths import PathReader, row_data, split_row, verify_node
+from .sqlite_paths import PathReader, row_data, verify_node
 from .sqlite_refs import RefReads
 from .sqlite_scan import SLICE, ScanReads
 from .sqlite_sql import (
@@ -76,6 +79,7 @@ from .sqlite_sql import (
     NEWEST,
     NODE_COLS,
     REFLOG_ROWS,
+    without_codec,
     without_started,
 )
 from .sqlite_wal import IdleCheckpointer, preallocate_wal
@@ -85,8 +89,11 @@ __all__ = [
     "SqliteBackend",
 ]
 
-#: Payloads larger than this are stored once, by hash, zlib-compressed (tool results, files).
+#: Payloads larger than this are stored once, by hash, compressed (tool results, files).
 BLOB_MIN = 1024
+# A training sample is cut to this: the start of a long payload teaches the dictionary as
+# much as its whole, and training time grows with the bytes.
+_SAMPLE_MAX = 8192
 # A connection that has committed this many single appends is a long writer: its WAL is then
 # given its full size once, so that later appends overwrite blocks instead of growing the file.
 SIZE_WAL_AFTER = 1_000
@@ -114,7 +121,13 @@ class SqliteBackend(RefReads, ScanReads):
         self._queue_depth = 0
         self._lock = threading.RLock()
         self._idle = IdleCheckpointer(self._checkpoint_idle, IDLE_CHECKPOINT)
-        self._paths = PathReader(self._db, self.path)
+        # Format 4's codec columns (a format-3 store opened read-only has none).
+        self._codec_columns = has_codec(self._db)
+        self._paths = PathReader(self._db, self.path, self._codec_columns)
+        # Payloads this connection wrote uncompressed for want of a dictionary: at TRAIN_AFTER
+        # it trains one (or finds one another connection trained). None: not looked yet.
+        self._plain_writes = 0
+        self._dict_looked = False
         # The statements that write and read a folded entry's `started`, or (a store made
         # before it was kept) their forms without it.
         started = reflog_has_started(self._db)
@@ -228,6 +241,8 @@ class SqliteBackend(RefReads, ScanReads):
                     self._batch_depth = 0
                     self._heads.clear()
                     self._unwritten.clear()
+            if self._plain_writes >= TRAIN_AFTER and not self._queue_depth:
+                self._train()
 
     @contextmanager
     def snapshot(self) -> Iterator[None]:
@@ -297,21 +312,30 @@ class SqliteBackend(RefReads, ScanReads):
             parent_seq, depth = parent[0], parent[1] + 1
         inline: bytes | None = node.encoded
         bid: int | None = None
+        codec: int | None = None
         db = self._db
+        if not self._dict_looked:
+            self._find_dict()
         if len(node.encoded) > BLOB_MIN:
             digest = blake3(node.encoded).digest()
             known_blob = db.execute("SELECT bid FROM blobs WHERE hash = ?", (digest,)).fetchone()
             if known_blob is not None:
                 bid = known_blob[0]
             else:
+                bcodec, blob = self._paths.codec.pack_blob(node.encoded)
                 cur = db.execute(
-                    "INSERT INTO blobs(hash, data) VALUES (?, ?)",
-                    (digest, zlib.compress(node.encoded, 6)),
+                    "INSERT INTO blobs(hash, data, codec) VALUES (?, ?, ?)", (digest, blob, bcodec)
                 )
                 bid = cur.lastrowid
+                self._count_plain(bcodec == 0)
             inline = None
+        else:
+            codec, inline = self._paths.codec.pack(node.encoded)
+            self._count_plain(len(node.encoded) >= SMALL_MIN)
         key = bytes.fromhex(node.id)
-        cur = db.execute(INSERT_NODE, (key, parent_seq, depth, row_data(node.type, inline), bid))
+        cur = db.execute(
+            INSERT_NODE, (key, parent_seq, depth, row_data(node.type, inline), bid, codec)
+        )
         if cur.rowcount == 1:
             assert cur.lastrowid is not None
             value = (cur.lastrowid, depth)
@@ -343,6 +367,8 @@ class SqliteBackend(RefReads, ScanReads):
                 self._queue_depth = 0
                 queue.release()
                 self._idle.wrote()
+            if self._plain_writes >= TRAIN_AFTER:
+                self._train()
 
     def _commit_alone(self, nodes: Sequence[RawNode], updates: Sequence[RefUpdate]) -> None:
         """A commit outside any batch: the one-statement append, or one transaction."""
@@ -370,13 +396,29 @@ class SqliteBackend(RefReads, ScanReads):
             raise
 
     def _append_one(self, node: RawNode, u: RefUpdate) -> bool:
-        """The hot path of every append, in one statement. False if it does not apply."""
-        if u.new != node.id or u.old != node.parent or len(node.encoded) > BLOB_MIN:
+        """The hot path of every append, in one statement (a large payload's blob too). False
+        if it does not apply."""
+        if u.new != node.id or u.old != node.parent:
             return False
+        if not self._dict_looked:
+            self._find_dict()
+        encoded = node.encoded
+        codec = self._paths.codec
+        if len(encoded) > BLOB_MIN:
+            # Compressed before knowing whether the blob is stored already: a lookup first
+            # would be a second statement, and compressing 2 KB costs less than one.
+            bcodec, blob = codec.pack_blob(encoded)
+            inline, packed, digest = None, None, blake3(encoded).digest()
+            self._count_plain(bcodec == 0)
+        else:
+            packed, inline = codec.pack(encoded)
+            blob, bcodec, digest = None, None, None
+            self._count_plain(len(encoded) >= SMALL_MIN)
         try:
             self._db.execute(APPEND_FOLD if u.fold and u.old is not None else APPEND_ONE, (
                 u.name, bytes.fromhex(node.parent) if node.parent is not None else None,
-                bytes.fromhex(node.id), row_data(node.type, node.encoded), time.time(), u.reason,
+                bytes.fromhex(node.id), row_data(node.type, inline), time.time(), u.reason,
+                packed, digest, blob, bcodec,
             ))
         except sqlite3.IntegrityError as exc:
             if "sesstree-conflict" not in str(exc):
@@ -394,6 +436,65 @@ class SqliteBackend(RefReads, ScanReads):
             except (OSError, sqlite3.Error):
                 pass  # only a speed-up: the append itself is committed, and the WAL just grows
         return True
+
+    def _count_plain(self, plain: bool) -> None:
+        """Count a payload written without a dictionary (see _train)."""
+        if plain and self._paths.codec.dict_id is None:
+            self._plain_writes += 1
+
+    def _find_dict(self) -> None:
+        """Make new frames with the store's newest dictionary, if it has one."""
+        self._dict_looked = True
+        row = self._db.execute("SELECT max(id) FROM dicts").fetchone()
+        if row[0] is not None:
+            self._use_dict(int(row[0]))
+
+    def _use_dict(self, dict_id: int) -> None:
+        # (PathReader's loader checks the dictionary against its hash.)
+        data = self._paths._load_dict(dict_id)
+        if data is not None:
+            self._paths.codec.use(dict_id, data)
+
+    def _train(self) -> None:
+        """Train the store's compression dictionary on its newest payloads, in a transaction
+        of its own, once enough payloads were written without one; or start using the one
+        another connection trained meanwhile. A failure here (the store busy, a disk full)
+        leaves payloads plain and is tried again after as many writes: what was written is
+        committed already."""
+        self._plain_writes = 0
+        if self._db.in_transaction or self.read_only:
+            return
+        made: bytes | None = None
+        try:
+            with self._write():
+                row = self._db.execute("SELECT max(id) FROM dicts").fetchone()
+                if row[0] is not None:
+                    self._use_dict(int(row[0]))
+                    return
+                made = train(self._samples(), 1)
+                if made is not None:
+                    self._db.execute(
+                        "INSERT INTO dicts(id, hash, data) VALUES (1, ?, ?)", (dict_hash(made), made)
+                    )
+        except (SesstreeError, sqlite3.Error):
+            return
+        if made is not None:
+            self._paths.codec.use(1, made)
+
+    def _samples(self) -> list[bytes]:
+        """The payloads of the newest rows, each cut to _SAMPLE_MAX (damaged ones skipped)."""
+        out = []
+        for key, data, blob, codec, bcodec in self._db.execute(
+            "SELECT n.id, n.data, b.data, n.codec, b.codec FROM nodes n "
+            "LEFT JOIN blobs b ON b.bid = n.bid ORDER BY n.seq DESC LIMIT ?", (TRAIN_SAMPLES,)
+        ):
+            try:
+                payload = self._paths.expand(key, data, blob, codec, bcodec)[1]
+            except StoreCorruptError:
+                continue
+            if len(payload) >= SMALL_MIN:
+                out.append(payload[:_SAMPLE_MAX])
+        return out
 
     def _old_seq(self, u: RefUpdate) -> int | None:
         """The row the update expects its ref at; a node that is not stored cannot be it."""
@@ -478,38 +579,31 @@ class SqliteBackend(RefReads, ScanReads):
 
     def get(self, id: NodeId) -> StoredNode | None:
         with self._lock, self._errors():
-            row = self._db.execute(
+            row = self._db.execute(self._q(
                 f"SELECT {NODE_COLS}, n.depth, p.id FROM nodes n LEFT JOIN nodes p "
-                "ON p.seq = n.parent WHERE n.id = ?",
+                "ON p.seq = n.parent LEFT JOIN blobs b ON b.bid = n.bid WHERE n.id = ?"),
                 (bytes.fromhex(id),),
             ).fetchone()
             if row is None:
                 return None
-            type, encoded = self._split(row[3], row[4])
-            payload = None if row[4] is None else encoded
+            type, encoded, body = self._expand(row[1], row[3], row[4], row[5], row[6])
             # Checked against its id like every read: damage shows as an error, never as data.
             # (A parent row that is missing gives no parent id, and so fails the check.)
-            if (row[2] is not None and row[6] is None) or not verify_node(
-                row[1], row[6], row[3], payload
-            ):
+            if (row[2] is not None and row[8] is None) or not verify_node(row[1], row[8], body):
                 raise StoreCorruptError(
                     f"store {self.path} is damaged: node {row[1].hex()[:12]} does not hash to its id"
                 )
-            parent = self._hex(row[6]) if row[6] is not None else None
-            return StoredNode(self._hex(row[1]), parent, row[5], type, encoded)
+            parent = self._hex(row[8]) if row[8] is not None else None
+            return StoredNode(self._hex(row[1]), parent, row[7], type, encoded)
 
-    def _split(self, data: bytes, compressed: bytes | None) -> tuple[str, bytes]:
-        """Type and payload bytes of a row, inflating a payload stored apart."""
-        try:
-            if not isinstance(data, bytes):
-                raise TypeError("row data is not bytes")
-            type, encoded = split_row(data)
-        except (ValueError, IndexError, UnicodeDecodeError, TypeError):
-            raise StoreCorruptError(f"store {self.path} is damaged: a node row is unreadable") from None
-        return type, encoded if compressed is None else self._inflate(compressed)
+    def _q(self, sql: str) -> str:
+        """``sql`` as this store can run it (see without_codec)."""
+        return sql if self._codec_columns else without_codec(sql)
 
-    def _inflate(self, compressed: bytes | None) -> bytes:
-        return self._paths.inflate(compressed)
+    def _expand(self, id: bytes | None, data: bytes, blob: bytes | None, codec: int | None,
+                bcodec: int | None) -> tuple[str, bytes, bytes]:
+        """Type, payload bytes and hashed body of a row (see PathReader.expand)."""
+        return self._paths.expand(id, data, blob, codec, bcodec)
 
     def has(self, ids: Sequence[NodeId]) -> set[NodeId]:
         with self._lock, self._errors():
@@ -577,17 +671,19 @@ class SqliteBackend(RefReads, ScanReads):
         after = 0
         while True:
             with self._lock, self._errors():
-                rows = self._db.execute(
-                    "SELECT n.seq, n.id, p.id, n.depth, n.data, b.data FROM nodes n "
-                    "LEFT JOIN nodes p ON p.seq = n.parent LEFT JOIN blobs b ON b.bid = n.bid "
-                    "WHERE n.seq > ? ORDER BY n.seq LIMIT ?", (after, SLICE)
+                rows = self._db.execute(self._q(
+                    "SELECT n.seq, n.id, p.id, n.depth, n.data, b.data, n.codec, b.codec "
+                    "FROM nodes n LEFT JOIN nodes p ON p.seq = n.parent "
+                    "LEFT JOIN blobs b ON b.bid = n.bid WHERE n.seq > ? ORDER BY n.seq LIMIT ?"),
+                    (after, SLICE),
                 ).fetchall()
             if not rows:
                 return
             after = rows[-1][0]
             for r in rows:
                 try:
-                    type, encoded = self._split(r[4], r[5])
+                    with self._lock:
+                        type, encoded, _ = self._expand(r[1], r[4], r[5], r[6], r[7])
                 except StoreCorruptError:
                     # Yield it as it is: it will not hash to its id, and fsck reports it as such.
                     type, encoded = "", r[4] if isinstance(r[4], bytes) else b""
@@ -632,7 +728,7 @@ class SqliteBackend(RefReads, ScanReads):
     def check(self) -> list[str]:
         with self._lock, self._errors():
             self._write_folds()
-            return check_store(self._db, self.path)
+            return check_store(self._db, self.path, self._paths.inflate, self._codec_columns)
 
     def physical_bytes(self) -> int:
         total = 0
