@@ -1,11 +1,12 @@
 """How payloads are compressed at rest: zstd, with a dictionary trained on the store's own
 payloads once it holds enough of them.
 
-A payload is stored as its msgpack bytes or as one zstd frame of them. Which one, and with
-which dictionary, is said by the row beside it (a ``codec`` column): ``None`` is plain msgpack
-in a node row, or zlib in a blob row written by format 3 and earlier; ``0`` is a zstd frame
-made without a dictionary; ``k > 0`` is a zstd frame made with dictionary ``k`` of the store's
-``dicts`` table. Dictionaries are never changed or removed, so a frame can always be read.
+A node row is stored as its msgpack bytes (type, then payload) or as one zstd frame of them;
+a payload stored apart, as one zstd frame of its msgpack. Which one, and with which
+dictionary, is said by the row itself (a ``codec`` column): ``None`` is plain msgpack in a node
+row, or zlib in a blob row written by format 3 and earlier; ``0`` is a zstd frame made without
+a dictionary; ``k > 0`` is a zstd frame made with dictionary ``k`` of the store's ``dicts``
+table. Dictionaries are never changed or removed, so a frame can always be read.
 
 Why a dictionary: most payloads are a few hundred bytes of JSON-like text, too short for a
 compressor to learn anything from on its own (zstd alone leaves such a payload at 0.9 of its
@@ -20,7 +21,7 @@ uses its own under its lock).
 from __future__ import annotations
 
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from blake3 import blake3
@@ -65,7 +66,10 @@ def _zstd() -> Any:
 
 
 class CodecError(Exception):
-    """A stored payload cannot be inflated (damage), or names a dictionary that is missing."""
+    """A stored payload cannot be inflated (damage), or names a dictionary that is missing.
+    ``index``: which of the frames given to :meth:`Codec.unpack_all`."""
+
+    index = 0
 
 
 class Codec:
@@ -141,6 +145,43 @@ class Codec:
         except (z.ZstdError, TypeError) as exc:
             raise CodecError(f"zstd: {exc}") from None
         return out
+
+    def unpack_all(self, frames: list[bytes], codecs: Sequence[int | None], limit: int) -> list[bytes]:
+        """:meth:`unpack` of many frames (a path's rows), in one call per dictionary; a
+        CodecError says the ``index`` of a frame that cannot be read."""
+        first = codecs[0] if codecs else None
+        if all(c == first for c in codecs):
+            return self._group(frames, first, limit, range(len(frames)))
+        groups: dict[int | None, list[int]] = {}
+        for i, c in enumerate(codecs):
+            groups.setdefault(c, []).append(i)
+        out = [b""] * len(frames)
+        for c, where in groups.items():
+            for i, data in zip(where, self._group([frames[i] for i in where], c, limit, where),
+                               strict=True):
+                out[i] = data
+        return out
+
+    def _group(self, frames: list[bytes], codec: int | None, limit: int,
+               where: Sequence[int]) -> list[bytes]:
+        """Frames of one codec (``where``: their indexes, for errors)."""
+        if codec is not None and frames:
+            z = _zstd()
+            d: Any = self._decompressors.get(codec) or self._decompressor(codec)
+            try:
+                sizes = list(map(z.frame_content_size, frames))
+                if max(sizes) <= limit and min(sizes) >= 0:
+                    return [seg.tobytes() for seg in d.multi_decompress_to_buffer(frames)]
+            except (z.ZstdError, TypeError, ValueError):
+                pass  # damage somewhere: one frame at a time, below, says which
+        return [self._one(f, codec, limit, i) for i, f in zip(where, frames, strict=True)]
+
+    def _one(self, frame: bytes, codec: int | None, limit: int, index: int) -> bytes:
+        try:
+            return self.unpack(frame, codec, limit)
+        except CodecError as exc:
+            exc.index = index
+            raise
 
     def _decompressor(self, codec: int) -> zstandard.ZstdDecompressor:
         z = _zstd()

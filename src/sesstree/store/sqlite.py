@@ -128,6 +128,8 @@ class SqliteBackend(RefReads, ScanReads):
         # it trains one (or finds one another connection trained). None: not looked yet.
         self._plain_writes = 0
         self._dict_looked = False
+        # A dictionary trained inside the open batch: forgotten if the batch rolls back.
+        self._dict_in_txn = False
         # The statements that write and read a folded entry's `started`, or (a store made
         # before it was kept) their forms without it.
         started = reflog_has_started(self._db)
@@ -167,6 +169,9 @@ class SqliteBackend(RefReads, ScanReads):
         for key in self._txn_new:
             self._known.pop(key, None)
         self._txn_new.clear()
+        if self._dict_in_txn:
+            self._paths.codec.forget()
+            self._dict_looked = self._dict_in_txn = False
         self._heads.clear()
         self._unwritten.clear()
 
@@ -234,6 +239,7 @@ class SqliteBackend(RefReads, ScanReads):
                     self._write_folds()
                     self._db.execute("COMMIT")
                     self._txn_new.clear()
+                    self._dict_in_txn = False
                 except BaseException:
                     self._rollback()
                     raise
@@ -241,8 +247,6 @@ class SqliteBackend(RefReads, ScanReads):
                     self._batch_depth = 0
                     self._heads.clear()
                     self._unwritten.clear()
-            if self._plain_writes >= TRAIN_AFTER and not self._queue_depth:
-                self._train()
 
     @contextmanager
     def snapshot(self) -> Iterator[None]:
@@ -329,13 +333,12 @@ class SqliteBackend(RefReads, ScanReads):
                 bid = cur.lastrowid
                 self._count_plain(bcodec == 0)
             inline = None
-        else:
-            codec, inline = self._paths.codec.pack(node.encoded)
-            self._count_plain(len(node.encoded) >= SMALL_MIN)
+        row = row_data(node.type, inline)
+        if bid is None:
+            codec, row = self._paths.codec.pack(row)
+            self._count_plain(len(row) >= SMALL_MIN)
         key = bytes.fromhex(node.id)
-        cur = db.execute(
-            INSERT_NODE, (key, parent_seq, depth, row_data(node.type, inline), bid, codec)
-        )
+        cur = db.execute(INSERT_NODE, (key, parent_seq, depth, row, bid, codec))
         if cur.rowcount == 1:
             assert cur.lastrowid is not None
             value = (cur.lastrowid, depth)
@@ -351,6 +354,10 @@ class SqliteBackend(RefReads, ScanReads):
             if self._batch_depth:
                 with self._errors():
                     self._commit_batched(nodes, updates)
+                if self._plain_writes >= TRAIN_AFTER:
+                    # Inside the batch's transaction: a long import compresses the rest of
+                    # what it writes, and a rollback takes the dictionary back with it.
+                    self._train()
                 return
             # The writers' queue, inline rather than through _queued: this is every append's
             # path, and a generator-based context manager costs about a microsecond.
@@ -408,17 +415,16 @@ class SqliteBackend(RefReads, ScanReads):
             # Compressed before knowing whether the blob is stored already: a lookup first
             # would be a second statement, and compressing 2 KB costs less than one.
             bcodec, blob = codec.pack_blob(encoded)
-            inline, packed, digest = None, None, blake3(encoded).digest()
+            packed, row, digest = None, row_data(node.type, None), blake3(encoded).digest()
             self._count_plain(bcodec == 0)
         else:
-            packed, inline = codec.pack(encoded)
+            packed, row = codec.pack(row_data(node.type, encoded))
             blob, bcodec, digest = None, None, None
             self._count_plain(len(encoded) >= SMALL_MIN)
         try:
             self._db.execute(APPEND_FOLD if u.fold and u.old is not None else APPEND_ONE, (
                 u.name, bytes.fromhex(node.parent) if node.parent is not None else None,
-                bytes.fromhex(node.id), row_data(node.type, inline), time.time(), u.reason,
-                packed, digest, blob, bcodec,
+                bytes.fromhex(node.id), row, time.time(), u.reason, packed, digest, blob, bcodec,
             ))
         except sqlite3.IntegrityError as exc:
             if "sesstree-conflict" not in str(exc):
@@ -462,7 +468,8 @@ class SqliteBackend(RefReads, ScanReads):
         leaves payloads plain and is tried again after as many writes: what was written is
         committed already."""
         self._plain_writes = 0
-        if self._db.in_transaction or self.read_only:
+        batched = self._batch_depth > 0
+        if self.read_only or (self._db.in_transaction and not batched):
             return
         made: bytes | None = None
         try:
@@ -480,6 +487,7 @@ class SqliteBackend(RefReads, ScanReads):
             return
         if made is not None:
             self._paths.codec.use(1, made)
+            self._dict_in_txn = batched
 
     def _samples(self) -> list[bytes]:
         """The payloads of the newest rows, each cut to _SAMPLE_MAX (damaged ones skipped)."""
@@ -489,11 +497,13 @@ class SqliteBackend(RefReads, ScanReads):
             "LEFT JOIN blobs b ON b.bid = n.bid ORDER BY n.seq DESC LIMIT ?", (TRAIN_SAMPLES,)
         ):
             try:
-                payload = self._paths.expand(key, data, blob, codec, bcodec)[1]
+                # What is compressed: a row's type and payload, or a payload stored apart.
+                _, payload, body = self._paths.expand(key, data, blob, codec, bcodec)
             except StoreCorruptError:
                 continue
-            if len(payload) >= SMALL_MIN:
-                out.append(payload[:_SAMPLE_MAX])
+            sample = body if blob is None else payload
+            if len(sample) >= SMALL_MIN:
+                out.append(sample[:_SAMPLE_MAX])
         return out
 
     def _old_seq(self, u: RefUpdate) -> int | None:

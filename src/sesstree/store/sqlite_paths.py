@@ -1,8 +1,8 @@
 """Reading a path of the DAG out of SQLite fast, and the row format that makes it fast.
 
-A row's ``data`` is the msgpack of the node's type followed by its payload: the payload's
-msgpack, a zstd frame of it (the row's ``codec`` says so, see :mod:`sesstree.store.codec`), or
-nil when the payload is stored apart, compressed. A path whose rows are consecutive is read as
+A row's ``data`` is the msgpack of the node's type followed by the msgpack of its payload
+(nil when the payload is stored apart, compressed), or a zstd frame of those bytes (the row's
+``codec`` says so, see :mod:`sesstree.store.codec`). A path whose rows are consecutive is read as
 one range: SQLite concatenates the rows' data, the frames are inflated, every node is hashed
 against its id, and msgspec decodes the whole path in one call, as type, payload, type,
 payload... See :mod:`sesstree.store.sqlite` for the layout.
@@ -35,10 +35,11 @@ _msgpack = msgspec.msgpack.Decoder()
 _type_bytes: dict[str, bytes] = {}
 
 #: A piece of a path being read: its packed ids, the length of each row's data, the rows' data
-#: concatenated, (index, compressed payload, codec) for the payloads stored apart, and
-#: (index, codec) for the rows whose payload is a frame in the row.
+#: concatenated, (index, compressed payload, codec) for the payloads stored apart, and the
+#: indexes and codecs of the rows that are frames.
 _Apart = list[tuple[int, bytes, int | None]]
-_Piece = tuple[bytes, list[int], bytes, _Apart, list[tuple[int, int]]]
+_Framed = tuple[list[int], list[int]]
+_Piece = tuple[bytes, list[int], bytes, _Apart, _Framed]
 # The hashed form of a node starts [ID_VERSION, parent, ...; see sesstree.node. A row's data is
 # the rest of it (type, then payload), so a node is checked by hashing prefix + parent + data.
 _ROOT_HEAD = b"\x94" + msgspec.msgpack.encode(ID_VERSION) + b"\xc0"
@@ -76,15 +77,16 @@ def split_row(data: bytes) -> tuple[str, bytes]:
     return data[start:end].decode(), data[end:]
 
 
-def _decode_many(data: bytes, n: int) -> list[Any]:
-    """Decode ``n`` concatenated msgpack values in one call by framing them as one array."""
+def _decode_many(parts: list[bytes], n: int) -> list[Any]:
+    """Decode ``n`` msgpack values, the concatenation of ``parts``, in one call by framing
+    them as one array (joined once, the array's header first)."""
     if n < 16:
         head = bytes([0x90 | n])
     elif n < 0x10000:
         head = b"\xdc" + struct.pack(">H", n)
     else:
         head = b"\xdd" + struct.pack(">I", n)
-    result: list[Any] = _msgpack.decode(head + data)
+    result: list[Any] = _msgpack.decode(b"".join([head, *parts]))
     return result
 
 
@@ -130,20 +132,18 @@ class PathReader:
     def expand(self, id: bytes | None, data: bytes, blob: bytes | None, codec: int | None,
                bcodec: int | None) -> tuple[str, bytes, bytes]:
         """A row's type, payload bytes, and hashed body (type then payload, as in the id)."""
+        if codec is not None and isinstance(data, bytes):
+            data = self.inflate(data, codec, id, _ROW_LIMIT)
         try:
             if not isinstance(data, bytes):
                 raise TypeError("row data is not bytes")
-            end = type_length(data)
-            type = split_row(data[:end])[0]
+            type, payload = split_row(data)
         except (ValueError, IndexError, UnicodeDecodeError, TypeError):
             raise self._damaged("a node row is unreadable") from None
-        if blob is not None:
-            payload = self.inflate(blob, bcodec, id)
-        elif codec is not None:
-            payload = self.inflate(data[end:], codec, id, _ROW_LIMIT)
-        else:
-            return type, data[end:], data
-        return type, payload, data[:end] + payload
+        if blob is None:
+            return type, payload, data
+        payload = self.inflate(blob, bcodec, id)
+        return type, payload, data[:-1] + payload
 
     def read(
         self, cur: int, need: int, whole: bool
@@ -172,7 +172,7 @@ class PathReader:
                 unbroken = (row[2] or 0) - (base or 0) == (lo + cur - 1) * (cur - lo) // 2
                 if unbroken:
                     blobs = self._blobs_in(lo, cur) if row[1] else []
-                    pieces.append((row[4], _lengths(row[5]), row[0], blobs, _codecs(row[6])))
+                    pieces.append((row[4], _lengths(row[5]), row[0], blobs, _codecs(row[6:9])))
                     got += cur - lo + 1
                     next_seq = base
                     continue
@@ -192,23 +192,27 @@ class PathReader:
         ids = pieces[0][0] if len(pieces) == 1 else b"".join(p[0] for p in pieces)
         lengths = pieces[0][1] if len(pieces) == 1 else [n for p in pieces for n in p[1]]
         apart: _Apart = []
-        framed: list[tuple[int, int]] = []
+        framed: _Framed = ([], [])
         offset = 0
         for p in pieces:
             apart += [(offset + index, stored, codec) for index, stored, codec in p[3]]
-            framed += [(offset + index, codec) for index, codec in p[4]]
+            framed[0].extend([offset + index for index in p[4][0]] if offset else p[4][0])
+            framed[1].extend(p[4][1])
             offset += len(p[1])
         if len(ids) != 32 * len(lengths) or sum(lengths) != len(data):
             raise self._damaged("a node row is unreadable")
-        if apart or framed:
+        if apart or framed[0]:
             # Some payloads are frames: the hashed bodies are rebuilt, and decoded at once.
-            bodies = self._bodies(ids, data, lengths, apart, framed)
-            self._verify(self._id_bytes(base), ids, bodies)
-            data = b"".join(bodies)
+            del pieces
+            parts = self._bodies(ids, data, lengths, apart, framed)
+            del data, apart
+            self._verify(self._id_bytes(base), ids, parts)
         else:
             self._verify(self._id_bytes(base), ids, _slices(data, lengths))
+            parts = [data]
         try:
-            flat = _decode_many(data, 2 * got)
+            flat = _decode_many(parts, 2 * got)
+            del parts
             types: list[str] = flat[0::2]
             if types and set(map(type, types)) != {str}:  # every row must start with its type
                 raise ValueError("a row without a type")
@@ -218,22 +222,33 @@ class PathReader:
         return types, datas, ids, base
 
     def _bodies(self, ids: bytes, data: bytes, lengths: list[int], apart: _Apart,
-                framed: list[tuple[int, int]]) -> list[bytes]:
+                framed: _Framed) -> list[bytes]:
         """Each node's hashed body (type then payload), frames inflated."""
         bodies = _slices(data, lengths)
-        inflate = self.inflate
-        for k, codec in framed:
-            row = bodies[k]
+        rows, codecs = framed
+        if rows:
             try:
-                end = type_length(row)
-            except (ValueError, IndexError):
+                inflated = self.codec.unpack_all([bodies[k] for k in rows], codecs, _ROW_LIMIT)
+            except CodecError as exc:
+                k = rows[exc.index]
                 raise self._damaged(
-                    f"node {ids[32 * k : 32 * k + 6].hex()} does not hash to its id"
+                    f"node {ids[32 * k : 32 * k + 6].hex()}: its payload cannot be inflated ({exc})"
                 ) from None
-            bodies[k] = row[:end] + inflate(row[end:], codec, ids[32 * k : 32 * k + 32], _ROW_LIMIT)
-        for k, stored, how in apart:
-            # A payload stored apart: the row holds the type and nil, the blob the payload.
-            bodies[k] = bodies[k][:-1] + inflate(stored, how, ids[32 * k : 32 * k + 32])
+            for k, body in zip(rows, inflated, strict=True):
+                bodies[k] = body
+        if apart:
+            # Payloads stored apart: the row holds the type and nil, the blob the payload.
+            try:
+                payloads = self.codec.unpack_all(
+                    [stored for _, stored, _ in apart], [how for _, _, how in apart], BLOB_LIMIT
+                )
+            except CodecError as exc:
+                k = apart[exc.index][0]
+                raise self._damaged(
+                    f"node {ids[32 * k : 32 * k + 6].hex()}: its payload cannot be inflated ({exc})"
+                ) from None
+            for (k, _, _), payload in zip(apart, payloads, strict=True):
+                bodies[k] = bodies[k][:-1] + payload
         return bodies
 
     def _verify(self, parent: bytes | None, ids: bytes, bodies: list[bytes]) -> None:
@@ -282,7 +297,7 @@ class PathReader:
         if not row[0]:
             raise self._damaged(f"rows {lo}..{hi} are missing")
         blobs = self._blobs_in(lo, hi) if row[1] else []
-        return row[2] or b"", _lengths(row[3]), row[0], blobs, _codecs(row[4])
+        return row[2] or b"", _lengths(row[3]), row[0], blobs, _codecs(row[4:7])
 
     def _blobs_in(self, lo: int, hi: int) -> _Apart:
         return [(seq - lo, data, codec)
@@ -304,7 +319,8 @@ class PathReader:
                 raise self._damaged(f"node row {next_seq} is missing")
         rows.reverse()
         blobs = [(i, r[4], r[6]) for i, r in enumerate(rows) if r[4] is not None]
-        framed = [(i, r[5]) for i, r in enumerate(rows) if r[5] is not None and r[4] is None]
+        framed = ([i for i, r in enumerate(rows) if r[5] is not None],
+                  [r[5] for r in rows if r[5] is not None])
         piece = (b"".join(r[2] for r in rows), [len(r[3]) for r in rows],
                  b"".join(r[3] for r in rows), blobs, framed)
         return piece, next_seq
@@ -318,11 +334,13 @@ def _slices(data: bytes, lengths: list[int]) -> list[bytes]:
     return [data[s:e] for s, e in zip([0, *ends[:-1]], ends, strict=True)]
 
 
-def _codecs(text: str | None) -> list[tuple[int, int]]:
-    """The (index, codec) pairs SQLite listed as "index:codec,...", for rows holding a frame."""
-    if not text:
-        return []
-    return [(int(i), int(c)) for i, _, c in (x.partition(":") for x in text.split(","))]
+def _codecs(listed: tuple[str | None, int | None, str | None]) -> _Framed:
+    """The indexes and codecs of a range's frames, as SQLite listed them (see _CODECS)."""
+    where, first, each = listed
+    if not where:
+        return [], []
+    rows = list(map(int, where.split(",")))
+    return rows, list(map(int, each.split(","))) if each else [int(first or 0)] * len(rows)
 
 
 def _lengths(text: str | None) -> list[int]:

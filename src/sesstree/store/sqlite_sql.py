@@ -201,8 +201,12 @@ RUN_BREAK = (
     "SELECT seq FROM nodes WHERE seq > ?1 AND seq <= ?2 AND parent IS NOT seq - 1 "
     "ORDER BY seq DESC LIMIT 1"
 )
-# The rows of a range whose payload is a frame in the row, as "index:codec,..." (NULL if none).
-_CODECS = "group_concat(CASE WHEN n.codec IS NOT NULL THEN (n.seq - ?1) || ':' || n.codec END)"
+# The rows of a range that are frames: their indexes in the range, and their codecs (listed
+# only when they differ: most paths are written with one dictionary).
+_CODECS = (
+    "group_concat(CASE WHEN n.codec IS NOT NULL THEN n.seq - ?1 END), min(n.codec), "
+    "CASE WHEN min(n.codec) != max(n.codec) THEN group_concat(n.codec) END"
+)
 # A rowid range is scanned in ascending order, so the aggregate concatenates oldest first:
 # type, payload, type, payload... (nil for a payload stored apart, fetched with BLOBS_IN).
 READ_RUN = (
