@@ -77,17 +77,14 @@ def split_row(data: bytes) -> tuple[str, bytes]:
     return data[start:end].decode(), data[end:]
 
 
-def _decode_many(parts: list[bytes], n: int) -> list[Any]:
-    """Decode ``n`` msgpack values, the concatenation of ``parts``, in one call by framing
-    them as one array (joined once, the array's header first)."""
+def _array_head(n: int) -> bytes:
+    """The msgpack header of an array of ``n`` values: ``n`` concatenated values behind it
+    decode in one call."""
     if n < 16:
-        head = bytes([0x90 | n])
-    elif n < 0x10000:
-        head = b"\xdc" + struct.pack(">H", n)
-    else:
-        head = b"\xdd" + struct.pack(">I", n)
-    result: list[Any] = _msgpack.decode(b"".join([head, *parts]))
-    return result
+        return bytes([0x90 | n])
+    if n < 0x10000:
+        return b"\xdc" + struct.pack(">H", n)
+    return b"\xdd" + struct.pack(">I", n)
 
 
 class PathReader:
@@ -204,15 +201,19 @@ class PathReader:
         if apart or framed[0]:
             # Some payloads are frames: the hashed bodies are rebuilt, and decoded at once.
             del pieces
-            parts = self._bodies(ids, data, lengths, apart, framed)
+            bodies = self._bodies(ids, data, lengths, apart, framed)
             del data, apart
-            self._verify(self._id_bytes(base), ids, parts)
+            self._verify(self._id_bytes(base), ids, bodies)
+            # One copy at a time (the load's memory peak is here): the bodies go as soon as
+            # they are joined.
+            data = b"".join([_array_head(2 * got), *bodies])
+            del bodies
         else:
             self._verify(self._id_bytes(base), ids, _slices(data, lengths))
-            parts = [data]
+            data = _array_head(2 * got) + data
         try:
-            flat = _decode_many(parts, 2 * got)
-            del parts
+            flat: list[Any] = _msgpack.decode(data)
+            del data
             types: list[str] = flat[0::2]
             if types and set(map(type, types)) != {str}:  # every row must start with its type
                 raise ValueError("a row without a type")
