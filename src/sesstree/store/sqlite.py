@@ -36,7 +36,6 @@ from blake3 import blake3
 from ..errors import (
     ConflictError,
     MissingNodeError,
-    SesstreeError,
     StoreCorruptError,
     StoreLockedError,
 )
@@ -51,9 +50,10 @@ from .base import (
     describe,
     encode_session_meta,
 )
-from .codec import SMALL_MIN, TRAIN_AFTER, TRAIN_SAMPLES, dict_hash, train
+from .codec import SMALL_MIN, TRAIN_AFTER
 from .meta_rows import HEAD, LEGACY, SESSION
 from .sqlite_check import check_store
+from .sqlite_dicts import DictWrites
 from .sqlite_gc import collect_garbage
 from .sqlite_lock import WriteLock
 from .sqlite_media import translate, translating
@@ -91,9 +91,6 @@ __all__ = [
 
 #: Payloads larger than this are stored once, by hash, compressed (tool results, files).
 BLOB_MIN = 1024
-# A training sample is cut to this: the start of a long payload teaches the dictionary as
-# much as its whole, and training time grows with the bytes.
-_SAMPLE_MAX = 8192
 # A connection that has committed this many single appends is a long writer: its WAL is then
 # given its full size once, so that later appends overwrite blocks instead of growing the file.
 SIZE_WAL_AFTER = 1_000
@@ -103,7 +100,7 @@ _CACHE_MAX = 200_000
 IDLE_CHECKPOINT = 1.0
 
 
-class SqliteBackend(RefReads, ScanReads):
+class SqliteBackend(RefReads, ScanReads, DictWrites):
     """A store in one SQLite file. See the module docstring for the layout."""
 
     def __init__(
@@ -442,69 +439,6 @@ class SqliteBackend(RefReads, ScanReads):
             except (OSError, sqlite3.Error):
                 pass  # only a speed-up: the append itself is committed, and the WAL just grows
         return True
-
-    def _count_plain(self, plain: bool) -> None:
-        """Count a payload written without a dictionary (see _train)."""
-        if plain and self._paths.codec.dict_id is None:
-            self._plain_writes += 1
-
-    def _find_dict(self) -> None:
-        """Make new frames with the store's newest dictionary, if it has one."""
-        self._dict_looked = True
-        row = self._db.execute("SELECT max(id) FROM dicts").fetchone()
-        if row[0] is not None:
-            self._use_dict(int(row[0]))
-
-    def _use_dict(self, dict_id: int) -> None:
-        # (PathReader's loader checks the dictionary against its hash.)
-        data = self._paths._load_dict(dict_id)
-        if data is not None:
-            self._paths.codec.use(dict_id, data)
-
-    def _train(self) -> None:
-        """Train the store's compression dictionary on its newest payloads, in a transaction
-        of its own, once enough payloads were written without one; or start using the one
-        another connection trained meanwhile. A failure here (the store busy, a disk full)
-        leaves payloads plain and is tried again after as many writes: what was written is
-        committed already."""
-        self._plain_writes = 0
-        batched = self._batch_depth > 0
-        if self.read_only or (self._db.in_transaction and not batched):
-            return
-        made: bytes | None = None
-        try:
-            with self._write():
-                row = self._db.execute("SELECT max(id) FROM dicts").fetchone()
-                if row[0] is not None:
-                    self._use_dict(int(row[0]))
-                    return
-                made = train(self._samples(), 1)
-                if made is not None:
-                    self._db.execute(
-                        "INSERT INTO dicts(id, hash, data) VALUES (1, ?, ?)", (dict_hash(made), made)
-                    )
-        except (SesstreeError, sqlite3.Error):
-            return
-        if made is not None:
-            self._paths.codec.use(1, made)
-            self._dict_in_txn = batched
-
-    def _samples(self) -> list[bytes]:
-        """The payloads of the newest rows, each cut to _SAMPLE_MAX (damaged ones skipped)."""
-        out = []
-        for key, data, blob, codec, bcodec in self._db.execute(
-            "SELECT n.id, n.data, b.data, n.codec, b.codec FROM nodes n "
-            "LEFT JOIN blobs b ON b.bid = n.bid ORDER BY n.seq DESC LIMIT ?", (TRAIN_SAMPLES,)
-        ):
-            try:
-                # What is compressed: a row's type and payload, or a payload stored apart.
-                _, payload, body = self._paths.expand(key, data, blob, codec, bcodec)
-            except StoreCorruptError:
-                continue
-            sample = body if blob is None else payload
-            if len(sample) >= SMALL_MIN:
-                out.append(sample[:_SAMPLE_MAX])
-        return out
 
     def _old_seq(self, u: RefUpdate) -> int | None:
         """The row the update expects its ref at; a node that is not stored cannot be it."""

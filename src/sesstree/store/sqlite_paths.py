@@ -98,7 +98,7 @@ class PathReader:
         self._db = db
         self.path = where
         #: Compression contexts and dictionaries of this connection.
-        self.codec = Codec(self._load_dict)
+        self.codec = Codec(self.load_dict)
         self._sql = {
             q: (q if codec else without_codec(q))
             for q in (READ_RANGE, READ_RUN, BLOBS_IN, WALK_ROWS)
@@ -107,7 +107,7 @@ class PathReader:
     def _damaged(self, what: str) -> StoreCorruptError:
         return StoreCorruptError(f"store {self.path} is damaged: {what}")
 
-    def _load_dict(self, dict_id: int) -> bytes | None:
+    def load_dict(self, dict_id: int) -> bytes | None:
         row = self._db.execute("SELECT hash, data FROM dicts WHERE id = ?", (dict_id,)).fetchone()
         if row is None:
             return None
