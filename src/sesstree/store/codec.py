@@ -77,10 +77,13 @@ class Codec:
 
     ``load`` returns the bytes of dictionary ``k`` (checked against its hash) or None when the
     store has no such dictionary; it is called once per dictionary, when a frame first needs it.
+    ``name_dict``: frames name their dictionary in their header (PostgreSQL rows have no
+    column that says it), at the cost of a few bytes each.
     """
 
-    def __init__(self, load: Callable[[int], bytes | None]) -> None:
+    def __init__(self, load: Callable[[int], bytes | None], name_dict: bool = False) -> None:
         self._load = load
+        self._name_dict = name_dict
         self._plain_c: zstandard.ZstdCompressor | None = None
         self._decompressors: dict[int, zstandard.ZstdDecompressor] = {}
         self._compressor: zstandard.ZstdCompressor | None = None
@@ -93,7 +96,7 @@ class Codec:
         d = z.ZstdCompressionDict(data, dict_type=z.DICT_TYPE_FULLDICT)
         self._compressor = z.ZstdCompressor(
             level=LEVEL, dict_data=d, write_checksum=False, write_content_size=True,
-            write_dict_id=False,
+            write_dict_id=self._name_dict,
         )
         self._decompressors[dict_id] = z.ZstdDecompressor(dict_data=d)
         self.dict_id = dict_id
@@ -145,6 +148,15 @@ class Codec:
         except (z.ZstdError, TypeError) as exc:
             raise CodecError(f"zstd: {exc}") from None
         return out
+
+    def unpack_named(self, frame: bytes, limit: int = BLOB_LIMIT) -> bytes:
+        """:meth:`unpack` of a frame that names its dictionary in its header."""
+        z = _zstd()
+        try:
+            dict_id = int(z.get_frame_parameters(frame).dict_id)
+        except (z.ZstdError, TypeError) as exc:
+            raise CodecError(f"zstd: {exc}") from None
+        return self.unpack(frame, dict_id, limit)
 
     def unpack_all(self, frames: list[bytes], codecs: Sequence[int | None], limit: int) -> list[bytes]:
         """:meth:`unpack` of many frames (a path's rows), in one call per dictionary; a
