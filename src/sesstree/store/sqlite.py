@@ -82,6 +82,7 @@ from .sqlite_sql import (
     without_codec,
     without_started,
 )
+from .sqlite_sums import FILL_CLOSE, FILL_IDLE, fill_sums
 from .sqlite_wal import IdleCheckpointer, preallocate_wal
 
 __all__ = [
@@ -650,6 +651,8 @@ class SqliteBackend(RefReads, ScanReads, DictWrites):
                 "DELETE FROM blobs WHERE NOT EXISTS (SELECT 1 FROM nodes WHERE nodes.bid = blobs.bid)"
             )
             self._db.execute("DELETE FROM path_bytes WHERE seq NOT IN (SELECT seq FROM nodes)")
+            if self._codec_columns:
+                self._db.execute("DELETE FROM sums")  # (rare: the digests are made again)
             self._known.clear()
             return cur.rowcount
 
@@ -687,12 +690,32 @@ class SqliteBackend(RefReads, ScanReads, DictWrites):
         with self._lock, self._errors():
             self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
 
-    def _checkpoint_idle(self) -> None:
-        """Fold this writer's commits into the main file (see IdleCheckpointer), unless a
-        transaction is open: then the next pause will."""
+    def _checkpoint_idle(self, blocks: int = FILL_IDLE) -> None:
+        """Give the blocks written since a digest (sqlite_sums), then fold this writer's
+        commits into the main file (see IdleCheckpointer), unless a transaction is open: then
+        the next pause will."""
         with self._lock:
             if not self._db.in_transaction:
+                self._fill_sums(blocks)
                 self._db.execute("PRAGMA wal_checkpoint(PASSIVE)")
+
+    def _fill_sums(self, most: int) -> None:
+        """Block digests for up to ``most`` blocks, in a short transaction of their own; only
+        if the write lock is free at once (a derived index: the next pause tries again)."""
+        if self.read_only or not self._codec_columns or not self._queue.acquire(0.0):
+            return
+        try:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                fill_sums(self._db, lambda *row: self._paths.expand(*row)[2], most)
+                self._db.execute("COMMIT")
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+        except sqlite3.Error:
+            pass  # busy, full, read-only: reads check node by node meanwhile
+        finally:
+            self._queue.release()
 
     def close(self) -> None:
         self._idle.stop()
@@ -700,7 +723,7 @@ class SqliteBackend(RefReads, ScanReads, DictWrites):
             if self._idle.wrote_since_checkpoint:
                 # What this connection wrote should not live on only in the WAL.
                 try:
-                    self._checkpoint_idle()
+                    self._checkpoint_idle(FILL_CLOSE)
                 except sqlite3.Error:
                     pass  # the commits are safe in the WAL all the same
             self._db.close()

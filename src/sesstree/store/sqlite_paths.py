@@ -20,9 +20,9 @@ import msgspec
 from blake3 import blake3
 
 from ..errors import StoreCorruptError
-from ..node import ID_VERSION
 from .codec import BLOB_LIMIT, Codec, CodecError, dict_hash
 from .sqlite_sql import BLOBS_IN, READ_RANGE, READ_RUN, RUN_BREAK, WALK_ROWS, without_codec
+from .sqlite_sums import BLOCK, PARENT_HEAD, ROOT_HEAD, SUMS, block_digest
 
 __all__ = ["PathReader", "row_data", "split_row", "type_length", "verify_node"]
 
@@ -35,15 +35,14 @@ _msgpack = msgspec.msgpack.Decoder()
 _type_bytes: dict[str, bytes] = {}
 
 #: A piece of a path being read: its packed ids, the length of each row's data, the rows' data
-#: concatenated, (index, compressed payload, codec) for the payloads stored apart, and the
-#: indexes and codecs of the rows that are frames.
+#: concatenated, (index, compressed payload, codec) for the payloads stored apart, the
+#: indexes and codecs of the rows that are frames, and its first row (-1: rows walked one by
+#: one, not a range).
 _Apart = list[tuple[int, bytes, int | None]]
 _Framed = tuple[list[int], list[int]]
-_Piece = tuple[bytes, list[int], bytes, _Apart, _Framed]
-# The hashed form of a node starts [ID_VERSION, parent, ...; see sesstree.node. A row's data is
-# the rest of it (type, then payload), so a node is checked by hashing prefix + parent + data.
-_ROOT_HEAD = b"\x94" + msgspec.msgpack.encode(ID_VERSION) + b"\xc0"
-_PARENT_HEAD = b"\x94" + msgspec.msgpack.encode(ID_VERSION) + b"\xc4\x20"
+_Piece = tuple[bytes, list[int], bytes, _Apart, _Framed, int]
+_ROOT_HEAD = ROOT_HEAD
+_PARENT_HEAD = PARENT_HEAD
 
 
 def row_data(type: str, encoded: bytes | None) -> bytes:
@@ -103,6 +102,8 @@ class PathReader:
             q: (q if codec else without_codec(q))
             for q in (READ_RANGE, READ_RUN, BLOBS_IN, WALK_ROWS)
         }
+        # Block digests (sqlite_sums) come with format 4.
+        self._sums = codec
 
     def _damaged(self, what: str) -> StoreCorruptError:
         return StoreCorruptError(f"store {self.path} is damaged: {what}")
@@ -169,7 +170,9 @@ class PathReader:
                 unbroken = (row[2] or 0) - (base or 0) == (lo + cur - 1) * (cur - lo) // 2
                 if unbroken:
                     blobs = self._blobs_in(lo, cur) if row[1] else []
-                    pieces.append((row[4], _lengths(row[5]), row[0], blobs, _codecs(row[6:9])))
+                    pieces.append(
+                        (row[4], _lengths(row[5]), row[0], blobs, _codecs(row[6:9]), lo)
+                    )
                     got += cur - lo + 1
                     next_seq = base
                     continue
@@ -191,7 +194,11 @@ class PathReader:
         apart: _Apart = []
         framed: _Framed = ([], [])
         offset = 0
+        # (index in the path, first row, count) of each range of rows read
+        ranges: list[tuple[int, int, int]] = []
         for p in pieces:
+            if p[5] >= 0 and len(p[1]) >= BLOCK:
+                ranges.append((offset, p[5], len(p[1])))
             apart += [(offset + index, stored, codec) for index, stored, codec in p[3]]
             framed[0].extend([offset + index for index in p[4][0]] if offset else p[4][0])
             framed[1].extend(p[4][1])
@@ -203,13 +210,13 @@ class PathReader:
             del pieces
             bodies = self._bodies(ids, data, lengths, apart, framed)
             del data, apart
-            self._verify(self._id_bytes(base), ids, bodies)
+            self._verify(self._id_bytes(base), ids, bodies, ranges)
             # One copy at a time (the load's memory peak is here): the bodies go as soon as
             # they are joined.
             data = b"".join([_array_head(2 * got), *bodies])
             del bodies
         else:
-            self._verify(self._id_bytes(base), ids, _slices(data, lengths))
+            self._verify(self._id_bytes(base), ids, _slices(data, lengths), ranges)
             data = _array_head(2 * got) + data
         try:
             flat: list[Any] = _msgpack.decode(data)
@@ -252,20 +259,52 @@ class PathReader:
                 bodies[k] = bodies[k][:-1] + payload
         return bodies
 
-    def _verify(self, parent: bytes | None, ids: bytes, bodies: list[bytes]) -> None:
+    def _verify(self, parent: bytes | None, ids: bytes, bodies: list[bytes],
+                ranges: list[tuple[int, int, int]]) -> None:
         """Hash every node of a path (its parent is the node before it) against its id.
 
-        One blake3 call per node is the cost that remains (~1 us each); the loop around it is
-        kept to list comprehensions, and the digests are compared all at once.
+        The whole blocks of rows that have a digest (sqlite_sums) are checked with one blake3
+        call each; the other nodes, and those of a block whose digest does not match, with
+        one call per node (~1.5 us each), kept to list comprehensions and compared at once.
         """
         if not bodies:
             return
         first = _ROOT_HEAD if parent is None else _PARENT_HEAD + parent
         heads = [first, *[_PARENT_HEAD + ids[i : i + 32] for i in range(0, len(ids) - 32, 32)]]
-        digests = [blake3(h + b).digest() for h, b in zip(heads, bodies, strict=True)]
-        if b"".join(digests) != ids:
+        checked = self._by_blocks(heads, bodies, ids, ranges) if ranges and self._sums else None
+        if checked is None:
+            digests = [blake3(h + b).digest() for h, b in zip(heads, bodies, strict=True)]
+            if b"".join(digests) == ids:
+                return
             bad = next(i for i, d in enumerate(digests) if d != ids[32 * i : 32 * i + 32])
-            raise self._damaged(f"node {ids[32 * bad : 32 * bad + 32].hex()[:12]} does not hash to its id")
+        else:
+            rest = [k for k in range(len(bodies)) if not checked[k]]
+            bad = next((k for k in rest if blake3(heads[k] + bodies[k]).digest()
+                        != ids[32 * k : 32 * k + 32]), -1)
+            if bad < 0:
+                return
+        raise self._damaged(f"node {ids[32 * bad : 32 * bad + 32].hex()[:12]} does not hash to its id")
+
+    def _by_blocks(self, heads: list[bytes], bodies: list[bytes], ids: bytes,
+                   ranges: list[tuple[int, int, int]]) -> bytearray | None:
+        """Which nodes the block digests of these ranges vouch for (1 each), or None if no
+        block has a digest."""
+        found = []
+        for offset, lo, count in ranges:
+            for hi, digest in self._db.execute(SUMS, (lo, lo + count - 1)):
+                start = offset + hi - BLOCK + 1 - lo
+                found.append((start, digest))
+        if not found:
+            return None
+        parts: list[bytes] = [b""] * (2 * len(bodies))
+        parts[0::2] = heads
+        parts[1::2] = bodies
+        checked = bytearray(len(bodies))
+        for start, digest in found:
+            end = start + BLOCK
+            if block_digest(parts[2 * start : 2 * end], ids[32 * start : 32 * end]) == digest:
+                checked[start:end] = b"\x01" * BLOCK
+        return checked
 
     def _id_bytes(self, seq: int | None) -> bytes | None:
         if seq is None:
@@ -298,7 +337,7 @@ class PathReader:
         if not row[0]:
             raise self._damaged(f"rows {lo}..{hi} are missing")
         blobs = self._blobs_in(lo, hi) if row[1] else []
-        return row[2] or b"", _lengths(row[3]), row[0], blobs, _codecs(row[4:7])
+        return row[2] or b"", _lengths(row[3]), row[0], blobs, _codecs(row[4:7]), lo
 
     def _blobs_in(self, lo: int, hi: int) -> _Apart:
         return [(seq - lo, data, codec)
@@ -323,7 +362,7 @@ class PathReader:
         framed = ([i for i, r in enumerate(rows) if r[5] is not None],
                   [r[5] for r in rows if r[5] is not None])
         piece = (b"".join(r[2] for r in rows), [len(r[3]) for r in rows],
-                 b"".join(r[3] for r in rows), blobs, framed)
+                 b"".join(r[3] for r in rows), blobs, framed, -1)
         return piece, next_seq
 
 

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import sqlite3
 
+from .sqlite_sums import SUMS_TABLE
+
 __all__ = [
     "APPEND_FOLD",
     "APPEND_ONE",
@@ -93,6 +95,8 @@ def add_codec(db: sqlite3.Connection) -> None:
         "CREATE TABLE IF NOT EXISTS dicts(id INTEGER PRIMARY KEY, hash BLOB NOT NULL, "
         "data BLOB NOT NULL)"
     )
+    # Digests over blocks of rows (sqlite_sums), a derived index.
+    db.execute(SUMS_TABLE)
 
 
 def without_codec(sql: str) -> str:
