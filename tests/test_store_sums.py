@@ -73,8 +73,7 @@ def test_a_changed_byte_inside_a_block_is_still_named(tmp_path: Path) -> None:
     folder = tmp_path / "s"
     long_session(folder, 2 * BLOCK + 5)
     db = sqlite3.connect(folder / "store.db")
-    key, data, codec = db.execute("SELECT id, data, codec FROM nodes WHERE seq = ?",
-                                  (BLOCK + 17,)).fetchone()
+    key, data = db.execute("SELECT id, data FROM nodes WHERE seq = ?", (BLOCK + 17,)).fetchone()
     changed = bytearray(data)
     changed[len(changed) // 2] ^= 0x02
     with db:
