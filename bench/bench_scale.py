@@ -320,7 +320,18 @@ def bench_load(tmp: Path, n: int, results: dict[str, Any]) -> None:
         packed = msgspec.msgpack.encode([x for t, d in zip(chain.types, chain.datas, strict=True)
                                          for x in (t, d)])
         whole = b"".join(bodies)
+        from sesstree.store.sqlite_sql import READ_RANGE
+
+        db = store.backend._db  # type: ignore[attr-defined]
+        framed = db.execute("SELECT data, codec FROM nodes WHERE codec IS NOT NULL").fetchall()
+        framed += db.execute("SELECT data, codec FROM blobs").fetchall()
+        codec = store.backend._paths.codec  # type: ignore[attr-defined]
+        frames, codecs = [f for f, _ in framed], [c for _, c in framed]
         floors = {
+            # the store's frames inflated, in one call per dictionary
+            "inflate": best(lambda: codec.unpack_all(frames, codecs, 1 << 31)),
+            # SQLite reading the path's rows (one range, concatenated): what any load fetches
+            "sql_read": best(lambda: db.execute(READ_RANGE, (1, n)).fetchone()),
             # the events decoded from msgpack in one call (as a path is)
             "decode": best(lambda: msgspec.msgpack.decode(packed)),
             # the messages derived from decoded events (events.derive_messages)
