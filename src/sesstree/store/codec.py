@@ -162,7 +162,7 @@ class Codec:
         """:meth:`unpack` of many frames (a path's rows), in one call per dictionary; a
         CodecError says the ``index`` of a frame that cannot be read."""
         first = codecs[0] if codecs else None
-        if all(c == first for c in codecs):
+        if list(codecs).count(first) == len(codecs):  # (one dictionary: the common case)
             return self._group(frames, first, limit, range(len(frames)))
         groups: dict[int | None, list[int]] = {}
         for i, c in enumerate(codecs):

@@ -385,7 +385,7 @@ def _codecs(listed: tuple[str | None, int | None, str | None]) -> _Framed:
 
 def _lengths(text: str | None) -> list[int]:
     """The lengths SQLite listed with ``group_concat(length(data))``."""
-    return [int(n) for n in text.split(",")] if text else []
+    return list(map(int, text.split(","))) if text else []
 
 
 def verify_node(id: bytes, parent: bytes | None, body: bytes) -> bool:
