@@ -269,3 +269,24 @@ def test_an_append_is_one_statement_whatever_the_payload_size(tmp_path: Path) ->
         s.add_message({"role": "tool", "tool_call_id": "c", "content": "x" * 3000})
         assert db.execute("SELECT count(*) FROM blobs").fetchone()[0] == 2
         assert [m.get("content") for m in store.messages("q")][-2:] == ["y" * 200_000, "x" * 3000]
+
+
+def test_single_appends_leave_training_to_the_writers_pause(tmp_path: Path) -> None:
+    folder = tmp_path / "s"
+    msgs = traffic(TRAIN_AFTER + 10)
+    with open_store(folder) as store:
+        s = store.session("q")
+        for m in msgs:
+            s.add_message(m)
+        db = db_at(folder)
+        # No append waited for a dictionary (unless the writer paused a second meanwhile).
+        before = db.execute("SELECT count(*) FROM dicts").fetchone()[0]
+        db.close()
+        store.backend._checkpoint_idle()  # type: ignore[attr-defined]  # what a pause runs
+        s.add_message({"role": "user", "content": "after the pause " + text(random.Random(3), 40)})
+        assert store.messages("q")[-1]["content"].startswith("after the pause")
+    db = db_at(folder)
+    assert before in (0, 1)
+    assert db.execute("SELECT count(*) FROM dicts").fetchone()[0] == 1
+    assert db.execute("SELECT codec FROM nodes ORDER BY seq DESC LIMIT 1").fetchone() == (1,)
+    db.close()

@@ -372,8 +372,7 @@ class SqliteBackend(RefReads, ScanReads, DictWrites):
                 self._queue_depth = 0
                 queue.release()
                 self._idle.wrote()
-            if self._plain_writes >= TRAIN_AFTER:
-                self._train()
+            # (A single append leaves training the dictionary to the writer's next pause.)
 
     def _commit_alone(self, nodes: Sequence[RawNode], updates: Sequence[RefUpdate]) -> None:
         """A commit outside any batch: the one-statement append, or one transaction."""
@@ -696,8 +695,21 @@ class SqliteBackend(RefReads, ScanReads, DictWrites):
         the next pause will."""
         with self._lock:
             if not self._db.in_transaction:
+                if self._plain_writes >= TRAIN_AFTER:
+                    self._train_now()
                 self._fill_sums(blocks)
                 self._db.execute("PRAGMA wal_checkpoint(PASSIVE)")
+
+    def _train_now(self) -> None:
+        """Train the dictionary (see DictWrites._train) if the write lock is free at once."""
+        if self.read_only or not self._queue.acquire(0.0):
+            return
+        self._queue_depth = 1
+        try:
+            self._train()
+        finally:
+            self._queue_depth = 0
+            self._queue.release()
 
     def _fill_sums(self, most: int) -> None:
         """Block digests for up to ``most`` blocks, in a short transaction of their own; only

@@ -1,10 +1,11 @@
 """The SQLite backend's compression dictionary: found, or trained once the store holds enough
 payloads (see :mod:`sesstree.store.codec`).
 
-A writer counts the payloads it stores without a dictionary; at ``TRAIN_AFTER`` it trains one
+A writer counts the payloads it stores without a dictionary; past ``TRAIN_AFTER`` it trains one
 on the store's newest payloads and stores it in ``dicts`` (or starts using the one another
-connection trained meanwhile). Inside a batch it trains in the batch's transaction, so a long
-import compresses the rest of what it writes; a rollback takes the dictionary back too.
+connection trained meanwhile): when it next pauses or closes (no append waits for it), or,
+inside a batch, at once, in the batch's transaction, so that a long import compresses the
+rest of what it writes; a rollback takes the dictionary back too.
 """
 
 from __future__ import annotations

@@ -44,7 +44,7 @@ SUMS_TABLE = "CREATE TABLE IF NOT EXISTS sums(hi INTEGER PRIMARY KEY, digest BLO
 SUMS = f"SELECT hi, digest FROM sums WHERE hi >= ?1 + {BLOCK - 1} AND hi <= ?2"
 #: Blocks given a digest when a writer pauses, and when it closes (a bound on how long it
 #: holds the write lock then: about 1 ms a block).
-FILL_IDLE = 64
+FILL_IDLE = 16
 FILL_CLOSE = 512
 _ROWS = (
     "SELECT n.id, n.parent, p.id, n.data, b.data, n.codec, b.codec FROM nodes n "
