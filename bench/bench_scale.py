@@ -14,8 +14,10 @@ when a run takes over 5 s), and its peak memory (the child's maxrss).
 
 Also measured in the same run: loading a 10,000- and a 100,000-event session against the
 same messages read from one JSONL file with msgspec (the floor), the default append against
-the seed's JSONL append, bytes at rest against the number of forks, and start-up against
-``git log -n 20``. Results go to ``bench/scale_results.json`` and the plots to ``docs/img/``.
+the seed's JSONL append (both with the floors of their parts, each measured alone, and
+without the compression dictionary for comparison), bytes at rest against the number of
+forks, and start-up against ``git log -n 20``. Results go to ``bench/scale_results.json``
+and the plots to ``docs/img/``.
 """
 
 from __future__ import annotations
