@@ -582,7 +582,13 @@ class SqliteBackend(RefReads, ScanReads, DictWrites):
                 raise StoreCorruptError(
                     f"store {self.path} is damaged: its id index misses node {prefix}"
                 )
-        return [self._hex(r[0]) for r in rows]
+        found = [self._hex(r[0]) for r in rows]
+        if any(not i.startswith(prefix.lower()) for i in found):
+            # The index gave a row outside the range it was asked for: it is damaged.
+            raise StoreCorruptError(
+                f"store {self.path} is damaged: its id index misses node {prefix}"
+            )
+        return found
 
     def expire_reflog(self, name: str) -> int:
         with self._write():

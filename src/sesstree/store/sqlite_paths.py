@@ -171,7 +171,7 @@ class PathReader:
                 if unbroken:
                     blobs = self._blobs_in(lo, cur) if row[1] else []
                     pieces.append(
-                        (row[4], _lengths(row[5]), row[0], blobs, _codecs(row[6:9]), lo)
+                        (row[4], _lengths(row[5]), row[0], blobs, self._framed(row[6:9]), lo)
                     )
                     got += cur - lo + 1
                     next_seq = base
@@ -337,7 +337,13 @@ class PathReader:
         if not row[0]:
             raise self._damaged(f"rows {lo}..{hi} are missing")
         blobs = self._blobs_in(lo, hi) if row[1] else []
-        return row[2] or b"", _lengths(row[3]), row[0], blobs, _codecs(row[4:7]), lo
+        return row[2] or b"", _lengths(row[3]), row[0], blobs, self._framed(row[4:7]), lo
+
+    def _framed(self, listed: tuple[str | None, int | None, str | None]) -> _Framed:
+        try:
+            return _codecs(listed)
+        except (ValueError, TypeError):  # a codec that is not a number: a damaged row
+            raise self._damaged("a node row is unreadable") from None
 
     def _blobs_in(self, lo: int, hi: int) -> _Apart:
         return [(seq - lo, data, codec)
@@ -358,6 +364,8 @@ class PathReader:
             if len(rows) == before:
                 raise self._damaged(f"node row {next_seq} is missing")
         rows.reverse()
+        if not all(isinstance(r[2], bytes) and isinstance(r[3], bytes) for r in rows):
+            raise self._damaged("a node row is unreadable")
         blobs = [(i, r[4], r[6]) for i, r in enumerate(rows) if r[4] is not None]
         framed = ([i for i, r in enumerate(rows) if r[5] is not None],
                   [r[5] for r in rows if r[5] is not None])

@@ -183,6 +183,11 @@ class ScanReads:
                 if not intact:
                     shown = key.hex()[:12] if isinstance(key, bytes) else f"row {seq}"
                     yield f"node {shown} does not hash to its id (content damaged)"
+            if not isinstance(rows[-1][0], int) or rows[-1][0] <= after:
+                # A damaged table can list rows out of order: going on would read the same
+                # slice for ever. SQLite's integrity check names the damage.
+                yield f"nodes after row {after} are out of order (the table is damaged)"
+                return
             after = int(rows[-1][0])
             if progress is not None:
                 progress(min(after, top), top)
