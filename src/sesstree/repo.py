@@ -487,6 +487,19 @@ class Store:
             entries = self.backend.reflog(REMOTES + name)  # REMOTE/NAME, a remote session
         return entries
 
+    def reflog_page(self, name: str, limit: int, offset: int = 0) -> tuple[list[ReflogEntry], int]:
+        """One page of the moves of session ``name`` (named as :meth:`reflog` names it),
+        **newest first**: ``limit`` moves after the newest ``offset``, and how many it has in
+        all. It reads the page, not the whole log (``sess reflog -n``, the web view)."""
+        from .scan import reflog_page
+
+        if name.startswith((SESSIONS, TAGS, REMOTES)):
+            return reflog_page(self.backend, name, limit, offset)
+        page = reflog_page(self.backend, SESSIONS + name, limit, offset)
+        if not page[1] and "/" in name:
+            page = reflog_page(self.backend, REMOTES + name, limit, offset)
+        return page
+
     # -- maintenance -------------------------------------------------------------------------
 
     def fsck(self) -> list[str]:

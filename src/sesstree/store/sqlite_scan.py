@@ -23,7 +23,7 @@ from pathlib import Path
 import msgspec
 
 from ..node import NodeId
-from .base import Counts, Progress, Ref, ReflogStamp
+from .base import Counts, Progress, Ref, ReflogEntry, ReflogStamp
 from .sqlite_paths import split_row, verify_node
 from .sqlite_sql import LIST_REFS
 
@@ -82,6 +82,7 @@ class ScanReads:
     read_only: bool
     _db: sqlite3.Connection
     _lock: threading.RLock
+    _reflog_sql: str
 
     def _errors(self) -> AbstractContextManager[None]:  # pragma: no cover - the backend's
         raise NotImplementedError
@@ -193,6 +194,34 @@ class ScanReads:
             self._write_folds()
             entries, newest = self._db.execute("SELECT count(*), max(time) FROM reflog").fetchone()
         return ReflogStamp(int(entries), float(newest or 0.0))
+
+    def reflog_page(self, name: str, limit: int, offset: int = 0) -> tuple[list[ReflogEntry], int]:
+        with self._lock, self._errors():
+            self._write_folds()
+            total = int(self._db.execute("SELECT count(*) FROM reflog WHERE ref = ?",
+                                         (name,)).fetchone()[0])
+            rows = self._db.execute(self._reflog_sql + " WHERE l.ref = ? ORDER BY l.n DESC "
+                                    "LIMIT ? OFFSET ?", (name, limit, offset)).fetchall()
+        hexed = self._hex
+        return [ReflogEntry(r[0], None if r[1] is None else hexed(r[1]),
+                            None if r[2] is None else hexed(r[2]), r[3], r[4], r[5])
+                for r in rows], total
+
+    def reflog_times(self, name: str, targets: Sequence[NodeId]) -> dict[NodeId, float]:
+        wanted = list(dict.fromkeys(targets))
+        out: dict[NodeId, float] = {}
+        with self._lock, self._errors():
+            self._write_folds()
+            for k in range(0, len(wanted), _MARKS):
+                part = [bytes.fromhex(t) for t in wanted[k:k + _MARKS]]
+                # Oldest first, so that the newest move to a node is the one kept.
+                for key, time in self._db.execute(
+                    "SELECT d.id, l.time FROM nodes d JOIN reflog l ON l.new = d.seq "
+                    f"WHERE d.id IN ({_marks(len(part))}) AND l.ref = ? ORDER BY l.n",
+                    [*part, name],
+                ):
+                    out[self._hex(key)] = float(time)
+        return out
 
     def counts(self) -> Counts:
         with self._lock, self._errors():
