@@ -15,7 +15,6 @@ from typing import Any
 import click
 
 from ..fmt import short, summary, to_jsonable
-from ..graph import stream_graph
 from ..node import Node, NodeId
 from ..repo import SESSIONS, TAGS, Store
 from ..scan import refs_at
@@ -275,6 +274,8 @@ def _log_graph(store: Store, rev: str, all_refs: bool, limit: int | None, *,
                oneline: bool = True, reverse: bool = False) -> None:
     # Streamed: the drawing is printed as the store is read, in bounded memory, and stops
     # reading at the -n limit (upside down, --reverse needs the whole drawing first).
+    from ..graph import stream_graph
+
     label = _label if oneline else _long_label
     if all_refs:
         refs = store.backend.list_refs("")
