@@ -26,9 +26,8 @@ if TYPE_CHECKING:
 
 __all__ = ["GraphNode", "draw_graph", "stream_graph"]
 
-#: Nodes read per slice of a path while drawing: the first slice small, then doubling.
+#: Nodes read per slice of a path while drawing.
 _PIECE = 1_000
-_FIRST_PIECE = 32
 
 
 class GraphNode(msgspec.Struct, frozen=True):
@@ -234,32 +233,64 @@ class _Walk:
 
 def stream_graph(
     store: Store, tips: Sequence[NodeId], label: Callable[[Sequence[Node]], list[str]],
+    *, lines: int | None = None,
 ) -> Iterator[str]:
     """The drawing of every node ``tips`` reach, line by line, in bounded memory.
 
     ``label`` gives the text of each node of a slice of nodes (a slice at a time, so that
     the refs at them can be looked up together). What is read follows what is drawn: the
     first lines read the links of the nodes newer than the oldest of them, and the nodes
-    they show."""
+    they show. ``lines``, when only the first lines will be drawn, sizes the first slice of
+    each path read to them (then slices double); without it, slices are whole."""
     links = Links(store.backend)
     keys = links.keys(tips)
-    return _draw(_graph_nodes(store, links, _Walk(links, set(keys.values())), label))
+    first = _PIECE if lines is None else max(1, min(_PIECE, lines))
+    paths = _Paths(store, label, first)
+    return _draw(_graph_nodes(links, _Walk(links, set(keys.values())), paths))
 
 
-def _graph_nodes(
-    store: Store, links: Links, walk: _Walk, label: Callable[[Sequence[Node]], list[str]],
-) -> Iterator[GraphNode]:
+class _Paths:
+    """Reads paths of nodes with their labels, a slice at a time (the first ``first``
+    nodes, then slices twice as large, up to ``_PIECE``)."""
+
+    def __init__(self, store: Store, label: Callable[[Sequence[Node]], list[str]],
+                 first: int) -> None:
+        self.store = store
+        self.label = label
+        self.first = first
+
+    def read(self, top: NodeId, count: int | None) -> Iterator[tuple[Node, str]]:
+        """``count`` nodes (None: down to the root) of the path down from ``top``, newest
+        first, with their labels."""
+        left = count
+        head: NodeId | None = top
+        piece = self.first
+        while head is not None and (left is None or left > 0):
+            want = piece if left is None else min(piece, left)
+            chain = self.store.chain(head, want)
+            ids = chain.ids
+            parents: list[NodeId | None] = [chain.base, *ids[:-1]]
+            nodes = [Node(ids[i], parents[i], chain.types[i], chain.datas[i])
+                     for i in range(len(ids) - 1, -1, -1)]
+            yield from zip(nodes, self.label(nodes), strict=True)
+            if left is not None:
+                left -= len(nodes)
+            head = chain.base
+            piece = min(2 * piece, _PIECE)
+
+
+def _graph_nodes(links: Links, walk: _Walk, paths: _Paths) -> Iterator[GraphNode]:
     """The nodes in drawing order: tree after tree, the newest first. In each tree, the
     newest tip's path is drawn down to the root as the walk confirms it; a segment that joins
     it is drawn whole (all of it is known by then), the newest first, just above the join."""
     while (start := walk.next_tree()) is not None:
         if isinstance(start, _Segment) and start.state == _FINISHED:
-            yield from _subtree(store, links, start, label)
+            yield from _subtree(links, start, paths)
             continue
         main: _Segment | None
         if isinstance(start, _Segment):
             main = start
-            yield from _subtree(store, links, main, label)
+            yield from _subtree(links, main, paths)
             x = main.next
         else:
             main, x = None, start
@@ -273,18 +304,19 @@ def _graph_nodes(
                 # read with the nodes (no need to walk the links any further).
                 walk.waiting.clear()
                 if line is None:
-                    line = _path(store, links.ids([x])[x], None, label)
+                    line = paths.read(links.ids([x])[x], None)
                 for node, text in line:
                     yield GraphNode(node.id, node.parent, text)
                 break
             found, parent, arriving = walk.until(x)
             if not found:
                 break  # damage: x is not stored; what joined it was drawn as rooted
-            for seg in sorted((s for s in arriving if s is not main),
-                              key=lambda s: s.newest, reverse=True):
-                yield from _subtree(store, links, seg, label)
+            if len(arriving) > (main is not None):  # others join the line here
+                for seg in sorted((s for s in arriving if s is not main),
+                                  key=lambda s: s.newest, reverse=True):
+                    yield from _subtree(links, seg, paths)
             if line is None:
-                line = _path(store, links.ids([x])[x], None, label)
+                line = paths.read(links.ids([x])[x], None)
             node, text = next(line)
             yield GraphNode(node.id, node.parent if parent is not None else None, text)
             if main is None:
@@ -296,9 +328,7 @@ def _graph_nodes(
             main.state = _DRAWN
 
 
-def _subtree(
-    store: Store, links: Links, top: _Segment, label: Callable[[Sequence[Node]], list[str]],
-) -> Iterator[GraphNode]:
+def _subtree(links: Links, top: _Segment, paths: _Paths) -> Iterator[GraphNode]:
     """A segment's children (newest subtree first), then its own nodes, newest first."""
     segs = list(_walk(top))
     tops = links.ids([s.top for s in segs])
@@ -312,7 +342,7 @@ def _subtree(
                 stack.append((child, False))
             continue
         seg.state = _DRAWN
-        for i, (node, text) in enumerate(_path(store, tops[seg.top], seg.length, label)):
+        for i, (node, text) in enumerate(paths.read(tops[seg.top], seg.length)):
             last = i == seg.length - 1
             yield GraphNode(node.id, None if last and seg.rooted else node.parent, text)
 
@@ -323,26 +353,3 @@ def _walk(top: _Segment) -> Iterator[_Segment]:
         seg = stack.pop()
         yield seg
         stack.extend(seg.children)
-
-
-def _path(
-    store: Store, top: NodeId, count: int | None, label: Callable[[Sequence[Node]], list[str]],
-) -> Iterator[tuple[Node, str]]:
-    """``count`` nodes (None: down to the root) of the path down from ``top``, newest first,
-    with their labels: read a slice at a time, small at first (the first lines of a drawing
-    need few), then larger."""
-    left = count
-    head: NodeId | None = top
-    piece = min(_FIRST_PIECE, _PIECE)
-    while head is not None and (left is None or left > 0):
-        want = piece if left is None else min(piece, left)
-        chain = store.chain(head, want)
-        ids = chain.ids
-        parents: list[NodeId | None] = [chain.base, *ids[:-1]]
-        nodes = [Node(ids[i], parents[i], chain.types[i], chain.datas[i])
-                 for i in range(len(ids) - 1, -1, -1)]
-        yield from zip(nodes, label(nodes), strict=True)
-        if left is not None:
-            left -= len(nodes)
-        head = chain.base
-        piece = min(2 * piece, _PIECE)
