@@ -82,3 +82,19 @@ def test_the_store_file_name_is_the_stores() -> None:
     from sesstree.repo import STORE_FILE
 
     assert _STORE_FILE == STORE_FILE
+
+
+@pytest.mark.parametrize(("args", "line"), [
+    (["lgo"], "Error: No such command 'lgo'. Did you mean 'log'? (see 'sess --help')"),
+    (["clnoe"], "Error: No such command 'clnoe'. Did you mean 'clone'? (see 'sess --help')"),
+    (["--bogus"], "Error: No such option '--bogus'. (see 'sess --help')"),
+    (["log", "--bogus"], "Error: No such option '--bogus'. (see 'sess log --help')"),
+])
+def test_a_mistyped_command_or_option_is_one_line_with_a_suggestion(
+    args: list[str], line: str
+) -> None:
+    from click.testing import CliRunner
+
+    result = CliRunner().invoke(cli, args, prog_name="sess")
+    assert result.exit_code == 2
+    assert result.output.splitlines() == [line]

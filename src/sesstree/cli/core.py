@@ -200,6 +200,28 @@ class _Group(click.Group):
             self.add_command(getattr(importlib.import_module(module), attr), cmd_name)
         return super().get_command(ctx, cmd_name)
 
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        try:
+            return super().parse_args(ctx, args)
+        except click.UsageError as exc:  # `sess --bogus`: one line, as every usage error
+            message = " ".join(exc.format_message().split())
+            raise _OneLineUsage(one_line(f"{message} (see 'sess --help')")) from None
+
+    def resolve_command(
+        self, ctx: click.Context, args: list[str]
+    ) -> tuple[str | None, click.Command | None, list[str]]:
+        name = args[0] if args else ""
+        if (name and not name.startswith("-") and not ctx.resilient_parsing
+                and self.get_command(ctx, name) is None):
+            # Click suggests among the commands loaded so far: here, every command is one.
+            import difflib
+
+            close = difflib.get_close_matches(name, self.list_commands(ctx))
+            hint = ("" if not close else f" Did you mean {close[0]!r}?" if len(close) == 1
+                    else f" (Possible commands: {', '.join(close)})")
+            ctx.fail(f"No such command {name!r}.{hint}")
+        return super().resolve_command(ctx, args)
+
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         """The list of commands, as click draws it, without loading a command to list it."""
         rows: list[tuple[str, click.Command]] = []
@@ -227,7 +249,9 @@ class _Group(click.Group):
             return result
         except click.UsageError as exc:
             # One line, as for every other user error (click's own form takes three).
-            command = f"sess {exc.ctx.command.name} --help" if exc.ctx else "sess --help"
+            # (The path below the group: the program is `sess` however it was started.)
+            below = exc.ctx.command_path.partition(" ")[2] if exc.ctx else ""
+            command = f"sess {below} --help" if below else "sess --help"
             # click's own line breaks ("Choose from:\n\tbash,...") are layout, not content.
             message = " ".join(exc.format_message().split())
             raise _OneLineUsage(one_line(f"{message} (see '{command}')")) from None
