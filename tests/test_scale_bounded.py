@@ -425,6 +425,10 @@ def test_graph_n_20_reads_what_its_lines_need_not_the_store(
     everything = sess.lines("--store", str(where), "log", "--graph", "--all")
     assert everything[:20] == lines
     assert seen["nodes"] >= total > 250  # (the same counters see a whole drawing)
+    # One session (an old one): its path, and no walk of what was written after it.
+    seen.update(links=0, nodes=0)
+    one = sess.lines("--store", str(where), "log", "--graph", "s0002")
+    assert seen == {"links": 0, "nodes": len(one)} and len(one) >= 10
 
 
 def test_graph_n_20_draws_a_join_once_the_paths_below_are_walked(

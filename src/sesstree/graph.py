@@ -187,6 +187,14 @@ class _Walk:
                 return True, parent, self.waiting.pop(x, [])
             self._merge(key, parent, is_tip)
 
+    def alone(self, tip: int) -> bool:
+        """Whether ``tip`` is the last tip to draw and nothing else is being walked: then its
+        drawing is its path, with no walk at all (the tip is taken if so)."""
+        if self.waiting or self._i != len(self._tips) - 1 or self._tips[self._i] != tip:
+            return False
+        self._i += 1
+        return True
+
     def wait(self, seg: _Segment, key: int | None) -> None:
         """``seg`` (the line being drawn) continues at ``key``."""
         seg.next = key
@@ -294,6 +302,10 @@ def _graph_nodes(links: Links, walk: _Walk, paths: _Paths) -> Iterator[GraphNode
             x = main.next
         else:
             main, x = None, start
+            if walk.alone(x):  # (`sess log --graph`: one session, read as one path)
+                for node, text in paths.read(links.ids([x])[x], None):
+                    yield GraphNode(node.id, node.parent, text)
+                continue
         if x is None:
             continue
         line: Iterator[tuple[Node, str]] | None = None
