@@ -462,7 +462,7 @@ def test_graph_n_20_draws_a_join_once_the_paths_below_are_walked(
 
 @pytest.mark.parametrize("seed", range(4))
 def test_streamed_graph_of_interleaved_writers_matches_the_whole_drawing(
-    sqlite_store: Store, seed: int
+    store: Store, seed: int
 ) -> None:
     """Sessions appended to in turns (unrelated roots, forks of forks, tags, HEAD detached
     or not): the lazy walk holds many half-walked paths at once and still draws what the
@@ -474,26 +474,26 @@ def test_streamed_graph_of_interleaved_writers_matches_the_whole_drawing(
             name = f"n{step}"
             if names and rng.random() < 0.6:
                 base = rng.choice(names)
-                back = rng.randint(0, len(sqlite_store.session(base)) - 1)
-                sqlite_store.fork(name, f"{base}~{back}")
+                back = rng.randint(0, len(store.session(base)) - 1)
+                store.fork(name, f"{base}~{back}")
             names.append(name)
         else:
             name = rng.choice(names)
-        sqlite_store.session(name).add_message(user(f"{name} {step}"))
+        store.session(name).add_message(user(f"{name} {step}"))
         if rng.random() < 0.05:
-            sqlite_store.tag(f"t{step}", name)
+            store.tag(f"t{step}", name)
     if seed % 2:
-        sqlite_store.checkout(sqlite_store.resolve(f"{names[0]}~0"))
-    stored = list(sqlite_store.backend.iter_nodes())
+        store.checkout(store.resolve(f"{names[0]}~0"))
+    stored = list(store.backend.iter_nodes())
     parent = {n.id: n.parent for n in stored}
     reach: set[str] = set()
-    for tip in _all_tips(sqlite_store):
+    for tip in _all_tips(store):
         cur: Any = tip
         while cur is not None and cur not in reach:
             reach.add(cur)
             cur = parent[cur]
     whole = [GraphNode(n.id, n.parent, n.id[:8]) for n in stored if n.id in reach]
-    streamed = list(stream_graph(sqlite_store, _all_tips(sqlite_store),
+    streamed = list(stream_graph(store, _all_tips(store),
                                  lambda nodes: [n.id[:8] for n in nodes]))
     assert streamed == draw_graph(whole)
 
