@@ -386,7 +386,8 @@ def test_streamed_graph_reads_slices_and_never_the_whole_store(
 
 
 def _counting_reads(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
-    """Count the links walked and the nodes read by every store in the process."""
+    """Count the links walked and the nodes read by every store in the process. (Links are
+    counted as the walk takes them; a backend fetches them in slices of a fixed size.)"""
     from sesstree import scan
 
     seen = {"links": 0, "nodes": 0}
