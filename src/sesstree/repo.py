@@ -37,7 +37,6 @@ from .store.base import (
     RefUpdate,
     SessionMeta,
 )
-from .store.memory import MemoryBackend
 from .store.sqlite import SqliteBackend
 from .store.sqlite_media import media_error
 from .store.urls import is_store_url, open_url
@@ -89,6 +88,8 @@ def open_store(
         StoreReadOnlyError, StoreFullError: a new store cannot be created on this medium.
     """
     if str(path) == ":memory:":
+        from .store.memory import MemoryBackend
+
         return Store(MemoryBackend())
     if is_store_url(path):
         # A shared store: this user's HEAD is kept on this machine, not in the store.

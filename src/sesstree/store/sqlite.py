@@ -52,7 +52,6 @@ from .base import (
 )
 from .meta_rows import HEAD, LEGACY, SESSION
 from .sqlite_check import check_store
-from .sqlite_gc import collect_garbage
 from .sqlite_lock import WriteLock
 from .sqlite_media import translate, translating
 from .sqlite_open import (
@@ -620,6 +619,8 @@ class SqliteBackend(RefReads, ScanReads):
         with self._lock, self._errors():
             self._write_folds()
         with self._errors():
+            from .sqlite_gc import collect_garbage
+
             return collect_garbage(self, dry_run, keep)
 
     def sweep(
@@ -627,6 +628,8 @@ class SqliteBackend(RefReads, ScanReads):
     ) -> tuple[list[NodeId], int, int]:
         """:meth:`collect_garbage`, reporting its progress."""
         with self._errors():
+            from .sqlite_gc import collect_garbage
+
             return collect_garbage(self, dry_run, keep, progress)
 
     def check(self) -> list[str]:
