@@ -10,6 +10,7 @@ machine load.
     python bench/bench_proxy.py            # 32 clients x 15 calls per round, 3 rounds, 200 turns
     python bench/bench_proxy.py --quick    # a smoke run
     python bench/bench_proxy.py --delay 0  # a provider that answers at once: throughput
+    python bench/bench_proxy.py --against /tmp/old/src   # also another sesstree's proxy, same run
 
 Figures are milliseconds per call (non-streamed: the whole reply; streamed: time to the first
 chunk of the body); "added" is proxy minus direct at the same percentile, in this run.
@@ -64,11 +65,17 @@ def start_upstream(delay: float) -> tuple[subprocess.Popen[str], str]:
     return proc, proc.stdout.readline().strip()
 
 
-def start_proxy(store: Path, upstream: str) -> tuple[subprocess.Popen[str], str]:
+def start_proxy(store: Path, upstream: str, source: str | None = None
+                ) -> tuple[subprocess.Popen[str], str]:
+    """``sess proxy`` in a process of its own; ``source``: the ``src`` directory of another
+    sesstree to run instead of the installed one."""
     open_store(store).close()
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    if source is not None:
+        env["PYTHONPATH"] = source
     proc = subprocess.Popen([*SESS, "--store", str(store), "proxy", "--upstream", upstream,
                              "--port", "0", "--quiet"], stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
+                            env=env)
     assert proc.stderr is not None
     while True:
         line = proc.stderr.readline()
@@ -79,21 +86,37 @@ def start_proxy(store: Path, upstream: str) -> tuple[subprocess.Popen[str], str]
             return proc, m.group(1)
 
 
+def _reply_text(raw: bytes, stream: bool) -> str:
+    """The assistant's text in a chat completion, whole or streamed."""
+    if not stream:
+        return str(msgspec.json.decode(raw)["choices"][0]["message"]["content"])
+    parts = []
+    for line in raw.split(b"\n"):
+        if line.startswith(b"data: {"):
+            delta = msgspec.json.decode(line[6:])["choices"][0].get("delta", {})
+            parts.append(delta.get("content") or "")
+    return "".join(parts)
+
+
 async def client(base: str, n: int, calls: int, stream: bool, out: list[float]) -> None:
+    """One agent: each call re-sends the whole history, the model's answers as they came
+    (an agent that did not would fork its conversation at every call)."""
     messages: list[dict[str, Any]] = [{"role": "system", "content": "You are a coding agent."},
                                       {"role": "user", "content": f"client {n}: fix the test"}]
     async with httpx.AsyncClient(timeout=60) as c:
         for i in range(calls):
             body = {"model": "m", "messages": messages, "stream": stream}
             started = time.perf_counter()
+            chunks = []
             async with c.stream("POST", base + "/v1/chat/completions", json=body) as r:
                 first = None
-                async for _chunk in r.aiter_raw():
+                async for chunk in r.aiter_raw():
                     if first is None:
                         first = time.perf_counter()
+                    chunks.append(chunk)
             done = time.perf_counter()
             out.append(((first or done) if stream else done) - started)
-            messages += [{"role": "assistant", "content": f"reply {i}"},
+            messages += [{"role": "assistant", "content": _reply_text(b"".join(chunks), stream)},
                          {"role": "user", "content": f"tool output {i}: " + TOOL_TEXT[:200]}]
 
 
@@ -117,29 +140,34 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def latency(direct: str, proxied: str, proxy_pid: int, clients: int, calls: int, rounds: int,
-            delay: float) -> None:
+def latency(direct: str, proxies: dict[str, tuple[str, int]], clients: int, calls: int,
+            rounds: int, delay: float) -> None:
+    """Rounds of ``clients`` conversations straight to the provider and through each proxy
+    (name -> (URL, pid)), alternating, so that all see the same machine load."""
     for stream in (False, True):
-        got: dict[str, list[float]] = {"direct": [], "proxy": []}
-        cpu = 0.0
+        got: dict[str, list[float]] = {"direct": [], **{name: [] for name in proxies}}
+        cpu = dict.fromkeys(proxies, 0.0)
         for _ in range(rounds):
-            for name, base in (("direct", direct), ("proxy", proxied)):
-                before = cpu_seconds(proxy_pid)
+            for name in got:
+                base, pid = proxies[name] if name in proxies else (direct, 0)
+                before = cpu_seconds(pid) if pid else 0.0
                 got[name] += asyncio.run(round_of(base, clients, calls, stream))
-                if name == "proxy":
+                if pid:
                     time.sleep(0.2)  # the last recordings land just after their replies
-                    cpu += cpu_seconds(proxy_pid) - before
+                    cpu[name] += cpu_seconds(pid) - before
         what = "time to first chunk, streamed" if stream else "whole reply, non-streamed"
         print(f"\n{what}: {clients} clients x {calls} calls x {rounds} rounds, provider "
-              f"answering in {delay * 1000:.0f} ms; proxy CPU {cpu / len(got['proxy']) * 1000:.2f}"
-              " ms per call (forwarding and recording)")
-        print(f"  {'':8} {'p50 ms':>8} {'p99 ms':>8} {'mean ms':>8}")
+              f"answering in {delay * 1000:.0f} ms")
+        print(f"  {'':8} {'p50 ms':>8} {'p99 ms':>8} {'mean ms':>8} {'added p50':>10} "
+              f"{'added p99':>10} {'CPU/call':>9}")
         for name, values in got.items():
-            print(f"  {name:8} {pct(values, 50):8.2f} {pct(values, 99):8.2f} "
-                  f"{statistics.mean(values) * 1000:8.2f}")
-        for p in (50, 99):
-            d, x = pct(got["direct"], p), pct(got["proxy"], p)
-            print(f"  p{p}: added {x - d:+.2f} ms, proxy/direct {x / d:.2f}x")
+            line = (f"  {name:8} {pct(values, 50):8.2f} {pct(values, 99):8.2f} "
+                    f"{statistics.mean(values) * 1000:8.2f}")
+            if name in proxies:
+                added = [pct(values, p) - pct(got["direct"], p) for p in (50, 99)]
+                line += (f" {added[0]:+10.2f} {added[1]:+10.2f} "
+                         f"{cpu[name] / len(values) * 1000:6.2f} ms")
+            print(line)
 
 
 def storage(proxied: str, store: Path, turns: int) -> None:
@@ -179,6 +207,9 @@ def main() -> None:
                              "32 clients a throughput test of the proxy's one process)")
     parser.add_argument("--clients", type=int, default=None, help="concurrent clients (32)")
     parser.add_argument("--only", choices=["latency", "storage"], help="run one part")
+    parser.add_argument("--against", metavar="SRC", action="append", default=[],
+                        help="also measure the proxy of the sesstree source tree SRC (its src "
+                             "directory), as 'before' (repeatable: before, before2, ...)")
     args = parser.parse_args()
     clients, calls, rounds, turns = (8, 5, 1, 40) if args.quick else (32, 15, 3, 200)
     if args.clients is not None:
@@ -187,12 +218,21 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         try:
             if args.only != "storage":
-                px, proxied = start_proxy(Path(tmp) / "latency", upstream)
+                procs: list[subprocess.Popen[str]] = []
+                proxies: dict[str, tuple[str, int]] = {}
                 try:
-                    latency(upstream, proxied, px.pid, clients, calls, rounds, args.delay)
+                    sources = [("proxy", None)] + [
+                        ("before" + (str(i + 1) if i else ""), src)
+                        for i, src in enumerate(args.against)]
+                    for name, src in sources:
+                        px, proxied = start_proxy(Path(tmp) / f"latency-{name}", upstream, src)
+                        procs.append(px)
+                        proxies[name] = (proxied, px.pid)
+                    latency(upstream, proxies, clients, calls, rounds, args.delay)
                 finally:
-                    px.terminate()
-                    px.wait()
+                    for px in procs:
+                        px.terminate()
+                        px.wait()
             if args.only != "latency":
                 px, proxied = start_proxy(Path(tmp) / "storage", upstream)
                 try:

@@ -99,9 +99,11 @@ async def _wait(future: asyncio.Future[None], timeout: float | None) -> None:
 class LoopStream(httpcore.AsyncNetworkStream):
     """One upstream connection (plain TCP, or TLS over it)."""
 
-    def __init__(self, transport: asyncio.Transport, protocol: _Protocol) -> None:
+    def __init__(self, transport: asyncio.Transport, protocol: _Protocol,
+                 tls: bool = False) -> None:
         self._transport = transport
         self._protocol = protocol
+        self._tls = tls
 
     async def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
         p = self._protocol
@@ -143,7 +145,13 @@ class LoopStream(httpcore.AsyncNetworkStream):
                 raise httpcore.WriteError("the upstream closed the connection")
 
     async def aclose(self) -> None:
-        self._transport.close()
+        if self._tls:
+            # No TLS close_notify exchange (httpcore's default backend skips it too: HTTP
+            # frames its own messages): a TLS close waits for the server's answer, which may
+            # never come, and would hold the connection open meanwhile.
+            self._transport.abort()
+        else:
+            self._transport.close()
 
     async def start_tls(self, ssl_context: ssl.SSLContext, server_hostname: str | None = None,
                         timeout: float | None = None) -> httpcore.AsyncNetworkStream:
@@ -160,7 +168,7 @@ class LoopStream(httpcore.AsyncNetworkStream):
             raise httpcore.ConnectError(str(exc) or type(exc).__name__) from exc
         if transport is None:  # pragma: no cover - the connection went away meanwhile
             raise httpcore.ConnectError("the upstream closed the connection during TLS")
-        return LoopStream(transport, self._protocol)
+        return LoopStream(transport, self._protocol, tls=True)
 
     def get_extra_info(self, info: str) -> Any:
         if info == "is_readable":
