@@ -52,9 +52,6 @@ _KEPT = frozenset({b"content-length"})
 _BLANK = b" \t"
 _BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
 _POOLS = 8
-#: The longest the recorder thread may hold the interpreter while the event loop waits for it
-#: (Python's default is 5 ms: a chunk that arrives while a recording runs would wait that long).
-_SWITCH_INTERVAL = 0.0005
 _json = msgspec.json.Encoder()
 
 Scope = dict[str, Any]
@@ -157,7 +154,6 @@ class Proxy:
                                         "write": timeout, "pool": timeout}}
         self._turn = itertools.count()
         self._worker: ThreadPoolExecutor | None = None
-        self._switch: float | None = None
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -176,8 +172,6 @@ class Proxy:
             # upstream's delayed ACK: 40 ms added to every call.
             socket_options=[(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)])
             for _ in range(_POOLS)]
-        self._switch = sys.getswitchinterval()
-        sys.setswitchinterval(min(self._switch, _SWITCH_INTERVAL))
         self._worker = ThreadPoolExecutor(1, thread_name_prefix="sess-proxy-recorder")
         self._worker.submit(self._index).result()
 
@@ -200,9 +194,6 @@ class Proxy:
         for pool in self._pools:
             await pool.aclose()
         self._pools = []
-        if self._switch is not None:
-            sys.setswitchinterval(self._switch)
-            self._switch = None
         self.report("sess proxy: " + self.stats.line())
 
     def flush(self) -> None:
