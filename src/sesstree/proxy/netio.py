@@ -27,6 +27,8 @@ __all__ = ["LoopBackend", "LoopStream"]
 
 #: Bytes buffered from the upstream before the connection stops reading (back-pressure).
 _HIGH_WATER = 1 << 18
+#: Bytes of a request held before they are written without waiting for the rest.
+_HELD = 1 << 20
 
 
 class _Protocol(asyncio.Protocol):
@@ -104,8 +106,12 @@ class LoopStream(httpcore.AsyncNetworkStream):
         self._transport = transport
         self._protocol = protocol
         self._tls = tls
+        self._pending: list[bytes] = []
+        self._pending_size = 0
 
     async def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
+        if self._pending:
+            await self._flush(timeout)
         p = self._protocol
         if not p.chunks and not p.eof:
             p.reader = asyncio.get_running_loop().create_future()
@@ -130,12 +136,24 @@ class LoopStream(httpcore.AsyncNetworkStream):
         return b""
 
     async def write(self, buffer: bytes, timeout: float | None = None) -> None:
+        # Held until the reply is read (or a megabyte is held): httpcore writes a request's
+        # head and its body apart, and one write of both is one system call and one packet
+        # for the upstream to wake up for, instead of two.
         if not buffer:
             return
+        if self._protocol.eof or self._transport.is_closing():
+            raise httpcore.WriteError("the upstream closed the connection")
+        self._pending.append(buffer)
+        self._pending_size += len(buffer)
+        if self._pending_size >= _HELD:
+            await self._flush(timeout)
+
+    async def _flush(self, timeout: float | None) -> None:
+        pending, self._pending, self._pending_size = self._pending, [], 0
         p = self._protocol
         if p.eof or self._transport.is_closing():
             raise httpcore.WriteError("the upstream closed the connection")
-        self._transport.write(buffer)
+        self._transport.writelines(pending)
         if p.drain is not None and not p.drain.done():
             try:
                 await _wait(p.drain, timeout)
