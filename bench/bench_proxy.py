@@ -13,7 +13,9 @@ machine load.
     python bench/bench_proxy.py --against /tmp/old/src   # also another sesstree's proxy, same run
 
 Figures are milliseconds per call (non-streamed: the whole reply; streamed: time to the first
-chunk of the body); "added" is proxy minus direct at the same percentile, in this run.
+chunk of the body); "added" is proxy minus direct at the same percentile, in this run. "CPU/call"
+is the proxy process's CPU time per call (forwarding and recording), "loop CPU" the part of it
+spent on the event loop's thread (the forwarding: what a call waits for).
 """
 
 from __future__ import annotations
@@ -51,7 +53,7 @@ def tool_output(i: int) -> str:
     rng = random.Random(i)
     words = ["self", "return", "value", "parse", "assert", "def", "test", "config", "path",
              "None", "import", "from", "for", "in", "if", "else", "raise", "error", "line"]
-    lines = []
+    lines: list[str] = []
     while sum(len(x) + 1 for x in lines) < 1500:
         lines.append(" ".join(rng.choice(words) + str(rng.randrange(1000))
                               for _ in range(rng.randrange(3, 9))))
@@ -134,10 +136,11 @@ def pct(values: list[float], p: float) -> float:
     return values[min(len(values) - 1, int(p / 100 * len(values)))] * 1000
 
 
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU time of a process so far (Linux)."""
+def cpu_seconds(pid: int, thread: int | None = None) -> float:
+    """User + system CPU time of a process so far, or of one of its threads (Linux)."""
+    where = f"/proc/{pid}/task/{thread}/stat" if thread is not None else f"/proc/{pid}/stat"
     try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        fields = Path(where).read_text().rsplit(")", 1)[1].split()
     except OSError:
         return float("nan")
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
@@ -150,27 +153,31 @@ def latency(direct: str, proxies: dict[str, tuple[str, int]], clients: int, call
     for stream in (False, True):
         got: dict[str, list[float]] = {"direct": [], **{name: [] for name in proxies}}
         cpu = dict.fromkeys(proxies, 0.0)
+        loop = dict.fromkeys(proxies, 0.0)  # the event loop's thread: the forwarding alone
         for _ in range(rounds):
             for name in got:
                 base, pid = proxies[name] if name in proxies else (direct, 0)
                 before = cpu_seconds(pid) if pid else 0.0
+                before_loop = cpu_seconds(pid, pid) if pid else 0.0
                 got[name] += asyncio.run(round_of(base, clients, calls, stream))
                 if pid:
                     time.sleep(0.2)  # the last recordings land just after their replies
                     cpu[name] += cpu_seconds(pid) - before
+                    loop[name] += cpu_seconds(pid, pid) - before_loop
         what = "time to first chunk, streamed" if stream else "whole reply, non-streamed"
         print(f"\n{what}: {clients} clients x {calls} calls (the first not counted) x {rounds} "
               f"rounds, provider "
               f"answering in {delay * 1000:.0f} ms")
         print(f"  {'':8} {'p50 ms':>8} {'p99 ms':>8} {'mean ms':>8} {'added p50':>10} "
-              f"{'added p99':>10} {'CPU/call':>9}")
+              f"{'added p99':>10} {'CPU/call':>9} {'loop CPU':>9}")
         for name, values in got.items():
             line = (f"  {name:8} {pct(values, 50):8.2f} {pct(values, 99):8.2f} "
                     f"{statistics.mean(values) * 1000:8.2f}")
             if name in proxies:
                 added = [pct(values, p) - pct(got["direct"], p) for p in (50, 99)]
                 line += (f" {added[0]:+10.2f} {added[1]:+10.2f} "
-                         f"{cpu[name] / len(values) * 1000:6.2f} ms")
+                         f"{cpu[name] / len(values) * 1000:6.2f} ms "
+                         f"{loop[name] / len(values) * 1000:6.2f} ms")
             print(line)
 
 
