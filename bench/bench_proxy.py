@@ -210,6 +210,66 @@ def storage(proxied: str, store: Path, turns: int) -> None:
           f"{stats['prefix_misses']}, re-sent messages matched {stats['dedup_hits']}")
 
 
+RECORDER_TURNS = (10, 100, 200)
+
+
+def recorder_child() -> None:
+    """In a process of its own (the sesstree to measure on its path): the recorder thread's
+    time per call at turns 10, 100 and 200 of the storage conversation, printed as JSON."""
+    from sesstree.proxy.app import Proxy
+    try:
+        from sesstree.proxy.calls import Call
+    except ImportError:  # a sesstree from before the split of app.py
+        from sesstree.proxy.app import _Call as Call  # type: ignore[attr-defined,no-redef]
+    from sesstree.proxy.protocols import protocol_of
+
+    tools = [{"type": "function", "function": {"name": f"tool_{i}", "description": "x" * 200,
+                                               "parameters": {"type": "object"}}}
+             for i in range(8)]
+    path = "/v1/chat/completions"
+    with tempfile.TemporaryDirectory() as tmp:
+        proxy = Proxy(open_store(Path(tmp) / "s"), "http://127.0.0.1:9", quiet=True)
+        proxy.recorder.index.refresh()
+        messages: list[dict[str, Any]] = [
+            {"role": "system", "content": "You are a coding agent."},
+            {"role": "user", "content": "fix the flaky test"}]
+        took: dict[int, float] = {}
+        for i in range(max(RECORDER_TURNS) + 1):
+            text = f"answer {i}: " + tool_output(i)[:300]
+            reply = {"id": f"c{i}", "model": "m", "object": "chat.completion",
+                     "usage": {"prompt_tokens": 1, "completion_tokens": 1},
+                     "choices": [{"index": 0, "finish_reason": "stop",
+                                  "message": {"role": "assistant", "content": text}}]}
+            call = Call("POST", path, protocol_of("POST", path),
+                        _json.encode({"model": "m", "messages": messages, "tools": tools}),
+                        time.perf_counter())
+            call.status = 200
+            call.chunks = [_json.encode(reply)]
+            started = time.perf_counter()
+            proxy._record(call)
+            took[i] = time.perf_counter() - started
+            messages += [{"role": "assistant", "content": text},
+                         {"role": "user", "content": f"tool output {i}:\n{tool_output(i)}"}]
+        # the mean of the ten calls up to each turn: one call is too short to time alone
+        print(msgspec.json.encode({str(t): statistics.mean(took[i] for i in range(t - 9, t + 1))
+                                   for t in RECORDER_TURNS}).decode())
+
+
+def recorder(sources: dict[str, str | None]) -> None:
+    """The recorder thread's time per call as the conversation grows, for each sesstree."""
+    print("\nrecording one call (the recorder thread, after the reply has passed: parse, "
+          "match the re-sent history, write), storage conversation")
+    print("  " + " " * 8 + "".join(f"{f'turn {t}':>12}" for t in RECORDER_TURNS))
+    for name, source in sources.items():
+        env = {**os.environ}
+        if source is not None:
+            env["PYTHONPATH"] = source
+        out = subprocess.run([sys.executable, __file__, "--only", "recorder-child"], env=env,
+                             capture_output=True, text=True, check=True).stdout
+        ms = msgspec.json.decode(out)
+        print(f"  {name:8}" + "".join(f"{ms[str(t)] * 1000:9.2f} ms" for t in RECORDER_TURNS))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="small sizes, for a smoke run")
@@ -217,25 +277,28 @@ def main() -> None:
                         help="seconds the provider takes to answer (default 0.2; 0 makes the "
                              "32 clients a throughput test of the proxy's one process)")
     parser.add_argument("--clients", type=int, default=None, help="concurrent clients (32)")
-    parser.add_argument("--only", choices=["latency", "storage"], help="run one part")
+    parser.add_argument("--only", choices=["latency", "recorder", "storage", "recorder-child"],
+                        help="run one part")
     parser.add_argument("--against", metavar="SRC", action="append", default=[],
                         help="also measure the proxy of the sesstree source tree SRC (its src "
                              "directory), as 'before' (repeatable: before, before2, ...)")
     args = parser.parse_args()
+    if args.only == "recorder-child":
+        recorder_child()
+        return
     clients, calls, rounds, turns = (8, 5, 1, 40) if args.quick else (32, 15, 3, 200)
     if args.clients is not None:
         clients = args.clients
+    sources: dict[str, str | None] = {"proxy": None, **{
+        "before" + (str(i + 1) if i else ""): src for i, src in enumerate(args.against)}}
     up, upstream = start_upstream(args.delay)
     with tempfile.TemporaryDirectory() as tmp:
         try:
-            if args.only != "storage":
+            if args.only in (None, "latency"):
                 procs: list[subprocess.Popen[str]] = []
                 proxies: dict[str, tuple[str, int]] = {}
                 try:
-                    sources = [("proxy", None)] + [
-                        ("before" + (str(i + 1) if i else ""), src)
-                        for i, src in enumerate(args.against)]
-                    for name, src in sources:
+                    for name, src in sources.items():
                         px, proxied = start_proxy(Path(tmp) / f"latency-{name}", upstream, src)
                         procs.append(px)
                         proxies[name] = (proxied, px.pid)
@@ -244,7 +307,9 @@ def main() -> None:
                     for px in procs:
                         px.terminate()
                         px.wait()
-            if args.only != "latency":
+            if args.only in (None, "recorder"):
+                recorder(sources)
+            if args.only in (None, "storage"):
                 px, proxied = start_proxy(Path(tmp) / "storage", upstream)
                 try:
                     storage(proxied, Path(tmp) / "storage", turns)
