@@ -359,6 +359,7 @@ class ProxyApp:
         self.proxy = proxy
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Serve one ASGI connection scope."""
         kind = scope["type"]
         if kind == "http":
             if scope["path"] == "/_sess/stats" and scope["method"] in ("GET", "HEAD"):

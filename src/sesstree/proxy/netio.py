@@ -110,6 +110,8 @@ class LoopStream(httpcore.AsyncNetworkStream):
         self._pending_size = 0
 
     async def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
+        """Up to ``max_bytes`` the upstream sent (``b""`` once it closed the connection),
+        after writing the request held so far."""
         if self._pending:
             await self._flush(timeout)
         p = self._protocol
@@ -136,6 +138,7 @@ class LoopStream(httpcore.AsyncNetworkStream):
         return b""
 
     async def write(self, buffer: bytes, timeout: float | None = None) -> None:
+        """Send ``buffer`` to the upstream (held until the reply is read, see below)."""
         # Held until the reply is read (or a megabyte is held): httpcore writes a request's
         # head and its body apart, and one write of both is one system call and one packet
         # for the upstream to wake up for, instead of two.
@@ -163,6 +166,7 @@ class LoopStream(httpcore.AsyncNetworkStream):
                 raise httpcore.WriteError("the upstream closed the connection")
 
     async def aclose(self) -> None:
+        """Close the connection."""
         if self._tls:
             # No TLS close_notify exchange (httpcore's default backend skips it too: HTTP
             # frames its own messages): a TLS close waits for the server's answer, which may
@@ -173,6 +177,8 @@ class LoopStream(httpcore.AsyncNetworkStream):
 
     async def start_tls(self, ssl_context: ssl.SSLContext, server_hostname: str | None = None,
                         timeout: float | None = None) -> httpcore.AsyncNetworkStream:
+        """The connection with TLS over it, the server's certificate checked by
+        ``ssl_context``."""
         loop = asyncio.get_running_loop()
         try:
             transport = await asyncio.wait_for(loop.start_tls(
@@ -189,6 +195,8 @@ class LoopStream(httpcore.AsyncNetworkStream):
         return LoopStream(transport, self._protocol, tls=True)
 
     def get_extra_info(self, info: str) -> Any:
+        """What httpcore asks of a connection: ``is_readable``, ``ssl_object``,
+        ``client_addr``, ``server_addr``, ``socket``."""
         if info == "is_readable":
             # Asked of an idle connection only: readable means the server sent something or
             # closed it, which the protocol has already seen (no system call needed).
@@ -206,6 +214,7 @@ class LoopBackend(httpcore.AsyncNetworkBackend):
                           local_address: str | None = None,
                           socket_options: Iterable[Any] | None = None
                           ) -> httpcore.AsyncNetworkStream:
+        """A TCP connection to ``host:port`` with ``socket_options`` set."""
         loop = asyncio.get_running_loop()
         protocol = _Protocol()
         local = (local_address, 0) if local_address else None
@@ -228,7 +237,9 @@ class LoopBackend(httpcore.AsyncNetworkBackend):
     async def connect_unix_socket(self, path: str, timeout: float | None = None,
                                   socket_options: Iterable[Any] | None = None
                                   ) -> httpcore.AsyncNetworkStream:
+        """Not used by the proxy: always :class:`httpcore.ConnectError`."""
         raise httpcore.ConnectError("unix sockets are not an upstream the proxy uses")
 
     async def sleep(self, seconds: float) -> None:
+        """Wait ``seconds`` on the running loop."""
         await asyncio.sleep(seconds)
