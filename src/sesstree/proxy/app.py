@@ -34,6 +34,7 @@ from ..errors import InvalidRefNameError, SesstreeError
 from ..fmt import printable
 from ..node import check_ref_name
 from ..repo import Store
+from .asgi import ProxyApp
 from .calls import DECODABLE, Call, exchange_of, parsed_request
 from .netio import LoopBackend
 from .protocols import ANTHROPIC, protocol_of
@@ -349,43 +350,6 @@ class Proxy:
         secrets = sorted({*call.secrets, *(s.lower() for s in call.secrets)}, key=len,
                          reverse=True)
         self.log(printable(redact(line, secrets)))
-
-
-class ProxyApp:
-    """The ASGI application of one :class:`Proxy`: its lifespan, ``GET /_sess/stats``, and
-    every other HTTP request forwarded (whatever its method)."""
-
-    def __init__(self, proxy: Proxy) -> None:
-        self.proxy = proxy
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        """Serve one ASGI connection scope."""
-        kind = scope["type"]
-        if kind == "http":
-            if scope["path"] == "/_sess/stats" and scope["method"] in ("GET", "HEAD"):
-                await self.proxy.stats_endpoint(scope, receive, send)
-            else:
-                await self.proxy.forward(scope, receive, send)
-        elif kind == "lifespan":
-            await self._lifespan(receive, send)
-        elif kind == "websocket":  # not a model API: refused, as a router with no route would
-            await receive()
-            await send({"type": "websocket.close", "code": 1000})
-
-    async def _lifespan(self, receive: Receive, send: Send) -> None:
-        while True:
-            message = await receive()
-            if message["type"] == "lifespan.startup":
-                try:
-                    await self.proxy.start()
-                except Exception as exc:
-                    await send({"type": "lifespan.startup.failed", "message": str(exc)})
-                    return
-                await send({"type": "lifespan.startup.complete"})
-            elif message["type"] == "lifespan.shutdown":
-                await self.proxy.stop()
-                await send({"type": "lifespan.shutdown.complete"})
-                return
 
 
 def _stderr(line: str) -> None:
