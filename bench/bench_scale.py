@@ -14,8 +14,10 @@ when a run takes over 5 s), and its peak memory (the child's maxrss).
 
 Also measured in the same run: loading a 10,000- and a 100,000-event session against the
 same messages read from one JSONL file with msgspec (the floor), the default append against
-the seed's JSONL append, bytes at rest against the number of forks, and start-up against
-``git log -n 20``. Results go to ``bench/scale_results.json`` and the plots to ``docs/img/``.
+the seed's JSONL append (both with the floors of their parts, each measured alone, and
+without the compression dictionary for comparison), bytes at rest against the number of
+forks, and start-up against ``git log -n 20``. Results go to ``bench/scale_results.json``
+and the plots to ``docs/img/``.
 """
 
 from __future__ import annotations
@@ -30,7 +32,8 @@ import sys
 import tempfile
 import time
 import tracemalloc
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -252,7 +255,35 @@ def sizes_table(backend: str, sizes: list[int], tmp: Path, base_url: str | None,
 # -- load, append, bytes, start-up ----------------------------------------------------------
 
 
+@contextmanager
+def no_dictionary() -> Iterator[None]:
+    """Stores written meanwhile never train a dictionary: small payloads stay plain msgpack,
+    as in format 3 (what compressing them costs, measured against it)."""
+    from sesstree.store import sqlite as backend
+
+    saved = backend.TRAIN_AFTER
+    backend.TRAIN_AFTER = 1 << 62
+    try:
+        yield
+    finally:
+        backend.TRAIN_AFTER = saved
+
+
+def fill_long(where: Path, msgs: list[dict[str, Any]]) -> None:
+    with open_store(where) as store:
+        s = store.session("long")
+        with store.batch():
+            for m in msgs:
+                s.add_message(m)
+
+
 def bench_load(tmp: Path, n: int, results: dict[str, Any]) -> None:
+    """Loading an n-event session against the JSONL + msgspec floor, and the floors of the
+    parts a verified load of derived messages cannot skip."""
+    from blake3 import blake3
+
+    from sesstree.events import derive_messages
+
     msgs = Traffic(5).messages(n)
     jsonl = tmp / f"load-{n}.jsonl"
     enc = msgspec.json.Encoder()
@@ -268,33 +299,70 @@ def bench_load(tmp: Path, n: int, results: dict[str, Any]) -> None:
             return [json.loads(line) for line in f]
 
     where = tmp / f"load-{n}"
-    with open_store(where) as store:
-        s = store.session("long")
-        with store.batch():
-            for m in msgs:
-                s.add_message(m)
-    with open_store(where) as store:
-        assert store.messages("long") == msgs
-        ours = best(lambda: store.messages("long"))
+    fill_long(where, msgs)
+    with no_dictionary():
+        fill_long(tmp / f"load-{n}-plain", msgs)
+    with open_store(where) as store, open_store(tmp / f"load-{n}-plain") as plain:
+        assert store.messages("long") == msgs == plain.messages("long")
+        # Alternate the two stores, so that a slow spell hits both.
+        ours, ours_plain = [], []
+        for _ in range(3):
+            ours.append(best(lambda: store.messages("long"), 2))
+            ours_plain.append(best(lambda: plain.messages("long"), 2))
         tracemalloc.start()
         kept = store.messages("long")
         ours_mem = tracemalloc.get_traced_memory()[1]
         tracemalloc.stop()
         del kept
+        # The floors: what any verified load of these messages does, each part alone.
+        chain = plain.backend.chain(store.session_head("long"))  # type: ignore[arg-type]
+        events = [msgspec.msgpack.encode(d) for d in chain.datas]
+        bodies = [msgspec.msgpack.encode(t) + e for t, e in zip(chain.types, events, strict=True)]
+        heads = [b"\x94\x01\xc4\x20" + bytes(32)] * len(bodies)
+        packed = msgspec.msgpack.encode([x for t, d in zip(chain.types, chain.datas, strict=True)
+                                         for x in (t, d)])
+        whole = b"".join(bodies)
+        from sesstree.store.sqlite_sql import READ_RANGE
+
+        db = store.backend._db  # type: ignore[attr-defined]
+        framed = db.execute("SELECT data, codec FROM nodes WHERE codec IS NOT NULL").fetchall()
+        framed += db.execute("SELECT data, codec FROM blobs").fetchall()
+        codec = store.backend._paths.codec  # type: ignore[attr-defined]
+        frames, codecs = [f for f, _ in framed], [c for _, c in framed]
+        floors = {
+            # the store's frames inflated, in one call per dictionary
+            "inflate": best(lambda: codec.unpack_all(frames, codecs, 1 << 31)),
+            # SQLite reading the path's rows (one range, concatenated): what any load fetches
+            "sql_read": best(lambda: db.execute(READ_RANGE, (1, n)).fetchone()),
+            # the events decoded from msgpack in one call (as a path is)
+            "decode": best(lambda: msgspec.msgpack.decode(packed)),
+            # the messages derived from decoded events (events.derive_messages)
+            "derive": best(lambda: derive_messages(chain.types, chain.datas)),
+            # one blake3 per node over its hashed form: what checking each id costs
+            "blake3_per_node": best(lambda: [blake3(h + b).digest()
+                                             for h, b in zip(heads, bodies, strict=True)]),
+            # the same bytes in one blake3 call: what a digest over many rows would cost
+            "blake3_one_call": best(lambda: blake3(whole).digest()),
+        }
     tracemalloc.start()
     kept = floor()
     floor_mem = tracemalloc.get_traced_memory()[0]
     tracemalloc.stop()
     del kept
     results.setdefault("load", {})[str(n)] = {
-        "ours": ours, "floor": best(floor), "seed": best(seed),
-        "ours_mem": ours_mem, "decoded_mem": floor_mem,
-        "json_bytes": jsonl.stat().st_size,
+        "ours": min(ours), "ours_plain": min(ours_plain), "floor": best(floor),
+        "seed": best(seed), "ours_mem": ours_mem, "decoded_mem": floor_mem,
+        "json_bytes": jsonl.stat().st_size, "floors": floors,
     }
 
 
 def bench_append(tmp: Path, n: int, results: dict[str, Any]) -> None:
+    """The default append (one add_message, its own commit) against the seed's open/append/
+    close of a JSONL file, on a store past its first TRAIN_AFTER payloads (its dictionary
+    trained), and the floors: a bare SQLite insert of a 1 KB row and commit with the store's
+    pragmas, with and without a unique index of random 32-byte keys (a node id)."""
     msgs = Traffic(11).messages(n)
+    warm = Traffic(12).messages(1_200)
     path = tmp / "append.jsonl"
 
     def seed_side() -> float:
@@ -305,25 +373,64 @@ def bench_append(tmp: Path, n: int, results: dict[str, Any]) -> None:
                 f.write(json.dumps(m) + "\n")
         return (time.perf_counter() - t) / n
 
-    def ours_side(k: int) -> float:
-        with open_store(tmp / f"append-{k}") as store:
-            s = store.session("a")
-            t = time.perf_counter()
-            for m in msgs:
-                s.add_message(m)
-            return (time.perf_counter() - t) / n
+    def ours_side(k: int, plain: bool) -> float:
+        where = tmp / f"append-{k}-{plain}"
+        with no_dictionary() if plain else nullcontext():
+            fill_long(where, warm)  # (the dictionary is trained here, unless plain)
+            with open_store(where) as store:
+                s = store.session("a")
+                t = time.perf_counter()
+                for m in msgs:
+                    s.add_message(m)
+                return (time.perf_counter() - t) / n
 
-    seeds, ours = [], []
-    for k in range(3):  # alternate, so a slow spell hits both
+    def bare_side(k: int, keyed: bool) -> float:
+        import os
+        import sqlite3
+
+        db = sqlite3.connect(tmp / f"bare-{k}-{keyed}.db", isolation_level=None)
+        for pragma in ("page_size=2048", "journal_mode=WAL", "synchronous=NORMAL",
+                       "wal_autocheckpoint=10000"):
+            db.execute(f"PRAGMA {pragma}")
+        db.execute("CREATE TABLE t(seq INTEGER PRIMARY KEY, id BLOB UNIQUE, data BLOB)")
+        rows = [(os.urandom(32) if keyed else None, os.urandom(1000)) for _ in range(n)]
+        t = time.perf_counter()
+        for r in rows:
+            db.execute("INSERT INTO t(id, data) VALUES (?, ?)", r)
+        spent = (time.perf_counter() - t) / n
+        db.close()
+        return spent
+
+    def train_once() -> float:
+        from sesstree.store.codec import TRAIN_AFTER
+
+        where = tmp / "train"
+        with open_store(where) as store:
+            s = store.session("a")
+            with store.batch():
+                for m in warm[: TRAIN_AFTER - 1]:
+                    s.add_message(m)
+            t = time.perf_counter()
+            s.add_message(warm[TRAIN_AFTER])  # the append that trains the dictionary
+            return time.perf_counter() - t
+
+    seeds, ours, plain, bare, keyed = [], [], [], [], []
+    for k in range(3):  # alternate, so a slow spell hits every side
         seeds.append(seed_side())
-        ours.append(ours_side(k))
-    results["append"] = {"ours": min(ours), "seed": min(seeds)}
+        ours.append(ours_side(k, False))
+        plain.append(ours_side(k, True))
+        bare.append(bare_side(k, False))
+        keyed.append(bare_side(k, True))
+    results["append"] = {
+        "ours": min(ours), "ours_plain": min(plain), "seed": min(seeds),
+        "bare_insert": min(bare), "bare_insert_keyed": min(keyed), "training": train_once(),
+    }
 
 
 def bench_fork_bytes(tmp: Path, base_url: str | None, results: dict[str, Any]) -> None:
     """Bytes at rest after F forks x 20 events on a 1,000-event base, F = 0..1,000."""
     traffic = Traffic(3)
-    base_msgs = traffic.messages(1000)
+    base_msgs = traffic.messages(1000)  # (past TRAIN_AFTER payloads: the dictionary is trained)
     fork_msgs = [traffic.messages(20) for _ in range(1000)]
     enc = msgspec.json.Encoder()
     base_json = sum(len(enc.encode(m)) + 1 for m in base_msgs)
@@ -492,10 +599,22 @@ def print_tables(results: dict[str, Any]) -> None:
               f"({r['ours'] / r['floor']:.2f}x), seed json.loads {fmt_s(r['seed'])}; "
               f"peak memory {r['ours_mem'] / 2**20:.1f} MB vs decoded messages "
               f"{r['decoded_mem'] / 2**20:.1f} MB ({r['ours_mem'] / r['decoded_mem']:.2f}x)")
+        if "ours_plain" in r:
+            print(f"  small payloads plain (no dictionary): {fmt_s(r['ours_plain'])} "
+                  f"({r['ours_plain'] / r['floor']:.2f}x)")
+        for part, secs in r.get("floors", {}).items():
+            print(f"  floor of one part, {part}: {fmt_s(secs)} ({secs / r['floor']:.2f}x)")
     if "append" in results:
         a = results["append"]
         print(f"\ndefault append {a['ours'] * 1e6:.1f} µs vs seed JSONL {a['seed'] * 1e6:.1f} µs "
               f"({a['seed'] / a['ours']:.2f}x as fast)")
+        if "bare_insert" in a:
+            print(f"  without a dictionary {a['ours_plain'] * 1e6:.1f} µs "
+                  f"({a['seed'] / a['ours_plain']:.2f}x); floors: bare SQLite insert + commit of "
+                  f"a 1 KB row {a['bare_insert'] * 1e6:.1f} µs ({a['seed'] / a['bare_insert']:.2f}x), "
+                  f"with a unique 32-byte random key {a['bare_insert_keyed'] * 1e6:.1f} µs "
+                  f"({a['seed'] / a['bare_insert_keyed']:.2f}x); training the dictionary, once: "
+                  f"{a['training'] * 1000:.0f} ms")
     if "fork_bytes" in results:
         fb = results["fork_bytes"]
         for f in sorted(fb["unique_json"], key=int):

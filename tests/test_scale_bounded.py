@@ -538,7 +538,7 @@ def test_an_older_store_is_upgraded_on_open_and_read_as_it_is_when_read_only(
         db = db_of(store)
         names = {r[0] for r in db.execute("SELECT name FROM sqlite_master")}
         assert {"nodes_bid", "reflog_new", "reflog_time", "path_bytes"} <= names
-        assert db.execute("SELECT value FROM meta WHERE key = 'format'").fetchone()[0] == "3"
+        assert db.execute("SELECT value FROM meta WHERE key = 'format'").fetchone()[0] == "4"
         assert store.fsck() == []
 
 

@@ -50,6 +50,36 @@ def build(folder: Path) -> dict[str, Any]:
     return expected
 
 
+def build_compressed(folder: Path) -> dict[str, Any]:
+    """The same shape past the store's first 1,000 payloads (format 4): rows and payloads
+    stored apart as zstd frames made with the trained dictionary, and block digests; every
+    20th node is shown."""
+    from sesstree.store.codec import TRAIN_AFTER
+
+    rng = random.Random(4)
+    words = "read the file then run the tests and fix the error in store session".split()
+    with open_store(folder) as store:
+        a = store.session("a")
+        with store.batch():
+            for i in range(TRAIN_AFTER + 300):
+                big = " ".join(rng.choices(words, k=300)) if i % 9 == 4 else ""
+                a.add_message({"role": "user" if i % 2 else "assistant",
+                               "content": f"transfer {i} dollars to alice "
+                                          + " ".join(rng.choices(words, k=20)) + big})
+        store.fork("b", "a~30")
+        b = store.session("b")
+        for i in range(15):
+            b.add_message({"role": "user", "content": f"b {i} " + " ".join(rng.choices(words, k=20))})
+        store.tag("t", "a~5")
+        expected = {
+            "messages": {n: store.messages(n) for n in ("a", "b")},
+            "log": {n: store.log(n) for n in ("a", "b")},
+            "nodes": {node.id: node for n in ("a", "b") for node in store.log(n)[::20]},
+            "sessions": [(s.name, s.head, s.length) for s in store.sessions()],
+        }
+    return expected
+
+
 def reads(store: Any, expected: dict[str, Any]) -> list[tuple[str, Callable[[], Any], Any]]:
     out: list[tuple[str, Callable[[], Any], Any]] = []
     for name in ("a", "b"):
@@ -146,9 +176,10 @@ def attack(original: Path, work: Path, expected: dict[str, Any], rng: random.Ran
         tally.harmless += 1
 
 
-def campaign(tmp_path: Path, copies: int, seed: int) -> Tally:
+def campaign(tmp_path: Path, copies: int, seed: int,
+             make: Callable[[Path], dict[str, Any]] = build) -> Tally:
     original = tmp_path / "original"
-    expected = build(original)
+    expected = make(original)
     rng = random.Random(seed)
     tally = Tally()
     for _ in range(copies):
@@ -169,6 +200,15 @@ def test_damaged_copies_never_give_wrong_data_or_tracebacks(tmp_path: Path) -> N
     campaign(tmp_path, copies=40, seed=1)
 
 
+def test_damaged_compressed_copies_never_give_wrong_data_or_tracebacks(tmp_path: Path) -> None:
+    campaign(tmp_path, copies=40, seed=3, make=build_compressed)
+
+
 @pytest.mark.stress
 def test_damaged_copies_many(tmp_path: Path) -> None:
     campaign(tmp_path, copies=500, seed=2)
+
+
+@pytest.mark.stress
+def test_damaged_compressed_copies_many(tmp_path: Path) -> None:
+    campaign(tmp_path, copies=300, seed=5, make=build_compressed)

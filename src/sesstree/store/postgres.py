@@ -28,7 +28,7 @@ from typing import Any, TypeVar
 import msgspec
 import psycopg
 
-from ..errors import ConflictError, MissingNodeError, StoreCorruptError
+from ..errors import ConflictError, MissingNodeError, StoreCorruptError, StoreError
 from ..node import NodeId
 from . import postgres_objects as objects
 from . import postgres_refs as refs
@@ -44,7 +44,9 @@ from .base import (
     describe,
     encode_session_meta,
 )
+from .codec import CodecError, dict_hash
 from .meta_rows import HEAD, LEGACY, SESSION, session_meta_of
+from .postgres_codec import PgPayloads
 from .postgres_conn import Conn, Connector, StoreUnavailableError, is_connection_lost
 from .postgres_scan import ScanReads
 from .postgres_schema import ensure_schema
@@ -77,6 +79,8 @@ class PostgresBackend(ScanReads):
         self._queue: dict[str, list[tuple[NodeId | None, tuple[Any, ...]]]] = {}
         self._queue_reason: dict[str, str] = {}
         self._create = create
+        # Compression of rows and payloads (format 4), and the dictionary it trains.
+        self._payloads = PgPayloads(lambda sql, params: self._read(sql, params, binary=True))
         try:
             self._conn.run(self._check_schema)
         except BaseException:
@@ -123,15 +127,25 @@ class PostgresBackend(ScanReads):
                 and updates[0].new == nodes[0].id and updates[0].old == nodes[0].parent
             ):
                 self._append(nodes[0], updates[0])
-                return
-            if self._batch_depth:
+            elif self._batch_depth:
                 # A savepoint: a lost compare-and-set undoes this commit and keeps the batch.
                 self._run(lambda conn, replay: self._commit_in(conn, nodes, updates, False))
-                return
-            self._run(lambda conn, replay: self._commit_in(conn, nodes, updates, replay))
+            else:
+                self._run(lambda conn, replay: self._commit_in(conn, nodes, updates, replay))
+            if not self._batch_depth:
+                self._train_if_due()
+
+    def _train_if_due(self) -> None:
+        """Train the compression dictionary when due (see PgPayloads.train_if_due)."""
+        try:
+            self._payloads.train_if_due(
+                objects.SAMPLES, lambda sql, params: self._read(sql, params, fetch=False)
+            )
+        except (CodecError, StoreError):
+            pass  # only a saving of space: payloads stay plain, and it is tried again later
 
     def _append(self, node: RawNode, u: RefUpdate) -> None:
-        params = objects.node_params(node)
+        params = objects.node_params(node, payloads=self._payloads)
         if self._batch_depth and u.fold and self._heads.get(u.name) is not None:
             # This batch holds the ref's row lock since it first moved it, so where the ref
             # is, is known here: decide the compare-and-set now, send the node with the rest
@@ -187,7 +201,7 @@ class PostgresBackend(ScanReads):
         # Outside a batch this is the commit's transaction; inside one, a savepoint.
         with conn.transaction():
             if nodes:
-                params = [objects.node_params(n) for n in nodes]
+                params = [objects.node_params(n, payloads=self._payloads) for n in nodes]
                 with conn.cursor() as cur:
                     # Pipelined: the nodes go in one round trip, parents before children.
                     cur.executemany(objects.PUT_NODE, params, returning=True)
@@ -263,6 +277,7 @@ class PostgresBackend(ScanReads):
             self._end_batch()
             try:
                 txn.__exit__(None, None, None)
+                self._train_if_due()
             except psycopg.Error as exc:
                 if is_connection_lost(exc, conn):
                     self._conn.discard()
@@ -345,16 +360,23 @@ class PostgresBackend(ScanReads):
         if not rows:
             return None
         row = rows[0]
+        try:
+            body = self._payloads.body(bytes(row[3]))
+        except CodecError as exc:
+            raise StoreCorruptError(f"the store at {self.url} is damaged: node {id[:12]}: its "
+                                    f"payload cannot be inflated ({exc})") from None
         if (row[1] is None and row[4] is not None) or not objects.row_is_intact(
-                bytes(row[0]), None if row[1] is None else bytes(row[1]), bytes(row[3])):
+                bytes(row[0]), None if row[1] is None else bytes(row[1]), body):
             raise StoreCorruptError(f"the store at {self.url} is damaged: node {id[:12]} does "
                                     "not hash to its id")
-        return self._stored(row)
+        return self._stored(row, body)
 
-    def _stored(self, row: Any) -> StoredNode:
+    def _stored(self, row: Any, body: bytes | None = None) -> StoredNode:
         try:
-            type, encoded = objects.split_row(row[3])
-        except (ValueError, IndexError, UnicodeDecodeError):
+            if body is None:
+                body = self._payloads.body(bytes(row[3]))
+            type, encoded = objects.split_row(body)
+        except (ValueError, IndexError, UnicodeDecodeError, CodecError):
             # Give it back as it is: it will not hash to its id, and fsck says so.
             type, encoded = "", bytes(row[3])
         return StoredNode(NodeId(row[0].hex()), objects.hex_id(row[1]), row[2], type, encoded)
@@ -378,13 +400,19 @@ class PostgresBackend(ScanReads):
             return Chain([], [], depth + 1, head, ids=[])
         # Every node read is checked against its id: damage is an error, never wrong data.
         ids, data, base = bytes(ids), bytes(data), None if base is None else bytes(base)
-        bad = objects.first_bad_node(base, ids, data, lengths or [])
+        lengths = lengths or []
+        if sum(lengths) != len(data):
+            raise StoreCorruptError(f"the store at {self.url} is damaged: a node row is "
+                                    "unreadable")
+        bodies, unreadable = self._payloads.bodies(data, lengths)
+        bad = unreadable if unreadable is not None else objects.first_bad_body(base, ids, bodies)
         if bad is not None:
             raise StoreCorruptError(f"the store at {self.url} is damaged: node "
                                     f"{ids[32 * bad : 32 * bad + 32].hex()[:12]} does not hash "
                                     "to its id")
+        del data
         try:
-            types, datas = objects.decode_path(data, count)
+            types, datas = objects.decode_path(b"".join(bodies), count)
         except (msgspec.DecodeError, ValueError):
             raise StoreCorruptError(f"the store at {self.url} is damaged: a node row is "
                                     "unreadable") from None
@@ -502,6 +530,9 @@ class PostgresBackend(ScanReads):
         for what, sql in refs.REF_CHECKS.items():
             for (key,) in self._read(sql + " LIMIT 20"):
                 faults.append(f"{what}: {key}")
+        for dict_id, digest, data in self._read("SELECT id, hash, data FROM dicts", binary=True):
+            if dict_hash(bytes(data)) != bytes(digest):
+                faults.append(f"compression dictionary {dict_id} does not match its hash")
         return faults
 
     def physical_bytes(self) -> int:

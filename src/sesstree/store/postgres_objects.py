@@ -14,7 +14,7 @@ the client makes one round trip and msgspec decodes the whole path in one call.
 from __future__ import annotations
 
 from itertools import accumulate
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 from blake3 import blake3
@@ -22,6 +22,9 @@ from blake3 import blake3
 from ..node import ID_VERSION, NodeId, node_id_from_encoded
 from .base import RawNode
 from .sqlite_paths import row_data, split_row
+
+if TYPE_CHECKING:
+    from .postgres_codec import PgPayloads
 
 __all__ = [
     "BLOB_MIN",
@@ -40,9 +43,11 @@ __all__ = [
     "PHYSICAL_BYTES",
     "PREFIX",
     "PUT_NODE",
+    "SAMPLES",
     "STATS",
     "VERIFY",
     "decode_path",
+    "first_bad_body",
     "first_bad_node",
     "hex_id",
     "node_params",
@@ -252,6 +257,8 @@ ITER = (
     f"SELECT {_NODE_COLS} FROM nodes n LEFT JOIN nodes par ON par.seq = n.parent ORDER BY n.seq"
 )
 COUNT = "SELECT count(*) FROM nodes"
+# The newest rows, assembled, to train the compression dictionary on.
+SAMPLES = f"SELECT {_ROW.format(t='n')} FROM nodes n ORDER BY n.seq DESC LIMIT %s"
 # fsck's re-hash, a slice of rows at a time: id, parent id, parent seq, the row as hashed.
 VERIFY = (
     f"SELECT n.seq, n.id, par.id, n.parent, {_ROW.format(t='n')} FROM nodes n "
@@ -306,7 +313,7 @@ SELECT (SELECT count(*) FROM nodes),
 """
 PHYSICAL_BYTES = (
     "SELECT sum(pg_total_relation_size(t)) FROM "
-    "unnest(ARRAY['nodes', 'blobs', 'refs', 'reflog', 'meta']::regclass[]) t"
+    "unnest(ARRAY['nodes', 'blobs', 'refs', 'reflog', 'meta', 'dicts']::regclass[]) t"
 )
 
 # fsck's checks of links and derived indexes, each naming up to 20 nodes (the re-hash of every
@@ -327,19 +334,26 @@ _json = msgspec.json.Encoder()
 _msgpack = msgspec.msgpack.Decoder()
 
 
-def node_params(node: RawNode, line: int | None = None) -> tuple[Any, ...]:
+def node_params(
+    node: RawNode, line: int | None = None, payloads: PgPayloads | None = None
+) -> tuple[Any, ...]:
     """The parameters of :data:`PUT_NODE` (and of the append) for ``node``.
 
     ``line`` is the node's size as one JSONL line (computed here when not given): summed
     along the path on the server, it is what ``stats`` reports without reading any node.
+    ``payloads`` compresses the row or the payload stored apart (format 4).
     """
     if line is None:
         line = len(_json.encode(_msgpack.decode(node.encoded))) + 1
     parent = bytes.fromhex(node.parent) if node.parent is not None else None
     if len(node.encoded) > BLOB_MIN:
         digest = blake3(node.encoded).digest()
-        return (bytes.fromhex(node.id), parent, row_data(node.type, None), digest, node.encoded, line)
-    return (bytes.fromhex(node.id), parent, row_data(node.type, node.encoded), None, None, line)
+        blob = node.encoded if payloads is None else payloads.pack_blob(node.encoded)
+        return (bytes.fromhex(node.id), parent, row_data(node.type, None), digest, blob, line)
+    row = row_data(node.type, node.encoded)
+    if payloads is not None:
+        row = payloads.pack_row(row)
+    return (bytes.fromhex(node.id), parent, row, None, None, line)
 
 
 def decode_path(data: bytes, count: int) -> tuple[list[str], list[Any]]:
@@ -377,7 +391,15 @@ def first_bad_node(base: bytes | None, ids: bytes, data: bytes, lengths: list[in
     if len(ids) != 32 * len(lengths) or sum(lengths) != len(data):
         return 0
     ends = list(accumulate(lengths))
-    bodies = [data[s:e] for s, e in zip([0, *ends[:-1]], ends, strict=True)]
+    return first_bad_body(base, ids, [data[s:e] for s, e in zip([0, *ends[:-1]], ends, strict=True)])
+
+
+def first_bad_body(base: bytes | None, ids: bytes, bodies: list[bytes]) -> int | None:
+    """:func:`first_bad_node` of a path given as each node's hashed body."""
+    if not bodies:
+        return None
+    if len(ids) != 32 * len(bodies):
+        return 0
     first = _ROOT_HEAD if base is None else _PARENT_HEAD + base
     heads = [first, *[_PARENT_HEAD + ids[i : i + 32] for i in range(0, len(ids) - 32, 32)]]
     digests = [blake3(h + b).digest() for h, b in zip(heads, bodies, strict=True)]

@@ -23,6 +23,8 @@ from typing import Any, TypeVar
 from ..node import NodeId
 from . import postgres_objects as objects
 from .base import Counts, Progress, Ref, ReflogEntry, ReflogStamp
+from .codec import CodecError
+from .postgres_codec import PgPayloads
 from .postgres_conn import Conn
 
 __all__ = ["CHUNK", "SLICE", "GcPlan", "ScanReads"]
@@ -102,6 +104,7 @@ class ScanReads:
     url: str
     _lock: threading.RLock
     _batch_depth: int
+    _payloads: PgPayloads
 
     def _read(self, sql: str, params: Any = None, *, fetch: bool = True,
               binary: bool = False) -> list[Any]:  # pragma: no cover - the backend's
@@ -165,8 +168,12 @@ class ScanReads:
             for _seq, key, parent, parent_seq, row in rows:
                 if parent_seq is not None and parent is None:
                     continue  # a missing parent: the link checks name it
+                try:
+                    body = self._payloads.body(bytes(row or b""))
+                except CodecError:
+                    body = b""  # a frame that cannot be read: damage, reported below
                 if not objects.row_is_intact(
-                    bytes(key), None if parent is None else bytes(parent), bytes(row or b"")
+                    bytes(key), None if parent is None else bytes(parent), body
                 ):
                     yield f"node {bytes(key).hex()[:12]} does not hash to its id (content damaged)"
             after = int(rows[-1][0])

@@ -29,13 +29,14 @@ from blake3 import blake3
 
 from ..errors import StoreCorruptError, StoreFormatError, StoreNotFoundError
 from ..node import ID_VERSION
+from .postgres_codec import DICTS_TABLE
 from .postgres_conn import Conn
 from .postgres_objects import OBJECT_FUNCTIONS, OBJECT_TABLES
 from .postgres_refs import REF_FUNCTIONS, REF_TABLES, TO_FORMAT_2
 
 __all__ = ["FORMAT_VERSION", "MIGRATIONS", "ensure_schema"]
 
-FORMAT_VERSION = 3
+FORMAT_VERSION = 4
 
 #: Step k takes format k to format k + 1.
 MIGRATIONS: list[list[str]] = [
@@ -55,6 +56,11 @@ MIGRATIONS: list[list[str]] = [
     # The refs that moved last (the web view's first page), read in time order.
     ["CREATE INDEX IF NOT EXISTS reflog_new ON reflog(new) WHERE new IS NOT NULL",
      "CREATE INDEX IF NOT EXISTS refs_moved ON refs(moved)"],
+    # 4: rows and payloads stored apart as zstd frames, with a dictionary trained on the
+    # store's own payloads (postgres_codec). Rows written before stay as they are; a
+    # sesstree of format 3 could not read a frame: it must refuse the store. The payloads
+    # stored apart come compressed: TOAST need not try again.
+    [DICTS_TABLE, "ALTER TABLE blobs ALTER COLUMN data SET STORAGE EXTERNAL"],
 ]
 assert len(MIGRATIONS) == FORMAT_VERSION
 

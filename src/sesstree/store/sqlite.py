@@ -9,9 +9,10 @@ Layout and why:
   of the range to read. ``fsck`` recomputes it.
 - A row's ``data`` is the node's type then its payload, both msgpack, so a range of rows is
   decoded in one call (:mod:`sesstree.store.sqlite_paths`).
-- Payloads larger than ``BLOB_MIN`` bytes live once in ``blobs``, zlib-compressed, keyed by
-  the blake3 hash of their content, so the same 200 KB tool result in a thousand sessions is
-  stored once.
+- Payloads larger than ``BLOB_MIN`` bytes live once in ``blobs``, compressed, keyed by the
+  blake3 hash of their content, so the same 200 KB tool result in a thousand sessions is
+  stored once. Smaller payloads are kept in their row, as a zstd frame once the store has
+  trained a dictionary on its own payloads (see :mod:`sesstree.store.codec`).
 - There is no separate table of refs: the ``reflog`` is the truth, clustered by ``(ref, n)``,
   and a ref's value is its newest entry. Moving a ref *is* writing its log entry, so a ref can
   never move without one, and the compare-and-set is one ``INSERT ... WHERE newest IS old``.
@@ -25,7 +26,6 @@ import os
 import sqlite3
 import threading
 import time
-import zlib
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
@@ -50,8 +50,10 @@ from .base import (
     describe,
     encode_session_meta,
 )
+from .codec import SMALL_MIN, TRAIN_AFTER
 from .meta_rows import HEAD, LEGACY, SESSION
 from .sqlite_check import check_store
+from .sqlite_dicts import DictWrites
 from .sqlite_lock import WriteLock
 from .sqlite_media import translate, translating
 from .sqlite_open import (
@@ -59,10 +61,11 @@ from .sqlite_open import (
     FORMAT_VERSION,
     PAGE_SIZE,
     WAL_PAGES,
+    has_codec,
     open_connection,
     reflog_has_started,
 )
-from .sqlite_paths import PathReader, row_data, split_row, verify_node
+from .sqlite_paths import PathReader, row_data, verify_node
 from .sqlite_refs import RefReads
 from .sqlite_scan import SLICE, ScanReads
 from .sqlite_sql import (
@@ -75,8 +78,10 @@ from .sqlite_sql import (
     NEWEST,
     NODE_COLS,
     REFLOG_ROWS,
+    without_codec,
     without_started,
 )
+from .sqlite_sums import FILL_CLOSE, FILL_IDLE, fill_sums
 from .sqlite_wal import IdleCheckpointer, preallocate_wal
 
 __all__ = [
@@ -84,7 +89,7 @@ __all__ = [
     "SqliteBackend",
 ]
 
-#: Payloads larger than this are stored once, by hash, zlib-compressed (tool results, files).
+#: Payloads larger than this are stored once, by hash, compressed (tool results, files).
 BLOB_MIN = 1024
 # A connection that has committed this many single appends is a long writer: its WAL is then
 # given its full size once, so that later appends overwrite blocks instead of growing the file.
@@ -95,7 +100,7 @@ _CACHE_MAX = 200_000
 IDLE_CHECKPOINT = 1.0
 
 
-class SqliteBackend(RefReads, ScanReads):
+class SqliteBackend(RefReads, ScanReads, DictWrites):
     """A store in one SQLite file. See the module docstring for the layout."""
 
     def __init__(
@@ -113,7 +118,15 @@ class SqliteBackend(RefReads, ScanReads):
         self._queue_depth = 0
         self._lock = threading.RLock()
         self._idle = IdleCheckpointer(self._checkpoint_idle, IDLE_CHECKPOINT)
-        self._paths = PathReader(self._db, self.path)
+        # Format 4's codec columns (a format-3 store opened read-only has none).
+        self._codec_columns = has_codec(self._db)
+        self._paths = PathReader(self._db, self.path, self._codec_columns)
+        # Payloads this connection wrote uncompressed for want of a dictionary: at TRAIN_AFTER
+        # it trains one (or finds one another connection trained). None: not looked yet.
+        self._plain_writes = 0
+        self._dict_looked = False
+        # A dictionary trained inside the open batch: forgotten if the batch rolls back.
+        self._dict_in_txn = False
         # The statements that write and read a folded entry's `started`, or (a store made
         # before it was kept) their forms without it.
         started = reflog_has_started(self._db)
@@ -153,6 +166,9 @@ class SqliteBackend(RefReads, ScanReads):
         for key in self._txn_new:
             self._known.pop(key, None)
         self._txn_new.clear()
+        if self._dict_in_txn:
+            self._paths.codec.forget()
+            self._dict_looked = self._dict_in_txn = False
         self._heads.clear()
         self._unwritten.clear()
 
@@ -220,6 +236,7 @@ class SqliteBackend(RefReads, ScanReads):
                     self._write_folds()
                     self._db.execute("COMMIT")
                     self._txn_new.clear()
+                    self._dict_in_txn = False
                 except BaseException:
                     self._rollback()
                     raise
@@ -296,21 +313,29 @@ class SqliteBackend(RefReads, ScanReads):
             parent_seq, depth = parent[0], parent[1] + 1
         inline: bytes | None = node.encoded
         bid: int | None = None
+        codec: int | None = None
         db = self._db
+        if not self._dict_looked:
+            self._find_dict()
         if len(node.encoded) > BLOB_MIN:
             digest = blake3(node.encoded).digest()
             known_blob = db.execute("SELECT bid FROM blobs WHERE hash = ?", (digest,)).fetchone()
             if known_blob is not None:
                 bid = known_blob[0]
             else:
+                bcodec, blob = self._paths.codec.pack_blob(node.encoded)
                 cur = db.execute(
-                    "INSERT INTO blobs(hash, data) VALUES (?, ?)",
-                    (digest, zlib.compress(node.encoded, 6)),
+                    "INSERT INTO blobs(hash, data, codec) VALUES (?, ?, ?)", (digest, blob, bcodec)
                 )
                 bid = cur.lastrowid
+                self._count_plain(bcodec == 0)
             inline = None
+        row = row_data(node.type, inline)
+        if bid is None:
+            codec, row = self._paths.codec.pack(row)
+            self._count_plain(len(row) >= SMALL_MIN)
         key = bytes.fromhex(node.id)
-        cur = db.execute(INSERT_NODE, (key, parent_seq, depth, row_data(node.type, inline), bid))
+        cur = db.execute(INSERT_NODE, (key, parent_seq, depth, row, bid, codec))
         if cur.rowcount == 1:
             assert cur.lastrowid is not None
             value = (cur.lastrowid, depth)
@@ -326,6 +351,10 @@ class SqliteBackend(RefReads, ScanReads):
             if self._batch_depth:
                 with self._errors():
                     self._commit_batched(nodes, updates)
+                if self._plain_writes >= TRAIN_AFTER:
+                    # Inside the batch's transaction: a long import compresses the rest of
+                    # what it writes, and a rollback takes the dictionary back with it.
+                    self._train()
                 return
             # The writers' queue, inline rather than through _queued: this is every append's
             # path, and a generator-based context manager costs about a microsecond.
@@ -342,6 +371,7 @@ class SqliteBackend(RefReads, ScanReads):
                 self._queue_depth = 0
                 queue.release()
                 self._idle.wrote()
+            # (A single append leaves training the dictionary to the writer's next pause.)
 
     def _commit_alone(self, nodes: Sequence[RawNode], updates: Sequence[RefUpdate]) -> None:
         """A commit outside any batch: the one-statement append, or one transaction."""
@@ -369,13 +399,28 @@ class SqliteBackend(RefReads, ScanReads):
             raise
 
     def _append_one(self, node: RawNode, u: RefUpdate) -> bool:
-        """The hot path of every append, in one statement. False if it does not apply."""
-        if u.new != node.id or u.old != node.parent or len(node.encoded) > BLOB_MIN:
+        """The hot path of every append, in one statement (a large payload's blob too). False
+        if it does not apply."""
+        if u.new != node.id or u.old != node.parent:
             return False
+        if not self._dict_looked:
+            self._find_dict()
+        encoded = node.encoded
+        codec = self._paths.codec
+        if len(encoded) > BLOB_MIN:
+            # Compressed before knowing whether the blob is stored already: a lookup first
+            # would be a second statement, and compressing 2 KB costs less than one.
+            bcodec, blob = codec.pack_blob(encoded)
+            packed, row, digest = None, row_data(node.type, None), blake3(encoded).digest()
+            self._count_plain(bcodec == 0)
+        else:
+            packed, row = codec.pack(row_data(node.type, encoded))
+            blob, bcodec, digest = None, None, None
+            self._count_plain(len(encoded) >= SMALL_MIN)
         try:
             self._db.execute(APPEND_FOLD if u.fold and u.old is not None else APPEND_ONE, (
                 u.name, bytes.fromhex(node.parent) if node.parent is not None else None,
-                bytes.fromhex(node.id), row_data(node.type, node.encoded), time.time(), u.reason,
+                bytes.fromhex(node.id), row, time.time(), u.reason, packed, digest, blob, bcodec,
             ))
         except sqlite3.IntegrityError as exc:
             if "sesstree-conflict" not in str(exc):
@@ -477,38 +522,31 @@ class SqliteBackend(RefReads, ScanReads):
 
     def get(self, id: NodeId) -> StoredNode | None:
         with self._lock, self._errors():
-            row = self._db.execute(
+            row = self._db.execute(self._q(
                 f"SELECT {NODE_COLS}, n.depth, p.id FROM nodes n LEFT JOIN nodes p "
-                "ON p.seq = n.parent WHERE n.id = ?",
+                "ON p.seq = n.parent LEFT JOIN blobs b ON b.bid = n.bid WHERE n.id = ?"),
                 (bytes.fromhex(id),),
             ).fetchone()
             if row is None:
                 return None
-            type, encoded = self._split(row[3], row[4])
-            payload = None if row[4] is None else encoded
+            type, encoded, body = self._expand(row[1], row[3], row[4], row[5], row[6])
             # Checked against its id like every read: damage shows as an error, never as data.
             # (A parent row that is missing gives no parent id, and so fails the check.)
-            if (row[2] is not None and row[6] is None) or not verify_node(
-                row[1], row[6], row[3], payload
-            ):
+            if (row[2] is not None and row[8] is None) or not verify_node(row[1], row[8], body):
                 raise StoreCorruptError(
                     f"store {self.path} is damaged: node {row[1].hex()[:12]} does not hash to its id"
                 )
-            parent = self._hex(row[6]) if row[6] is not None else None
-            return StoredNode(self._hex(row[1]), parent, row[5], type, encoded)
+            parent = self._hex(row[8]) if row[8] is not None else None
+            return StoredNode(self._hex(row[1]), parent, row[7], type, encoded)
 
-    def _split(self, data: bytes, compressed: bytes | None) -> tuple[str, bytes]:
-        """Type and payload bytes of a row, inflating a payload stored apart."""
-        try:
-            if not isinstance(data, bytes):
-                raise TypeError("row data is not bytes")
-            type, encoded = split_row(data)
-        except (ValueError, IndexError, UnicodeDecodeError, TypeError):
-            raise StoreCorruptError(f"store {self.path} is damaged: a node row is unreadable") from None
-        return type, encoded if compressed is None else self._inflate(compressed)
+    def _q(self, sql: str) -> str:
+        """``sql`` as this store can run it (see without_codec)."""
+        return sql if self._codec_columns else without_codec(sql)
 
-    def _inflate(self, compressed: bytes | None) -> bytes:
-        return self._paths.inflate(compressed)
+    def _expand(self, id: bytes | None, data: bytes, blob: bytes | None, codec: int | None,
+                bcodec: int | None) -> tuple[str, bytes, bytes]:
+        """Type, payload bytes and hashed body of a row (see PathReader.expand)."""
+        return self._paths.expand(id, data, blob, codec, bcodec)
 
     def has(self, ids: Sequence[NodeId]) -> set[NodeId]:
         with self._lock, self._errors():
@@ -576,17 +614,19 @@ class SqliteBackend(RefReads, ScanReads):
         after = 0
         while True:
             with self._lock, self._errors():
-                rows = self._db.execute(
-                    "SELECT n.seq, n.id, p.id, n.depth, n.data, b.data FROM nodes n "
-                    "LEFT JOIN nodes p ON p.seq = n.parent LEFT JOIN blobs b ON b.bid = n.bid "
-                    "WHERE n.seq > ? ORDER BY n.seq LIMIT ?", (after, SLICE)
+                rows = self._db.execute(self._q(
+                    "SELECT n.seq, n.id, p.id, n.depth, n.data, b.data, n.codec, b.codec "
+                    "FROM nodes n LEFT JOIN nodes p ON p.seq = n.parent "
+                    "LEFT JOIN blobs b ON b.bid = n.bid WHERE n.seq > ? ORDER BY n.seq LIMIT ?"),
+                    (after, SLICE),
                 ).fetchall()
             if not rows:
                 return
             after = rows[-1][0]
             for r in rows:
                 try:
-                    type, encoded = self._split(r[4], r[5])
+                    with self._lock:
+                        type, encoded, _ = self._expand(r[1], r[4], r[5], r[6], r[7])
                 except StoreCorruptError:
                     # Yield it as it is: it will not hash to its id, and fsck reports it as such.
                     type, encoded = "", r[4] if isinstance(r[4], bytes) else b""
@@ -609,6 +649,8 @@ class SqliteBackend(RefReads, ScanReads):
                 "DELETE FROM blobs WHERE NOT EXISTS (SELECT 1 FROM nodes WHERE nodes.bid = blobs.bid)"
             )
             self._db.execute("DELETE FROM path_bytes WHERE seq NOT IN (SELECT seq FROM nodes)")
+            if self._codec_columns:
+                self._db.execute("DELETE FROM sums")  # (rare: the digests are made again)
             self._known.clear()
             return cur.rowcount
 
@@ -635,7 +677,7 @@ class SqliteBackend(RefReads, ScanReads):
     def check(self) -> list[str]:
         with self._lock, self._errors():
             self._write_folds()
-            return check_store(self._db, self.path)
+            return check_store(self._db, self.path, self._paths.inflate, self._codec_columns)
 
     def physical_bytes(self) -> int:
         total = 0
@@ -650,12 +692,45 @@ class SqliteBackend(RefReads, ScanReads):
         with self._lock, self._errors():
             self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
 
-    def _checkpoint_idle(self) -> None:
-        """Fold this writer's commits into the main file (see IdleCheckpointer), unless a
-        transaction is open: then the next pause will."""
+    def _checkpoint_idle(self, blocks: int = FILL_IDLE) -> None:
+        """Give the blocks written since a digest (sqlite_sums), then fold this writer's
+        commits into the main file (see IdleCheckpointer), unless a transaction is open: then
+        the next pause will."""
         with self._lock:
             if not self._db.in_transaction:
+                if self._plain_writes >= TRAIN_AFTER:
+                    self._train_now()
+                self._fill_sums(blocks)
                 self._db.execute("PRAGMA wal_checkpoint(PASSIVE)")
+
+    def _train_now(self) -> None:
+        """Train the dictionary (see DictWrites._train) if the write lock is free at once."""
+        if self.read_only or not self._queue.acquire(0.0):
+            return
+        self._queue_depth = 1
+        try:
+            self._train()
+        finally:
+            self._queue_depth = 0
+            self._queue.release()
+
+    def _fill_sums(self, most: int) -> None:
+        """Block digests for up to ``most`` blocks, in a short transaction of their own; only
+        if the write lock is free at once (a derived index: the next pause tries again)."""
+        if self.read_only or not self._codec_columns or not self._queue.acquire(0.0):
+            return
+        try:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                fill_sums(self._db, lambda *row: self._paths.expand(*row)[2], most)
+                self._db.execute("COMMIT")
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+        except sqlite3.Error:
+            pass  # busy, full, read-only: reads check node by node meanwhile
+        finally:
+            self._queue.release()
 
     def close(self) -> None:
         self._idle.stop()
@@ -663,7 +738,7 @@ class SqliteBackend(RefReads, ScanReads):
             if self._idle.wrote_since_checkpoint:
                 # What this connection wrote should not live on only in the WAL.
                 try:
-                    self._checkpoint_idle()
+                    self._checkpoint_idle(FILL_CLOSE)
                 except sqlite3.Error:
                     pass  # the commits are safe in the WAL all the same
             self._db.close()

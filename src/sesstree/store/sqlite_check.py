@@ -8,13 +8,14 @@ stops at the first fault, and none lets damage escape as an exception of another
 from __future__ import annotations
 
 import sqlite3
-import zlib
+from collections.abc import Callable
 from pathlib import Path
 
 from blake3 import blake3
 
-from ..errors import InvalidRefNameError
+from ..errors import InvalidRefNameError, StoreCorruptError
 from ..node import check_ref_name
+from .codec import dict_hash
 from .sqlite_sql import CHECKS
 from .sqlite_wal import scan_wal
 
@@ -39,8 +40,12 @@ def _short(key: object) -> str:
     return key.hex()[:12] if isinstance(key, bytes) else repr(key)[:12]
 
 
-def check_store(db: sqlite3.Connection, path: Path) -> list[str]:
-    """Faults of the store at ``path`` (an open connection in a read transaction)."""
+def check_store(
+    db: sqlite3.Connection, path: Path, inflate: Callable[[bytes, int | None, None], bytes],
+    codec: bool,
+) -> list[str]:
+    """Faults of the store at ``path`` (an open connection in a read transaction).
+    ``inflate`` reads a compressed payload; ``codec``: the store has format 4's columns."""
     faults: list[str] = []
     # integrity_check, not quick_check: only it compares every index with its table, and a
     # damaged id index hides nodes from lookups.
@@ -72,10 +77,15 @@ def check_store(db: sqlite3.Connection, path: Path) -> list[str]:
     wal = scan_wal(path)
     if wal is not None:
         faults.append(wal)
-    for digest, data in db.execute("SELECT hash, data FROM blobs"):
+    if codec:
+        for dict_id, digest, data in db.execute("SELECT id, hash, data FROM dicts"):
+            if not isinstance(data, bytes) or dict_hash(data) != digest:
+                faults.append(f"compression dictionary {dict_id} does not match its hash")
+    blobs = "SELECT hash, data, codec FROM blobs" if codec else "SELECT hash, data, NULL FROM blobs"
+    for digest, data, how in db.execute(blobs):
         try:
-            intact = blake3(zlib.decompress(data)).digest() == digest
-        except (zlib.error, TypeError):
+            intact = blake3(inflate(data, how, None)).digest() == digest
+        except (StoreCorruptError, TypeError):
             intact = False
         if not intact:
             faults.append(f"payload {_short(digest)} does not match its hash")

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 
 from ..node import NodeId
 from .base import Progress
+from .sqlite_sums import forget_sums
 
 if TYPE_CHECKING:
     from .sqlite import SqliteBackend
@@ -169,6 +170,8 @@ def collect_garbage(
                 gone += _ids(db, chunk)
                 db.execute(f"DELETE FROM nodes WHERE seq IN ({marks})", chunk)
                 db.execute(f"DELETE FROM path_bytes WHERE seq IN ({marks})", chunk)
+                if backend._codec_columns:
+                    forget_sums(db, chunk)
                 for s in chunk:
                     plan.state[s] = _ABSENT
                 row = db.execute("SELECT coalesce(max(seq), 0) FROM nodes").fetchone()

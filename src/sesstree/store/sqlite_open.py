@@ -14,12 +14,12 @@ from ..errors import StoreCorruptError, StoreFormatError, StoreLockedError, Stor
 from ..node import ID_VERSION
 from .sqlite_create import create_store_file, remove_leftovers
 from .sqlite_media import media_error, one_line, open_read_only, translating, unopenable
-from .sqlite_sql import APPEND_TEMP, SCHEMA, SCHEMA_2, without_started
+from .sqlite_sql import APPEND_TEMP, SCHEMA, SCHEMA_2, add_codec, without_started
 from .sqlite_wal import preallocate_wal
 
 __all__ = [
-    "DURABLE_WAL_PAGES", "FORMAT_VERSION", "PAGE_SIZE", "WAL_PAGES", "open_connection",
-    "reflog_has_started",
+    "DURABLE_WAL_PAGES", "FORMAT_VERSION", "PAGE_SIZE", "WAL_PAGES", "has_codec",
+    "open_connection", "reflog_has_started",
 ]
 
 
@@ -29,10 +29,16 @@ def reflog_has_started(db: sqlite3.Connection) -> bool:
     return any(row[1] == "started" for row in db.execute("PRAGMA table_info(reflog)"))
 
 
-#: 1: the tables; 2: the indexes and derived table of SCHEMA_2; 3: its index on move time
-#: (an older store is upgraded when it is first opened for writing; read-only it is read as
-#: it is, more slowly).
-FORMAT_VERSION = 3
+def has_codec(db: sqlite3.Connection) -> bool:
+    """Whether the store has format 4's codec columns (see sqlite_sql.add_codec)."""
+    return any(row[1] == "codec" for row in db.execute("PRAGMA table_info(nodes)"))
+
+
+#: 1: the tables; 2: the indexes and derived table of SCHEMA_2; 3: its index on move time;
+#: 4: zstd frames and dictionaries (sqlite_sql.add_codec). An older store is upgraded when it
+#: is first opened for writing (nothing is rewritten: old rows read as they were); read-only
+#: it is read as it is. An older sesstree refuses a newer format: it could not read frames.
+FORMAT_VERSION = 4
 #: A commit writes whole pages to the WAL, and an append dirties three: smaller pages make it
 #: cheaper, while 1 KB pages would cost disk space (measured in bench/bench_store.py).
 PAGE_SIZE = 2048
@@ -90,6 +96,7 @@ def _build_schema(db: sqlite3.Connection) -> None:
     db.execute("BEGIN IMMEDIATE")
     for statement in (*SCHEMA, *SCHEMA_2):
         db.execute(statement)
+    add_codec(db)
     db.executemany(
         "INSERT INTO meta VALUES (?, ?)",
         [("format", str(FORMAT_VERSION)), ("ids", f"blake3-msgpack-v{ID_VERSION}")],
@@ -98,15 +105,16 @@ def _build_schema(db: sqlite3.Connection) -> None:
 
 
 def _upgrade(db: sqlite3.Connection, path: Path) -> None:
-    """Format 1 or 2 to 3: add the indexes and the derived table (each only if missing), in
-    one transaction (another process opening the store meanwhile waits for it, then sees
-    format 3)."""
+    """Format 1, 2 or 3 to 4: add the indexes and the derived table, then the codec columns
+    and the dictionaries' table (each only if missing), in one transaction (another process
+    opening the store meanwhile waits for it, then sees format 4)."""
     db.execute("BEGIN IMMEDIATE")
     try:
         row = db.execute("SELECT value FROM meta WHERE key = 'format'").fetchone()
-        if row is not None and str(row[0]) in ("1", "2"):
+        if row is not None and str(row[0]) in ("1", "2", "3"):
             for statement in SCHEMA_2:
                 db.execute(statement)
+            add_codec(db)
             db.execute("UPDATE meta SET value = ? WHERE key = 'format'", (str(FORMAT_VERSION),))
         db.execute("COMMIT")
     except BaseException:
@@ -176,8 +184,9 @@ def _prepare(db: sqlite3.Connection, path: Path, durable: bool, read_only: bool)
         # stays within cache_size; loads measured the same within noise (bench/bench_scale.py).
         db.execute("PRAGMA temp_store=MEMORY")
         started = reflog_has_started(db)
-        for statement in APPEND_TEMP:
-            db.execute(statement if started else without_started(statement))
+        if has_codec(db):  # (a format-3 store opened read-only: nothing is appended to it)
+            for statement in APPEND_TEMP:
+                db.execute(statement if started else without_started(statement))
         if durable and not read_only:
             try:
                 preallocate_wal(db, path, DURABLE_WAL_PAGES)

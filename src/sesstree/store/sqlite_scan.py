@@ -24,7 +24,7 @@ import msgspec
 
 from ..node import NodeId
 from .base import Counts, Progress, Ref, ReflogEntry, ReflogStamp
-from .sqlite_paths import split_row, verify_node
+from .sqlite_paths import verify_node
 from .sqlite_sql import LIST_REFS
 
 __all__ = ["SLICE", "ScanReads"]
@@ -42,7 +42,7 @@ _REFS_AT = (
     "WHERE d.id IN ({marks}) AND l.n = (SELECT max(n) FROM reflog WHERE ref = l.ref)"
 )
 _VERIFY = (
-    "SELECT n.seq, n.id, n.parent, p.id, n.data, b.data FROM nodes n "
+    "SELECT n.seq, n.id, n.parent, p.id, n.data, b.data, n.codec, b.codec FROM nodes n "
     "LEFT JOIN nodes p ON p.seq = n.parent LEFT JOIN blobs b ON b.bid = n.bid "
     "WHERE n.seq > ? ORDER BY n.seq LIMIT ?"
 )
@@ -93,7 +93,13 @@ class ScanReads:
     def _write_folds(self) -> None:  # pragma: no cover - the backend's
         raise NotImplementedError
 
-    def _inflate(self, compressed: bytes | None) -> bytes:  # pragma: no cover - the backend's
+    def _expand(  # pragma: no cover - the backend's
+        self, id: bytes | None, data: bytes, blob: bytes | None, codec: int | None,
+        bcodec: int | None,
+    ) -> tuple[str, bytes, bytes]:
+        raise NotImplementedError
+
+    def _q(self, sql: str) -> str:  # pragma: no cover - the backend's
         raise NotImplementedError
 
     def list_refs_with_depth(self, prefix: str) -> list[tuple[Ref, int]]:
@@ -163,17 +169,16 @@ class ScanReads:
         after = 0
         while True:
             with self._lock, self._errors():
-                rows = self._db.execute(_VERIFY, (after, SLICE)).fetchall()
+                rows = self._db.execute(self._q(_VERIFY), (after, SLICE)).fetchall()
             if not rows:
                 return
-            for seq, key, parent_seq, parent, data, blob in rows:
+            for seq, key, parent_seq, parent, data, blob, codec, bcodec in rows:
                 if parent_seq is not None and parent is None:
                     continue  # a missing parent: the link checks name it
                 try:
-                    payload = None if blob is None else self._inflate(blob)
-                    intact = isinstance(key, bytes) and isinstance(data, bytes) and verify_node(
-                        key, parent, data, payload
-                    )
+                    with self._lock:
+                        body = self._expand(key, data, blob, codec, bcodec)[2]
+                    intact = isinstance(key, bytes) and verify_node(key, parent, body)
                 except Exception:  # damage of any kind is a finding, not a crash
                     intact = False
                 if not intact:
@@ -281,18 +286,17 @@ class ScanReads:
         """(seq, parent seq, size as one JSONL line) of every row after ``after``, in slices."""
         while True:
             with self._lock, self._errors():
-                rows = self._db.execute(
-                    "SELECT n.seq, n.parent, n.data, b.data FROM nodes n "
-                    "LEFT JOIN blobs b ON b.bid = n.bid WHERE n.seq > ? ORDER BY n.seq LIMIT ?",
+                rows = self._db.execute(self._q(
+                    "SELECT n.seq, n.parent, n.data, b.data, n.codec, b.codec FROM nodes n "
+                    "LEFT JOIN blobs b ON b.bid = n.bid WHERE n.seq > ? ORDER BY n.seq LIMIT ?"),
                     (after, SLICE),
                 ).fetchall()
             if not rows:
                 return
-            for seq, parent, data, blob in rows:
+            for seq, parent, data, blob, codec, bcodec in rows:
                 try:
-                    _, encoded = split_row(data)
-                    if blob is not None:
-                        encoded = self._inflate(blob)
+                    with self._lock:
+                        encoded = self._expand(None, data, blob, codec, bcodec)[1]
                     line = len(_json.encode(_msgpack.decode(encoded))) + 1
                 except Exception:  # damaged: fsck reports it; stats counts it as empty
                     line = 1

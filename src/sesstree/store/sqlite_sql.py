@@ -5,6 +5,10 @@ See :mod:`sesstree.store.sqlite` for the layout and why it is shaped this way.
 
 from __future__ import annotations
 
+import sqlite3
+
+from .sqlite_sums import SUMS_TABLE
+
 __all__ = [
     "APPEND_FOLD",
     "APPEND_ONE",
@@ -27,6 +31,8 @@ __all__ = [
     "SCHEMA_2",
     "STARTED_SET",
     "WALK_ROWS",
+    "add_codec",
+    "without_codec",
     "without_started",
 ]
 
@@ -76,6 +82,28 @@ SCHEMA_2 = [
     "CREATE INDEX IF NOT EXISTS reflog_time ON reflog(time)",
 ]
 
+
+def add_codec(db: sqlite3.Connection) -> None:
+    """Format 4: payloads compressed with zstd (see sesstree.store.codec). ``nodes.codec`` and
+    ``blobs.codec`` say how a payload is stored (NULL: as format 3 stored it, plain msgpack in
+    a node row, zlib in a blob), ``dicts`` holds the trained dictionaries, each with the blake3
+    of its bytes. Adding a column rewrites nothing: old rows read NULL."""
+    for table in ("nodes", "blobs"):
+        if not any(r[1] == "codec" for r in db.execute(f"PRAGMA table_info({table})")):
+            db.execute(f"ALTER TABLE {table} ADD COLUMN codec INTEGER")
+    db.execute(
+        "CREATE TABLE IF NOT EXISTS dicts(id INTEGER PRIMARY KEY, hash BLOB NOT NULL, "
+        "data BLOB NOT NULL)"
+    )
+    # Digests over blocks of rows (sqlite_sums), a derived index.
+    db.execute(SUMS_TABLE)
+
+
+def without_codec(sql: str) -> str:
+    """``sql`` for a format-3 store opened read-only (no codec columns: every payload is
+    plain msgpack in its row or zlib in a blob)."""
+    return sql.replace("n.codec", "NULL").replace("b.codec", "NULL")
+
 NEWEST = "SELECT new FROM reflog WHERE ref = ?1 ORDER BY n DESC LIMIT 1"
 # Compare-and-set and log in one statement: the row is written only if the newest entry of the
 # ref points where the writer expects (?2); `IS` makes "absent" (NULL) compare equal to None.
@@ -102,13 +130,22 @@ FOLD_NEWEST = (
 # INSTEAD OF trigger on a temporary view does the node insert and the compare-and-set. One
 # statement means one implicit transaction and no BEGIN/COMMIT round trips; it is created per
 # connection, so the file's schema is unchanged. ?-parameters: ref, parent id, id, row data
-# (type and payload), time, reason. A lost CAS raises "sesstree-conflict", which rolls the statement back.
+# (type and payload), time, reason, the payload's codec, and for a payload stored apart its hash,
+# its compressed bytes and their codec (NULL otherwise): a large payload is stored in the same
+# statement, once (an existing blob of the same hash is used). A lost CAS raises
+# "sesstree-conflict", which rolls the statement back, the blob with it.
+_PUT_BLOB = (
+    "INSERT OR IGNORE INTO blobs(hash, data, codec) SELECT NEW.hash, NEW.blob, NEW.bcodec "
+    "WHERE NEW.hash IS NOT NULL;"
+)
+_BID = "(SELECT bid FROM main.blobs WHERE hash = NEW.hash)"
 APPEND_TEMP = [
-    "CREATE TEMP VIEW append_one(ref, parent, id, data, time, reason) AS "
-    "SELECT NULL, NULL, NULL, NULL, NULL, NULL",
-    """CREATE TEMP TRIGGER append_one_do INSTEAD OF INSERT ON append_one BEGIN
-        INSERT OR IGNORE INTO nodes(id, parent, depth, data)
-        SELECT NEW.id, p.seq, coalesce(p.depth, 0) + 1, NEW.data
+    "CREATE TEMP VIEW append_one(ref, parent, id, data, time, reason, codec, hash, blob, "
+    "bcodec) AS SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL",
+    f"""CREATE TEMP TRIGGER append_one_do INSTEAD OF INSERT ON append_one BEGIN
+        {_PUT_BLOB}
+        INSERT OR IGNORE INTO nodes(id, parent, depth, data, codec, bid)
+        SELECT NEW.id, p.seq, coalesce(p.depth, 0) + 1, NEW.data, NEW.codec, {_BID}
         FROM (SELECT 1) LEFT JOIN main.nodes p ON p.id = NEW.parent
         WHERE NEW.parent IS NULL OR p.seq IS NOT NULL;
         INSERT INTO reflog(ref, n, old, new, time, reason)
@@ -122,11 +159,12 @@ APPEND_TEMP = [
     END""",
     # The same append, its move folded into the ref's newest entry (an agent turn's later
     # events): the entry is rewritten only if the ref is at the node's parent.
-    "CREATE TEMP VIEW append_fold(ref, parent, id, data, time, reason) AS "
-    "SELECT NULL, NULL, NULL, NULL, NULL, NULL",
+    "CREATE TEMP VIEW append_fold(ref, parent, id, data, time, reason, codec, hash, blob, "
+    "bcodec) AS SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL",
     f"""CREATE TEMP TRIGGER append_fold_do INSTEAD OF INSERT ON append_fold BEGIN
-        INSERT OR IGNORE INTO nodes(id, parent, depth, data)
-        SELECT NEW.id, p.seq, p.depth + 1, NEW.data
+        {_PUT_BLOB}
+        INSERT OR IGNORE INTO nodes(id, parent, depth, data, codec, bid)
+        SELECT NEW.id, p.seq, p.depth + 1, NEW.data, NEW.codec, {_BID}
         FROM main.nodes p WHERE p.id = NEW.parent;
         UPDATE reflog SET new = (SELECT seq FROM nodes WHERE id = NEW.id), time = NEW.time,
             reason = NEW.reason{STARTED_SET}
@@ -137,14 +175,15 @@ APPEND_TEMP = [
         SELECT RAISE(ABORT, 'sesstree-conflict') WHERE changes() = 0;
     END""",
 ]
-APPEND_ONE = "INSERT INTO temp.append_one VALUES (?, ?, ?, ?, ?, ?)"
-APPEND_FOLD = "INSERT INTO temp.append_fold VALUES (?, ?, ?, ?, ?, ?)"
+APPEND_ONE = "INSERT INTO temp.append_one VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+APPEND_FOLD = "INSERT INTO temp.append_fold VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 INSERT_NODE = (
-    "INSERT OR IGNORE INTO nodes(id, parent, depth, data, bid) VALUES (?, ?, ?, ?, ?)"
+    "INSERT OR IGNORE INTO nodes(id, parent, depth, data, bid, codec) VALUES (?, ?, ?, ?, ?, ?)"
 )
-# Columns of one node. `data` is the msgpack of the type followed by the msgpack of the payload,
-# or of nil when the payload is stored apart, compressed, in blobs.
-NODE_COLS = "n.seq, n.id, n.parent, n.data, (SELECT data FROM blobs WHERE bid = n.bid)"
+# Columns of one node (from `nodes n LEFT JOIN blobs b ON b.bid = n.bid`). `data` is the
+# msgpack of the type followed by the payload: its msgpack, a zstd frame of it (`n.codec` not
+# NULL), or nil when the payload is stored apart, compressed, in blobs.
+NODE_COLS = "n.seq, n.id, n.parent, n.data, b.data, n.codec, b.codec"
 # The newest entry of every ref whose name starts with ?1 (?2 = its length), found with one
 # index seek per ref name instead of a scan of the whole log.
 LIST_REFS = """
@@ -166,29 +205,35 @@ RUN_BREAK = (
     "SELECT seq FROM nodes WHERE seq > ?1 AND seq <= ?2 AND parent IS NOT seq - 1 "
     "ORDER BY seq DESC LIMIT 1"
 )
+# The rows of a range that are frames: their indexes in the range, and their codecs (listed
+# only when they differ: most paths are written with one dictionary).
+_CODECS = (
+    "group_concat(CASE WHEN n.codec IS NOT NULL THEN n.seq - ?1 END), min(n.codec), "
+    "CASE WHEN min(n.codec) != max(n.codec) THEN group_concat(n.codec) END"
+)
 # A rowid range is scanned in ascending order, so the aggregate concatenates oldest first:
 # type, payload, type, payload... (nil for a payload stored apart, fetched with BLOBS_IN).
 READ_RUN = (
     "SELECT CAST(group_concat(n.data, x'') AS BLOB), count(n.bid), "
-    "CAST(group_concat(n.id, x'') AS BLOB), group_concat(length(n.data)) "
-    "FROM nodes n WHERE n.seq BETWEEN ?1 AND ?2"
+    "CAST(group_concat(n.id, x'') AS BLOB), group_concat(length(n.data)), "
+    f"{_CODECS} FROM nodes n WHERE n.seq BETWEEN ?1 AND ?2"
 )
 # The same, plus the sum of the rows' parents and their count: one scan both reads a range and
 # proves it is an unbroken run of the path (see PathReader.read). The ids and the length of each
 # row's data come along so that every node can be checked against its id.
 READ_RANGE = (
     "SELECT CAST(group_concat(n.data, x'') AS BLOB), count(n.bid), sum(n.parent), count(*), "
-    "CAST(group_concat(n.id, x'') AS BLOB), group_concat(length(n.data)) "
-    "FROM nodes n WHERE n.seq BETWEEN ?1 AND ?2"
+    "CAST(group_concat(n.id, x'') AS BLOB), group_concat(length(n.data)), "
+    f"{_CODECS} FROM nodes n WHERE n.seq BETWEEN ?1 AND ?2"
 )
 # The compressed payloads of rows ?1..?2.
 BLOBS_IN = (
-    "SELECT n.seq, b.data FROM nodes n JOIN blobs b ON b.bid = n.bid "
+    "SELECT n.seq, b.data, b.codec FROM nodes n JOIN blobs b ON b.bid = n.bid "
     "WHERE n.seq BETWEEN ?1 AND ?2 AND n.bid IS NOT NULL"
 )
 READ_IDS = "SELECT CAST(group_concat(id, x'') AS BLOB) FROM nodes WHERE seq BETWEEN ?1 AND ?2"
 WALK_ROWS = (
-    "SELECT n.seq, n.parent, n.id, n.data, b.data FROM nodes n "
+    "SELECT n.seq, n.parent, n.id, n.data, b.data, n.codec, b.codec FROM nodes n "
     "LEFT JOIN blobs b ON b.bid = n.bid WHERE n.seq BETWEEN ? AND ? ORDER BY n.seq DESC"
 )
 

@@ -1,0 +1,292 @@
+"""Payloads at rest (SQLite format 4): zstd frames, a dictionary trained on the store's own
+payloads, format-3 stores read and upgraded, damage to a frame or a dictionary named on read
+and by fsck, and a large append in one statement."""
+
+from __future__ import annotations
+
+import os
+import random
+import sqlite3
+import zlib
+from pathlib import Path
+from typing import Any
+
+import pytest
+import zstandard
+
+from sesstree import open_store
+from sesstree.errors import StoreCorruptError, StoreFormatError
+from sesstree.store import sqlite_open
+from sesstree.store.codec import TRAIN_AFTER
+
+WORDS = ("read the file and run the tests then fix the error in the store session node "
+         "commit branch fork value data path write output input config").split()
+
+
+def text(rng: random.Random, n: int) -> str:
+    return " ".join(rng.choices(WORDS, k=n))
+
+
+def traffic(n: int, seed: int = 1) -> list[dict[str, Any]]:
+    rng = random.Random(seed)
+    out: list[dict[str, Any]] = []
+    for i in range(n):
+        role = ("user", "assistant")[i % 2]
+        out.append({"role": role, "content": f"#{i} " + text(rng, rng.randint(20, 120))})
+    return out
+
+
+def db_at(folder: Path) -> sqlite3.Connection:
+    return sqlite3.connect(folder / "store.db")
+
+
+def codecs(folder: Path) -> dict[object, int]:
+    db = db_at(folder)
+    try:
+        return dict(db.execute("SELECT codec, count(*) FROM nodes GROUP BY codec").fetchall())
+    finally:
+        db.close()
+
+
+def trained(folder: Path, extra: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
+    """A store whose dictionary is trained (one batch past TRAIN_AFTER), then ``extra``
+    appended one by one; returns every message, in order."""
+    msgs = traffic(TRAIN_AFTER + 200)
+    with open_store(folder) as store:
+        s = store.session("q")
+        with store.batch():
+            for m in msgs:
+                s.add_message(m)
+        for m in extra or []:
+            s.add_message(m)
+    return msgs + (extra or [])
+
+
+ODD = [
+    {"role": "user", "content": ""},                                  # empty
+    {"role": "user", "content": "x"},                                 # tiny
+    {"role": "user", "content": "é漢字🙂 " * 60},                       # unicode, frame in row
+    {"role": "tool", "tool_call_id": "c", "content": "ü∑" * 200_000},  # huge, stored apart
+    # Incompressible, small and large: a frame would be no smaller, or barely.
+    {"role": "user", "content": os.urandom(300).hex()},
+    {"role": "tool", "tool_call_id": "d", "content": os.urandom(6000).hex()},
+]
+
+
+def test_payloads_come_back_exactly_with_and_without_a_dictionary(tmp_path: Path) -> None:
+    before = tmp_path / "before"
+    with open_store(before) as store:
+        s = store.session("q")
+        for m in ODD:
+            s.add_message(m)
+    assert codecs(before) == {None: len(ODD)}  # no dictionary yet: rows stay plain
+    db = db_at(before)
+    assert {r[0] for r in db.execute("SELECT codec FROM blobs")} == {0}  # zstd, no dictionary
+    db.close()
+    after = tmp_path / "after"
+    msgs = trained(after, ODD)
+    found = codecs(after)
+    assert found.get(1, 0) > 200  # the later rows are frames made with dictionary 1
+    for folder, want in ((before, ODD), (after, msgs)):
+        with open_store(folder) as store:
+            assert store.messages("q") == want
+            for node in store.log("q", limit=len(ODD)):
+                assert store.show(node.id).data == node.data
+            assert store.fsck() == []
+
+
+def test_the_dictionary_makes_small_payloads_smaller(tmp_path: Path) -> None:
+    trained(tmp_path / "s", traffic(300, seed=2))
+    db = db_at(tmp_path / "s")
+    (count,) = db.execute("SELECT count(*) FROM dicts").fetchone()
+    plain, codec = db.execute("SELECT sum(length(data)), max(codec) FROM "
+                              "(SELECT * FROM nodes ORDER BY seq LIMIT 300)").fetchone()
+    framed, = db.execute("SELECT sum(length(data)) FROM "
+                         "(SELECT * FROM nodes WHERE codec = 1 ORDER BY seq DESC LIMIT 300)").fetchone()
+    db.close()
+    assert count == 1 and codec is None
+    # 300 rows of the same traffic each: the framed ones are well under half the size.
+    assert framed < plain / 2
+
+
+def test_a_batch_rolled_back_takes_its_dictionary_with_it(tmp_path: Path) -> None:
+    folder = tmp_path / "s"
+    msgs = traffic(TRAIN_AFTER + 50)
+    with open_store(folder) as store:
+        s = store.session("q")
+        with pytest.raises(RuntimeError), store.batch():
+            for m in msgs:
+                s.add_message(m)
+            raise RuntimeError("abort the import")
+        # The dictionary went with the batch: what is written next names no missing one.
+        for m in msgs[:20]:
+            s.add_message(m)
+        assert store.messages("q") == msgs[:20]
+    db = db_at(folder)
+    assert db.execute("SELECT count(*) FROM dicts").fetchone()[0] == 0
+    db.close()
+    assert codecs(folder) == {None: 20}
+
+
+def _to_format_3(folder: Path) -> None:
+    """Rewrite a store made without a dictionary the way format 3 stored it: blobs zlib,
+    no codec columns, no dictionaries' table."""
+    db = db_at(folder)
+    with db:
+        rows = db.execute("SELECT bid, data, codec FROM blobs").fetchall()
+        for bid, data, codec in rows:
+            assert codec == 0
+            raw = zstandard.ZstdDecompressor().decompress(data)
+            db.execute("UPDATE blobs SET data = ? WHERE bid = ?", (zlib.compress(raw, 6), bid))
+        assert db.execute("SELECT count(*) FROM nodes WHERE codec IS NOT NULL").fetchone() == (0,)
+        db.execute("ALTER TABLE nodes DROP COLUMN codec")
+        db.execute("ALTER TABLE blobs DROP COLUMN codec")
+        db.execute("DROP TABLE dicts")
+        db.execute("UPDATE meta SET value = '3' WHERE key = 'format'")
+    db.close()
+
+
+def test_a_format_3_store_reads_as_it_is_and_is_upgraded_on_write(tmp_path: Path) -> None:
+    folder = tmp_path / "s"
+    old = ODD + traffic(30)
+    with open_store(folder) as store:
+        s = store.session("q")
+        for m in old:
+            s.add_message(m)
+    _to_format_3(folder)
+    path = folder / "store.db"
+    path.chmod(0o400)
+    folder.chmod(0o500)
+    try:
+        with open_store(folder, create=False) as store:  # read-only: read as it is
+            assert store.messages("q") == old
+            assert store.fsck() == []
+    finally:
+        folder.chmod(0o700)
+        path.chmod(0o600)
+    more = traffic(TRAIN_AFTER + 100, seed=3)
+    with open_store(folder) as store:
+        s = store.session("q")
+        with store.batch():
+            for m in more:
+                s.add_message(m)
+        assert store.messages("q") == old + more
+        assert store.fsck() == []
+    db = db_at(folder)
+    assert db.execute("SELECT value FROM meta WHERE key = 'format'").fetchone() == ("4",)
+    assert db.execute("SELECT count(*) FROM blobs WHERE codec IS NULL").fetchone() == (2,)
+    db.close()
+    assert codecs(folder).get(1, 0) > 0
+
+
+def test_an_older_sesstree_refuses_a_format_4_store(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    folder = tmp_path / "s"
+    with open_store(folder) as store:
+        store.session("q").add_message({"role": "user", "content": "hi"})
+    before = (folder / "store.db").read_bytes()
+    monkeypatch.setattr(sqlite_open, "FORMAT_VERSION", 3)  # what the previous release reads
+    with pytest.raises(StoreFormatError, match="has store format 4; this sesstree reads up to 3"):
+        open_store(folder)
+    assert (folder / "store.db").read_bytes() == before
+
+
+def _damage(folder: Path, sql: str) -> None:
+    db = db_at(folder)
+    with db:
+        db.execute(sql)
+    db.close()
+
+
+def test_a_changed_byte_in_a_frame_is_named_on_read_and_by_fsck(tmp_path: Path) -> None:
+    folder = tmp_path / "s"
+    trained(folder)
+    db = db_at(folder)
+    seq, key, data = db.execute(
+        "SELECT seq, id, data FROM nodes WHERE codec = 1 ORDER BY seq DESC LIMIT 1 OFFSET 5"
+    ).fetchone()
+    db.close()
+    for at in (len(data) // 2, len(data) - 1, 0):  # within the frame, its end, its magic
+        changed = bytearray(data)
+        changed[at] ^= 0x21
+        db = db_at(folder)
+        with db:
+            db.execute("UPDATE nodes SET data = ? WHERE seq = ?", (bytes(changed), seq))
+        db.close()
+        with open_store(folder) as store:
+            for read in (lambda: store.messages("q"), lambda: store.show(key.hex()),
+                         lambda: store.log("q", limit=10)):
+                with pytest.raises(StoreCorruptError, match=key.hex()[:12]) as err:
+                    read()
+                assert "\n" not in str(err.value)
+            assert any(key.hex()[:12] in f for f in store.fsck())
+
+
+def test_a_damaged_dictionary_is_named(tmp_path: Path) -> None:
+    folder = tmp_path / "s"
+    trained(folder)
+    db = db_at(folder)
+    (data,) = db.execute("SELECT data FROM dicts WHERE id = 1").fetchone()
+    with db:
+        changed = data[:100] + bytes([data[100] ^ 0xFF]) + data[101:]
+        db.execute("UPDATE dicts SET data = ? WHERE id = 1", (changed,))
+    db.close()
+    with open_store(folder) as store:
+        with pytest.raises(StoreCorruptError, match="compression dictionary 1 does not match"):
+            store.messages("q")
+        faults = store.fsck()
+    assert "compression dictionary 1 does not match its hash" in faults
+
+
+def test_a_frame_naming_a_missing_dictionary_is_an_error_not_data(tmp_path: Path) -> None:
+    folder = tmp_path / "s"
+    trained(folder)
+    _damage(folder, "UPDATE nodes SET codec = 7 WHERE seq = (SELECT max(seq) FROM nodes)")
+    with open_store(folder) as store:
+        with pytest.raises(StoreCorruptError, match="dictionary 7 is missing"):
+            store.messages("q")
+        assert any("does not hash" in f for f in store.fsck())
+
+
+def test_an_append_is_one_statement_whatever_the_payload_size(tmp_path: Path) -> None:
+    folder = tmp_path / "s"
+    with open_store(folder) as store:
+        s = store.session("q")
+        s.add_message({"role": "user", "content": "start"})
+        db = store.backend._db  # type: ignore[attr-defined]
+        for content in ("small", "x" * 3000, "y" * 200_000):
+            seen: list[str] = []
+            db.set_trace_callback(seen.append)
+            try:
+                s.add_message({"role": "tool", "tool_call_id": "c", "content": content})
+            finally:
+                db.set_trace_callback(None)
+            # One statement (each program of its trigger is traced under the same text): blob,
+            # node and ref move in one implicit transaction, with no BEGIN, COMMIT or lookup.
+            assert len(set(seen)) == 1 and "INSERT INTO temp.append_one" in seen[0], seen
+        # The same large payload again is stored once.
+        s.add_message({"role": "tool", "tool_call_id": "c", "content": "x" * 3000})
+        assert db.execute("SELECT count(*) FROM blobs").fetchone()[0] == 2
+        assert [m.get("content") for m in store.messages("q")][-2:] == ["y" * 200_000, "x" * 3000]
+
+
+def test_single_appends_leave_training_to_the_writers_pause(tmp_path: Path) -> None:
+    folder = tmp_path / "s"
+    msgs = traffic(TRAIN_AFTER + 10)
+    with open_store(folder) as store:
+        s = store.session("q")
+        for m in msgs:
+            s.add_message(m)
+        db = db_at(folder)
+        # No append waited for a dictionary (unless the writer paused a second meanwhile).
+        before = db.execute("SELECT count(*) FROM dicts").fetchone()[0]
+        db.close()
+        store.backend._checkpoint_idle()  # type: ignore[attr-defined]  # what a pause runs
+        s.add_message({"role": "user", "content": "after the pause " + text(random.Random(3), 40)})
+        assert store.messages("q")[-1]["content"].startswith("after the pause")
+    db = db_at(folder)
+    assert before in (0, 1)
+    assert db.execute("SELECT count(*) FROM dicts").fetchone()[0] == 1
+    assert db.execute("SELECT codec FROM nodes ORDER BY seq DESC LIMIT 1").fetchone() == (1,)
+    db.close()
