@@ -37,11 +37,13 @@ def test_a_batch_past_train_after_trains_nothing_inside_its_transaction(tmp_path
     msgs = traffic(TRAIN_AFTER + 50)
     with open_store(folder) as store:
         s = store.session("q")
+        db = store.backend._db  # type: ignore[attr-defined]
         with store.batch():
             for m in msgs:
                 s.add_message(m)
-        assert _dicts(folder) == 0  # not in the batch: at the writer's pause or close
-    assert _dicts(folder) == 1
+            # Not in the batch's transaction (its own connection would see it here)...
+            assert db.execute("SELECT count(*) FROM dicts").fetchone() == (0,)
+        assert _dicts(folder) == 1  # ...but once it committed
     with open_store(folder) as store:
         assert store.messages("q") == msgs
         assert store.fsck() == []

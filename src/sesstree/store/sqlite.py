@@ -243,6 +243,13 @@ class SqliteBackend(RefReads, ScanReads, DictWrites):
                     self._batch_depth = 0
                     self._heads.clear()
                     self._unwritten.clear()
+                # Committed, outside any transaction, still holding the write lock: a batch
+                # that took the store past TRAIN_AFTER rows trains the dictionary now, so the
+                # next batch of a long import compresses (a failure there undoes no batch).
+                try:
+                    self._train_if_due()
+                except sqlite3.Error:
+                    pass  # the batch is committed; the next pause tries again
 
     @contextmanager
     def snapshot(self) -> Iterator[None]:

@@ -2,7 +2,7 @@
 payloads (see :mod:`sesstree.store.codec`).
 
 Whether one is due is decided from the store, not from what one connection wrote: when a
-writer pauses or closes with no dictionary, it trains one if the store's row count (its
+writer pauses, closes or ends a batch with no dictionary, it trains one if the store's row count (its
 newest row number, O(1)) passed a multiple of TRAIN_AFTER since the writer last looked, so
 writers that open, append once and close (`sess append`, one import per file) train it as a
 long-lived writer does. Training runs only outside any transaction, in one of its own: it can
@@ -80,8 +80,8 @@ class DictWrites:
             self._paths.codec.use(dict_id, data)
 
     def _train_if_due(self, wait: float = 0.0) -> None:
-        """At a pause or close, outside any transaction: train the dictionary if the store
-        has none and passed a multiple of TRAIN_AFTER rows since this writer last looked
+        """At a pause, a close or a batch's end, outside any transaction: train the dictionary
+        if the store has none and passed a multiple of TRAIN_AFTER rows since this writer last looked
         (``wait``: how long to wait for the write lock; a busy store is left for later)."""
         if (
             self.read_only or not self._codec_columns or not self._dict_looked
@@ -92,7 +92,11 @@ class DictWrites:
         newest = row[0] or 0
         if newest // TRAIN_AFTER <= self._seq_checked // TRAIN_AFTER:
             return
-        if self._queue_depth or not self._queue.acquire(wait):
+        if self._queue_depth:  # (a batch just committed: its writer holds the lock)
+            self._seq_checked = newest
+            self._train()
+            return
+        if not self._queue.acquire(wait):
             return
         self._queue_depth = 1
         try:
