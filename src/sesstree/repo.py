@@ -7,7 +7,7 @@ same on every backend. Maintenance (gc, fsck, stats) lives in :mod:`sesstree.mai
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -515,11 +515,11 @@ class Store:
 
         return gc(self, dry_run=dry_run)
 
-    def stats(self) -> Stats:
+    def stats(self, *, progress: Callable[[int, int], None] | None = None) -> Stats:
         """Nodes, refs, logical and physical bytes. See :func:`sesstree.maintenance.stats`."""
         from .maintenance import stats
 
-        return stats(self)
+        return stats(self, progress=progress)
 
     # -- syncing -----------------------------------------------------------------------------
 

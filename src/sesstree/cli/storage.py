@@ -98,7 +98,15 @@ def export(locator: StoreLocator, rev: str, out: Path | None, fmt: str, force: b
 @pass_store
 def stats(locator: StoreLocator, as_json: bool) -> None:
     """Nodes, refs, and bytes: as separate JSONL files (logical) against on disk (physical)."""
-    s = locator.open().stats()
+    from ..progress import terminal_progress
+
+    store = locator.open()
+    progress = terminal_progress("sizing paths")
+    try:
+        s = store.stats(progress=progress)
+    finally:
+        if progress is not None:
+            progress.finish()
     if as_json:
         emit_json({**msgspec.to_builtins(s), "ratio": round(s.ratio, 3)})
         return

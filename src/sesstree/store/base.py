@@ -361,9 +361,9 @@ class ScaleReads(Protocol):
         """When ref ``name`` last moved to each of ``targets`` it ever moved to (an index
         lookup per target, not a read of the ref's whole log)."""
 
-    def counts(self) -> Counts:
+    def counts(self, progress: Progress | None = None) -> Counts:
         """Counts and logical bytes from indexes or maintained counters, not from a pass over
-        every payload."""
+        every payload (``progress`` hears of any catching up a maintained counter needs)."""
 
     def sweep(
         self, dry_run: bool, keep: NodeId | None, progress: Progress | None

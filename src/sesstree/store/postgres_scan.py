@@ -201,7 +201,8 @@ class ScanReads:
         rows = self._read(_REFLOG_TIMES, (wanted, name))
         return {NodeId(bytes(r[0]).hex()): float(r[1]) for r in rows}
 
-    def counts(self) -> Counts:
+    def counts(self, progress: Progress | None = None) -> Counts:
+        # (Sizes are kept on every node as it is written: there is nothing to catch up on.)
         s = self.server_stats()
         return Counts(s["nodes"], s["sessions"], s["tags"], s["reflog_entries"],
                       s["logical_bytes"])

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import sqlite3
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from pathlib import Path
 
@@ -228,7 +228,7 @@ class ScanReads:
                     out[self._hex(key)] = float(time)
         return out
 
-    def counts(self) -> Counts:
+    def counts(self, progress: Progress | None = None) -> Counts:
         with self._lock, self._errors():
             db = self._db
             nodes = int(db.execute("SELECT count(*) FROM nodes").fetchone()[0])
@@ -243,13 +243,13 @@ class ScanReads:
                     heads.append(int(new))
                 elif kind == "tags/":
                     tags += 1
-        logical = self._logical_bytes(heads)
+        logical = self._logical_bytes(heads, progress)
         return Counts(nodes, sessions, tags, entries, logical)
 
-    def _logical_bytes(self, heads: list[int]) -> int:
+    def _logical_bytes(self, heads: list[int], progress: Progress | None) -> int:
         """The sum of the sessions' paths as JSONL lines, from the ``path_bytes`` index."""
         if self._has_path_bytes() and not self.read_only:
-            self._update_path_bytes()
+            self._update_path_bytes(progress)
             total = 0
             with self._lock, self._errors():
                 for k in range(0, len(heads), _MARKS):
@@ -272,9 +272,31 @@ class ScanReads:
             return total
         # A read-only store (or one of an older format): one pass, sizes kept in memory.
         sizes: dict[int, int] = {}
+        report = self._sizing(0, progress)
         for seq, parent, line in self._lines(0):
             sizes[seq] = line + (sizes.get(parent, 0) if parent is not None else 0)
+            report(seq)
+        report(None)
         return sum(sizes.get(h, 0) for h in heads)
+
+    def _sizing(self, after: int, progress: Progress | None) -> Callable[[int | None], None]:
+        """A ``report(seq)`` for a pass over the rows after ``after``: it calls ``progress``
+        once a slice, and only for a pass of more than one slice (a usual ``stats`` catches
+        up on a few rows, and draws nothing); ``report(None)`` marks the end."""
+        with self._lock, self._errors():
+            top = int(self._db.execute("SELECT coalesce(max(seq), 0) FROM nodes").fetchone()[0])
+        if progress is None or top - after <= SLICE:
+            return lambda seq: None
+        mark = [after]
+
+        def report(seq: int | None) -> None:
+            if seq is None:
+                progress(top - after, top - after)
+            elif seq - mark[0] >= SLICE:
+                mark[0] = seq
+                progress(min(seq, top) - after, top - after)
+
+        return report
 
     def _has_path_bytes(self) -> bool:
         with self._lock, self._errors():
@@ -303,15 +325,17 @@ class ScanReads:
                 yield int(seq), parent, line
             after = int(rows[-1][0])
 
-    def _update_path_bytes(self) -> None:
+    def _update_path_bytes(self, progress: Progress | None = None) -> None:
         """Bring ``path_bytes`` up to date with the rows written since it was last updated,
         one short write transaction per slice (a derived index: fsck-free, rebuilt if lost)."""
         with self._lock, self._errors():
             row = self._db.execute("SELECT coalesce(max(seq), 0) FROM path_bytes").fetchone()
         after = int(row[0])
+        report = self._sizing(after, progress)
         batch: list[tuple[int, int]] = []
         known: dict[int, int] = {}
         for seq, parent, line in self._lines(after):
+            report(seq)
             base = 0
             if parent is not None:
                 if parent in known:
@@ -330,6 +354,7 @@ class ScanReads:
                 known = dict(list(known.items())[-SLICE:])  # recent rows: most parents are here
         if batch:
             self._store_path_bytes(batch)
+        report(None)
 
     def _store_path_bytes(self, rows: list[tuple[int, int]]) -> None:
         write = getattr(self, "_write")  # noqa: B009 - the backend's short write transaction
