@@ -10,9 +10,12 @@ machine load.
     python bench/bench_proxy.py            # 32 clients x 15 calls per round, 3 rounds, 200 turns
     python bench/bench_proxy.py --quick    # a smoke run
     python bench/bench_proxy.py --delay 0  # a provider that answers at once: throughput
+    python bench/bench_proxy.py --against /tmp/old/src   # also another sesstree's proxy, same run
 
 Figures are milliseconds per call (non-streamed: the whole reply; streamed: time to the first
-chunk of the body); "added" is proxy minus direct at the same percentile, in this run.
+chunk of the body); "added" is proxy minus direct at the same percentile, in this run. "CPU/call"
+is the proxy process's CPU time per call (forwarding and recording), "loop CPU" the part of it
+spent on the event loop's thread (the forwarding: what a call waits for).
 """
 
 from __future__ import annotations
@@ -50,7 +53,7 @@ def tool_output(i: int) -> str:
     rng = random.Random(i)
     words = ["self", "return", "value", "parse", "assert", "def", "test", "config", "path",
              "None", "import", "from", "for", "in", "if", "else", "raise", "error", "line"]
-    lines = []
+    lines: list[str] = []
     while sum(len(x) + 1 for x in lines) < 1500:
         lines.append(" ".join(rng.choice(words) + str(rng.randrange(1000))
                               for _ in range(rng.randrange(3, 9))))
@@ -64,11 +67,17 @@ def start_upstream(delay: float) -> tuple[subprocess.Popen[str], str]:
     return proc, proc.stdout.readline().strip()
 
 
-def start_proxy(store: Path, upstream: str) -> tuple[subprocess.Popen[str], str]:
+def start_proxy(store: Path, upstream: str, source: str | None = None
+                ) -> tuple[subprocess.Popen[str], str]:
+    """``sess proxy`` in a process of its own; ``source``: the ``src`` directory of another
+    sesstree to run instead of the installed one."""
     open_store(store).close()
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    if source is not None:
+        env["PYTHONPATH"] = source
     proc = subprocess.Popen([*SESS, "--store", str(store), "proxy", "--upstream", upstream,
                              "--port", "0", "--quiet"], stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
+                            env=env)
     assert proc.stderr is not None
     while True:
         line = proc.stderr.readline()
@@ -79,21 +88,40 @@ def start_proxy(store: Path, upstream: str) -> tuple[subprocess.Popen[str], str]
             return proc, m.group(1)
 
 
+def _reply_text(raw: bytes, stream: bool) -> str:
+    """The assistant's text in a chat completion, whole or streamed."""
+    if not stream:
+        return str(msgspec.json.decode(raw)["choices"][0]["message"]["content"])
+    parts = []
+    for line in raw.split(b"\n"):
+        if line.startswith(b"data: {"):
+            delta = msgspec.json.decode(line[6:])["choices"][0].get("delta", {})
+            parts.append(delta.get("content") or "")
+    return "".join(parts)
+
+
 async def client(base: str, n: int, calls: int, stream: bool, out: list[float]) -> None:
+    """One agent: each call re-sends the whole history, the model's answers as they came
+    (an agent that did not would fork its conversation at every call). Its first call opens
+    its connection and is not counted: 32 connections opened at once to the fake provider's
+    accept loop take up to 600 ms, which would make every p99 measure that loop alone."""
     messages: list[dict[str, Any]] = [{"role": "system", "content": "You are a coding agent."},
                                       {"role": "user", "content": f"client {n}: fix the test"}]
     async with httpx.AsyncClient(timeout=60) as c:
         for i in range(calls):
             body = {"model": "m", "messages": messages, "stream": stream}
             started = time.perf_counter()
+            chunks = []
             async with c.stream("POST", base + "/v1/chat/completions", json=body) as r:
                 first = None
-                async for _chunk in r.aiter_raw():
+                async for chunk in r.aiter_raw():
                     if first is None:
                         first = time.perf_counter()
+                    chunks.append(chunk)
             done = time.perf_counter()
-            out.append(((first or done) if stream else done) - started)
-            messages += [{"role": "assistant", "content": f"reply {i}"},
+            if i:
+                out.append(((first or done) if stream else done) - started)
+            messages += [{"role": "assistant", "content": _reply_text(b"".join(chunks), stream)},
                          {"role": "user", "content": f"tool output {i}: " + TOOL_TEXT[:200]}]
 
 
@@ -108,38 +136,49 @@ def pct(values: list[float], p: float) -> float:
     return values[min(len(values) - 1, int(p / 100 * len(values)))] * 1000
 
 
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU time of a process so far (Linux)."""
+def cpu_seconds(pid: int, thread: int | None = None) -> float:
+    """User + system CPU time of a process so far, or of one of its threads (Linux)."""
+    where = f"/proc/{pid}/task/{thread}/stat" if thread is not None else f"/proc/{pid}/stat"
     try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        fields = Path(where).read_text().rsplit(")", 1)[1].split()
     except OSError:
         return float("nan")
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def latency(direct: str, proxied: str, proxy_pid: int, clients: int, calls: int, rounds: int,
-            delay: float) -> None:
+def latency(direct: str, proxies: dict[str, tuple[str, int]], clients: int, calls: int,
+            rounds: int, delay: float) -> None:
+    """Rounds of ``clients`` conversations straight to the provider and through each proxy
+    (name -> (URL, pid)), alternating, so that all see the same machine load."""
     for stream in (False, True):
-        got: dict[str, list[float]] = {"direct": [], "proxy": []}
-        cpu = 0.0
+        got: dict[str, list[float]] = {"direct": [], **{name: [] for name in proxies}}
+        cpu = dict.fromkeys(proxies, 0.0)
+        loop = dict.fromkeys(proxies, 0.0)  # the event loop's thread: the forwarding alone
         for _ in range(rounds):
-            for name, base in (("direct", direct), ("proxy", proxied)):
-                before = cpu_seconds(proxy_pid)
+            for name in got:
+                base, pid = proxies[name] if name in proxies else (direct, 0)
+                before = cpu_seconds(pid) if pid else 0.0
+                before_loop = cpu_seconds(pid, pid) if pid else 0.0
                 got[name] += asyncio.run(round_of(base, clients, calls, stream))
-                if name == "proxy":
+                if pid:
                     time.sleep(0.2)  # the last recordings land just after their replies
-                    cpu += cpu_seconds(proxy_pid) - before
+                    cpu[name] += cpu_seconds(pid) - before
+                    loop[name] += cpu_seconds(pid, pid) - before_loop
         what = "time to first chunk, streamed" if stream else "whole reply, non-streamed"
-        print(f"\n{what}: {clients} clients x {calls} calls x {rounds} rounds, provider "
-              f"answering in {delay * 1000:.0f} ms; proxy CPU {cpu / len(got['proxy']) * 1000:.2f}"
-              " ms per call (forwarding and recording)")
-        print(f"  {'':8} {'p50 ms':>8} {'p99 ms':>8} {'mean ms':>8}")
+        print(f"\n{what}: {clients} clients x {calls} calls (the first not counted) x {rounds} "
+              f"rounds, provider "
+              f"answering in {delay * 1000:.0f} ms")
+        print(f"  {'':8} {'p50 ms':>8} {'p99 ms':>8} {'mean ms':>8} {'added p50':>10} "
+              f"{'added p99':>10} {'CPU/call':>9} {'loop CPU':>9}")
         for name, values in got.items():
-            print(f"  {name:8} {pct(values, 50):8.2f} {pct(values, 99):8.2f} "
-                  f"{statistics.mean(values) * 1000:8.2f}")
-        for p in (50, 99):
-            d, x = pct(got["direct"], p), pct(got["proxy"], p)
-            print(f"  p{p}: added {x - d:+.2f} ms, proxy/direct {x / d:.2f}x")
+            line = (f"  {name:8} {pct(values, 50):8.2f} {pct(values, 99):8.2f} "
+                    f"{statistics.mean(values) * 1000:8.2f}")
+            if name in proxies:
+                added = [pct(values, p) - pct(got["direct"], p) for p in (50, 99)]
+                line += (f" {added[0]:+10.2f} {added[1]:+10.2f} "
+                         f"{cpu[name] / len(values) * 1000:6.2f} ms "
+                         f"{loop[name] / len(values) * 1000:6.2f} ms")
+            print(line)
 
 
 def storage(proxied: str, store: Path, turns: int) -> None:
@@ -171,6 +210,66 @@ def storage(proxied: str, store: Path, turns: int) -> None:
           f"{stats['prefix_misses']}, re-sent messages matched {stats['dedup_hits']}")
 
 
+RECORDER_TURNS = (10, 100, 200)
+
+
+def recorder_child() -> None:
+    """In a process of its own (the sesstree to measure on its path): the recorder thread's
+    time per call at turns 10, 100 and 200 of the storage conversation, printed as JSON."""
+    from sesstree.proxy.app import Proxy
+    try:
+        from sesstree.proxy.calls import Call
+    except ImportError:  # a sesstree from before the split of app.py
+        from sesstree.proxy.app import _Call as Call  # type: ignore[attr-defined,no-redef]
+    from sesstree.proxy.protocols import protocol_of
+
+    tools = [{"type": "function", "function": {"name": f"tool_{i}", "description": "x" * 200,
+                                               "parameters": {"type": "object"}}}
+             for i in range(8)]
+    path = "/v1/chat/completions"
+    with tempfile.TemporaryDirectory() as tmp:
+        proxy = Proxy(open_store(Path(tmp) / "s"), "http://127.0.0.1:9", quiet=True)
+        proxy.recorder.index.refresh()
+        messages: list[dict[str, Any]] = [
+            {"role": "system", "content": "You are a coding agent."},
+            {"role": "user", "content": "fix the flaky test"}]
+        took: dict[int, float] = {}
+        for i in range(max(RECORDER_TURNS) + 1):
+            text = f"answer {i}: " + tool_output(i)[:300]
+            reply = {"id": f"c{i}", "model": "m", "object": "chat.completion",
+                     "usage": {"prompt_tokens": 1, "completion_tokens": 1},
+                     "choices": [{"index": 0, "finish_reason": "stop",
+                                  "message": {"role": "assistant", "content": text}}]}
+            call = Call("POST", path, protocol_of("POST", path),
+                        _json.encode({"model": "m", "messages": messages, "tools": tools}),
+                        time.perf_counter())
+            call.status = 200
+            call.chunks = [_json.encode(reply)]
+            started = time.perf_counter()
+            proxy._record(call)
+            took[i] = time.perf_counter() - started
+            messages += [{"role": "assistant", "content": text},
+                         {"role": "user", "content": f"tool output {i}:\n{tool_output(i)}"}]
+        # the mean of the ten calls up to each turn: one call is too short to time alone
+        print(msgspec.json.encode({str(t): statistics.mean(took[i] for i in range(t - 9, t + 1))
+                                   for t in RECORDER_TURNS}).decode())
+
+
+def recorder(sources: dict[str, str | None]) -> None:
+    """The recorder thread's time per call as the conversation grows, for each sesstree."""
+    print("\nrecording one call (the recorder thread, after the reply has passed: parse, "
+          "match the re-sent history, write), storage conversation")
+    print("  " + " " * 8 + "".join(f"{f'turn {t}':>12}" for t in RECORDER_TURNS))
+    for name, source in sources.items():
+        env = {**os.environ}
+        if source is not None:
+            env["PYTHONPATH"] = source
+        out = subprocess.run([sys.executable, __file__, "--only", "recorder-child"], env=env,
+                             capture_output=True, text=True, check=True).stdout
+        ms = msgspec.json.decode(out)
+        print(f"  {name:8}" + "".join(f"{ms[str(t)] * 1000:9.2f} ms" for t in RECORDER_TURNS))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="small sizes, for a smoke run")
@@ -178,22 +277,39 @@ def main() -> None:
                         help="seconds the provider takes to answer (default 0.2; 0 makes the "
                              "32 clients a throughput test of the proxy's one process)")
     parser.add_argument("--clients", type=int, default=None, help="concurrent clients (32)")
-    parser.add_argument("--only", choices=["latency", "storage"], help="run one part")
+    parser.add_argument("--only", choices=["latency", "recorder", "storage", "recorder-child"],
+                        help="run one part")
+    parser.add_argument("--against", metavar="SRC", action="append", default=[],
+                        help="also measure the proxy of the sesstree source tree SRC (its src "
+                             "directory), as 'before' (repeatable: before, before2, ...)")
     args = parser.parse_args()
+    if args.only == "recorder-child":
+        recorder_child()
+        return
     clients, calls, rounds, turns = (8, 5, 1, 40) if args.quick else (32, 15, 3, 200)
     if args.clients is not None:
         clients = args.clients
+    sources: dict[str, str | None] = {"proxy": None, **{
+        "before" + (str(i + 1) if i else ""): src for i, src in enumerate(args.against)}}
     up, upstream = start_upstream(args.delay)
     with tempfile.TemporaryDirectory() as tmp:
         try:
-            if args.only != "storage":
-                px, proxied = start_proxy(Path(tmp) / "latency", upstream)
+            if args.only in (None, "latency"):
+                procs: list[subprocess.Popen[str]] = []
+                proxies: dict[str, tuple[str, int]] = {}
                 try:
-                    latency(upstream, proxied, px.pid, clients, calls, rounds, args.delay)
+                    for name, src in sources.items():
+                        px, proxied = start_proxy(Path(tmp) / f"latency-{name}", upstream, src)
+                        procs.append(px)
+                        proxies[name] = (proxied, px.pid)
+                    latency(upstream, proxies, clients, calls, rounds, args.delay)
                 finally:
-                    px.terminate()
-                    px.wait()
-            if args.only != "latency":
+                    for px in procs:
+                        px.terminate()
+                        px.wait()
+            if args.only in (None, "recorder"):
+                recorder(sources)
+            if args.only in (None, "storage"):
                 px, proxied = start_proxy(Path(tmp) / "storage", upstream)
                 try:
                     storage(proxied, Path(tmp) / "storage", turns)

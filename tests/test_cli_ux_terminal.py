@@ -211,3 +211,30 @@ def test_usage_errors_are_one_plain_line(tmp_path: Path) -> None:
         "(see 'sess completion --help')"]
     result = CliRunner().invoke(cli, ["--store", str(tmp_path / "s"), "log", "-n", "-1"])
     assert "-1 is not in the range" in result.output and "not a valid integer" not in result.output
+
+
+def test_import_of_many_files_shows_progress_on_a_terminal_only(tmp_path: Path) -> None:
+    folder = tmp_path / "transcripts"
+    folder.mkdir()
+    for i in range(12):
+        (folder / f"chat{i:02d}.jsonl").write_text(
+            json.dumps({"role": "user", "content": f"question {i}"}) + "\n"
+            + json.dumps({"role": "assistant", "content": f"answer {i}"}) + "\n")
+    (folder / "notes.json").write_text("{}")  # skipped: counted as a file all the same
+    with open_store(tmp_path / "s"):
+        pass
+    store = ["--store", str(tmp_path / "s")]
+    # (one file: its result line says it all, no progress line)
+    one, many = _on_terminal([([*store, "import", str(folder / "chat00.jsonl")], {}),
+                              ([*store, "import", "-r", str(folder)], {})], _env(tmp_path))
+    assert "importing files" not in one and "chat00: created" in one
+    assert "\rimporting files: 0% (0/13)\x1b[K" in many
+    assert "\rimporting files: 100% (13/13)\x1b[K\n" in many  # the line is ended
+    assert many.index("(13/13)") < many.index("chat05: created")  # then the results
+    piped = subprocess.run(
+        [sys.executable, "-c", "from sesstree.cli import main; main()", *store, "import", "-r",
+         str(folder)], env=_env(tmp_path), capture_output=True, text=True, timeout=60,
+        stdin=subprocess.DEVNULL)
+    assert piped.returncode == 0, piped.stderr
+    assert "chat05: up to date" in piped.stdout
+    assert "importing files" not in piped.stderr and "\r" not in piped.stderr + piped.stdout

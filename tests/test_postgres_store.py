@@ -300,6 +300,18 @@ def test_urls_are_shown_without_their_password() -> None:
     assert is_store_url("POSTGRESQL://h/db") and not is_store_url("./postgresql")
 
 
+@pytest.mark.parametrize("url", [
+    "postgresql://u:se/cret@h:5432/db", "postgresql://u:se?cret@h/db",
+    "postgresql://u:se#cret@h/db", "postgresql://u:a@b/cret@h/db",
+])
+def test_unquoted_passwords_never_show_even_in_part(url: str) -> None:
+    """A password with an unquoted ``/``, ``?``, ``#`` or ``@`` ends a parser's host part early;
+    no piece of it may reach a message, the path or the query included."""
+    shown = redact_url(url)
+    assert "cret" not in shown and "se" not in shown.partition("://")[2]
+    assert shown.endswith("h/db") or shown.endswith("h:5432/db")
+
+
 def test_durable_mode_insists_on_synchronous_commit(postgres_url: str) -> None:
     """The default keeps the server's (or role's) setting; durable sets it on regardless."""
     url = postgres_url + "%20-csynchronous_commit%3Doff"  # a role or server default of off

@@ -8,6 +8,7 @@ command makes. A store ten times larger must not cost ten times the work.
 
 from __future__ import annotations
 
+import itertools
 import random
 import sqlite3
 from collections.abc import Callable, Iterator
@@ -382,6 +383,120 @@ def test_streamed_graph_reads_slices_and_never_the_whole_store(
     rest = list(labels)
     assert len(first) + len(rest) >= sqlite_store.backend.count_nodes()
     assert all(a is not None and a <= 16 for a in asked)
+
+
+def _counting_reads(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
+    """Count the links walked and the nodes read by every store in the process. (Links are
+    counted as the walk takes them; a backend fetches them in slices of a fixed size.)"""
+    from sesstree import scan
+
+    seen = {"links": 0, "nodes": 0}
+    newest_first = scan.Links.newest_first
+    chain = Store.chain
+
+    def links(self: Any) -> Iterator[tuple[int, int | None]]:
+        for row in newest_first(self):
+            seen["links"] += 1
+            yield row
+
+    def nodes(self: Any, rev: Any, limit: int | None = None) -> Any:
+        out = chain(self, rev, limit)
+        seen["nodes"] += len(out)
+        return out
+
+    monkeypatch.setattr(scan.Links, "newest_first", links)
+    monkeypatch.setattr(Store, "chain", nodes)
+    return seen
+
+
+@pytest.mark.parametrize("sessions", [30, 300])
+def test_graph_n_20_reads_what_its_lines_need_not_the_store(
+    tmp_path: Path, sess: Any, monkeypatch: pytest.MonkeyPatch, sessions: int
+) -> None:
+    where = tmp_path / "big"
+    with open_store(where) as s:
+        fill(s, sessions, 10, big=False)  # forks of older sessions at older points included
+        total = s.backend.count_nodes()
+    seen = _counting_reads(monkeypatch)
+    lines = sess.lines("--store", str(where), "log", "--graph", "--all", "-n", "20")
+    assert len(lines) == 20 and lines[0].startswith("* ")
+    # The newest session's lines: its links and the slice of nodes drawn, whatever the size.
+    assert seen["links"] <= 40 and seen["nodes"] <= 64, (seen, total)
+    seen.update(links=0, nodes=0)
+    everything = sess.lines("--store", str(where), "log", "--graph", "--all")
+    assert everything[:20] == lines
+    assert seen["nodes"] >= total > 250  # (the same counters see a whole drawing)
+    # One session (an old one): its path, and no walk of what was written after it.
+    seen.update(links=0, nodes=0)
+    one = sess.lines("--store", str(where), "log", "--graph", "s0002")
+    assert seen == {"links": 0, "nodes": len(one)} and len(one) >= 10
+
+
+def test_graph_n_20_draws_a_join_once_the_paths_below_are_walked(
+    sqlite_store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The newest session's last event follows 500 of other sessions: its first three lines
+    are known only once those links are walked, and nothing older is."""
+    fill(sqlite_store, 100, 10, big=False)
+    sqlite_store.fork("late", "s0003~5")
+    for i in range(2):
+        sqlite_store.session("late").add_message(user(f"late {i}"))
+    fill(sqlite_store, 50, 10, big=False, prefix="old", seed=3)  # written later, older tips
+    sqlite_store.session("late").add_message(user("newest"))
+    seen = _counting_reads(monkeypatch)
+    tips = _all_tips(sqlite_store)
+    labels = stream_graph(sqlite_store, tips, lambda nodes: [n.id[:8] for n in nodes], lines=3)
+    first = list(itertools.islice(labels, 3))
+    assert 500 < seen["links"] <= 503 + 5 < sqlite_store.backend.count_nodes() - 500
+    assert seen["nodes"] == 3  # a first slice the size of the lines asked for
+    rest = list(labels)
+    stored = list(sqlite_store.backend.iter_nodes())
+    reach: set[str] = set()
+    for tip in tips:
+        cur: Any = tip
+        while cur is not None and cur not in reach:
+            reach.add(cur)
+            cur = next(n.parent for n in stored if n.id == cur)
+    whole = [GraphNode(n.id, n.parent, n.id[:8]) for n in stored if n.id in reach]
+    assert first + rest == draw_graph(whole)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_streamed_graph_of_interleaved_writers_matches_the_whole_drawing(
+    store: Store, seed: int
+) -> None:
+    """Sessions appended to in turns (unrelated roots, forks of forks, tags, HEAD detached
+    or not): the lazy walk holds many half-walked paths at once and still draws what the
+    whole-tree drawing draws."""
+    rng = random.Random(seed)
+    names: list[str] = []
+    for step in range(160):
+        if not names or rng.random() < 0.12:
+            name = f"n{step}"
+            if names and rng.random() < 0.6:
+                base = rng.choice(names)
+                back = rng.randint(0, len(store.session(base)) - 1)
+                store.fork(name, f"{base}~{back}")
+            names.append(name)
+        else:
+            name = rng.choice(names)
+        store.session(name).add_message(user(f"{name} {step}"))
+        if rng.random() < 0.05:
+            store.tag(f"t{step}", name)
+    if seed % 2:
+        store.checkout(store.resolve(f"{names[0]}~0"))
+    stored = list(store.backend.iter_nodes())
+    parent = {n.id: n.parent for n in stored}
+    reach: set[str] = set()
+    for tip in _all_tips(store):
+        cur: Any = tip
+        while cur is not None and cur not in reach:
+            reach.add(cur)
+            cur = parent[cur]
+    whole = [GraphNode(n.id, n.parent, n.id[:8]) for n in stored if n.id in reach]
+    streamed = list(stream_graph(store, _all_tips(store),
+                                 lambda nodes: [n.id[:8] for n in nodes]))
+    assert streamed == draw_graph(whole)
 
 
 def test_log_graph_all_on_the_cli_matches(tmp_path: Path, sess: Any) -> None:

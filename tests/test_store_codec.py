@@ -4,9 +4,13 @@ and by fsck, and a large append in one statement."""
 
 from __future__ import annotations
 
+import json
 import os
 import random
+import shutil
 import sqlite3
+import subprocess
+import sys
 import zlib
 from pathlib import Path
 from typing import Any
@@ -49,15 +53,18 @@ def codecs(folder: Path) -> dict[object, int]:
 
 
 def trained(folder: Path, extra: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
-    """A store whose dictionary is trained (one batch past TRAIN_AFTER), then ``extra``
-    appended one by one; returns every message, in order."""
+    """A store whose dictionary is trained (one batch past TRAIN_AFTER, then the writer
+    closes: it trains then), then 200 more messages and ``extra`` appended one by one;
+    returns every message, in order."""
     msgs = traffic(TRAIN_AFTER + 200)
     with open_store(folder) as store:
         s = store.session("q")
         with store.batch():
-            for m in msgs:
+            for m in msgs[:TRAIN_AFTER]:
                 s.add_message(m)
-        for m in extra or []:
+    with open_store(folder) as store:
+        s = store.session("q")
+        for m in msgs[TRAIN_AFTER:] + (extra or []):
             s.add_message(m)
     return msgs + (extra or [])
 
@@ -158,12 +165,14 @@ def test_a_format_3_store_reads_as_it_is_and_is_upgraded_on_write(tmp_path: Path
     path.chmod(0o400)
     folder.chmod(0o500)
     try:
-        with open_store(folder, create=False) as store:  # read-only: read as it is
-            assert store.messages("q") == old
-            assert store.fsck() == []
+        _read_only_reads(folder, old)
     finally:
         folder.chmod(0o700)
         path.chmod(0o600)
+    db = db_at(folder)  # the read-only open changed nothing
+    assert db.execute("SELECT value FROM meta WHERE key = 'format'").fetchone() == ("3",)
+    assert "codec" not in {r[1] for r in db.execute("PRAGMA table_info(nodes)")}
+    db.close()
     more = traffic(TRAIN_AFTER + 100, seed=3)
     with open_store(folder) as store:
         s = store.session("q")
@@ -172,11 +181,40 @@ def test_a_format_3_store_reads_as_it_is_and_is_upgraded_on_write(tmp_path: Path
                 s.add_message(m)
         assert store.messages("q") == old + more
         assert store.fsck() == []
+    # (The writer trained the dictionary when it closed: the next one compresses with it.)
+    last = traffic(20, seed=4)
+    with open_store(folder) as store:
+        s = store.session("q")
+        for m in last:
+            s.add_message(m)
+        assert store.messages("q") == old + more + last
     db = db_at(folder)
     assert db.execute("SELECT value FROM meta WHERE key = 'format'").fetchone() == ("4",)
     assert db.execute("SELECT count(*) FROM blobs WHERE codec IS NULL").fetchone() == (2,)
     db.close()
     assert codecs(folder).get(1, 0) > 0
+
+
+_READ_ONLY = """
+import json, sys
+from sesstree import open_store
+with open_store(sys.argv[1], create=False) as store:
+    assert store.backend.read_only
+    print(json.dumps([store.messages("q"), store.fsck()]))
+"""
+
+
+def _read_only_reads(folder: Path, want: list[dict[str, Any]]) -> None:
+    """Read the store in a process that truly cannot write it (as root, chmod alone does not
+    stop a write: the process drops the capability that overrides file modes)."""
+    cmd = [sys.executable, "-c", _READ_ONLY, str(folder)]
+    if os.geteuid() == 0:
+        if shutil.which("setpriv") is None:
+            pytest.skip("running as root without setpriv: cannot make the store read-only")
+        cmd = ["setpriv", "--bounding-set=-dac_override", "--inh-caps=-dac_override", *cmd]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == [want, []]
 
 
 def test_an_older_sesstree_refuses_a_format_4_store(

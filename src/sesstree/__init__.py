@@ -34,18 +34,27 @@ from .errors import (
     StoreReadOnlyError,
     UnknownRevisionError,
 )
-from .events import Derived, Problem, derive_messages, register_event_type
-from .node import Node, NodeId, make_node
-from .repo import Diff, SessionInfo, Store, open_store
-from .sending import repair_messages
-from .session import Session
 
 if _typing.TYPE_CHECKING:
     from .agent import Agent, OpenAIProvider, Tool, tool
+    from .events import Derived, Problem, derive_messages, register_event_type
+    from .node import Node, NodeId, make_node
+    from .repo import Diff, SessionInfo, Store, open_store
+    from .sending import repair_messages
+    from .session import Session
 
-# The agent loop is imported on first use: a store-only program, and every `sess` command but
-# `run`, should not pay for the HTTP client and its wire format at start-up.
-_LAZY = {"Agent": ".agent", "OpenAIProvider": ".agent", "Tool": ".agent", "tool": ".agent"}
+# Everything but the errors is imported on first use: `sess --help` and the commands that do
+# not open a store should not pay for the store modules, msgspec and blake3 at start-up, and
+# a store-only program should not pay for the agent loop's HTTP client and wire format.
+_LAZY = {
+    "Agent": ".agent", "OpenAIProvider": ".agent", "Tool": ".agent", "tool": ".agent",
+    "Derived": ".events", "Problem": ".events", "derive_messages": ".events",
+    "register_event_type": ".events",
+    "Node": ".node", "NodeId": ".node", "make_node": ".node",
+    "Diff": ".repo", "SessionInfo": ".repo", "Store": ".repo", "open_store": ".repo",
+    "repair_messages": ".sending",
+    "Session": ".session",
+}
 
 
 def __getattr__(name: str) -> _typing.Any:

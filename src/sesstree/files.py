@@ -4,7 +4,6 @@ HEAD for ``sess checkout -``): written whole or not at all, readable by this use
 from __future__ import annotations
 
 import os
-import tempfile
 from pathlib import Path
 
 __all__ = ["write_private"]
@@ -19,6 +18,8 @@ def write_private(path: Path, data: bytes) -> None:
         OSError: the folder or the file cannot be written.
     """
     path.parent.mkdir(parents=True, mode=0o700, exist_ok=True)
+    import tempfile  # (here: only a write needs it)
+
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
     try:
         with os.fdopen(fd, "wb") as f:

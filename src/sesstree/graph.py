@@ -2,14 +2,17 @@
 
 Two ways in: :func:`draw_graph` draws a list of nodes held in memory; :func:`stream_graph`
 draws every node that a set of tips reaches, straight from a store, in bounded memory. It
-first walks the links alone (pairs of integers, newest first: no payload) to find where the
-tips' paths meet, which gives a tree of *segments* (runs of nodes without a fork) as small as
-the number of tips; then it reads each segment's nodes a slice at a time while it draws. Both
-draw the same picture for the same nodes.
+walks the links alone (pairs of integers, newest first: no payload) to find where the tips'
+paths meet, which gives a tree of *segments* (runs of nodes without a fork) as small as the
+number of tips, and reads each segment's nodes a slice at a time while it draws. It walks
+only as far down as the lines drawn so far need (a node is drawn once every link above it is
+read), so ``-n 20`` reads what was written since its oldest line, not the store. Both draw
+the same picture for the same nodes.
 """
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING
 
@@ -23,7 +26,7 @@ if TYPE_CHECKING:
 
 __all__ = ["GraphNode", "draw_graph", "stream_graph"]
 
-#: Nodes read per slice of a segment while drawing.
+#: Nodes read per slice of a path while drawing.
 _PIECE = 1_000
 
 
@@ -106,9 +109,10 @@ def _draw(nodes: Iterable[GraphNode]) -> Iterator[str]:
 
 class _Segment:
     """A run of nodes without a fork: from ``top`` (a tip, or a node where paths meet) down
-    to ``bottom``, ``length`` nodes; ``children`` are the segments that end on ``top``."""
+    to ``bottom``, ``length`` nodes; ``children`` are the segments that end on ``top``;
+    ``next`` is the key of the node below ``bottom`` (None at a root)."""
 
-    __slots__ = ("bottom", "children", "length", "newest", "rooted", "top")
+    __slots__ = ("bottom", "children", "length", "newest", "next", "rooted", "state", "top")
 
     def __init__(self, top: int) -> None:
         self.top = top
@@ -116,87 +120,232 @@ class _Segment:
         self.length = 0
         self.children: list[_Segment] = []
         self.newest = top
+        self.next: int | None = None
         self.rooted = False  # its bottom is a root (nothing of the drawing below it)
+        self.state = _PENDING
 
 
-def _segments(links: Links, tips: set[int]) -> list[_Segment]:
-    """The segment trees of everything ``tips`` reach, as their bottom segments (roots)."""
-    waiting: dict[int, list[_Segment]] = {}  # key -> the segments whose next node it is
-    order = sorted(tips, reverse=True)
-    i = 0  # order[i:] are the tips not reached yet
-    roots: list[_Segment] = []
-    for key, parent in links.newest_first():
-        while i < len(order) and order[i] > key:
-            i += 1  # (removed meanwhile: nothing to draw there)
-        is_tip = i < len(order) and order[i] == key
-        if is_tip:
-            i += 1
-        arriving = waiting.pop(key, None)
+# What became of a segment: still walked down (pending), joined into a segment below it
+# (merged), complete down to a root and not drawn yet (finished), or drawn.
+_PENDING, _MERGED, _FINISHED, _DRAWN = range(4)
+
+
+class _Walk:
+    """The links, newest first, merged into segments only as far as the drawing needs.
+
+    A node can be drawn once every link above it has been read: then every path that reaches
+    it is known. So the walk reads down to the oldest node of the lines asked for (what was
+    written since), not to the bottom of the store, as ``git log --graph`` walks its commit
+    queue; the segments it leaves behind are as few as the tips.
+    """
+
+    def __init__(self, links: Links, tips: set[int]) -> None:
+        self._rows = links.newest_first()
+        self._held: tuple[int, int | None] | None = None
+        self._tips = sorted(tips, reverse=True)
+        self._i = 0  # self._tips[self._i:] are the tips not reached yet
+        self.waiting: dict[int, list[_Segment]] = {}  # key -> the segments it continues
+        # Trees to draw next, the newest first (stale entries are skipped when popped).
+        self._trees: list[tuple[int, int, _Segment]] = []
+        self._made = 0
+
+    def tips_left(self) -> bool:
+        return self._i < len(self._tips)
+
+    def _candidate(self, seg: _Segment) -> None:
+        self._made += 1
+        heapq.heappush(self._trees, (-seg.newest, self._made, seg))
+
+    def next_tree(self) -> _Segment | int | None:
+        """What to draw next: the tree holding the newest tip not drawn yet, as its newest
+        segment known so far, or as that tip's key when the walk has not reached it."""
+        while self._trees and self._trees[0][2].state not in (_PENDING, _FINISHED):
+            heapq.heappop(self._trees)
+        tip = self._tips[self._i] if self.tips_left() else None
+        if self._trees and (tip is None or -self._trees[0][0] > tip):
+            return heapq.heappop(self._trees)[2]
+        return tip
+
+    def until(self, x: int) -> tuple[bool, int | None, list[_Segment]]:
+        """Read the links down to key ``x``, merging every other path on the way: whether
+        ``x`` is stored, its parent's key and the segments that arrive at it."""
+        while True:
+            row: tuple[int, int | None] | None
+            if self._held is not None:
+                row, self._held = self._held, None
+            else:
+                row = next(self._rows, None)
+            if row is None or row[0] < x:  # x is not stored (damage)
+                self._held = row
+                arriving = self.waiting.pop(x, [])
+                for seg in arriving:
+                    self._finish(seg)
+                return False, None, arriving
+            key, parent = row
+            is_tip = self._take_tip(key)
+            if key == x:
+                return True, parent, self.waiting.pop(x, [])
+            self._merge(key, parent, is_tip)
+
+    def alone(self, tip: int) -> bool:
+        """Whether ``tip`` is the last tip to draw and nothing else is being walked: then its
+        drawing is its path, with no walk at all (the tip is taken if so)."""
+        if self.waiting or self._i != len(self._tips) - 1 or self._tips[self._i] != tip:
+            return False
+        self._i += 1
+        return True
+
+    def wait(self, seg: _Segment, key: int | None) -> None:
+        """``seg`` (the line being drawn) continues at ``key``."""
+        seg.next = key
+        if key is not None:
+            self.waiting.setdefault(key, []).append(seg)
+
+    def _take_tip(self, key: int) -> bool:
+        tips = self._tips
+        while self._i < len(tips) and tips[self._i] > key:
+            self._i += 1  # (removed meanwhile: nothing to draw there)
+        if self._i < len(tips) and tips[self._i] == key:
+            self._i += 1
+            return True
+        return False
+
+    def _merge(self, key: int, parent: int | None, is_tip: bool) -> None:
+        arriving = self.waiting.pop(key, None)
         if arriving is None and not is_tip:
-            if not waiting and i == len(order):
-                break
-            continue
+            return  # on no path being drawn
         if arriving is None:
             seg = _Segment(key)
+            self._candidate(seg)
         elif len(arriving) == 1:
             seg = arriving[0]
         else:
             seg = _Segment(key)
             seg.children = arriving
             seg.newest = max(a.newest for a in arriving)
+            for a in arriving:
+                a.state = _MERGED
+            self._candidate(seg)
         seg.bottom = key
         seg.length += 1
+        seg.next = parent
         if parent is None:
-            seg.rooted = True
-            roots.append(seg)
+            self._finish(seg)
         else:
-            waiting.setdefault(parent, []).append(seg)
-        if i == len(order) and len(waiting) == 1:
-            (segs,) = waiting.values()
-            if len(segs) == 1:
-                # One path left and no tip below: the rest is that path, down to its root,
-                # read with the nodes (no need to walk the links any further).
-                segs[0].length = -1
-                segs[0].rooted = True
-                roots.append(segs[0])
-                waiting.clear()
-                break
-    for segs in waiting.values():  # a parent that is not stored (damage): draw what there is
-        for seg in segs:
-            seg.rooted = True
-            roots.append(seg)
-    return roots
+            self.waiting.setdefault(parent, []).append(seg)
+
+    def _finish(self, seg: _Segment) -> None:
+        seg.rooted = True
+        seg.state = _FINISHED
 
 
 def stream_graph(
     store: Store, tips: Sequence[NodeId], label: Callable[[Sequence[Node]], list[str]],
+    *, lines: int | None = None,
 ) -> Iterator[str]:
     """The drawing of every node ``tips`` reach, line by line, in bounded memory.
 
     ``label`` gives the text of each node of a slice of nodes (a slice at a time, so that
-    the refs at them can be looked up together)."""
+    the refs at them can be looked up together). What is read follows what is drawn: the
+    first lines read the links of the nodes newer than the oldest of them, and the nodes
+    they show. ``lines``, when only the first lines will be drawn, sizes the first slice of
+    each path read to them (then slices double); without it, slices are whole."""
     links = Links(store.backend)
     keys = links.keys(tips)
-    roots = _segments(links, set(keys.values()))
-    tops = links.ids([s.top for s in _walk(roots)])
-    return _draw(_nodes(store, sorted(roots, key=lambda s: s.newest, reverse=True), tops, label))
+    first = _PIECE if lines is None else max(1, min(_PIECE, lines))
+    paths = _Paths(store, label, first)
+    return _draw(_graph_nodes(links, _Walk(links, set(keys.values())), paths))
 
 
-def _walk(segs: list[_Segment]) -> Iterator[_Segment]:
-    stack = list(segs)
-    while stack:
-        seg = stack.pop()
-        yield seg
-        stack.extend(seg.children)
+class _Paths:
+    """Reads paths of nodes with their labels, a slice at a time (the first ``first``
+    nodes, then slices twice as large, up to ``_PIECE``)."""
+
+    def __init__(self, store: Store, label: Callable[[Sequence[Node]], list[str]],
+                 first: int) -> None:
+        self.store = store
+        self.label = label
+        self.first = first
+
+    def read(self, top: NodeId, count: int | None) -> Iterator[tuple[Node, str]]:
+        """``count`` nodes (None: down to the root) of the path down from ``top``, newest
+        first, with their labels."""
+        left = count
+        head: NodeId | None = top
+        piece = self.first
+        while head is not None and (left is None or left > 0):
+            want = piece if left is None else min(piece, left)
+            chain = self.store.chain(head, want)
+            ids = chain.ids
+            parents: list[NodeId | None] = [chain.base, *ids[:-1]]
+            nodes = [Node(ids[i], parents[i], chain.types[i], chain.datas[i])
+                     for i in range(len(ids) - 1, -1, -1)]
+            yield from zip(nodes, self.label(nodes), strict=True)
+            if left is not None:
+                left -= len(nodes)
+            head = chain.base
+            piece = min(2 * piece, _PIECE)
 
 
-def _nodes(
-    store: Store, roots: list[_Segment], tops: dict[int, NodeId],
-    label: Callable[[Sequence[Node]], list[str]],
-) -> Iterator[GraphNode]:
-    """Each segment's children (newest subtree first), then its own nodes, newest first."""
+def _graph_nodes(links: Links, walk: _Walk, paths: _Paths) -> Iterator[GraphNode]:
+    """The nodes in drawing order: tree after tree, the newest first. In each tree, the
+    newest tip's path is drawn down to the root as the walk confirms it; a segment that joins
+    it is drawn whole (all of it is known by then), the newest first, just above the join."""
+    while (start := walk.next_tree()) is not None:
+        if isinstance(start, _Segment) and start.state == _FINISHED:
+            yield from _subtree(links, start, paths)
+            continue
+        main: _Segment | None
+        if isinstance(start, _Segment):
+            main = start
+            yield from _subtree(links, main, paths)
+            x = main.next
+        else:
+            main, x = None, start
+            if walk.alone(x):  # (`sess log --graph`: one session, read as one path)
+                for node, text in paths.read(links.ids([x])[x], None):
+                    yield GraphNode(node.id, node.parent, text)
+                continue
+        if x is None:
+            continue
+        line: Iterator[tuple[Node, str]] | None = None
+        while x is not None:
+            if main is not None and not walk.tips_left() and walk.waiting.keys() == {x} \
+                    and walk.waiting[x] == [main]:
+                # One path left and no tip below: the rest is that path, down to its root,
+                # read with the nodes (no need to walk the links any further).
+                walk.waiting.clear()
+                if line is None:
+                    line = paths.read(links.ids([x])[x], None)
+                for node, text in line:
+                    yield GraphNode(node.id, node.parent, text)
+                break
+            found, parent, arriving = walk.until(x)
+            if not found:
+                break  # damage: x is not stored; what joined it was drawn as rooted
+            if len(arriving) > (main is not None):  # others join the line here
+                for seg in sorted((s for s in arriving if s is not main),
+                                  key=lambda s: s.newest, reverse=True):
+                    yield from _subtree(links, seg, paths)
+            if line is None:
+                line = paths.read(links.ids([x])[x], None)
+            node, text = next(line)
+            yield GraphNode(node.id, node.parent if parent is not None else None, text)
+            if main is None:
+                main = _Segment(x)
+            main.state = _DRAWN
+            walk.wait(main, parent)
+            x = parent
+        if main is not None:
+            main.state = _DRAWN
+
+
+def _subtree(links: Links, top: _Segment, paths: _Paths) -> Iterator[GraphNode]:
+    """A segment's children (newest subtree first), then its own nodes, newest first."""
+    segs = list(_walk(top))
+    tops = links.ids([s.top for s in segs])
     # (segment, expanded?) on an explicit stack: trees of sessions can be deep.
-    stack: list[tuple[_Segment, bool]] = [(s, False) for s in reversed(roots)]
+    stack: list[tuple[_Segment, bool]] = [(top, False)]
     while stack:
         seg, expanded = stack.pop()
         if not expanded:
@@ -204,24 +353,15 @@ def _nodes(
             for child in sorted(seg.children, key=lambda c: c.newest):
                 stack.append((child, False))
             continue
-        yield from _segment_nodes(store, seg, tops[seg.top], label)
-
-
-def _segment_nodes(
-    store: Store, seg: _Segment, top: NodeId, label: Callable[[Sequence[Node]], list[str]],
-) -> Iterator[GraphNode]:
-    left = seg.length  # -1: down to the root
-    head: NodeId | None = top
-    while head is not None and left != 0:
-        want = _PIECE if left < 0 else min(_PIECE, left)
-        chain = store.chain(head, want)
-        ids = chain.ids
-        parents: list[NodeId | None] = [chain.base, *ids[:-1]]
-        nodes = [Node(ids[i], parents[i], chain.types[i], chain.datas[i])
-                 for i in range(len(ids) - 1, -1, -1)]
-        for node, text in zip(nodes, label(nodes), strict=True):
-            last = left == 1 or (left < 0 and node.parent is None)
+        seg.state = _DRAWN
+        for i, (node, text) in enumerate(paths.read(tops[seg.top], seg.length)):
+            last = i == seg.length - 1
             yield GraphNode(node.id, None if last and seg.rooted else node.parent, text)
-            if left > 0:
-                left -= 1
-        head = chain.base
+
+
+def _walk(top: _Segment) -> Iterator[_Segment]:
+    stack = [top]
+    while stack:
+        seg = stack.pop()
+        yield seg
+        stack.extend(seg.children)

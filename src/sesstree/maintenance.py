@@ -138,13 +138,17 @@ def gc(store: Store, *, dry_run: bool = False, progress: Progress | None = None)
     return GcResult(dead, removed, kept)
 
 
-def stats(store: Store) -> Stats:
-    """Count nodes and refs and compare the store's size with a JSONL file per session."""
+def stats(store: Store, *, progress: Progress | None = None) -> Stats:
+    """Count nodes and refs and compare the store's size with a JSONL file per session.
+
+    ``progress`` is called ``(rows done, rows in all)`` while a maintained index of path sizes
+    catches up with many rows (the first ``stats`` of a large SQLite store reads each row
+    once); a usual ``stats`` never calls it."""
     backend = store.backend
     checkpoint = getattr(backend, "checkpoint", None)
     scan = scale_reads(backend)
     if scan is not None:  # from indexes and maintained sizes: no pass over the payloads
-        c = scan.counts()
+        c = scan.counts(progress)
         if checkpoint is not None:
             checkpoint()  # (before measuring the size on disk)
         return Stats(c.nodes, c.sessions, c.tags, c.reflog_entries, c.logical_bytes,

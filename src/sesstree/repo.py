@@ -7,7 +7,7 @@ same on every backend. Maintenance (gc, fsck, stats) lives in :mod:`sesstree.mai
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -37,7 +37,6 @@ from .store.base import (
     RefUpdate,
     SessionMeta,
 )
-from .store.memory import MemoryBackend
 from .store.sqlite import SqliteBackend
 from .store.sqlite_media import media_error
 from .store.urls import is_store_url, open_url
@@ -89,6 +88,8 @@ def open_store(
         StoreReadOnlyError, StoreFullError: a new store cannot be created on this medium.
     """
     if str(path) == ":memory:":
+        from .store.memory import MemoryBackend
+
         return Store(MemoryBackend())
     if is_store_url(path):
         # A shared store: this user's HEAD is kept on this machine, not in the store.
@@ -487,6 +488,19 @@ class Store:
             entries = self.backend.reflog(REMOTES + name)  # REMOTE/NAME, a remote session
         return entries
 
+    def reflog_page(self, name: str, limit: int, offset: int = 0) -> tuple[list[ReflogEntry], int]:
+        """One page of the moves of session ``name`` (named as :meth:`reflog` names it),
+        **newest first**: ``limit`` moves after the newest ``offset``, and how many it has in
+        all. It reads the page, not the whole log (``sess reflog -n``, the web view)."""
+        from .scan import reflog_page
+
+        if name.startswith((SESSIONS, TAGS, REMOTES)):
+            return reflog_page(self.backend, name, limit, offset)
+        page = reflog_page(self.backend, SESSIONS + name, limit, offset)
+        if not page[1] and "/" in name:
+            page = reflog_page(self.backend, REMOTES + name, limit, offset)
+        return page
+
     # -- maintenance -------------------------------------------------------------------------
 
     def fsck(self) -> list[str]:
@@ -501,11 +515,11 @@ class Store:
 
         return gc(self, dry_run=dry_run)
 
-    def stats(self) -> Stats:
+    def stats(self, *, progress: Callable[[int, int], None] | None = None) -> Stats:
         """Nodes, refs, logical and physical bytes. See :func:`sesstree.maintenance.stats`."""
         from .maintenance import stats
 
-        return stats(self)
+        return stats(self, progress=progress)
 
     # -- syncing -----------------------------------------------------------------------------
 

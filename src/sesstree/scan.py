@@ -9,10 +9,10 @@ from collections.abc import Iterator, Sequence
 from typing import cast
 
 from .node import NodeId
-from .store.base import Backend, Ref, ReflogStamp, ScaleReads
+from .store.base import Backend, Ref, ReflogEntry, ReflogStamp, ScaleReads
 
-__all__ = ["Links", "list_refs_with_depth", "newest_refs", "reflog_stamp", "refs_at",
-           "scale_reads"]
+__all__ = ["Links", "list_refs_with_depth", "newest_refs", "reflog_page", "reflog_stamp",
+           "reflog_times", "refs_at", "scale_reads"]
 
 
 def scale_reads(backend: Backend) -> ScaleReads | None:
@@ -57,6 +57,27 @@ def reflog_stamp(backend: Backend) -> ReflogStamp:
         return scan.reflog_stamp()
     log = backend.reflog()
     return ReflogStamp(len(log), max((e.time for e in log), default=0.0))
+
+
+def reflog_page(backend: Backend, name: str, limit: int, offset: int = 0
+                ) -> tuple[list[ReflogEntry], int]:
+    """Moves of ref ``name``, newest first: ``limit`` after the newest ``offset``, and the
+    ref's count of entries (see :meth:`ScaleReads.reflog_page`)."""
+    scan = scale_reads(backend)
+    if scan is not None:
+        return scan.reflog_page(name, limit, offset)
+    log = backend.reflog(name)
+    log.reverse()
+    return log[offset:offset + limit], len(log)
+
+
+def reflog_times(backend: Backend, name: str, targets: Sequence[NodeId]) -> dict[NodeId, float]:
+    """When ref ``name`` last moved to each of ``targets`` it moved to."""
+    scan = scale_reads(backend)
+    if scan is not None:
+        return scan.reflog_times(name, targets)
+    wanted = set(targets)
+    return {e.new: e.time for e in backend.reflog(name) if e.new in wanted}
 
 
 class Links:

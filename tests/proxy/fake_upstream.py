@@ -14,6 +14,7 @@ import gzip
 import itertools
 import json
 import socket
+import ssl
 import threading
 import time
 from collections import deque
@@ -75,7 +76,8 @@ def _last_user_text(body: dict[str, Any]) -> str:
 class FakeUpstream:
     """The server: ``with FakeUpstream() as up: up.url`` (no trailing ``/v1``)."""
 
-    def __init__(self, delay: float = 0.0) -> None:
+    def __init__(self, delay: float = 0.0, tls: tuple[str, str] | None = None) -> None:
+        """``tls``: (certificate file, key file) to serve HTTPS with instead of HTTP."""
         #: Seconds before every answer of a model call (a provider's time to first token).
         self.delay = delay
         self.script: deque[Scripted] = deque()
@@ -134,6 +136,11 @@ class FakeUpstream:
         self._server = Server(("127.0.0.1", 0), Handler)
         self.port = self._server.server_address[1]
         self.url = f"http://127.0.0.1:{self.port}"
+        if tls is not None:
+            context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+            context.load_cert_chain(*tls)
+            self._server.socket = context.wrap_socket(self._server.socket, server_side=True)
+            self.url = f"https://127.0.0.1:{self.port}"
         self._thread = threading.Thread(target=self._server.serve_forever,
                                         kwargs={"poll_interval": 0.01}, daemon=True)
 

@@ -69,3 +69,29 @@ def test_a_late_recording_of_a_stored_reply_writes_nothing(tmp_path: Path) -> No
         assert a.stats().nodes == nodes
         assert [s.name for s in a.sessions()] == ["q0"]
         assert ra.stats.snapshot()["already_stored"] == 1
+
+
+def test_remembered_message_keys_match_as_fresh_ones_and_stay_bounded(tmp_path: Path) -> None:
+    from sesstree.proxy.canonical import EMPTY_KEY, chain_key
+    from sesstree.proxy.paths import ROOT, PathIndex
+
+    with open_store(tmp_path / "s") as s:
+        history = turn(60)
+        parsed = parse_request(CHAT, {"model": "m", "messages": history})
+        assert parsed is not None
+        types = [t for t, _ in parsed.events]
+        datas = [d for _, d in parsed.events]
+        expected, key = [], EMPTY_KEY
+        for t, d in parsed.events:
+            key = chain_key(key, t, d)
+            expected.append(key)
+        index = PathIndex(s, memo_bytes=2000)  # a few messages' worth: generations turn over
+        for _ in range(3):  # first computed, then remembered (or recomputed once dropped)
+            assert index.match(ROOT, types, datas)[2] == expected
+            newer, older = index.memo_size()
+            assert 0 < newer + older < 2 * 2000 // 120
+        # a message re-sent with its keys in another order is the same message
+        reordered = [{k: m[k] for k in reversed(list(m))} for m in history]
+        again = parse_request(CHAT, {"model": "m", "messages": reordered})
+        assert again is not None
+        assert index.match(ROOT, types, [d for _, d in again.events])[2] == expected

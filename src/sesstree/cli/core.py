@@ -14,25 +14,30 @@ import io
 import os
 import sys
 from pathlib import Path
-from typing import Any, ClassVar, NoReturn
+from typing import TYPE_CHECKING, Any, ClassVar, NoReturn
 
 import click
-import msgspec
 
 from ..errors import (
     SesstreeError,
     StoreNotFoundError,
 )
-from ..fmt import plural, printable
-from ..repo import STORE_FILE, Store, open_store
 from ..store.urls import is_store_url
 from .term import install, terminal
+
+if TYPE_CHECKING:
+    from ..repo import Store
+
+# What every command shares is imported here; the store modules, msgspec and the commands
+# themselves load only when a command needs them, so that `sess --help` and a command that
+# opens no store start as fast as Python can.
 
 __all__ = ["CONTEXT_SETTINGS", "STORE_DIR", "CountCommand", "StoreLocator", "cli", "complete_rev",
            "completion", "emit_json", "events", "fail", "main", "one_line", "page", "pass_store"]
 
 STORE_DIR = ".sess"
-_json = msgspec.json.Encoder()
+#: The database file inside a store folder (as :data:`sesstree.repo.STORE_FILE`).
+_STORE_FILE = "store.db"
 
 
 class StoreLocator:
@@ -49,7 +54,7 @@ class StoreLocator:
         if explicit is not None:
             # The store folder itself (what open_store made), or a folder holding .sess/.
             for folder in (explicit, explicit / STORE_DIR):
-                if (folder / STORE_FILE).exists():
+                if (folder / _STORE_FILE).exists():
                     return folder
             if explicit.is_file():
                 _check_is_database(explicit)
@@ -59,7 +64,7 @@ class StoreLocator:
             )
         here = Path.cwd().resolve()
         for folder in (here, *here.parents):
-            if (folder / STORE_DIR / STORE_FILE).exists():
+            if (folder / STORE_DIR / _STORE_FILE).exists():
                 return folder / STORE_DIR
         raise StoreNotFoundError(
             "no store found in this folder or any parent (run 'sess init', or pass --store "
@@ -80,6 +85,8 @@ class StoreLocator:
     def open(self) -> Store:
         """Open the store once per command."""
         if self._store is None:
+            from ..repo import open_store
+
             self._store = open_store(self.url() or self.find(), create=False)
         return self._store
 
@@ -108,16 +115,80 @@ class _OneLineUsage(click.ClickException):
 
 
 class _Group(click.Group):
-    """Turns sesstree's own errors into one line and exit code 1, and loads the commands in
-    ``lazy`` only when they are used (``run`` needs the HTTP client; the others should not
-    wait for it to load)."""
+    """Turns sesstree's own errors into one line and exit code 1, and loads each command only
+    when it is used: ``sess log`` does not wait for the HTTP client ``run`` needs, nor
+    ``sess --help`` for any command's module."""
 
+    #: Where each command is defined ("module:attribute").
     lazy: ClassVar[dict[str, str]] = {
+        "append": "sesstree.cli.refs:append", "reflog": "sesstree.cli.refs:reflog",
+        "tag": "sesstree.cli.refs:tag",
+        "branch": "sesstree.cli.sessions:branch", "checkout": "sesstree.cli.sessions:checkout",
+        "init": "sesstree.cli.sessions:init", "reset": "sesstree.cli.sessions:reset",
+        "status": "sesstree.cli.sessions:status",
+        "diff": "sesstree.cli.reading:diff", "log": "sesstree.cli.reading:log",
+        "messages": "sesstree.cli.viewing:messages", "show": "sesstree.cli.viewing:show",
+        "export": "sesstree.cli.storage:export", "fsck": "sesstree.cli.storage:fsck",
+        "gc": "sesstree.cli.storage:gc", "import": "sesstree.cli.storage:import_",
+        "stats": "sesstree.cli.storage:stats",
         "run": "sesstree.agent.command:run",
         "serve": "sesstree.cli.remote:serve", "remote": "sesstree.cli.remote:remote",
         "clone": "sesstree.cli.remote:clone", "fetch": "sesstree.cli.remote:fetch",
         "pull": "sesstree.cli.remote:pull", "push": "sesstree.cli.remote:push",
         "proxy": "sesstree.cli.proxy:proxy",
+    }
+    #: The first paragraph of each command's help, which ``sess --help`` shortens to fit, as
+    #: click would from the command itself (a test checks they agree). A command missing
+    #: here is loaded to list it.
+    summaries: ClassVar[dict[str, str]] = {
+        "append": "Append events: `append [SESSION] TYPE [JSON|-]` (JSON from stdin if absent "
+                  "or -).",
+        "branch": "List sessions, or fork one: `branch [SOURCE] NEW` forks SOURCE (default "
+                  "HEAD) into NEW.",
+        "checkout": "Switch HEAD to a session, or (detached) to any other revision; `-` is the "
+                    "one before.",
+        "clone": "Copy every session and tag of the store at URL into a new store in "
+                 "PATH/.sess (or at a postgresql:// URL); URL becomes remote `origin`.",
+        "diff": "Show the common ancestor of A and B (default HEAD) and what each added after "
+                "it.",
+        "export": "Write a session back out (seed format: NAME.jsonl + NAME.meta.json).",
+        "fetch": "Bring what REMOTE (default origin) has; its sessions become readable as "
+                 "REMOTE/NAME.",
+        "fsck": "Re-hash every node and check parents, refs, reflog and indexes; exit 1 on any "
+                "fault.",
+        "gc": "Remove nodes that no session, tag, HEAD or reflog entry reaches.",
+        "import": "Import transcripts (seed JSONL: one message per line, optional "
+                  "NAME.meta.json).",
+        "init": "Create a store in PATH/.sess (default: this folder), or at --store / "
+                "SESS_STORE. PATH may be a postgresql:// URL.",
+        "log": "The conversation at REV (default HEAD), newest first: its messages, and one "
+               "line per agent turn with what its bookkeeping says (steps, tokens, duration, "
+               "how it ended).",
+        "messages": "Print the chat messages of REV as they were stored (--sending: as sent): "
+                    "in full for reading, one line each with --oneline, or JSON.",
+        "proxy": "Record every conversation that passes through, untouched, into the store.",
+        "pull": "Fetch, then fast-forward SESSIONs (default: the current one) to REMOTE's; "
+                "never merges: a divergence is refused, naming the node where the two sides "
+                "part.",
+        "push": "Send SESSIONs (default: the current one) to REMOTE (default origin), with "
+                "only the nodes it lacks. Refused unless each fast-forwards the remote's, or "
+                "--force.",
+        "reflog": "Every move of a session's ref (default and HEAD: the HEAD session's), "
+                  "newest first.",
+        "remote": "Name other stores: folders, postgresql:// URLs, or http(s):// URLs of "
+                  "`sess serve`.",
+        "reset": "Move SESSION (default: the HEAD session) to REV: rewind, fast-forward or "
+                 "jump; logged, so `sess reflog` can undo it.",
+        "run": "Send PROMPT to the model on SESSION (default: the HEAD session) and print the "
+               "answer.",
+        "serve": "Serve the store over HTTP for clone, fetch, pull and push (see docs/sync.md).",
+        "show": "Show each REV (default HEAD): a session by name as its conversation, any "
+                "other revision (an id, a tag, HEAD, name~2) as one node in full.",
+        "stats": "Nodes, refs, and bytes: as separate JSONL files (logical) against on disk "
+                 "(physical).",
+        "status": "Show the current session (HEAD), its head id and length.",
+        "tag": "Name the node at REV (default HEAD), or list tags (-l PATTERN: those "
+               "matching).",
     }
 
     def list_commands(self, ctx: click.Context) -> list[str]:
@@ -129,6 +200,46 @@ class _Group(click.Group):
             self.add_command(getattr(importlib.import_module(module), attr), cmd_name)
         return super().get_command(ctx, cmd_name)
 
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        try:
+            return super().parse_args(ctx, args)
+        except click.UsageError as exc:  # `sess --bogus`: one line, as every usage error
+            message = " ".join(exc.format_message().split())
+            raise _OneLineUsage(one_line(f"{message} (see 'sess --help')")) from None
+
+    def resolve_command(
+        self, ctx: click.Context, args: list[str]
+    ) -> tuple[str | None, click.Command | None, list[str]]:
+        name = args[0] if args else ""
+        if (name and not name.startswith("-") and not ctx.resilient_parsing
+                and self.get_command(ctx, name) is None):
+            # Click suggests among the commands loaded so far: here, every command is one.
+            import difflib
+
+            close = difflib.get_close_matches(name, self.list_commands(ctx))
+            hint = ("" if not close else f" Did you mean {close[0]!r}?" if len(close) == 1
+                    else f" (Possible commands: {', '.join(close)})")
+            ctx.fail(f"No such command {name!r}.{hint}")
+        return super().resolve_command(ctx, args)
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        """The list of commands, as click draws it, without loading a command to list it."""
+        rows: list[tuple[str, click.Command]] = []
+        for name in self.list_commands(ctx):
+            if name in self.summaries and name not in self.commands:
+                # A stand-in with the same help: click shortens it as it would the command's.
+                rows.append((name, click.Command(name, help=self.summaries[name])))
+                continue
+            cmd = self.get_command(ctx, name)
+            if cmd is not None and not cmd.hidden:
+                rows.append((name, cmd))
+        if not rows:
+            return
+        limit = formatter.width - 6 - max(len(name) for name, _ in rows)
+        lines = [(name, cmd.get_short_help_str(limit)) for name, cmd in rows]
+        with formatter.section("Commands"):
+            formatter.write_dl(lines)
+
     def invoke(self, ctx: click.Context) -> Any:
         try:
             result = super().invoke(ctx)
@@ -138,7 +249,9 @@ class _Group(click.Group):
             return result
         except click.UsageError as exc:
             # One line, as for every other user error (click's own form takes three).
-            command = f"sess {exc.ctx.command.name} --help" if exc.ctx else "sess --help"
+            # (The path below the group: the program is `sess` however it was started.)
+            below = exc.ctx.command_path.partition(" ")[2] if exc.ctx else ""
+            command = f"sess {below} --help" if below else "sess --help"
             # click's own line breaks ("Choose from:\n\tbash,...") are layout, not content.
             message = " ".join(exc.format_message().split())
             raise _OneLineUsage(one_line(f"{message} (see '{command}')")) from None
@@ -177,6 +290,8 @@ class _Group(click.Group):
 def one_line(text: str) -> str:
     """An error message as one printable line: a name or revision it quotes may hold line
     breaks (U+2028 too) or control characters, which are shown escaped."""
+    from ..fmt import printable
+
     return printable(text)
 
 
@@ -256,11 +371,17 @@ pass_store = click.make_pass_decorator(StoreLocator)
 
 
 def events(n: int) -> str:
+    """``n`` events, in words."""
+    from ..fmt import plural
+
     return plural(n, "event")
 
 
 def emit_json(value: Any) -> None:
-    click.echo(_json.encode(value).decode())
+    """Print ``value`` as one line of JSON."""
+    import msgspec
+
+    click.echo(msgspec.json.encode(value).decode())
 
 
 def fail(message: str) -> NoReturn:

@@ -15,10 +15,10 @@ from typing import Any
 import click
 
 from ..fmt import short, summary, to_jsonable
-from ..graph import stream_graph
 from ..node import Node, NodeId
 from ..repo import SESSIONS, TAGS, Store
 from ..scan import refs_at
+from ..store.base import Ref
 from .conversation import CONVERSATION_TYPES, Row, fold_turns, node_text
 from .core import CountCommand, StoreLocator, cli, complete_rev, emit_json, events, fail, page, pass_store
 from .select import Filters, Range, node_times, parse_range, parse_time
@@ -27,12 +27,14 @@ from .term import Terminal, terminal
 __all__ = ["decorate", "diff", "log", "reversed_graph"]
 
 
-def _ref_labels(store: Store, ids: Sequence[NodeId] | None = None) -> dict[NodeId, list[str]]:
+def _ref_labels(store: Store, ids: Sequence[NodeId] | None = None,
+                refs: Sequence[Ref] | None = None) -> dict[NodeId, list[str]]:
     """The ref names to show beside nodes: at ``ids`` only (a few index lookups), or at
-    every node when ``ids`` is None."""
+    every node when ``ids`` is None (``refs``: every ref, when the caller has them)."""
     labels: dict[NodeId, list[str]] = {}
     head_name, head = store.head()
-    refs = store.backend.list_refs("") if ids is None else refs_at(store.backend, ids)
+    if refs is None:
+        refs = store.backend.list_refs("") if ids is None else refs_at(store.backend, ids)
     for ref in refs:
         name = ref.name
         if name.startswith(SESSIONS):
@@ -275,21 +277,24 @@ def _log_graph(store: Store, rev: str, all_refs: bool, limit: int | None, *,
                oneline: bool = True, reverse: bool = False) -> None:
     # Streamed: the drawing is printed as the store is read, in bounded memory, and stops
     # reading at the -n limit (upside down, --reverse needs the whole drawing first).
+    from ..graph import stream_graph
+
     label = _label if oneline else _long_label
     if all_refs:
-        refs = store.backend.list_refs("")
-        labels = _ref_labels(store)  # every ref is a tip anyway
+        refs = store.backend.list_refs("")  # (read once: every ref is a tip and a label)
+        labels = _ref_labels(store, refs=refs)
         tips = [r.target for r in refs]
         _, head = store.head()
         if head is not None:
             tips.append(head)
-        lines = stream_graph(store, tips, lambda nodes: [label(n, labels) for n in nodes])
+        lines = stream_graph(store, tips, lambda nodes: [label(n, labels) for n in nodes],
+                             lines=limit)
     else:
         def labelled(nodes: Sequence[Node]) -> list[str]:
             at = _ref_labels(store, [n.id for n in nodes])
             return [label(n, at) for n in nodes]
 
-        lines = stream_graph(store, [store.resolve(rev)], labelled)
+        lines = stream_graph(store, [store.resolve(rev)], labelled, lines=limit)
     if limit is not None:
         lines = itertools.islice(lines, limit)
     if reverse:

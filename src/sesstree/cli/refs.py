@@ -193,9 +193,9 @@ def _reflog_name(store: Store, name: str | None) -> str:
             fail(f"HEAD is detached at {short(node)}: only sessions and tags have a reflog; "
                   "name one")
         return head_name
-    if name.startswith((SESSIONS, TAGS)) or store.reflog(name):
+    if name.startswith((SESSIONS, TAGS)) or store.reflog_page(name, 1)[1]:
         return name
-    if store.reflog(TAGS + name):
+    if store.reflog_page(TAGS + name, 1)[1]:
         return TAGS + name
     return name
 
@@ -241,11 +241,13 @@ def reflog(locator: StoreLocator, name: str | None, limit: int | None, expire: b
                    "'sess gc' removes what nothing else reaches")
         return
     name = _reflog_name(store, name)
-    entries = store.reflog(name)
+    if limit is None:
+        entries = store.reflog(name)
+        entries.reverse()
+    else:  # -n N reads N entries, not the whole log
+        entries = store.reflog_page(name, limit)[0]
     if not entries and not store.has_session(name):
         raise UnknownRevisionError(f"no session named {name!r} and no reflog for it")
-    entries.reverse()
-    entries = entries[:limit]
     if as_json:
         emit_json([msgspec.to_builtins(e) for e in entries])
         return

@@ -30,10 +30,18 @@ def import_(locator: StoreLocator, files: tuple[Path, ...], name: str | None, fm
     A re-import lands where the earlier import of the same file is, even renamed.
     """
     from ..interop import import_files
+    from ..progress import terminal_progress
 
     store = locator.open()
-    results = import_files(store, list(files), name=name, format=fmt, recursive=recursive,
-                           force=force)
+    # Only for many files (a folder, several names): one file's import says its result.
+    many = recursive or len(files) > 1
+    progress = terminal_progress("importing files") if many else None
+    try:
+        results = import_files(store, list(files), name=name, format=fmt,
+                               recursive=recursive, force=force, progress=progress)
+    finally:
+        if progress is not None:
+            progress.finish()
     if as_json:
         # Ids a file quotes may hold lone surrogates ("\ud800"), which UTF-8 cannot carry.
         def safe(text: str) -> str:
@@ -90,7 +98,15 @@ def export(locator: StoreLocator, rev: str, out: Path | None, fmt: str, force: b
 @pass_store
 def stats(locator: StoreLocator, as_json: bool) -> None:
     """Nodes, refs, and bytes: as separate JSONL files (logical) against on disk (physical)."""
-    s = locator.open().stats()
+    from ..progress import terminal_progress
+
+    store = locator.open()
+    progress = terminal_progress("sizing paths")
+    try:
+        s = store.stats(progress=progress)
+    finally:
+        if progress is not None:
+            progress.finish()
     if as_json:
         emit_json({**msgspec.to_builtins(s), "ratio": round(s.ratio, 3)})
         return

@@ -12,6 +12,7 @@ from typing import Any
 
 from ..errors import InputError
 from ..repo import Store
+from ..store.base import Progress
 from .claude import import_claude, looks_like_claude
 from .codex import import_codex, looks_like_codex
 from .common import ImportResult, write_new
@@ -144,8 +145,12 @@ def import_files(
     format: str = "auto",
     recursive: bool = False,
     force: bool = False,
+    progress: Progress | None = None,
 ) -> list[ImportResult]:
     """Import every file (or folder, with ``recursive``); one result per session landed.
+
+    ``progress`` is called with ``(files done, files in all)`` once the files are listed and
+    after each file.
 
     A file named on the command line that cannot be imported raises InputError. In a folder,
     empty files and files of no known format are results with outcome ``skipped`` and a file
@@ -178,11 +183,16 @@ def import_files(
         raise InputError("--as names one session; give one file")
     owners = Provenance(store)  # one read of every session's provenance for the whole run
     results: list[ImportResult] = []
-    for f in named:
+    total = len(named) + len(found)
+    if progress is not None:
+        progress(0, total)
+    for done, f in enumerate(named, 1):
         results.extend(import_file(store, f, name=name, format=format, force=force,
                                    owners=owners))
+        if progress is not None:
+            progress(done, total)
     transcripts = 0
-    for f in found:
+    for done, f in enumerate(found, len(named) + 1):
         try:
             fmt = None if _is_empty(f) else detect_format(f) if format == "auto" else format
             if fmt is None:
@@ -197,6 +207,9 @@ def import_files(
         except InputError as exc:
             results.append(ImportResult(str(f.resolve()), "", "failed", 0, 0,
                                         problems=[str(exc)]))
+        finally:
+            if progress is not None:
+                progress(done, total)
     if not named and not transcripts and all(r.outcome == "skipped" for r in results):
         where = ", ".join(str(f) for f in folders)
         what = (f"{len(found)} .jsonl/.json file(s), none a transcript of a known format"

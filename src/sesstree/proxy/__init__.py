@@ -4,8 +4,8 @@ Point any agent's base URL at the proxy: every request and reply passes through 
 and the conversations are recorded into a store, re-sent history deduplicated by content
 (see ``docs/proxy.md``).
 
-The application needs the ``proxy`` extra (Starlette, uvicorn, httpx); importing
-:mod:`sesstree.proxy.app` loads them.
+The application needs the ``proxy`` extra (uvicorn, httpx and its transport httpcore);
+importing :mod:`sesstree.proxy.app` loads them.
 """
 
 from __future__ import annotations

@@ -9,6 +9,11 @@ one recorder thread, so a slow store never delays a reply, and a recording failu
 fails one: it is logged and counted.
 
 ``GET /_sess/stats`` answers the proxy's counters as JSON instead of being forwarded.
+
+The application is a plain ASGI callable, and the upstream is reached through httpcore's
+connection pool (the transport httpx is built on) over :mod:`sesstree.proxy.netio`: a
+forwarded call is the proxy's whole cost, and a routing framework's request and response
+objects, or httpx's request, URL and response models, cost more CPU than the forwarding.
 """
 
 from __future__ import annotations
@@ -17,39 +22,42 @@ import itertools
 import socket
 import sys
 import time
-import zlib
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterable, Callable
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import asynccontextmanager
 from typing import Any
 
+import httpcore
 import httpx
 import msgspec
-from starlette.applications import Starlette
-from starlette.requests import ClientDisconnect, Request
-from starlette.responses import JSONResponse, Response
-from starlette.routing import Route
 
 from ..errors import InvalidRefNameError, SesstreeError
 from ..fmt import printable
 from ..node import check_ref_name
 from ..repo import Store
-from .protocols import ANTHROPIC, ParsedRequest, parse_request, protocol_of
-from .recorder import Exchange, Outcome, Recorder, Stats, redact
-from .relay import Relay
-from .replies import ReplyBuilder, SseParser
-from .upstream import Upstream, header_secrets, query_secrets, strip_header_values
+from .asgi import ProxyApp
+from .calls import DECODABLE, Call, exchange_of, parsed_request
+from .netio import LoopBackend
+from .protocols import ANTHROPIC, protocol_of
+from .recorder import Outcome, Recorder, Stats, redact
+from .relay import UPSTREAM_ERRORS, relay
+from .upstream import Upstream, header_secrets, query_secrets
 
-__all__ = ["Proxy", "create_app", "safe_url"]
+__all__ = ["Proxy", "ProxyApp", "create_app", "safe_url"]
 
 SESSION_HEADER = "x-sess-session"
 _SESSION_KEY = SESSION_HEADER.encode()
 _HOP = frozenset({b"connection", b"keep-alive", b"proxy-connection", b"transfer-encoding",
-                  b"te", b"trailer", b"upgrade", b"host", b"content-length",
-                  SESSION_HEADER.encode()})
-_DECODABLE = ("gzip", "deflate", "identity")
+                  b"te", b"trailer", b"upgrade", b"host", b"content-length", _SESSION_KEY,
+                  b"accept-encoding"})
+_KEPT = frozenset({b"content-length"})
+_BLANK = b" \t"
+_BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
 _POOLS = 8
-_decode = msgspec.json.decode
+_json = msgspec.json.Encoder()
+
+Scope = dict[str, Any]
+Receive = Callable[[], Any]
+Send = Callable[[dict[str, Any]], Any]
 
 
 def safe_url(url: str | httpx.URL) -> str:
@@ -59,30 +67,29 @@ def safe_url(url: str | httpx.URL) -> str:
     return f"{u.scheme}://{u.host}{port}{u.path}"
 
 
-def _accept_encoding(value: str | None) -> str:
+def _accept_encoding(value: bytes | None) -> bytes:
     # Only encodings the recorder can read back are offered: a reply in another one would
     # pass through but could not be recorded.
     if not value:
-        return "identity"
-    kept = [p.strip() for p in value.split(",")
-            if p.split(";")[0].strip().lower() in _DECODABLE]
-    return ", ".join(kept) or "identity"
+        return b"identity"
+    kept = [p.strip() for p in value.decode("latin-1").split(",")
+            if p.split(";")[0].strip().lower() in DECODABLE]
+    return ", ".join(kept).encode("latin-1") or b"identity"
 
 
-def _session_name(headers: list[tuple[bytes, bytes]]) -> str | None:
+def _session_name(values: list[bytes]) -> str | None:
     """The session the client names in ``X-Sess-Session``, or None.
 
     Raises:
         ValueError: the name is not UTF-8, not a valid session name, or given twice over.
     """
-    values = {v for k, v in headers if k.lower() == _SESSION_KEY}
     if not values:
         return None
-    if len(values) > 1:
+    if len(set(values)) > 1:
         raise ValueError("given more than once, with different names")
     try:
         # Decoded as UTF-8, not as the latin-1 of HTTP's history: names are UTF-8 text.
-        name = values.pop().decode("utf-8")
+        name = values[0].decode("utf-8")
     except UnicodeDecodeError as exc:
         raise ValueError(f"not UTF-8 text (byte {exc.start})") from None
     try:
@@ -95,6 +102,26 @@ def _error_body(protocol: str | None, message: str) -> dict[str, Any]:
     if protocol == ANTHROPIC:
         return {"type": "error", "error": {"type": "api_error", "message": message}}
     return {"error": {"message": message, "type": "proxy_error", "code": None}}
+
+
+async def _answer_json(send: Send, status: int, value: Any) -> None:
+    body = _json.encode(value)
+    await send({"type": "http.response.start", "status": status,
+                "headers": [(b"content-type", b"application/json"),
+                            (b"content-length", str(len(body)).encode())]})
+    await send({"type": "http.response.body", "body": body, "more_body": False})
+
+
+async def _read_body(receive: Receive) -> bytes | None:
+    """The request's body, or None if the client left before it was read."""
+    chunks: list[bytes] = []
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return None
+        chunks.append(message.get("body", b""))
+        if not message.get("more_body", False):
+            return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
 
 def _tokens(usage: Any) -> str:
@@ -120,11 +147,12 @@ class Proxy:
         self.recorder = Recorder(store, self.stats)
         #: Where the start-up line and the counters at exit go.
         self.report = log if log is not None else _stderr
+        self._quiet = quiet
         #: Where the line per request goes.
         self.log = (lambda line: None) if quiet else self.report
-        self._pools: list[httpx.AsyncHTTPTransport] = []
-        self._timeout = {"connect": min(timeout, 10.0), "read": timeout, "write": timeout,
-                         "pool": timeout}
+        self._pools: list[httpcore.AsyncConnectionPool] = []
+        self._extensions = {"timeout": {"connect": min(timeout, 10.0), "read": timeout,
+                                        "write": timeout, "pool": timeout}}
         self._turn = itertools.count()
         self._worker: ThreadPoolExecutor | None = None
 
@@ -132,13 +160,15 @@ class Proxy:
 
     async def start(self) -> None:
         """Open the upstream connection pools and the recorder thread; index the store."""
-        # The transport alone: a proxy wants none of the client's redirects, cookies, auth or
-        # default headers, and skipping them is a third of the cost of a forwarded call.
-        # Several small pools rather than one large: a pool checks every idle connection it
-        # holds on each request (a system call each), so with 32 clients one pool costs a
-        # millisecond a call.
-        self._pools = [httpx.AsyncHTTPTransport(
-            limits=httpx.Limits(max_connections=None, max_keepalive_connections=16),
+        # httpcore's pools, as httpx's transport makes them (its TLS context: certifi, and
+        # SSL_CERT_FILE/SSL_CERT_DIR when set), without httpx's request and response models
+        # around them. Several small pools rather than one large: a pool walks every
+        # connection it holds on each request.
+        ssl_context = httpx.create_ssl_context()
+        backend = LoopBackend()
+        self._pools = [httpcore.AsyncConnectionPool(
+            ssl_context=ssl_context, max_connections=None, max_keepalive_connections=16,
+            keepalive_expiry=5.0, network_backend=backend,
             # Without TCP_NODELAY a request's headers and body, written apart, wait on the
             # upstream's delayed ACK: 40 ms added to every call.
             socket_options=[(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)])
@@ -174,11 +204,11 @@ class Proxy:
 
     # -- requests ----------------------------------------------------------------------------
 
-    async def stats_endpoint(self, request: Request) -> Response:
+    async def stats_endpoint(self, scope: Scope, receive: Receive, send: Send) -> None:
         """The counters, as JSON."""
-        return JSONResponse(self.stats.snapshot())
+        await _answer_json(send, 200, self.stats.snapshot())
 
-    async def forward(self, request: Request) -> Response | Relay:
+    async def forward(self, scope: Scope, receive: Receive, send: Send) -> None:
         """Forward one request, and record it if it is a model call.
 
         Nothing is parsed on the way: the request body and the reply's chunks are handed to
@@ -188,61 +218,90 @@ class Proxy:
         started = time.perf_counter()
         self.stats.add("requests")
         assert self._pools, "the proxy was not started"
-        path = request.url.path
-        try:
-            body = await request.body()
-        except ClientDisconnect:
+        method: str = scope["method"]
+        path: str = scope["path"]
+        body = await _read_body(receive)
+        if body is None:
             # Nothing to forward, nobody to answer: one line, no traceback.
-            self.log(printable(f"{request.method} {path}: the client went away before its "
-                               "request was read (not forwarded)"))
-            return Response(status_code=400)
-        call = _Call(request.method, path, protocol_of(request.method, path), body, started)
-        raw_headers = strip_header_values(request.headers.raw)
-        query = request.scope.get("query_string") or b""
-        call.secrets = sorted({*header_secrets(raw_headers), *query_secrets(query),
-                               *self._url_secrets}, key=len, reverse=True)
+            self.log(printable(f"{method} {path}: the client went away before its request "
+                               "was read (not forwarded)"))
+            return
+        call = Call(method, path, protocol_of(method, path), body, started)
+        target = self._target
+        # One pass over the client's headers: the ones forwarded (values trimmed: spaces
+        # around a value are not part of it, RFC 9110 5.5, and the upstream's HTTP stack
+        # refuses them), the session named, the encodings accepted.
+        headers = [(b"host", target.host_header)]
+        if body or method in _BODY_METHODS:
+            headers.append((b"content-length", str(len(body)).encode()))
+        names: list[bytes] = []
+        accept: bytes | None = None
+        authorized = False
+        for key, value in scope["headers"]:
+            key = key.lower()
+            if key in _HOP:
+                if key == _SESSION_KEY:
+                    names.append(value.strip(_BLANK))
+                elif key == b"accept-encoding" and accept is None:
+                    accept = value
+                continue
+            if key == b"authorization":
+                authorized = True
+            headers.append((key, value.strip(_BLANK)))
+        query: bytes = scope.get("query_string") or b""
+        secrets = header_secrets(headers)
+        if query or self._url_secrets:
+            secrets = sorted({*secrets, *query_secrets(query), *self._url_secrets}, key=len,
+                             reverse=True)
+        call.secrets = secrets
         try:
-            call.session = _session_name(raw_headers)
+            call.session = _session_name(names)
         except ValueError as exc:
-            return JSONResponse(_error_body(call.protocol, f"sess proxy: X-Sess-Session: {exc}"),
-                                status_code=400)
-        headers = [(k, v) for k, v in raw_headers if k.lower() not in _HOP
-                   and k.lower() != b"accept-encoding"]
-        headers.append((b"accept-encoding",
-                        _accept_encoding(request.headers.get("accept-encoding")).encode()))
-        if self._target.authorization is not None and not any(
-                k.lower() == b"authorization" for k, _ in headers):
-            headers.append((b"authorization", self._target.authorization))
-        url = self._target.url_for(request.scope.get("raw_path") or path.encode(), query)
+            await _answer_json(send, 400, _error_body(
+                call.protocol, f"sess proxy: X-Sess-Session: {exc}"))
+            return
+        headers.append((b"accept-encoding", _accept_encoding(accept)))
+        if target.authorization is not None and not authorized:
+            headers.append((b"authorization", target.authorization))
+        url = target.url_for(scope.get("raw_path") or path.encode(), query)
         try:
             pool = self._pools[next(self._turn) % len(self._pools)]
-            upstream = await pool.handle_async_request(httpx.Request(
-                request.method, url, headers=headers, content=body,
-                extensions={"timeout": self._timeout}))
-        except httpx.HTTPError as exc:
-            call.status = 504 if isinstance(exc, httpx.TimeoutException) else 502
+            upstream = await pool.handle_async_request(httpcore.Request(
+                method.encode(), url, headers=headers, content=body,
+                extensions=self._extensions))
+        except UPSTREAM_ERRORS as exc:
+            call.status = 504 if isinstance(exc, httpcore.TimeoutException) else 502
             reason = redact(f"{type(exc).__name__}: {exc}", call.secrets)
             message = f"sess proxy: upstream {safe_url(self.upstream)} unreachable ({reason})"
             call.error = message
             self.stats.add("upstream_errors")
             self._submit(call)
-            return JSONResponse(_error_body(call.protocol, message), status_code=call.status)
-        call.status = upstream.status_code
+            await _answer_json(send, call.status, _error_body(call.protocol, message))
+            return
+        call.status = upstream.status
         if call.status >= 400:
             self.stats.add("upstream_errors")
-        call.encoding = upstream.headers.get("content-encoding", "identity").lower()
-        call.streamed = "text/event-stream" in upstream.headers.get("content-type", "")
-        headers_out = [(k.lower(), v) for k, v in upstream.headers.raw
-                       if k.lower() not in _HOP or k.lower() == b"content-length"]
+        headers_out = []
+        for key, value in upstream.headers:
+            key = key.lower()
+            if key in _HOP and key not in _KEPT:
+                continue
+            if key == b"content-encoding":
+                call.encoding = value.decode("latin-1").lower()
+            elif key == b"content-type":
+                call.streamed = b"text/event-stream" in value
+            headers_out.append((key, value))
 
         def on_end(cut: str | None) -> None:
             call.cut_by = cut
             self._submit(call)
 
-        return Relay(upstream, headers_out, call.chunks.append if call.protocol else None,
-                     on_end)
+        stream = upstream.stream
+        assert isinstance(stream, AsyncIterable)  # httpcore's async pool streams its replies
+        await relay(receive, send, call.status, headers_out, stream, upstream.aclose,
+                    call.chunks.append if call.protocol else None, on_end)
 
-    def _submit(self, call: _Call) -> None:
+    def _submit(self, call: Call) -> None:
         call.ms = (time.perf_counter() - call.started) * 1000
         try:
             if self._worker is None:
@@ -254,100 +313,43 @@ class Proxy:
             self.stats.add("record_failures")
             self._say(call, f"{call.where}: not recorded: the proxy is stopping")
 
-    def _record(self, call: _Call) -> None:
+    def _record(self, call: Call) -> None:
         """On the recorder thread: parse what passed, and record it."""
-        exchange = None
         try:
-            exchange = self._exchange(call)
-            if exchange is None:
+            parsed = parsed_request(call)
+            if parsed is None:
+                self.stats.add("passed_through")
+                if not self._quiet:
+                    tail = f", cut by the {call.cut_by}" if call.cut_by else ""
+                    self._say(call, f"{call.where} (not recorded{tail}) {call.ms:.0f} ms")
                 return
+            if call.encoding not in DECODABLE:
+                self.stats.add("record_failures")
+                self._say(call, f"{call.where}: not recorded (content encoding "
+                                f"{call.encoding})")
+                return
+            exchange, streamed_error = exchange_of(call, parsed)
+            if streamed_error:
+                self.stats.add("upstream_errors")
             outcome: Outcome = self.recorder.record(exchange)
         except Exception as exc:  # never let a recording failure reach the client
             self.stats.add("record_failures")
             self._say(call, f"{call.where}: recording failed: {type(exc).__name__}: {exc}")
             return
+        if self._quiet:
+            return  # the line would go nowhere: not worth building
         cut = f", cut by the {call.cut_by}" if call.cut_by else ""
         self._say(call,
                   f"{call.where} -> {outcome.session} ({outcome.kind}) +{outcome.new_nodes} "
                   f"nodes, {outcome.dedup} re-sent, {_tokens(exchange.reply.usage)}, "
                   f"{call.ms:.0f} ms{cut}")
 
-    def _say(self, call: _Call, line: str) -> None:
+    def _say(self, call: Call, line: str) -> None:
         """Log a line about ``call``, its secrets redacted (a session is named after the
         first words of a message, lower-cased: so are the secrets looked for)."""
         secrets = sorted({*call.secrets, *(s.lower() for s in call.secrets)}, key=len,
                          reverse=True)
         self.log(printable(redact(line, secrets)))
-
-    def _exchange(self, call: _Call) -> Exchange | None:
-        """The exchange to record, or None (after logging why) for one that is not recorded."""
-        parsed: ParsedRequest | None = None
-        if call.protocol is not None:
-            try:
-                parsed = parse_request(call.protocol, _decode(call.body))
-            except msgspec.DecodeError:
-                parsed = None
-        if parsed is None:
-            self.stats.add("passed_through")
-            tail = f", cut by the {call.cut_by}" if call.cut_by else ""
-            self._say(call, f"{call.where} (not recorded{tail}) {call.ms:.0f} ms")
-            return None
-        if call.encoding not in _DECODABLE:
-            self.stats.add("record_failures")
-            self._say(call, f"{call.where}: not recorded (content encoding {call.encoding})")
-            return None
-        data = b"".join(call.chunks)
-        if call.encoding in ("gzip", "deflate") and data:
-            # A cut stream ends mid-block: what could be inflated is what passed.
-            data = zlib.decompressobj(47).decompress(data)
-        builder = ReplyBuilder(parsed.protocol)
-        error: Any = call.error
-        if call.streamed and call.status is not None and call.status < 400:
-            for event, text in SseParser().feed(data):
-                builder.feed_event(event, text)
-        elif data:
-            try:
-                value = _decode(data)
-            except msgspec.DecodeError:
-                # Redacted whole before it is cut: a key across the cut would leave its
-                # first part behind.
-                value = redact(data.decode("utf-8", "replace"), call.secrets)[:4000]
-            if call.status is not None and call.status >= 400:
-                error = value
-            else:
-                builder.feed_json(value)
-        elif call.status is not None and call.status >= 400 and error is None:
-            error = ""
-        if builder.error is not None:
-            error = builder.error
-            self.stats.add("upstream_errors")
-        return Exchange(parsed, builder.result(), call.status, call.session, error,
-                        call.cut_by, call.secrets)
-
-
-class _Call:
-    """What passed through for one request, handed to the recorder thread."""
-
-    def __init__(self, method: str, path: str, protocol: str | None, body: bytes,
-                 started: float) -> None:
-        self.method = method
-        self.path = path
-        self.protocol = protocol
-        self.body = body
-        self.started = started
-        self.session: str | None = None
-        self.secrets: list[str] = []
-        self.status: int | None = None
-        self.error: Any = None
-        self.encoding = "identity"
-        self.streamed = False
-        self.chunks: list[bytes] = []
-        self.cut_by: str | None = None
-        self.ms = 0.0
-
-    @property
-    def where(self) -> str:
-        return f"{self.method} {self.path} {self.status}"
 
 
 def _stderr(line: str) -> None:
@@ -356,25 +358,11 @@ def _stderr(line: str) -> None:
 
 def create_app(store: Store, upstream: str, *, timeout: float = 600.0,
                log: Callable[[str], None] | None = None, quiet: bool = False
-               ) -> tuple[Starlette, Proxy]:
+               ) -> tuple[ProxyApp, Proxy]:
     """The proxy's ASGI application and its :class:`Proxy` (counters, ``flush``).
 
     Lines go to ``log`` (default: standard error); ``quiet`` keeps only the start-up line and
     the counters at exit. The store is used from the proxy's recorder thread only.
     """
     proxy = Proxy(store, upstream, timeout=timeout, log=log, quiet=quiet)
-
-    @asynccontextmanager
-    async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        await proxy.start()
-        try:
-            yield
-        finally:
-            await proxy.stop()
-
-    methods = ["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"]
-    app = Starlette(routes=[
-        Route("/_sess/stats", proxy.stats_endpoint, methods=["GET"]),
-        Route("/{path:path}", proxy.forward, methods=methods),
-    ], lifespan=lifespan)
-    return app, proxy
+    return ProxyApp(proxy), proxy

@@ -11,6 +11,12 @@ request continues after it instead of forking.
 The index is built by walking every session of the store once, then kept up to date by the
 proxy's own writes and by walking the new part of any session another writer moved. It lives
 in memory (about 250 bytes per node).
+
+Matching a request re-keys its whole history, and every request re-sends it: the keys of the
+messages seen lately are remembered by the message's exact JSON (a client re-sends a message
+as it sent it before), so a known message costs a JSON encoding and a lookup instead of its
+canonical form and a hash (a quarter of the time). The memory is bounded
+(:data:`MEMO_BYTES`, kept in two generations: the older is dropped when the newer fills).
 """
 
 from __future__ import annotations
@@ -18,17 +24,23 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any, NamedTuple
 
+import msgspec
+
 from ..events import MESSAGE_TYPES
 from ..node import NodeId
 from ..repo import Store
 from .canonical import EMPTY_KEY, chain_key
 
-__all__ = ["Candidate", "PathIndex", "WalkState"]
+__all__ = ["MEMO_BYTES", "Candidate", "PathIndex", "WalkState"]
 
 SESSIONS = "sessions/"
 #: Records that close the message before them: the node after them continues the history.
 _CLOSING = frozenset({"usage", "error", "step/end", "turn/end"})
 _KEEP = 4  # attach points remembered per key (different records after one history)
+#: Bytes of message JSON whose keys are remembered, per generation (two are kept).
+MEMO_BYTES = 32 << 20
+_ENTRY = 120  # bytes a remembered key costs besides its message's JSON
+_json = msgspec.json.Encoder().encode
 
 
 class WalkState(NamedTuple):
@@ -52,8 +64,12 @@ class Candidate(NamedTuple):
 class PathIndex:
     """History keys to nodes, for one store. Not thread-safe: one recorder thread owns it."""
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: Store, memo_bytes: int = MEMO_BYTES) -> None:
         self.store = store
+        self._memo: dict[tuple[bytes, str, bytes], bytes] = {}
+        self._older: dict[tuple[bytes, str, bytes], bytes] = {}
+        self._memo_size = 0
+        self._memo_bytes = memo_bytes
         self.keys: dict[bytes, list[Candidate]] = {}
         self.states: dict[NodeId, WalkState] = {}
         self.responses: dict[str, NodeId] = {}
@@ -130,12 +146,34 @@ class PathIndex:
         key = base.key
         for type, data in zip(types, datas, strict=True):
             if type in MESSAGE_TYPES:
-                key = chain_key(key, type, data)
+                key = self._chain_key(key, type, data)
             keys.append(key)
         for i in range(len(types) - 1, -1, -1):
             if types[i] in MESSAGE_TYPES and keys[i] in self.keys:
                 return i + 1, list(self.keys[keys[i]]), keys
         return 0, [], keys
+
+    def _chain_key(self, previous: bytes, type: str, data: Any) -> bytes:
+        """:func:`chain_key`, remembered by the message's exact JSON."""
+        try:
+            raw = _json(data)
+        except (msgspec.EncodeError, TypeError, ValueError):  # not JSON: not remembered
+            return chain_key(previous, type, data)
+        slot = (previous, type, raw)
+        key = self._memo.get(slot)
+        if key is None:
+            key = self._older.get(slot)
+            if key is None:
+                key = chain_key(previous, type, data)
+            self._memo[slot] = key
+            self._memo_size += len(raw) + _ENTRY
+            if self._memo_size > self._memo_bytes:
+                self._older, self._memo, self._memo_size = self._memo, {}, 0
+        return key
+
+    def memo_size(self) -> tuple[int, int]:
+        """How many message keys are remembered, in the newer and the older generation."""
+        return len(self._memo), len(self._older)
 
     def sessions_at(self, nodes: Iterable[NodeId]) -> dict[NodeId, list[str]]:
         """The sessions whose head is one of ``nodes``, as last seen."""

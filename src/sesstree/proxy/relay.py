@@ -6,90 +6,106 @@ client was sent it. A client that goes away stops the relay (its ``http.disconne
 watched while the upstream is quiet); an upstream that breaks the stream makes the relay
 break the client's connection too (no clean end of body), so the client sees the cut as it
 would have without the proxy.
+
+Plain asyncio (one watcher task, no task group or cancel scope): this runs once per
+forwarded call, and its cost is the proxy's.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import AsyncIterable, Callable
 from typing import Any
 
-import anyio
-import httpx
+import httpcore
 
-__all__ = ["Relay", "UpstreamCut", "quiet_cut_logs"]
+__all__ = ["UPSTREAM_ERRORS", "UpstreamCut", "quiet_cut_logs", "relay"]
 
-Scope = dict[str, Any]
 Receive = Callable[[], Any]
 Send = Callable[[dict[str, Any]], Any]
+
+#: What httpcore raises when the upstream cannot be reached or breaks a reply.
+UPSTREAM_ERRORS: tuple[type[Exception], ...] = (
+    httpcore.TimeoutException, httpcore.NetworkError, httpcore.ProtocolError,
+    httpcore.UnsupportedProtocol, httpcore.ProxyError, OSError)
 
 
 class UpstreamCut(Exception):
     """The upstream broke its reply stream: the client's connection is dropped as well."""
 
 
-class Relay:
-    """An ASGI response that streams an open ``httpx.Response`` to the client.
+class _State:
+    __slots__ = ("cancelled", "cut", "finished")
 
-    ``on_chunk(bytes)`` sees every chunk after it was sent; ``on_end(cut_by)`` runs once, with
-    None for a complete reply, ``"client"`` or ``"upstream"`` for a cut one.
+    def __init__(self) -> None:
+        self.cut: str | None = None
+        self.finished = False
+        self.cancelled = False  # by the watcher, for a client that left
+
+
+async def _watch(receive: Receive, task: asyncio.Task[Any], state: _State) -> None:
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            if not state.finished and state.cut is None:
+                state.cut = "client"
+                state.cancelled = True
+                task.cancel()
+            return
+
+
+async def relay(receive: Receive, send: Send, status: int, headers: list[tuple[bytes, bytes]],
+                body: AsyncIterable[bytes], close: Callable[[], Any],
+                on_chunk: Callable[[bytes], None] | None,
+                on_end: Callable[[str | None], None]) -> None:
+    """Send the reply (``status``, ``headers``, the chunks of ``body``) to the client.
+
+    ``on_chunk(bytes)`` sees every chunk after it was sent; ``close()`` (awaited) releases the
+    upstream reply; ``on_end(cut_by)`` runs once, with None for a complete reply,
+    ``"client"`` or ``"upstream"`` for a cut one.
+
+    Raises:
+        UpstreamCut: the upstream broke the stream (the server then drops the client's
+            connection instead of ending the body cleanly).
     """
-
-    def __init__(self, response: httpx.Response, headers: list[tuple[bytes, bytes]],
-                 on_chunk: Callable[[bytes], None] | None,
-                 on_end: Callable[[str | None], None]) -> None:
-        self.response = response
-        self.headers = headers
-        self.on_chunk = on_chunk
-        self.on_end = on_end
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        cut: str | None = None
-        finished = False
-
-        async def pump(group: anyio.abc.TaskGroup) -> None:
-            nonlocal cut, finished
-            try:
-                await send({"type": "http.response.start",
-                            "status": self.response.status_code, "headers": self.headers})
-                try:
-                    async for chunk in self.response.aiter_raw():
-                        await send({"type": "http.response.body", "body": chunk,
-                                    "more_body": True})
-                        if self.on_chunk is not None:
-                            self.on_chunk(chunk)
-                except httpx.HTTPError:
-                    cut = "upstream"
-                else:
-                    finished = True
-                    await send({"type": "http.response.body", "body": b"", "more_body": False})
-            except OSError:
-                cut = cut or "client"  # the server said the client is gone
-            group.cancel_scope.cancel()
-
-        async def watch(group: anyio.abc.TaskGroup) -> None:
-            nonlocal cut
-            while True:
-                message = await receive()
-                if message["type"] == "http.disconnect":
-                    if not finished and cut is None:
-                        cut = "client"
-                        group.cancel_scope.cancel()
-                    return
-
+    state = _State()
+    task = asyncio.current_task()
+    assert task is not None
+    watcher = asyncio.ensure_future(_watch(receive, task, state))
+    try:
+        await send({"type": "http.response.start", "status": status, "headers": headers})
         try:
-            async with anyio.create_task_group() as group:
-                group.start_soon(pump, group)
-                group.start_soon(watch, group)
-        except BaseException:
-            cut = cut or "client"  # cancelled: the server is stopping, or the client left
+            async for chunk in body:
+                await send({"type": "http.response.body", "body": chunk, "more_body": True})
+                if on_chunk is not None:
+                    on_chunk(chunk)
+        except UPSTREAM_ERRORS:
+            state.cut = "upstream"
+        else:
+            state.finished = True
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+    except asyncio.CancelledError:
+        # The watcher's own cancellation (the client left) is absorbed; any other (the server
+        # is stopping) goes on. Python 3.10 counts no cancellations: the watcher's flag decides.
+        uncancel = getattr(task, "uncancel", None)
+        if state.cancelled and (uncancel is None or uncancel() == 0):
+            pass
+        else:
+            state.cut = state.cut or "client"  # the server is stopping
             raise
+    except OSError:
+        state.cut = state.cut or "client"  # the server said the client is gone
+    finally:
+        watcher.cancel()
+        try:
+            await close()
+        except UPSTREAM_ERRORS:
+            pass  # a connection already broken: nothing left to release
         finally:
-            with anyio.CancelScope(shield=True):
-                await self.response.aclose()
-            self.on_end(cut)
-        if cut == "upstream":
-            raise UpstreamCut("the upstream broke the reply stream")
+            on_end(state.cut)
+    if state.cut == "upstream":
+        raise UpstreamCut("the upstream broke the reply stream")
 
 
 class _DropCuts(logging.Filter):

@@ -18,6 +18,7 @@ import base64
 from collections.abc import Iterable
 from urllib.parse import unquote_plus
 
+import httpcore
 import httpx
 
 __all__ = ["MIN_SECRET_LENGTH", "Upstream", "header_secrets", "hide_userinfo",
@@ -114,18 +115,31 @@ class Upstream:
             secrets.append(self.authorization[6:].decode())
         #: The values of the URL that must never be stored or printed.
         self.secrets = _meaningful(secrets)
+        #: The parts of an :class:`httpcore.URL` (scheme, host, port) and the ``Host`` header
+        #: every request is sent with.
+        self.scheme = given.raw_scheme
+        self.host = given.raw_host
+        self.port = given.port
+        self.host_header = self.origin.netloc
+        self._params = [p for p in query.split(b"&") if p]
 
-    def url_for(self, raw_path: bytes, query: bytes) -> httpx.URL:
-        """Where a request for ``raw_path?query`` goes: the upstream's path, then the
-        request's; the request's query, then each upstream parameter it does not name."""
+    def target_for(self, raw_path: bytes, query: bytes) -> bytes:
+        """The request target (path and query) a request for ``raw_path?query`` is sent to:
+        the upstream's path, then the request's; the request's query, then each upstream
+        parameter it does not name."""
+        target = self.path + (raw_path or b"/")
+        if not self._params:  # the usual case: nothing to merge
+            return target + b"?" + query if query else target
         names = {_name(p) for p in query.split(b"&") if p}
         # A parameter the client gives itself wins over the upstream's.
-        kept = [p for p in self.query.split(b"&") if p and _name(p) not in names]
+        kept = [p for p in self._params if _name(p) not in names]
         merged = b"&".join([*kept, query] if query else kept)
-        target = self.path + (raw_path or b"/")
-        if merged:
-            target += b"?" + merged
-        return self.origin.copy_with(raw_path=target)
+        return target + b"?" + merged if merged else target
+
+    def url_for(self, raw_path: bytes, query: bytes) -> httpcore.URL:
+        """The URL a request for ``raw_path?query`` is sent to (see :meth:`target_for`)."""
+        return httpcore.URL(scheme=self.scheme, host=self.host, port=self.port,
+                            target=self.target_for(raw_path, query))
 
 
 def _name(part: bytes) -> str:

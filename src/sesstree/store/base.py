@@ -353,9 +353,17 @@ class ScaleReads(Protocol):
     def reflog_stamp(self) -> ReflogStamp:
         """The reflog's :class:`ReflogStamp`, from an index, not a read of every entry."""
 
-    def counts(self) -> Counts:
+    def reflog_page(self, name: str, limit: int, offset: int = 0) -> tuple[list[ReflogEntry], int]:
+        """Moves of ref ``name``, newest first: ``limit`` of them after the newest ``offset``,
+        and how many the ref has in all; read through the ref's key, not its whole log."""
+
+    def reflog_times(self, name: str, targets: Sequence[NodeId]) -> dict[NodeId, float]:
+        """When ref ``name`` last moved to each of ``targets`` it ever moved to (an index
+        lookup per target, not a read of the ref's whole log)."""
+
+    def counts(self, progress: Progress | None = None) -> Counts:
         """Counts and logical bytes from indexes or maintained counters, not from a pass over
-        every payload."""
+        every payload (``progress`` hears of any catching up a maintained counter needs)."""
 
     def sweep(
         self, dry_run: bool, keep: NodeId | None, progress: Progress | None

@@ -14,12 +14,14 @@ size); a dictionary trained on a thousand of them carries their keys, roles and 
 and inflating with it is faster than zlib. Frames carry no checksum: every payload is checked
 against its node's id (blake3) once inflated, which is stronger.
 
-One :class:`Codec` per connection (the compression contexts are not thread-safe; each backend
-uses its own under its lock).
+One :class:`Codec` per connection. Its compression contexts are not thread-safe: frames are
+made under the backend's lock (writes), while each thread inflates with contexts of its own
+(reads run outside the lock on PostgreSQL, and a server reads from many threads).
 """
 
 from __future__ import annotations
 
+import threading
 import zlib
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
@@ -66,8 +68,8 @@ def _zstd() -> Any:
 
 
 class CodecError(Exception):
-    """A stored payload cannot be inflated (damage), or names a dictionary that is missing.
-    ``index``: which of the frames given to :meth:`Codec.unpack_all`."""
+    """A stored payload cannot be inflated (damage), or names a dictionary that is missing
+    or damaged. ``index``: which of the frames given to :meth:`Codec.unpack_all`."""
 
     index = 0
 
@@ -85,7 +87,12 @@ class Codec:
         self._load = load
         self._name_dict = name_dict
         self._plain_c: zstandard.ZstdCompressor | None = None
-        self._decompressors: dict[int, zstandard.ZstdDecompressor] = {}
+        # The dictionaries' bytes, checked (shared: bytes are immutable), and each thread's
+        # decompression contexts (a context inflating in two threads at once corrupts its
+        # output). ``_generation`` changes when the dictionaries are forgotten.
+        self._dict_bytes: dict[int, bytes] = {}
+        self._local = threading.local()
+        self._generation = 0
         self._compressor: zstandard.ZstdCompressor | None = None
         #: The dictionary new frames are made with (None: none known yet).
         self.dict_id: int | None = None
@@ -98,14 +105,25 @@ class Codec:
             level=LEVEL, dict_data=d, write_checksum=False, write_content_size=True,
             write_dict_id=self._name_dict,
         )
-        self._decompressors[dict_id] = z.ZstdDecompressor(dict_data=d)
+        self._dict_bytes[dict_id] = data
         self.dict_id = dict_id
 
     def forget(self) -> None:
         """Forget the dictionaries loaded (they are read again when a frame needs one)."""
-        self._decompressors = {}
+        self._dict_bytes = {}
+        self._generation += 1
         self._compressor = None
         self.dict_id = None
+
+    @property
+    def _decompressors(self) -> dict[int | str, Any]:
+        """This thread's decompression contexts, by codec."""
+        local = self._local
+        if getattr(local, "generation", None) != self._generation:
+            local.generation = self._generation
+            local.contexts = {}
+        found: dict[int | str, Any] = local.contexts
+        return found
 
     def pack(self, encoded: bytes) -> tuple[int | None, bytes]:
         """A payload kept in its node row: ``(codec, bytes)``, plain when a frame would not
@@ -136,9 +154,7 @@ class Codec:
                 return zlib.decompress(stored)
             except (zlib.error, TypeError) as exc:
                 raise CodecError(f"zlib: {exc}") from None
-        d = self._decompressors.get(codec)
-        if d is None:
-            d = self._decompressor(codec)
+        d = self._decompressors.get(codec) or self._decompressor(codec)
         z = _zstd()
         try:
             # A damaged header could claim any size: refuse it before allocating it.
@@ -179,13 +195,19 @@ class Codec:
         """Frames of one codec (``where``: their indexes, for errors)."""
         if codec is not None and frames:
             z = _zstd()
-            d: Any = self._decompressors.get(codec) or self._decompressor(codec)
+            try:
+                d: Any = self._decompressors.get(codec) or self._decompressor(codec)
+            except CodecError as exc:
+                exc.index = where[0]  # (every frame of the group needs it: name the first)
+                raise
             try:
                 sizes = list(map(z.frame_content_size, frames))
                 if max(sizes) <= limit and min(sizes) >= 0:
                     return [seg.tobytes() for seg in d.multi_decompress_to_buffer(frames)]
             except (z.ZstdError, TypeError, ValueError):
                 pass  # damage somewhere: one frame at a time, below, says which
+            except (NotImplementedError, AttributeError):
+                pass  # zstandard's CFFI backend has no multi_decompress_to_buffer
         return [self._one(f, codec, limit, i) for i, f in zip(where, frames, strict=True)]
 
     def _one(self, frame: bytes, codec: int | None, limit: int, index: int) -> bytes:
@@ -197,12 +219,17 @@ class Codec:
 
     def _decompressor(self, codec: int) -> zstandard.ZstdDecompressor:
         z = _zstd()
+        if type(codec) is not int or codec < 0:  # a damaged codec column
+            raise CodecError(f"unknown codec {codec!r}")
         if codec == 0:
             d = z.ZstdDecompressor()
         else:
-            data = self._load(codec)
+            data = self._dict_bytes.get(codec)
+            if data is None:
+                data = self._load(codec)  # (raises CodecError if it fails its hash)
             if data is None:
                 raise CodecError(f"dictionary {codec} is missing")
+            self._dict_bytes[codec] = data
             try:
                 cd = z.ZstdCompressionDict(data, dict_type=z.DICT_TYPE_FULLDICT)
                 d = z.ZstdDecompressor(dict_data=cd)

@@ -28,7 +28,13 @@ from typing import Any, TypeVar
 import msgspec
 import psycopg
 
-from ..errors import ConflictError, MissingNodeError, StoreCorruptError, StoreError
+from ..errors import (
+    ConflictError,
+    MissingNodeError,
+    SesstreeError,
+    StoreCorruptError,
+    StoreError,
+)
 from ..node import NodeId
 from . import postgres_objects as objects
 from . import postgres_refs as refs
@@ -407,9 +413,14 @@ class PostgresBackend(ScanReads):
         bodies, unreadable = self._payloads.bodies(data, lengths)
         bad = unreadable if unreadable is not None else objects.first_bad_body(base, ids, bodies)
         if bad is not None:
+            why = "does not hash to its id"
+            if unreadable is not None:
+                try:
+                    self._payloads.body(bodies[bad])
+                except CodecError as exc:
+                    why = f"its payload cannot be inflated ({exc})"
             raise StoreCorruptError(f"the store at {self.url} is damaged: node "
-                                    f"{ids[32 * bad : 32 * bad + 32].hex()[:12]} does not hash "
-                                    "to its id")
+                                    f"{ids[32 * bad : 32 * bad + 32].hex()[:12]} {why}")
         del data
         try:
             types, datas = objects.decode_path(b"".join(bodies), count)
@@ -576,4 +587,9 @@ class PostgresBackend(ScanReads):
 
     def close(self) -> None:
         with self._lock:
+            try:
+                if self._payloads.due_at_close():
+                    self._train_if_due()
+            except (CodecError, SesstreeError, psycopg.Error):
+                pass  # only a saving of space: the next writer tries again
             self._conn.close()

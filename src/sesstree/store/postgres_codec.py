@@ -48,6 +48,8 @@ class PgPayloads:
         #: Payloads written without a dictionary since this connection last looked for one.
         self.plain_writes = 0
         self.looked = False
+        #: The store's newest row when this connection last decided whether to train.
+        self.seq_checked = 0
 
     def _load(self, dict_id: int) -> bytes | None:
         rows = self._read("SELECT hash, data FROM dicts WHERE id = %s", (dict_id,))
@@ -58,14 +60,38 @@ class PgPayloads:
             raise CodecError(f"compression dictionary {dict_id} does not match its hash")
         return data
 
-    def use_newest(self) -> None:
-        """Make new frames with the store's newest dictionary, if it has one."""
+    def use_newest(self) -> bool:
+        """Make new frames with the store's newest dictionary, if it has one that is intact
+        (one that fails its hash is not written with: payloads stay plain, the reads that
+        need it name their node, fsck names it). False if the store has no dictionary."""
+        first = not self.looked
         self.looked = True
-        rows = self._read("SELECT max(id) FROM dicts", ())
-        if rows and rows[0][0] is not None:
+        rows = self._read("SELECT (SELECT max(id) FROM dicts), (SELECT max(seq) FROM nodes)", ())
+        if first:
+            self.seq_checked = int(rows[0][1] or 0)
+        if not rows or rows[0][0] is None:
+            return False
+        try:
             data = self._load(int(rows[0][0]))
-            if data is not None:
-                self.codec.use(int(rows[0][0]), data)
+        except CodecError:
+            return True
+        if data is not None:
+            self.codec.use(int(rows[0][0]), data)
+        return True
+
+    def due_at_close(self) -> bool:
+        """Whether a closing writer with no dictionary should train one: the store passed a
+        multiple of TRAIN_AFTER rows since it looked (so that writers that open, append and
+        close train it too; O(1): the newest row number)."""
+        if not self.looked or self.codec.dict_id is not None:
+            return False
+        rows = self._read("SELECT max(seq) FROM nodes", ())
+        newest = int(rows[0][0] or 0) if rows else 0
+        if newest // TRAIN_AFTER <= self.seq_checked // TRAIN_AFTER:
+            return False
+        self.seq_checked = newest
+        self.plain_writes = TRAIN_AFTER
+        return True
 
     def train_if_due(
         self, rows: str, write: Callable[[str, tuple[Any, ...]], object]
@@ -78,9 +104,8 @@ class PgPayloads:
         if self.plain_writes < TRAIN_AFTER:
             return
         self.plain_writes = 0
-        self.use_newest()
-        if self.codec.dict_id is not None:
-            return
+        if self.use_newest():
+            return  # there is one (if it is damaged, fsck says so: no second one is made)
         samples = []
         for (row,) in self._read(rows, (TRAIN_SAMPLES,)):
             try:

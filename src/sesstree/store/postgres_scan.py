@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 
 from ..node import NodeId
 from . import postgres_objects as objects
-from .base import Counts, Progress, Ref, ReflogStamp
+from .base import Counts, Progress, Ref, ReflogEntry, ReflogStamp
 from .codec import CodecError
 from .postgres_codec import PgPayloads
 from .postgres_conn import Conn
@@ -48,6 +48,17 @@ _NEWEST_REFS = (
     "WHERE left(r.name, %s) = %s ORDER BY r.moved DESC, r.name LIMIT %s OFFSET %s"
 )
 _REFLOG_STAMP = "SELECT count(*), coalesce(max(time), 0) FROM reflog"
+# One ref's entries through its (ref, n) key: a page newest first, and when it moved to nodes.
+_REFLOG_PAGE = (
+    "SELECT l.ref, o.id, w.id, l.time, l.reason, l.started FROM reflog l "
+    "LEFT JOIN nodes o ON o.seq = l.old LEFT JOIN nodes w ON w.seq = l.new "
+    "WHERE l.ref = %s ORDER BY l.n DESC LIMIT %s OFFSET %s"
+)
+_REFLOG_COUNT = "SELECT count(*) FROM reflog WHERE ref = %s"
+_REFLOG_TIMES = (
+    "SELECT d.id, l.time FROM nodes d JOIN reflog l ON l.new = d.seq "
+    "WHERE d.id = ANY(%s) AND l.ref = %s ORDER BY l.n"
+)
 _LINKS = "SELECT seq, parent FROM nodes WHERE seq < %s ORDER BY seq DESC LIMIT %s"
 # Under the chunk's locks: what was written since the walk that could reach a candidate.
 _NEW_PARENTS = "SELECT DISTINCT parent FROM nodes WHERE seq > %s AND parent IS NOT NULL"
@@ -177,7 +188,21 @@ class ScanReads:
         entries, newest = self._read(_REFLOG_STAMP)[0]
         return ReflogStamp(int(entries), float(newest))
 
-    def counts(self) -> Counts:
+    def reflog_page(self, name: str, limit: int, offset: int = 0) -> tuple[list[ReflogEntry], int]:
+        with self._lock:
+            total = int(self._read(_REFLOG_COUNT, (name,))[0][0])
+            rows = self._read(_REFLOG_PAGE, (name, limit, offset))
+        return [ReflogEntry(r[0], None if r[1] is None else objects.hex_id(r[1]),
+                            None if r[2] is None else objects.hex_id(r[2]), r[3], r[4], r[5])
+                for r in rows], total
+
+    def reflog_times(self, name: str, targets: Sequence[NodeId]) -> dict[NodeId, float]:
+        wanted = [bytes.fromhex(t) for t in dict.fromkeys(targets)]
+        rows = self._read(_REFLOG_TIMES, (wanted, name))
+        return {NodeId(bytes(r[0]).hex()): float(r[1]) for r in rows}
+
+    def counts(self, progress: Progress | None = None) -> Counts:
+        # (Sizes are kept on every node as it is written: there is nothing to catch up on.)
         s = self.server_stats()
         return Counts(s["nodes"], s["sessions"], s["tags"], s["reflog_entries"],
                       s["logical_bytes"])

@@ -50,11 +50,10 @@ from .base import (
     describe,
     encode_session_meta,
 )
-from .codec import SMALL_MIN, TRAIN_AFTER
+from .codec import SMALL_MIN
 from .meta_rows import HEAD, LEGACY, SESSION
 from .sqlite_check import check_store
 from .sqlite_dicts import DictWrites
-from .sqlite_gc import collect_garbage
 from .sqlite_lock import WriteLock
 from .sqlite_media import translate, translating
 from .sqlite_open import (
@@ -99,6 +98,9 @@ _CACHE_MAX = 200_000
 # A writer idle this many seconds has its commits folded into the main file (see
 # sqlite_wal.IdleCheckpointer): recent history does not live on only in the WAL.
 IDLE_CHECKPOINT = 1.0
+# How long a closing writer waits for the write lock to train the dictionary when it is due
+# (a pause does not wait: the next one tries again).
+_CLOSE_WAIT = 1.0
 
 
 class SqliteBackend(RefReads, ScanReads, DictWrites):
@@ -122,12 +124,11 @@ class SqliteBackend(RefReads, ScanReads, DictWrites):
         # Format 4's codec columns (a format-3 store opened read-only has none).
         self._codec_columns = has_codec(self._db)
         self._paths = PathReader(self._db, self.path, self._codec_columns)
-        # Payloads this connection wrote uncompressed for want of a dictionary: at TRAIN_AFTER
-        # it trains one (or finds one another connection trained). None: not looked yet.
+        # The dictionary: looked for at the first write; trained at a pause or close when the
+        # store passed TRAIN_AFTER more rows (see sqlite_dicts).
         self._plain_writes = 0
         self._dict_looked = False
-        # A dictionary trained inside the open batch: forgotten if the batch rolls back.
-        self._dict_in_txn = False
+        self._seq_checked = 0
         # The statements that write and read a folded entry's `started`, or (a store made
         # before it was kept) their forms without it.
         started = reflog_has_started(self._db)
@@ -167,9 +168,6 @@ class SqliteBackend(RefReads, ScanReads, DictWrites):
         for key in self._txn_new:
             self._known.pop(key, None)
         self._txn_new.clear()
-        if self._dict_in_txn:
-            self._paths.codec.forget()
-            self._dict_looked = self._dict_in_txn = False
         self._heads.clear()
         self._unwritten.clear()
 
@@ -237,7 +235,6 @@ class SqliteBackend(RefReads, ScanReads, DictWrites):
                     self._write_folds()
                     self._db.execute("COMMIT")
                     self._txn_new.clear()
-                    self._dict_in_txn = False
                 except BaseException:
                     self._rollback()
                     raise
@@ -245,6 +242,13 @@ class SqliteBackend(RefReads, ScanReads, DictWrites):
                     self._batch_depth = 0
                     self._heads.clear()
                     self._unwritten.clear()
+                # Committed, outside any transaction, still holding the write lock: a batch
+                # that took the store past TRAIN_AFTER rows trains the dictionary now, so the
+                # next batch of a long import compresses (a failure there undoes no batch).
+                try:
+                    self._train_if_due()
+                except sqlite3.Error:
+                    pass  # the batch is committed; the next pause tries again
 
     @contextmanager
     def snapshot(self) -> Iterator[None]:
@@ -352,10 +356,6 @@ class SqliteBackend(RefReads, ScanReads, DictWrites):
             if self._batch_depth:
                 with self._errors():
                     self._commit_batched(nodes, updates)
-                if self._plain_writes >= TRAIN_AFTER:
-                    # Inside the batch's transaction: a long import compresses the rest of
-                    # what it writes, and a rollback takes the dictionary back with it.
-                    self._train()
                 return
             # The writers' queue, inline rather than through _queued: this is every append's
             # path, and a generator-based context manager costs about a microsecond.
@@ -372,7 +372,7 @@ class SqliteBackend(RefReads, ScanReads, DictWrites):
                 self._queue_depth = 0
                 queue.release()
                 self._idle.wrote()
-            # (A single append leaves training the dictionary to the writer's next pause.)
+            # (Training the dictionary waits for the writer's next pause, see sqlite_dicts.)
 
     def _commit_alone(self, nodes: Sequence[RawNode], updates: Sequence[RefUpdate]) -> None:
         """A commit outside any batch: the one-statement append, or one transaction."""
@@ -668,6 +668,8 @@ class SqliteBackend(RefReads, ScanReads, DictWrites):
         with self._lock, self._errors():
             self._write_folds()
         with self._errors():
+            from .sqlite_gc import collect_garbage
+
             return collect_garbage(self, dry_run, keep)
 
     def sweep(
@@ -675,6 +677,8 @@ class SqliteBackend(RefReads, ScanReads, DictWrites):
     ) -> tuple[list[NodeId], int, int]:
         """:meth:`collect_garbage`, reporting its progress."""
         with self._errors():
+            from .sqlite_gc import collect_garbage
+
             return collect_garbage(self, dry_run, keep, progress)
 
     def check(self) -> list[str]:
@@ -701,21 +705,9 @@ class SqliteBackend(RefReads, ScanReads, DictWrites):
         the next pause will."""
         with self._lock:
             if not self._db.in_transaction:
-                if self._plain_writes >= TRAIN_AFTER:
-                    self._train_now()
+                self._train_if_due(0.0 if blocks == FILL_IDLE else _CLOSE_WAIT)
                 self._fill_sums(blocks)
                 self._db.execute("PRAGMA wal_checkpoint(PASSIVE)")
-
-    def _train_now(self) -> None:
-        """Train the dictionary (see DictWrites._train) if the write lock is free at once."""
-        if self.read_only or not self._queue.acquire(0.0):
-            return
-        self._queue_depth = 1
-        try:
-            self._train()
-        finally:
-            self._queue_depth = 0
-            self._queue.release()
 
     def _fill_sums(self, most: int) -> None:
         """Block digests for up to ``most`` blocks, in a short transaction of their own; only

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import fcntl
 import os
-import secrets
 import sqlite3
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -80,6 +79,8 @@ def create_store_file(
     with locked(path):
         if not schema_less(path):
             return  # another creator finished first (or it is some other file: not ours)
+        import secrets  # (here: only a creation needs it, and it is slow to import)
+
         tmp = path.with_name(f"{path.name}.new-{os.getpid()}-{secrets.token_hex(4)}")
         try:
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, FILE_MODE)

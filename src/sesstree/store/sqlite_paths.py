@@ -113,7 +113,8 @@ class PathReader:
         if row is None:
             return None
         if not isinstance(row[1], bytes) or dict_hash(row[1]) != row[0]:
-            raise self._damaged(f"compression dictionary {dict_id} does not match its hash")
+            # (A CodecError: a read that needs it names its node, fsck the dictionary.)
+            raise CodecError(f"compression dictionary {dict_id} does not match its hash")
         data: bytes = row[1]
         return data
 
@@ -388,7 +389,10 @@ def _codecs(listed: tuple[str | None, int | None, str | None]) -> _Framed:
     if not where:
         return [], []
     rows = list(map(int, where.split(",")))
-    return rows, list(map(int, each.split(","))) if each else [int(first or 0)] * len(rows)
+    if each:
+        return rows, [int(c) if c.isdigit() else -1 for c in each.split(",")]
+    # A codec that is not an integer (a damaged column) is -1: inflating it names its node.
+    return rows, [first if type(first) is int else -1] * len(rows)
 
 
 def _lengths(text: str | None) -> list[int]:

@@ -16,14 +16,14 @@ from __future__ import annotations
 
 import sqlite3
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from pathlib import Path
 
 import msgspec
 
 from ..node import NodeId
-from .base import Counts, Progress, Ref, ReflogStamp
+from .base import Counts, Progress, Ref, ReflogEntry, ReflogStamp
 from .sqlite_paths import verify_node
 from .sqlite_sql import LIST_REFS
 
@@ -82,6 +82,7 @@ class ScanReads:
     read_only: bool
     _db: sqlite3.Connection
     _lock: threading.RLock
+    _reflog_sql: str
 
     def _errors(self) -> AbstractContextManager[None]:  # pragma: no cover - the backend's
         raise NotImplementedError
@@ -204,7 +205,35 @@ class ScanReads:
             entries, newest = self._db.execute("SELECT count(*), max(time) FROM reflog").fetchone()
         return ReflogStamp(int(entries), float(newest or 0.0))
 
-    def counts(self) -> Counts:
+    def reflog_page(self, name: str, limit: int, offset: int = 0) -> tuple[list[ReflogEntry], int]:
+        with self._lock, self._errors():
+            self._write_folds()
+            total = int(self._db.execute("SELECT count(*) FROM reflog WHERE ref = ?",
+                                         (name,)).fetchone()[0])
+            rows = self._db.execute(self._reflog_sql + " WHERE l.ref = ? ORDER BY l.n DESC "
+                                    "LIMIT ? OFFSET ?", (name, limit, offset)).fetchall()
+        hexed = self._hex
+        return [ReflogEntry(r[0], None if r[1] is None else hexed(r[1]),
+                            None if r[2] is None else hexed(r[2]), r[3], r[4], r[5])
+                for r in rows], total
+
+    def reflog_times(self, name: str, targets: Sequence[NodeId]) -> dict[NodeId, float]:
+        wanted = list(dict.fromkeys(targets))
+        out: dict[NodeId, float] = {}
+        with self._lock, self._errors():
+            self._write_folds()
+            for k in range(0, len(wanted), _MARKS):
+                part = [bytes.fromhex(t) for t in wanted[k:k + _MARKS]]
+                # Oldest first, so that the newest move to a node is the one kept.
+                for key, time in self._db.execute(
+                    "SELECT d.id, l.time FROM nodes d JOIN reflog l ON l.new = d.seq "
+                    f"WHERE d.id IN ({_marks(len(part))}) AND l.ref = ? ORDER BY l.n",
+                    [*part, name],
+                ):
+                    out[self._hex(key)] = float(time)
+        return out
+
+    def counts(self, progress: Progress | None = None) -> Counts:
         with self._lock, self._errors():
             db = self._db
             nodes = int(db.execute("SELECT count(*) FROM nodes").fetchone()[0])
@@ -219,13 +248,13 @@ class ScanReads:
                     heads.append(int(new))
                 elif kind == "tags/":
                     tags += 1
-        logical = self._logical_bytes(heads)
+        logical = self._logical_bytes(heads, progress)
         return Counts(nodes, sessions, tags, entries, logical)
 
-    def _logical_bytes(self, heads: list[int]) -> int:
+    def _logical_bytes(self, heads: list[int], progress: Progress | None) -> int:
         """The sum of the sessions' paths as JSONL lines, from the ``path_bytes`` index."""
         if self._has_path_bytes() and not self.read_only:
-            self._update_path_bytes()
+            self._update_path_bytes(progress)
             total = 0
             with self._lock, self._errors():
                 for k in range(0, len(heads), _MARKS):
@@ -248,9 +277,31 @@ class ScanReads:
             return total
         # A read-only store (or one of an older format): one pass, sizes kept in memory.
         sizes: dict[int, int] = {}
+        report = self._sizing(0, progress)
         for seq, parent, line in self._lines(0):
             sizes[seq] = line + (sizes.get(parent, 0) if parent is not None else 0)
+            report(seq)
+        report(None)
         return sum(sizes.get(h, 0) for h in heads)
+
+    def _sizing(self, after: int, progress: Progress | None) -> Callable[[int | None], None]:
+        """A ``report(seq)`` for a pass over the rows after ``after``: it calls ``progress``
+        once a slice, and only for a pass of more than one slice (a usual ``stats`` catches
+        up on a few rows, and draws nothing); ``report(None)`` marks the end."""
+        with self._lock, self._errors():
+            top = int(self._db.execute("SELECT coalesce(max(seq), 0) FROM nodes").fetchone()[0])
+        if progress is None or top - after <= SLICE:
+            return lambda seq: None
+        mark = [after]
+
+        def report(seq: int | None) -> None:
+            if seq is None:
+                progress(top - after, top - after)
+            elif seq - mark[0] >= SLICE:
+                mark[0] = seq
+                progress(min(seq, top) - after, top - after)
+
+        return report
 
     def _has_path_bytes(self) -> bool:
         with self._lock, self._errors():
@@ -279,15 +330,17 @@ class ScanReads:
                 yield int(seq), parent, line
             after = int(rows[-1][0])
 
-    def _update_path_bytes(self) -> None:
+    def _update_path_bytes(self, progress: Progress | None = None) -> None:
         """Bring ``path_bytes`` up to date with the rows written since it was last updated,
         one short write transaction per slice (a derived index: fsck-free, rebuilt if lost)."""
         with self._lock, self._errors():
             row = self._db.execute("SELECT coalesce(max(seq), 0) FROM path_bytes").fetchone()
         after = int(row[0])
+        report = self._sizing(after, progress)
         batch: list[tuple[int, int]] = []
         known: dict[int, int] = {}
         for seq, parent, line in self._lines(after):
+            report(seq)
             base = 0
             if parent is not None:
                 if parent in known:
@@ -306,6 +359,7 @@ class ScanReads:
                 known = dict(list(known.items())[-SLICE:])  # recent rows: most parents are here
         if batch:
             self._store_path_bytes(batch)
+        report(None)
 
     def _store_path_bytes(self, rows: list[tuple[int, int]]) -> None:
         write = getattr(self, "_write")  # noqa: B009 - the backend's short write transaction

@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 import sqlite3
 import struct
-import subprocess
 import sys
 import threading
 from collections.abc import Callable
@@ -196,6 +195,8 @@ def _read_in_child(path: Path, size: int) -> bytes:
     A writer could then start the log over under this process's open snapshot. (The ``-wal``
     file carries no locks, so it is read here.)
     """
+    import subprocess  # (here: only a store whose log is read this way needs it)
+
     code = "import sys; sys.stdout.buffer.write(open(sys.argv[1], 'rb').read(int(sys.argv[2])))"
     try:
         done = subprocess.run([sys.executable, "-I", "-S", "-c", code, str(path), str(size)],

@@ -14,7 +14,7 @@ from ..errors import StoreError
 if TYPE_CHECKING:
     from .base import Backend
 
-__all__ = ["URL_SCHEMES", "is_store_url", "open_url", "redact_url"]
+__all__ = ["URL_SCHEMES", "is_store_url", "open_url", "redact_url", "strip_userinfo"]
 
 #: URL schemes that name a PostgreSQL store.
 URL_SCHEMES = ("postgresql://", "postgres://")
@@ -25,11 +25,30 @@ def is_store_url(text: object) -> bool:
     return isinstance(text, str) and text.lower().startswith(URL_SCHEMES)
 
 
+def strip_userinfo(url: str) -> str:
+    """``url`` cut by hand, for text that does not parse as a URL: the scheme, then what
+    follows the last ``@`` (a password may hold ``/`` or ``@`` when it is not quoted, so
+    everything up to the last ``@`` goes), without query or fragment."""
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        return url
+    rest = rest.rpartition("@")[2]
+    for mark in ("?", "#"):
+        rest = rest.split(mark, 1)[0]
+    return f"{scheme}://{rest}"
+
+
 def redact_url(url: str) -> str:
     """``url`` as messages show it: the password left out, from the user part and from the
-    query (``?password=...``); everything else kept, so the URL still names the store."""
+    query (``?password=...``); everything else kept, so the URL still names the store.
+
+    A password with an unquoted ``/``, ``?`` or ``#`` in it ends the host part early, and a
+    parser would then leave its tail in the path or the query: when an ``@`` lies beyond the
+    host part, everything up to the last ``@`` goes, with the query."""
     try:
         parts = urlsplit(url)
+        if url.partition("://")[2].rfind("@") >= len(parts.netloc):
+            return strip_userinfo(url)
         host = parts.netloc.rpartition("@")[2]
         user = f"{parts.username}@" if parts.username else ""
         query = "&".join(

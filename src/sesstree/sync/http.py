@@ -17,6 +17,7 @@ import msgspec
 from ..errors import RemoteError
 from ..node import NodeId
 from ..store.base import RawNode
+from ..store.urls import strip_userinfo
 from .pack import (
     MAX_STARTS,
     MAX_UNPACKED,
@@ -28,7 +29,6 @@ from .pack import (
     unpack_ids,
 )
 from .peer import RefResult, Update, Walk
-from .shown import strip_userinfo
 
 __all__ = ["API", "HttpPeer", "shown_url", "url_problem"]
 
@@ -41,7 +41,8 @@ PACK = "application/x-sesstree-pack"
 
 def shown_url(url: str) -> str:
     """``url`` without any user or password part, query or fragment, for messages; never
-    raises (text that does not parse is cut by hand: see :func:`.shown.strip_userinfo`)."""
+    raises (text that does not parse is cut by hand: see
+    :func:`sesstree.store.urls.strip_userinfo`)."""
     try:
         parsed = httpx.URL(url)
         if parsed.host:

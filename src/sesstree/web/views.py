@@ -14,8 +14,8 @@ import msgspec
 
 from ..errors import UnknownRevisionError
 from ..node import Node, NodeId
-from ..repo import TAGS, Store
-from ..scan import reflog_stamp
+from ..repo import SESSIONS, TAGS, Store
+from ..scan import reflog_stamp, reflog_times
 from .catalog import Filter, list_sessions, newest_sessions, source_of
 from .diffing import bounded_diff
 from .forest import Forest, build_forest
@@ -126,7 +126,7 @@ class Views:
             last = store.resolve(end) if end else head
             chain = store.chain(last, limit)
             depth = store.depth(last)
-            times = {e.new: e.time for e in store.reflog(name) if e.new is not None}
+            times = reflog_times(store.backend, SESSIONS + name, chain.ids)
             meta = store.get_session_meta(name)
             source = source_of(store, name, head)
             tags = sorted(t.name for t in store.tags() if t.target == head)
@@ -164,21 +164,18 @@ class Views:
             chain = store.chain(head, grown)
             if chain.base != after:
                 return {"head": head, "items": [], "reset": True}
-            times = {e.new: e.time for e in store.reflog(name)[-grown - 1:] if e.new is not None}
+            times = reflog_times(store.backend, SESSIONS + name, chain.ids)
         nodes = [Node(i, p, t, d) for i, p, t, d in zip(
             chain.ids, [chain.base, *chain.ids], chain.types, chain.datas, strict=False)]
         return {"head": head, "items": conversation(nodes, times), "reset": False}
 
     def reflog(self, name: str, offset: int = 0, limit: int = DEFAULT_REFLOG) -> dict[str, Any]:
         """A page of the moves of session ``name``, newest first (``name@{N}`` numbering)."""
-        entries = self.store.reflog(name)
-        if not entries:
-            raise UnknownRevisionError(f"no session named {name!r} and no reflog for it")
         limit = max(1, min(limit, MAX_REFLOG))
         offset = max(0, offset)
-        total = len(entries)
-        # Entry n (newest first) is entries[total - 1 - n]: slice the page, then reverse it.
-        page = entries[max(0, total - offset - limit):max(0, total - offset)][::-1]
+        page, total = self.store.reflog_page(name, limit, offset)
+        if not total:
+            raise UnknownRevisionError(f"no session named {name!r} and no reflog for it")
         out = [{"n": offset + i, "old": e.old, "new": e.new, "time": e.time, "reason": e.reason}
                for i, e in enumerate(page)]
         return {"name": name, "entries": out, "exists": self.store.has_session(name),

@@ -1,0 +1,57 @@
+"""The ASGI face of a proxy: its lifespan, ``GET /_sess/stats``, and every other HTTP
+request handed to :meth:`sesstree.proxy.app.Proxy.forward`, whatever its method.
+
+A plain ASGI callable rather than a routing framework: two routes do not need one, and a
+framework's request and response objects per call cost more CPU than the forwarding.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .app import Proxy
+
+__all__ = ["ProxyApp"]
+
+Scope = dict[str, Any]
+Receive = Callable[[], Any]
+Send = Callable[[dict[str, Any]], Any]
+
+
+class ProxyApp:
+    """The ASGI application of one :class:`~sesstree.proxy.app.Proxy`: its lifespan, ``GET /_sess/stats``, and
+    every other HTTP request forwarded (whatever its method)."""
+
+    def __init__(self, proxy: Proxy) -> None:
+        self.proxy = proxy
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Serve one ASGI connection scope."""
+        kind = scope["type"]
+        if kind == "http":
+            if scope["path"] == "/_sess/stats" and scope["method"] in ("GET", "HEAD"):
+                await self.proxy.stats_endpoint(scope, receive, send)
+            else:
+                await self.proxy.forward(scope, receive, send)
+        elif kind == "lifespan":
+            await self._lifespan(receive, send)
+        elif kind == "websocket":  # not a model API: refused, as a router with no route would
+            await receive()
+            await send({"type": "websocket.close", "code": 1000})
+
+    async def _lifespan(self, receive: Receive, send: Send) -> None:
+        while True:
+            message = await receive()
+            if message["type"] == "lifespan.startup":
+                try:
+                    await self.proxy.start()
+                except Exception as exc:
+                    await send({"type": "lifespan.startup.failed", "message": str(exc)})
+                    return
+                await send({"type": "lifespan.startup.complete"})
+            elif message["type"] == "lifespan.shutdown":
+                await self.proxy.stop()
+                await send({"type": "lifespan.shutdown.complete"})
+                return

@@ -1,0 +1,93 @@
+"""What passed through for one forwarded request, and turning it into an exchange to record.
+
+Runs on the proxy's recorder thread, after the reply has passed: nothing here is on the path
+between the upstream and the client.
+"""
+
+from __future__ import annotations
+
+import zlib
+from typing import Any
+
+import msgspec
+
+from .protocols import ParsedRequest, parse_request
+from .recorder import Exchange, redact
+from .replies import ReplyBuilder, SseParser
+
+__all__ = ["DECODABLE", "Call", "exchange_of", "parsed_request"]
+
+#: Content encodings the recorder can read back (the only ones offered to the upstream).
+DECODABLE = ("gzip", "deflate", "identity")
+_decode = msgspec.json.decode
+
+
+class Call:
+    """What passed through for one request, handed to the recorder thread."""
+
+    __slots__ = ("body", "chunks", "cut_by", "encoding", "error", "method", "ms", "path",
+                 "protocol", "secrets", "session", "started", "status", "streamed")
+
+    def __init__(self, method: str, path: str, protocol: str | None, body: bytes,
+                 started: float) -> None:
+        self.method = method
+        self.path = path
+        self.protocol = protocol
+        self.body = body
+        self.started = started
+        self.session: str | None = None
+        self.secrets: list[str] = []
+        self.status: int | None = None
+        self.error: Any = None
+        self.encoding = "identity"
+        self.streamed = False
+        self.chunks: list[bytes] = []
+        self.cut_by: str | None = None
+        self.ms = 0.0
+
+    @property
+    def where(self) -> str:
+        """The call as a log line starts: method, path, status."""
+        return f"{self.method} {self.path} {self.status}"
+
+
+def parsed_request(call: Call) -> ParsedRequest | None:
+    """The model call ``call`` made, or None (not a recorded protocol, or not JSON)."""
+    if call.protocol is None:
+        return None
+    try:
+        return parse_request(call.protocol, _decode(call.body))
+    except msgspec.DecodeError:
+        return None
+
+
+def exchange_of(call: Call, parsed: ParsedRequest) -> tuple[Exchange, bool]:
+    """The exchange to record for ``call``, and whether the upstream's reply held an error
+    event (a stream that said ``error``)."""
+    data = b"".join(call.chunks)
+    if call.encoding in ("gzip", "deflate") and data:
+        # A cut stream ends mid-block: what could be inflated is what passed.
+        data = zlib.decompressobj(47).decompress(data)
+    builder = ReplyBuilder(parsed.protocol)
+    error: Any = call.error
+    if call.streamed and call.status is not None and call.status < 400:
+        for event, text in SseParser().feed(data):
+            builder.feed_event(event, text)
+    elif data:
+        try:
+            value = _decode(data)
+        except msgspec.DecodeError:
+            # Redacted whole before it is cut: a key across the cut would leave its first
+            # part behind.
+            value = redact(data.decode("utf-8", "replace"), call.secrets)[:4000]
+        if call.status is not None and call.status >= 400:
+            error = value
+        else:
+            builder.feed_json(value)
+    elif call.status is not None and call.status >= 400 and error is None:
+        error = ""
+    streamed_error = builder.error is not None
+    if streamed_error:
+        error = builder.error
+    return Exchange(parsed, builder.result(), call.status, call.session, error, call.cut_by,
+                    call.secrets), streamed_error
