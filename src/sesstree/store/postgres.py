@@ -8,8 +8,8 @@ so each maps onto one side of the seam:
 - :mod:`.postgres_conn`: the connection, reconnecting, retrying, translating errors;
 
 and :mod:`.postgres_schema` creates and upgrades the tables, :mod:`.postgres_reads` reads
-nodes, paths and refs. This module only puts them
-together: what a commit, a batch, a read is, in round trips.
+nodes, paths and refs. This module only puts them together: what a commit, a batch, a read
+is, in round trips.
 
 Round trips: an append (one node on the session's head) is one statement, a server-side
 function, in autocommit, so one round trip and one commit; a chain is one statement; other
