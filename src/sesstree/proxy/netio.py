@@ -192,6 +192,11 @@ class LoopStream(httpcore.AsyncNetworkStream):
             raise httpcore.ConnectError(str(exc) or type(exc).__name__) from exc
         if transport is None:  # pragma: no cover - the connection went away meanwhile
             raise httpcore.ConnectError("the upstream closed the connection during TLS")
+        # From now on the protocol is fed by the TLS transport (which calls no
+        # connection_made): back-pressure must pause the reading of that one, the one a read
+        # resumes. Pausing the TCP transport under it would stop the reading that a read
+        # never resumes: a large reply stalled until the timeout.
+        self._protocol.transport = cast(asyncio.Transport, transport)
         return LoopStream(transport, self._protocol, tls=True)
 
     def get_extra_info(self, info: str) -> Any:
