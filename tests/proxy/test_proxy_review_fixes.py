@@ -6,11 +6,14 @@ from __future__ import annotations
 
 import socket
 import ssl
+import subprocess
 import sys
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 
+import httpx
 import pytest
 from proxy_server import RunningProxy
 
@@ -122,3 +125,31 @@ def test_a_large_reply_to_a_client_that_pauses_arrives_whole(
         head, _, body = got.partition(b"\r\n\r\n")
         assert head.startswith(b"HTTP/1.1 200")
         assert len(body) == size, proxy.lines
+
+
+# -- 2. an upstream host that is no DNS name ----------------------------------------------------
+
+@pytest.mark.parametrize("host", ["a..b", "x" * 64 + ".example"])
+def test_an_upstream_host_that_is_no_dns_name_is_a_502_and_recorded(
+        store: Store, host: str) -> None:
+    with RunningProxy(store, f"http://{host}") as proxy:
+        reply = httpx.post(proxy.url + "/v1/chat/completions", json=CHAT, timeout=10)
+        proxy.flush()
+    assert reply.status_code == 502
+    error = reply.json()["error"]
+    assert error["type"] == "proxy_error" and "unreachable" in error["message"]
+    assert proxy.proxy.stats.snapshot()["recorded"] == 1
+    assert not any("Traceback" in line for line in proxy.lines)
+
+
+@pytest.mark.parametrize("url, named", [
+    ("http://a..b", "a..b"), (f"https://{'x' * 64}.example/v1", "x" * 64)])
+def test_sess_proxy_refuses_an_upstream_it_could_not_reach(
+        tmp_path: Path, url: str, named: str) -> None:
+    """A host that is no DNS name, a port outside 1..65535: one error line, no server (a port
+    out of range was taken modulo 65536, sending the calls and their keys elsewhere)."""
+    done = subprocess.run([*SESS, "--store", str(tmp_path / "s"), "proxy", "--upstream", url,
+                           "--port", "0"], capture_output=True, text=True, timeout=20)
+    assert done.returncode != 0
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and named in lines[0] and "listening" not in done.stderr, lines

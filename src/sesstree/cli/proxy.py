@@ -41,6 +41,17 @@ def _scrub(message: str, upstream: str) -> str:
     return message
 
 
+def _check_host(host: str, shown: str) -> None:
+    """Refuse a host no request could reach: one that is no DNS name (an empty label, a label
+    over 63 characters), which the resolver would refuse on every request."""
+    if ":" in host:  # an IPv6 address: httpx has checked it
+        return
+    try:
+        host.encode("idna")
+    except UnicodeError as exc:
+        fail(printable(f"--upstream {shown!r}: {host!r} is not a valid host name ({exc})"))
+
+
 @click.command("proxy")
 @click.option("--upstream", required=True, metavar="URL",
               help="The model provider, e.g. https://api.openai.com or https://api.anthropic.com.")
@@ -81,6 +92,7 @@ def proxy(locator: StoreLocator, upstream: str, port: int, host: str, timeout: f
     if url.scheme not in ("http", "https") or not url.host:
         fail(printable(f"--upstream {safe_url(upstream) if url.host else repr(shown)} must be "
                        "an http:// or https:// URL with a host"))
+    _check_host(url.host, shown)
     store = locator.open()
 
     def log(line: str) -> None:

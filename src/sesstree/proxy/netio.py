@@ -228,7 +228,10 @@ class LoopBackend(httpcore.AsyncNetworkBackend):
                 lambda: protocol, host, port, local_addr=local), timeout)
         except (TimeoutError, asyncio.TimeoutError):
             raise httpcore.ConnectTimeout(f"timed out connecting to {host}:{port}") from None
-        except OSError as exc:
+        except (OSError, UnicodeError, ValueError, OverflowError) as exc:
+            # Not only OSError: a host that is no DNS name (an empty label, one over 63
+            # characters) makes getaddrinfo raise UnicodeError, a port out of range
+            # OverflowError; each is an upstream that cannot be reached, not a proxy crash.
             raise httpcore.ConnectError(str(exc) or type(exc).__name__) from exc
         sock = transport.get_extra_info("socket")
         for option in socket_options or ():
