@@ -196,7 +196,7 @@ class LoopStream(httpcore.AsyncNetworkStream):
         # connection_made): back-pressure must pause the reading of that one, the one a read
         # resumes. Pausing the TCP transport under it would stop the reading that a read
         # never resumes: a large reply stalled until the timeout.
-        self._protocol.transport = cast(asyncio.Transport, transport)
+        self._protocol.transport = transport
         return LoopStream(transport, self._protocol, tls=True)
 
     def get_extra_info(self, info: str) -> Any:
