@@ -18,6 +18,7 @@ import pytest
 from proxy_server import RunningProxy
 
 from sesstree import Store
+from sesstree.proxy.app import create_app
 
 SESS = [sys.executable, "-c", "from sesstree.cli import main; main()"]
 CHAT = {"model": "m", "messages": [{"role": "user", "content": "a long answer"}]}
@@ -143,7 +144,8 @@ def test_an_upstream_host_that_is_no_dns_name_is_a_502_and_recorded(
 
 
 @pytest.mark.parametrize("url, named", [
-    ("http://a..b", "a..b"), (f"https://{'x' * 64}.example/v1", "x" * 64)])
+    ("http://a..b", "a..b"), (f"https://{'x' * 64}.example/v1", "x" * 64),
+    ("http://127.0.0.1:99999", "99999"), ("http://127.0.0.1:0/v1", "port 0 ")])
 def test_sess_proxy_refuses_an_upstream_it_could_not_reach(
         tmp_path: Path, url: str, named: str) -> None:
     """A host that is no DNS name, a port outside 1..65535: one error line, no server (a port
@@ -153,3 +155,8 @@ def test_sess_proxy_refuses_an_upstream_it_could_not_reach(
     assert done.returncode != 0
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and named in lines[0] and "listening" not in done.stderr, lines
+
+
+def test_an_upstream_port_out_of_range_is_refused_by_the_library(store: Store) -> None:
+    with pytest.raises(ValueError, match="99999"):
+        create_app(store, "http://127.0.0.1:99999")

@@ -93,6 +93,10 @@ def proxy(locator: StoreLocator, upstream: str, port: int, host: str, timeout: f
         fail(printable(f"--upstream {safe_url(upstream) if url.host else repr(shown)} must be "
                        "an http:// or https:// URL with a host"))
     _check_host(url.host, shown)
+    if url.port is not None and not 1 <= url.port <= 65535:
+        # Refused, not left to the socket layer, which takes a port modulo 65536 and would
+        # send the calls (and their keys) to another port.
+        fail(printable(f"--upstream {safe_url(url)}: port {url.port} is not in 1..65535"))
     store = locator.open()
 
     def log(line: str) -> None:
