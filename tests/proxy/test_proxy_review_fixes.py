@@ -10,6 +10,7 @@ import subprocess
 import sys
 import threading
 import time
+import tracemalloc
 from collections.abc import Callable
 from pathlib import Path
 
@@ -19,6 +20,7 @@ from proxy_server import RunningProxy
 
 from sesstree import Store
 from sesstree.proxy.app import create_app
+from sesstree.proxy.paths import MEMO_ENTRY_BYTES, PathIndex
 
 SESS = [sys.executable, "-c", "from sesstree.cli import main; main()"]
 CHAT = {"model": "m", "messages": [{"role": "user", "content": "a long answer"}]}
@@ -160,3 +162,29 @@ def test_sess_proxy_refuses_an_upstream_it_could_not_reach(
 def test_an_upstream_port_out_of_range_is_refused_by_the_library(store: Store) -> None:
     with pytest.raises(ValueError, match="99999"):
         create_app(store, "http://127.0.0.1:99999")
+
+
+# -- 5. the key memo's bound --------------------------------------------------------------------
+
+@pytest.mark.parametrize("text", ["m", "message number", "a long message " * 100])
+def test_the_key_memo_holds_no_more_than_its_bound(text: str) -> None:
+    """What the memo holds, measured by tracemalloc with both generations full, stays within
+    the bound documented (``MEMO_BYTES`` a generation, two generations)."""
+    budget = 1 << 20
+    index = PathIndex(store=None, memo_bytes=budget)  # type: ignore[arg-type]
+    entries = 3 * budget // (len(text) + 30 + MEMO_ENTRY_BYTES)  # fills both generations
+    tracemalloc.start()
+    try:
+        key = b""
+        for i in range(entries):
+            key = index._chain_key(key if i % 50 else b"", "user/message",
+                                   {"role": "user", "content": f"{text} {i}"})
+        _, held = tracemalloc.get_traced_memory()  # the peak: both generations full
+    finally:
+        tracemalloc.stop()
+    newer, older = index.memo_size()
+    assert newer and older  # the older generation was kept, full
+    # a little slack for the dictionaries' own growth in steps
+    assert held <= 2 * budget * 1.05, f"{held} bytes held for a bound of {2 * budget}"
+    # and the count is not so generous that the memo holds much less than it may
+    assert held >= 1.2 * budget, f"only {held} bytes held for a bound of {2 * budget}"
