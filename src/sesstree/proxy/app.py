@@ -28,16 +28,15 @@ from typing import Any
 
 import httpcore
 import httpx
-import msgspec
 
 from ..errors import InvalidRefNameError, SesstreeError
 from ..fmt import printable
 from ..node import check_ref_name
 from ..repo import Store
-from .asgi import ProxyApp
+from .asgi import ProxyApp, answer_json, error_body, read_body
 from .calls import DECODABLE, Call, exchange_of, parsed_request
 from .netio import LoopBackend
-from .protocols import ANTHROPIC, protocol_of
+from .protocols import protocol_of
 from .recorder import Outcome, Recorder, Stats, redact
 from .relay import UPSTREAM_ERRORS, relay
 from .upstream import Upstream, header_secrets, query_secrets
@@ -53,7 +52,6 @@ _KEPT = frozenset({b"content-length"})
 _BLANK = b" \t"
 _BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
 _POOLS = 8
-_json = msgspec.json.Encoder()
 
 Scope = dict[str, Any]
 Receive = Callable[[], Any]
@@ -96,32 +94,6 @@ def _session_name(values: list[bytes]) -> str | None:
         return check_ref_name(name)
     except InvalidRefNameError as exc:
         raise ValueError(str(exc)) from None
-
-
-def _error_body(protocol: str | None, message: str) -> dict[str, Any]:
-    if protocol == ANTHROPIC:
-        return {"type": "error", "error": {"type": "api_error", "message": message}}
-    return {"error": {"message": message, "type": "proxy_error", "code": None}}
-
-
-async def _answer_json(send: Send, status: int, value: Any) -> None:
-    body = _json.encode(value)
-    await send({"type": "http.response.start", "status": status,
-                "headers": [(b"content-type", b"application/json"),
-                            (b"content-length", str(len(body)).encode())]})
-    await send({"type": "http.response.body", "body": body, "more_body": False})
-
-
-async def _read_body(receive: Receive) -> bytes | None:
-    """The request's body, or None if the client left before it was read."""
-    chunks: list[bytes] = []
-    while True:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            return None
-        chunks.append(message.get("body", b""))
-        if not message.get("more_body", False):
-            return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
 
 def _tokens(usage: Any) -> str:
@@ -206,7 +178,7 @@ class Proxy:
 
     async def stats_endpoint(self, scope: Scope, receive: Receive, send: Send) -> None:
         """The counters, as JSON."""
-        await _answer_json(send, 200, self.stats.snapshot())
+        await answer_json(send, 200, self.stats.snapshot())
 
     async def forward(self, scope: Scope, receive: Receive, send: Send) -> None:
         """Forward one request, and record it if it is a model call.
@@ -220,7 +192,7 @@ class Proxy:
         assert self._pools, "the proxy was not started"
         method: str = scope["method"]
         path: str = scope["path"]
-        body = await _read_body(receive)
+        body = await read_body(receive)
         if body is None:
             # Nothing to forward, nobody to answer: one line, no traceback.
             self.log(printable(f"{method} {path}: the client went away before its request "
@@ -257,7 +229,7 @@ class Proxy:
         try:
             call.session = _session_name(names)
         except ValueError as exc:
-            await _answer_json(send, 400, _error_body(
+            await answer_json(send, 400, error_body(
                 call.protocol, f"sess proxy: X-Sess-Session: {exc}"))
             return
         headers.append((b"accept-encoding", _accept_encoding(accept)))
@@ -276,7 +248,7 @@ class Proxy:
             call.error = message
             self.stats.add("upstream_errors")
             self._submit(call)
-            await _answer_json(send, call.status, _error_body(call.protocol, message))
+            await answer_json(send, call.status, error_body(call.protocol, message))
             return
         call.status = upstream.status
         if call.status >= 400:
