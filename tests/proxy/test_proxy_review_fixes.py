@@ -188,3 +188,36 @@ def test_the_key_memo_holds_no_more_than_its_bound(text: str) -> None:
     assert held <= 2 * budget * 1.05, f"{held} bytes held for a bound of {2 * budget}"
     # and the count is not so generous that the memo holds much less than it may
     assert held >= 1.2 * budget, f"only {held} bytes held for a bound of {2 * budget}"
+
+
+# -- 6. a client that leaves before the upstream answers ----------------------------------------
+
+def test_a_client_that_leaves_before_the_reply_ends_the_upstream_call(store: Store) -> None:
+    """The upstream call is dropped as soon as the client leaves, not when the upstream's
+    headers finally come: a model would go on generating (and billing) for nobody."""
+    dropped = threading.Event()
+
+    def thinking(conn: socket.socket) -> None:
+        if _read_request(conn) is None:
+            return
+        conn.settimeout(8)  # a model thinking long before its first byte
+        try:
+            if conn.recv(1) == b"":
+                dropped.set()
+        except (TimeoutError, OSError):
+            pass
+
+    with RawUpstream(thinking) as up, RunningProxy(store, up.url) as proxy:
+        client = socket.create_connection(("127.0.0.1", proxy.port))
+        body = httpx.Request("POST", "http://x/v1/chat/completions", json=CHAT).content
+        client.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
+                       b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
+                       % (len(body), body))
+        time.sleep(0.3)
+        client.close()
+        assert dropped.wait(5), "the upstream call went on after the client left"
+        proxy.flush()
+    assert [s.name for s in store.sessions()] == ["a-long-answer"]
+    end = store.log("a-long-answer")[0]
+    assert end.data["cut_by"] == "client"
+    assert any("cut by the client" in line for line in proxy.lines), proxy.lines

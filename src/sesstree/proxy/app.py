@@ -18,6 +18,7 @@ objects, or httpx's request, URL and response models, cost more CPU than the for
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import socket
 import sys
@@ -38,7 +39,7 @@ from .calls import DECODABLE, Call, exchange_of, parsed_request
 from .netio import LoopBackend
 from .protocols import protocol_of
 from .recorder import Outcome, Recorder, Stats, redact
-from .relay import UPSTREAM_ERRORS, relay
+from .relay import UPSTREAM_ERRORS, ClientWatch, relay
 from .upstream import Upstream, header_secrets, query_secrets
 
 __all__ = ["Proxy", "ProxyApp", "create_app", "safe_url"]
@@ -236,12 +237,25 @@ class Proxy:
         if target.authorization is not None and not authorized:
             headers.append((b"authorization", target.authorization))
         url = target.url_for(scope.get("raw_path") or path.encode(), query)
+        # Watched from now on: a client that leaves while the upstream is still thinking
+        # drops the upstream call at once, instead of when its reply's headers come (a model
+        # would generate, and bill, the whole reply for nobody).
+        watch = ClientWatch(receive)
         try:
             pool = self._pools[next(self._turn) % len(self._pools)]
             upstream = await pool.handle_async_request(httpcore.Request(
                 method.encode(), url, headers=headers, content=body,
                 extensions=self._extensions))
+        except asyncio.CancelledError:
+            watch.close()
+            left = watch.client_left()
+            call.cut_by = watch.cut
+            self._submit(call)
+            if not left:
+                raise
+            return
         except UPSTREAM_ERRORS as exc:
+            watch.close()
             call.status = 504 if isinstance(exc, httpcore.TimeoutException) else 502
             reason = redact(f"{type(exc).__name__}: {exc}", call.secrets)
             message = f"sess proxy: upstream {safe_url(self.upstream)} unreachable ({reason})"
@@ -250,6 +264,9 @@ class Proxy:
             self._submit(call)
             await answer_json(send, call.status, error_body(call.protocol, message))
             return
+        except BaseException:
+            watch.close()
+            raise
         call.status = upstream.status
         if call.status >= 400:
             self.stats.add("upstream_errors")
@@ -270,7 +287,7 @@ class Proxy:
 
         stream = upstream.stream
         assert isinstance(stream, AsyncIterable)  # httpcore's async pool streams its replies
-        await relay(receive, send, call.status, headers_out, stream, upstream.aclose,
+        await relay(watch, send, call.status, headers_out, stream, upstream.aclose,
                     call.chunks.append if call.protocol else None, on_end)
 
     def _submit(self, call: Call) -> None:
