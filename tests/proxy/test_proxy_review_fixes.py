@@ -164,6 +164,66 @@ def test_an_upstream_port_out_of_range_is_refused_by_the_library(store: Store) -
         create_app(store, "http://127.0.0.1:99999")
 
 
+# -- 3. stopping during a call ------------------------------------------------------------------
+
+@pytest.mark.parametrize("thinking", [False, True], ids=["streaming", "thinking"])
+def test_stopping_during_a_call_records_it_cut_by_the_proxy(
+        store: Store, thinking: bool, capfd: pytest.CaptureFixture[str]) -> None:
+    """A call still running when the server's grace period ends is cut and recorded as
+    incomplete, and no traceback is printed: a stream is broken off, a client still waiting
+    for the reply to begin gets a 503 in its protocol's shape."""
+    def slow(conn: socket.socket) -> None:
+        if _read_request(conn) is None:
+            return
+        if thinking:
+            conn.settimeout(5)
+            conn.recv(1)  # until the proxy drops the call
+            return
+        conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+                     b"Transfer-Encoding: chunked\r\n\r\n")
+        for i in range(100):
+            conn.sendall(_sse(i))
+            time.sleep(0.05)
+
+    got: list[bytes] = []
+    status: list[int] = []
+    with RawUpstream(slow) as up:
+        proxy = RunningProxy(store, up.url, grace=0.2).start()
+        started = threading.Event()
+
+        def client() -> None:
+            try:
+                with httpx.stream("POST", proxy.url + "/v1/chat/completions",
+                                  json={**CHAT, "stream": True}, timeout=10) as r:
+                    status.append(r.status_code)
+                    for chunk in r.iter_raw():
+                        got.append(chunk)
+                        started.set()
+            except httpx.HTTPError:
+                pass  # the proxy cut the stream: what is tested
+        reader = threading.Thread(target=client)
+        reader.start()
+        if thinking:
+            time.sleep(0.3)
+        else:
+            assert started.wait(5)
+        proxy.stop()
+        reader.join(10)
+    if thinking:
+        assert status == [503]
+        assert b"".join(got) == (b'{"error":{"message":"sess proxy: the proxy is stopping",'
+                                 b'"type":"proxy_error","code":null}}')
+    else:
+        assert status == [200] and got
+    assert [s.name for s in store.sessions()] == ["a-long-answer"]
+    event = store.log("a-long-answer")[0]
+    assert event.type == "step/end"
+    assert event.data["incomplete"] is True and event.data["cut_by"] == "proxy"
+    assert any("cut by the proxy (stopping)" in line for line in proxy.lines), proxy.lines
+    err = capfd.readouterr().err
+    assert "Traceback" not in err and "Cancel" not in err, err
+
+
 # -- 5. the key memo's bound --------------------------------------------------------------------
 
 @pytest.mark.parametrize("text", ["m", "message number", "a long message " * 100])

@@ -39,10 +39,10 @@ from .calls import DECODABLE, Call, exchange_of, parsed_request
 from .netio import LoopBackend
 from .protocols import protocol_of
 from .recorder import Outcome, Recorder, Stats, redact
-from .relay import UPSTREAM_ERRORS, ClientWatch, relay
+from .relay import UPSTREAM_ERRORS, ClientWatch, ProxyStopping, relay
 from .upstream import Upstream, header_secrets, query_secrets
 
-__all__ = ["Proxy", "ProxyApp", "create_app", "safe_url"]
+__all__ = ["STOP_WAIT", "Proxy", "ProxyApp", "create_app", "safe_url"]
 
 SESSION_HEADER = "x-sess-session"
 _SESSION_KEY = SESSION_HEADER.encode()
@@ -53,6 +53,8 @@ _KEPT = frozenset({b"content-length"})
 _BLANK = b" \t"
 _BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
 _POOLS = 8
+#: Seconds a stopping proxy waits for its calls in flight to end, then for the ones it cut.
+STOP_WAIT = 1.0
 
 Scope = dict[str, Any]
 Receive = Callable[[], Any]
@@ -97,6 +99,12 @@ def _session_name(values: list[bytes]) -> str | None:
         raise ValueError(str(exc)) from None
 
 
+def _cut(by: str | None) -> str:
+    if by is None:
+        return ""
+    return ", cut by the proxy (stopping)" if by == "proxy" else f", cut by the {by}"
+
+
 def _tokens(usage: Any) -> str:
     if not isinstance(usage, dict):
         return "no usage"
@@ -128,6 +136,7 @@ class Proxy:
                                         "write": timeout, "pool": timeout}}
         self._turn = itertools.count()
         self._worker: ThreadPoolExecutor | None = None
+        self._inflight: set[asyncio.Task[Any]] = set()
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -161,7 +170,19 @@ class Proxy:
                     f"{len(self.recorder.index.states)} nodes indexed in {ms:.0f} ms")
 
     async def stop(self) -> None:
-        """Finish the recordings in flight, close the connections, report the counters."""
+        """Finish the calls and recordings in flight, close the connections, report the
+        counters.
+
+        A call still in flight (the server cancelled it at the end of its grace period, or
+        it is still running) is given :data:`STOP_WAIT` seconds to end, then cut; either way
+        it is recorded as cut by the proxy before the recorder stops.
+        """
+        if self._inflight:
+            _, running = await asyncio.wait(set(self._inflight), timeout=STOP_WAIT)
+            for task in running:
+                task.cancel()
+            if running:
+                await asyncio.wait(running, timeout=STOP_WAIT)
         if self._worker is not None:
             self._worker.shutdown(wait=True)
             self._worker = None
@@ -187,7 +208,24 @@ class Proxy:
         Nothing is parsed on the way: the request body and the reply's chunks are handed to
         the recorder thread as bytes once the reply has passed, so recording adds no work
         between a chunk's arrival and its relay.
+
+        Raises:
+            ProxyStopping: the server stopped the call (it outlived the server's grace
+                period); it is recorded as cut by the proxy.
         """
+        task = asyncio.current_task()
+        assert task is not None
+        self._inflight.add(task)
+        try:
+            await self._forward(scope, receive, send)
+        except asyncio.CancelledError:
+            # The server cancels what outlives its grace period when it stops: the call ends
+            # here (recorded as cut), without the traceback a cancellation would print.
+            raise ProxyStopping("the proxy is stopping") from None
+        finally:
+            self._inflight.discard(task)
+
+    async def _forward(self, scope: Scope, receive: Receive, send: Send) -> None:
         started = time.perf_counter()
         self.stats.add("requests")
         assert self._pools, "the proxy was not started"
@@ -251,7 +289,12 @@ class Proxy:
             left = watch.client_left()
             call.cut_by = watch.cut
             self._submit(call)
-            if not left:
+            if not left and watch.cut == "proxy":
+                # The server is stopping: the client is still there and is told so, in its
+                # protocol's shape, rather than with a bare 500.
+                await answer_json(send, 503, error_body(
+                    call.protocol, "sess proxy: the proxy is stopping"))
+            elif not left:
                 raise
             return
         except UPSTREAM_ERRORS as exc:
@@ -309,7 +352,7 @@ class Proxy:
             if parsed is None:
                 self.stats.add("passed_through")
                 if not self._quiet:
-                    tail = f", cut by the {call.cut_by}" if call.cut_by else ""
+                    tail = _cut(call.cut_by)
                     self._say(call, f"{call.where} (not recorded{tail}) {call.ms:.0f} ms")
                 return
             if call.encoding not in DECODABLE:
@@ -327,7 +370,7 @@ class Proxy:
             return
         if self._quiet:
             return  # the line would go nowhere: not worth building
-        cut = f", cut by the {call.cut_by}" if call.cut_by else ""
+        cut = _cut(call.cut_by)
         self._say(call,
                   f"{call.where} -> {outcome.session} ({outcome.kind}) +{outcome.new_nodes} "
                   f"nodes, {outcome.dedup} re-sent, {_tokens(exchange.reply.usage)}, "

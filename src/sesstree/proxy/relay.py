@@ -20,7 +20,8 @@ from typing import Any
 
 import httpcore
 
-__all__ = ["UPSTREAM_ERRORS", "ClientWatch", "UpstreamCut", "quiet_cut_logs", "relay"]
+__all__ = ["UPSTREAM_ERRORS", "ClientWatch", "ProxyStopping", "QuietCut", "UpstreamCut",
+           "quiet_cut_logs", "relay"]
 
 Receive = Callable[[], Any]
 Send = Callable[[dict[str, Any]], Any]
@@ -31,8 +32,17 @@ UPSTREAM_ERRORS: tuple[type[Exception], ...] = (
     httpcore.UnsupportedProtocol, httpcore.ProxyError, OSError)
 
 
-class UpstreamCut(Exception):
+class QuietCut(Exception):
+    """A reply the proxy stopped on purpose: the server drops the client's connection (no
+    clean end of body) and prints no traceback (the proxy logs its own line)."""
+
+
+class UpstreamCut(QuietCut):
     """The upstream broke its reply stream: the client's connection is dropped as well."""
+
+
+class ProxyStopping(QuietCut):
+    """The server is stopping and cancelled a call still in flight after its grace period."""
 
 
 class ClientWatch:
@@ -40,7 +50,7 @@ class ClientWatch:
     reply has passed: a client that leaves cancels the task serving it, whether the upstream
     is still thinking (its call is dropped, and its generation with it) or streaming.
 
-    ``cut`` is ``"client"`` or ``"upstream"`` once the exchange was cut.
+    ``cut`` is ``"client"``, ``"upstream"`` or ``"proxy"`` once the exchange was cut.
     """
 
     __slots__ = ("_task", "_watcher", "cancelled", "cut", "finished")
@@ -67,12 +77,12 @@ class ClientWatch:
     def client_left(self) -> bool:
         """Called once for a CancelledError being handled: True if the watcher raised it (the
         client left; the cancellation is absorbed), False if the server did (it is stopping:
-        the cut is counted as the client's). Python 3.10 counts no cancellations: the flag
-        decides."""
+        the cut is then the proxy's). Python 3.10 counts no cancellations: the flag decides."""
         uncancel = getattr(self._task, "uncancel", None)
         if self.cancelled and (uncancel is None or uncancel() == 0):
             return True
-        self.cut = self.cut or "client"
+        if not self.cancelled:
+            self.cut = self.cut or "proxy"
         return False
 
     def close(self) -> None:
@@ -88,7 +98,7 @@ async def relay(watch: ClientWatch, send: Send, status: int,
 
     ``on_chunk(bytes)`` sees every chunk after it was sent; ``close()`` (awaited) releases the
     upstream reply; ``on_end(cut_by)`` runs once, with None for a complete reply,
-    ``"client"`` or ``"upstream"`` for a cut one.
+    ``"client"``, ``"upstream"`` or ``"proxy"`` (the server is stopping) for a cut one.
     ``watch`` is closed when the relay ends.
 
     Raises:
@@ -129,12 +139,15 @@ async def relay(watch: ClientWatch, send: Send, status: int,
 class _DropCuts(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         exc = record.exc_info[1] if record.exc_info else None
-        return not isinstance(exc, UpstreamCut)
+        # The server's own line for the calls it cancels when it stops: the proxy logs one
+        # per call ("cut by the proxy"), saying what became of it.
+        return not isinstance(exc, QuietCut) and not str(record.msg).startswith(
+            "Cancel %s running task")
 
 
 def quiet_cut_logs() -> None:
-    """Keep the ASGI server from printing a traceback for a stream the upstream cut (the
-    proxy logs its own line for it)."""
+    """Keep the ASGI server from printing a traceback for a reply the proxy cut on purpose
+    (the upstream broke it, or the server is stopping: the proxy logs its own line)."""
     logger = logging.getLogger("uvicorn.error")
     if not any(isinstance(f, _DropCuts) for f in logger.filters):
         logger.addFilter(_DropCuts())
