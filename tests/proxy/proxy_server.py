@@ -28,7 +28,10 @@ def track(client: Any) -> Any:
 class RunningProxy:
     """The real proxy application served by uvicorn in a thread, on 127.0.0.1."""
 
-    def __init__(self, store: Store, upstream: str, **options: Any) -> None:
+    def __init__(self, store: Store, upstream: str, grace: float = 2.0,
+                 **options: Any) -> None:
+        """``grace``: seconds the server waits for requests in flight when stopped, before
+        it cancels them."""
         self.store = store
         self.lines: list[str] = []
         self.app, self.proxy = create_app(store, upstream, log=self.lines.append, **options)
@@ -40,7 +43,7 @@ class RunningProxy:
         self.url = f"http://127.0.0.1:{self.port}"
         quiet_cut_logs()
         config = uvicorn.Config(self.app, log_level="warning", access_log=False,
-                                lifespan="on", timeout_graceful_shutdown=2, server_header=False,
+                                lifespan="on", timeout_graceful_shutdown=grace, server_header=False,
                                 date_header=False)
         self.server = uvicorn.Server(config)
         self._thread = threading.Thread(target=self.server.run,

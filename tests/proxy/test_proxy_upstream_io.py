@@ -3,8 +3,6 @@ stream that stalls past the timeout."""
 
 from __future__ import annotations
 
-import shutil
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,20 +15,6 @@ from proxy_server import RunningProxy, track
 from sesstree import Store
 
 BODY = {"model": "m", "messages": [{"role": "user", "content": "over tls"}]}
-
-
-@pytest.fixture(scope="module")
-def certificate(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, str]:
-    """A self-signed certificate for 127.0.0.1, and its key."""
-    if shutil.which("openssl") is None:
-        pytest.skip("the openssl command is not installed")
-    where = tmp_path_factory.mktemp("tls")
-    cert, key = where / "cert.pem", where / "key.pem"
-    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
-                    "-keyout", str(key), "-out", str(cert), "-subj", "/CN=127.0.0.1",
-                    "-addext", "subjectAltName=IP:127.0.0.1"],
-                   check=True, capture_output=True)
-    return str(cert), str(key)
 
 
 @pytest.fixture

@@ -41,6 +41,17 @@ def _scrub(message: str, upstream: str) -> str:
     return message
 
 
+def _check_host(host: str, shown: str) -> None:
+    """Refuse a host no request could reach: one that is no DNS name (an empty label, a label
+    over 63 characters), which the resolver would refuse on every request."""
+    if ":" in host:  # an IPv6 address: httpx has checked it
+        return
+    try:
+        host.encode("idna")
+    except UnicodeError as exc:
+        fail(printable(f"--upstream {shown!r}: {host!r} is not a valid host name ({exc})"))
+
+
 @click.command("proxy")
 @click.option("--upstream", required=True, metavar="URL",
               help="The model provider, e.g. https://api.openai.com or https://api.anthropic.com.")
@@ -81,6 +92,11 @@ def proxy(locator: StoreLocator, upstream: str, port: int, host: str, timeout: f
     if url.scheme not in ("http", "https") or not url.host:
         fail(printable(f"--upstream {safe_url(upstream) if url.host else repr(shown)} must be "
                        "an http:// or https:// URL with a host"))
+    _check_host(url.host, shown)
+    if url.port is not None and not 1 <= url.port <= 65535:
+        # Refused, not left to the socket layer, which takes a port modulo 65536 and would
+        # send the calls (and their keys) to another port.
+        fail(printable(f"--upstream {safe_url(url)}: port {url.port} is not in 1..65535"))
     store = locator.open()
 
     def log(line: str) -> None:

@@ -18,6 +18,7 @@ objects, or httpx's request, URL and response models, cost more CPU than the for
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import socket
 import sys
@@ -28,21 +29,20 @@ from typing import Any
 
 import httpcore
 import httpx
-import msgspec
 
 from ..errors import InvalidRefNameError, SesstreeError
 from ..fmt import printable
 from ..node import check_ref_name
 from ..repo import Store
-from .asgi import ProxyApp
+from .asgi import ProxyApp, answer_json, error_body, read_body
 from .calls import DECODABLE, Call, exchange_of, parsed_request
 from .netio import LoopBackend
-from .protocols import ANTHROPIC, protocol_of
+from .protocols import protocol_of
 from .recorder import Outcome, Recorder, Stats, redact
-from .relay import UPSTREAM_ERRORS, relay
+from .relay import UPSTREAM_ERRORS, ClientWatch, ProxyStopping, relay
 from .upstream import Upstream, header_secrets, query_secrets
 
-__all__ = ["Proxy", "ProxyApp", "create_app", "safe_url"]
+__all__ = ["STOP_WAIT", "Proxy", "ProxyApp", "create_app", "safe_url"]
 
 SESSION_HEADER = "x-sess-session"
 _SESSION_KEY = SESSION_HEADER.encode()
@@ -53,7 +53,8 @@ _KEPT = frozenset({b"content-length"})
 _BLANK = b" \t"
 _BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
 _POOLS = 8
-_json = msgspec.json.Encoder()
+#: Seconds a stopping proxy waits for its calls in flight to end, then for the ones it cut.
+STOP_WAIT = 1.0
 
 Scope = dict[str, Any]
 Receive = Callable[[], Any]
@@ -98,30 +99,10 @@ def _session_name(values: list[bytes]) -> str | None:
         raise ValueError(str(exc)) from None
 
 
-def _error_body(protocol: str | None, message: str) -> dict[str, Any]:
-    if protocol == ANTHROPIC:
-        return {"type": "error", "error": {"type": "api_error", "message": message}}
-    return {"error": {"message": message, "type": "proxy_error", "code": None}}
-
-
-async def _answer_json(send: Send, status: int, value: Any) -> None:
-    body = _json.encode(value)
-    await send({"type": "http.response.start", "status": status,
-                "headers": [(b"content-type", b"application/json"),
-                            (b"content-length", str(len(body)).encode())]})
-    await send({"type": "http.response.body", "body": body, "more_body": False})
-
-
-async def _read_body(receive: Receive) -> bytes | None:
-    """The request's body, or None if the client left before it was read."""
-    chunks: list[bytes] = []
-    while True:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            return None
-        chunks.append(message.get("body", b""))
-        if not message.get("more_body", False):
-            return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+def _cut(by: str | None) -> str:
+    if by is None:
+        return ""
+    return ", cut by the proxy (stopping)" if by == "proxy" else f", cut by the {by}"
 
 
 def _tokens(usage: Any) -> str:
@@ -155,6 +136,7 @@ class Proxy:
                                         "write": timeout, "pool": timeout}}
         self._turn = itertools.count()
         self._worker: ThreadPoolExecutor | None = None
+        self._inflight: set[asyncio.Task[Any]] = set()
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -188,7 +170,19 @@ class Proxy:
                     f"{len(self.recorder.index.states)} nodes indexed in {ms:.0f} ms")
 
     async def stop(self) -> None:
-        """Finish the recordings in flight, close the connections, report the counters."""
+        """Finish the calls and recordings in flight, close the connections, report the
+        counters.
+
+        A call still in flight (the server cancelled it at the end of its grace period, or
+        it is still running) is given :data:`STOP_WAIT` seconds to end, then cut; either way
+        it is recorded as cut by the proxy before the recorder stops.
+        """
+        if self._inflight:
+            _, running = await asyncio.wait(set(self._inflight), timeout=STOP_WAIT)
+            for task in running:
+                task.cancel()
+            if running:
+                await asyncio.wait(running, timeout=STOP_WAIT)
         if self._worker is not None:
             self._worker.shutdown(wait=True)
             self._worker = None
@@ -206,7 +200,7 @@ class Proxy:
 
     async def stats_endpoint(self, scope: Scope, receive: Receive, send: Send) -> None:
         """The counters, as JSON."""
-        await _answer_json(send, 200, self.stats.snapshot())
+        await answer_json(send, 200, self.stats.snapshot())
 
     async def forward(self, scope: Scope, receive: Receive, send: Send) -> None:
         """Forward one request, and record it if it is a model call.
@@ -214,13 +208,30 @@ class Proxy:
         Nothing is parsed on the way: the request body and the reply's chunks are handed to
         the recorder thread as bytes once the reply has passed, so recording adds no work
         between a chunk's arrival and its relay.
+
+        Raises:
+            ProxyStopping: the server stopped the call (it outlived the server's grace
+                period); it is recorded as cut by the proxy.
         """
+        task = asyncio.current_task()
+        assert task is not None
+        self._inflight.add(task)
+        try:
+            await self._forward(scope, receive, send)
+        except asyncio.CancelledError:
+            # The server cancels what outlives its grace period when it stops: the call ends
+            # here (recorded as cut), without the traceback a cancellation would print.
+            raise ProxyStopping("the proxy is stopping") from None
+        finally:
+            self._inflight.discard(task)
+
+    async def _forward(self, scope: Scope, receive: Receive, send: Send) -> None:
         started = time.perf_counter()
         self.stats.add("requests")
         assert self._pools, "the proxy was not started"
         method: str = scope["method"]
         path: str = scope["path"]
-        body = await _read_body(receive)
+        body = await read_body(receive)
         if body is None:
             # Nothing to forward, nobody to answer: one line, no traceback.
             self.log(printable(f"{method} {path}: the client went away before its request "
@@ -257,27 +268,48 @@ class Proxy:
         try:
             call.session = _session_name(names)
         except ValueError as exc:
-            await _answer_json(send, 400, _error_body(
+            await answer_json(send, 400, error_body(
                 call.protocol, f"sess proxy: X-Sess-Session: {exc}"))
             return
         headers.append((b"accept-encoding", _accept_encoding(accept)))
         if target.authorization is not None and not authorized:
             headers.append((b"authorization", target.authorization))
         url = target.url_for(scope.get("raw_path") or path.encode(), query)
+        # Watched from now on: a client that leaves while the upstream is still thinking
+        # drops the upstream call at once, instead of when its reply's headers come (a model
+        # would generate, and bill, the whole reply for nobody).
+        watch = ClientWatch(receive)
         try:
             pool = self._pools[next(self._turn) % len(self._pools)]
             upstream = await pool.handle_async_request(httpcore.Request(
                 method.encode(), url, headers=headers, content=body,
                 extensions=self._extensions))
+        except asyncio.CancelledError:
+            watch.close()
+            left = watch.client_left()
+            call.cut_by = watch.cut
+            self._submit(call)
+            if not left and watch.cut == "proxy":
+                # The server is stopping: the client is still there and is told so, in its
+                # protocol's shape, rather than with a bare 500.
+                await answer_json(send, 503, error_body(
+                    call.protocol, "sess proxy: the proxy is stopping"))
+            elif not left:
+                raise
+            return
         except UPSTREAM_ERRORS as exc:
+            watch.close()
             call.status = 504 if isinstance(exc, httpcore.TimeoutException) else 502
             reason = redact(f"{type(exc).__name__}: {exc}", call.secrets)
             message = f"sess proxy: upstream {safe_url(self.upstream)} unreachable ({reason})"
             call.error = message
             self.stats.add("upstream_errors")
             self._submit(call)
-            await _answer_json(send, call.status, _error_body(call.protocol, message))
+            await answer_json(send, call.status, error_body(call.protocol, message))
             return
+        except BaseException:
+            watch.close()
+            raise
         call.status = upstream.status
         if call.status >= 400:
             self.stats.add("upstream_errors")
@@ -298,7 +330,7 @@ class Proxy:
 
         stream = upstream.stream
         assert isinstance(stream, AsyncIterable)  # httpcore's async pool streams its replies
-        await relay(receive, send, call.status, headers_out, stream, upstream.aclose,
+        await relay(watch, send, call.status, headers_out, stream, upstream.aclose,
                     call.chunks.append if call.protocol else None, on_end)
 
     def _submit(self, call: Call) -> None:
@@ -320,7 +352,7 @@ class Proxy:
             if parsed is None:
                 self.stats.add("passed_through")
                 if not self._quiet:
-                    tail = f", cut by the {call.cut_by}" if call.cut_by else ""
+                    tail = _cut(call.cut_by)
                     self._say(call, f"{call.where} (not recorded{tail}) {call.ms:.0f} ms")
                 return
             if call.encoding not in DECODABLE:
@@ -338,7 +370,7 @@ class Proxy:
             return
         if self._quiet:
             return  # the line would go nowhere: not worth building
-        cut = f", cut by the {call.cut_by}" if call.cut_by else ""
+        cut = _cut(call.cut_by)
         self._say(call,
                   f"{call.where} -> {outcome.session} ({outcome.kind}) +{outcome.new_nodes} "
                   f"nodes, {outcome.dedup} re-sent, {_tokens(exchange.reply.usage)}, "

@@ -2,7 +2,8 @@
 request handed to :meth:`sesstree.proxy.app.Proxy.forward`, whatever its method.
 
 A plain ASGI callable rather than a routing framework: two routes do not need one, and a
-framework's request and response objects per call cost more CPU than the forwarding.
+framework's request and response objects per call cost more CPU than the forwarding. The
+small helpers the proxy reads a request and answers with are here too.
 """
 
 from __future__ import annotations
@@ -10,14 +11,47 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+import msgspec
+
+from .protocols import ANTHROPIC
+
 if TYPE_CHECKING:
     from .app import Proxy
 
-__all__ = ["ProxyApp"]
+__all__ = ["ProxyApp", "answer_json", "error_body", "read_body"]
 
 Scope = dict[str, Any]
 Receive = Callable[[], Any]
 Send = Callable[[dict[str, Any]], Any]
+_json = msgspec.json.Encoder()
+
+
+def error_body(protocol: str | None, message: str) -> dict[str, Any]:
+    """An error reply's body in the shape of ``protocol`` (Anthropic's, or OpenAI's)."""
+    if protocol == ANTHROPIC:
+        return {"type": "error", "error": {"type": "api_error", "message": message}}
+    return {"error": {"message": message, "type": "proxy_error", "code": None}}
+
+
+async def answer_json(send: Send, status: int, value: Any) -> None:
+    """Answer ``value`` as JSON with ``status``."""
+    body = _json.encode(value)
+    await send({"type": "http.response.start", "status": status,
+                "headers": [(b"content-type", b"application/json"),
+                            (b"content-length", str(len(body)).encode())]})
+    await send({"type": "http.response.body", "body": body, "more_body": False})
+
+
+async def read_body(receive: Receive) -> bytes | None:
+    """The request's body, or None if the client left before it was read."""
+    chunks: list[bytes] = []
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return None
+        chunks.append(message.get("body", b""))
+        if not message.get("more_body", False):
+            return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
 
 class ProxyApp:

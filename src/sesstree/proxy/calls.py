@@ -48,7 +48,9 @@ class Call:
     @property
     def where(self) -> str:
         """The call as a log line starts: method, path, status."""
-        return f"{self.method} {self.path} {self.status}"
+        # No status: the call was cut before the upstream's reply began.
+        status = "(no reply)" if self.status is None else self.status
+        return f"{self.method} {self.path} {status}"
 
 
 def parsed_request(call: Call) -> ParsedRequest | None:

@@ -192,6 +192,11 @@ class LoopStream(httpcore.AsyncNetworkStream):
             raise httpcore.ConnectError(str(exc) or type(exc).__name__) from exc
         if transport is None:  # pragma: no cover - the connection went away meanwhile
             raise httpcore.ConnectError("the upstream closed the connection during TLS")
+        # From now on the protocol is fed by the TLS transport (which calls no
+        # connection_made): back-pressure must pause the reading of that one, the one a read
+        # resumes. Pausing the TCP transport under it would stop the reading that a read
+        # never resumes: a large reply stalled until the timeout.
+        self._protocol.transport = transport
         return LoopStream(transport, self._protocol, tls=True)
 
     def get_extra_info(self, info: str) -> Any:
@@ -223,7 +228,10 @@ class LoopBackend(httpcore.AsyncNetworkBackend):
                 lambda: protocol, host, port, local_addr=local), timeout)
         except (TimeoutError, asyncio.TimeoutError):
             raise httpcore.ConnectTimeout(f"timed out connecting to {host}:{port}") from None
-        except OSError as exc:
+        except (OSError, UnicodeError, ValueError, OverflowError) as exc:
+            # Not only OSError: a host that is no DNS name (an empty label, one over 63
+            # characters) makes getaddrinfo raise UnicodeError, a port out of range
+            # OverflowError; each is an upstream that cannot be reached, not a proxy crash.
             raise httpcore.ConnectError(str(exc) or type(exc).__name__) from exc
         sock = transport.get_extra_info("socket")
         for option in socket_options or ():

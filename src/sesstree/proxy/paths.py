@@ -15,8 +15,10 @@ in memory (about 250 bytes per node).
 Matching a request re-keys its whole history, and every request re-sends it: the keys of the
 messages seen lately are remembered by the message's exact JSON (a client re-sends a message
 as it sent it before), so a known message costs a JSON encoding and a lookup instead of its
-canonical form and a hash (a quarter of the time). The memory is bounded
-(:data:`MEMO_BYTES`, kept in two generations: the older is dropped when the newer fills).
+canonical form and a hash (a quarter of the time). The memory is bounded: each generation
+holds at most :data:`MEMO_BYTES` (an entry counted as its message's JSON plus
+:data:`MEMO_ENTRY_BYTES`, what the entry's key, tuple and dictionary slot cost besides), and
+two are kept: the older is dropped when the newer fills.
 """
 
 from __future__ import annotations
@@ -31,16 +33,21 @@ from ..node import NodeId
 from ..repo import Store
 from .canonical import EMPTY_KEY, chain_key
 
-__all__ = ["MEMO_BYTES", "Candidate", "PathIndex", "WalkState"]
+__all__ = ["MEMO_BYTES", "MEMO_ENTRY_BYTES", "Candidate", "PathIndex", "WalkState"]
 
 SESSIONS = "sessions/"
 #: Records that close the message before them: the node after them continues the history.
 _CLOSING = frozenset({"usage", "error", "step/end", "turn/end"})
 _KEEP = 4  # attach points remembered per key (different records after one history)
-#: Bytes of message JSON whose keys are remembered, per generation (two are kept).
+#: Bytes the remembered keys hold, per generation (two are kept).
 MEMO_BYTES = 32 << 20
-_ENTRY = 120  # bytes a remembered key costs besides its message's JSON
-_json = msgspec.json.Encoder().encode
+#: Bytes an entry of the memo holds besides its message's JSON: the JSON's bytes object
+#: header (33), the key tuple (64), the history key (65) and the dictionary's slot and index
+#: (24 to 100, by how full the table is), rounded up: the two generations measure 70-80%
+#: of twice MEMO_BYTES at their fullest. Checked against tracemalloc by
+#: ``test_the_key_memo_holds_no_more_than_its_bound``.
+MEMO_ENTRY_BYTES = 270
+_encode_into = msgspec.json.Encoder().encode_into
 
 
 class WalkState(NamedTuple):
@@ -70,6 +77,7 @@ class PathIndex:
         self._older: dict[tuple[bytes, str, bytes], bytes] = {}
         self._memo_size = 0
         self._memo_bytes = memo_bytes
+        self._buffer = bytearray()
         self.keys: dict[bytes, list[Candidate]] = {}
         self.states: dict[NodeId, WalkState] = {}
         self.responses: dict[str, NodeId] = {}
@@ -155,10 +163,17 @@ class PathIndex:
 
     def _chain_key(self, previous: bytes, type: str, data: Any) -> bytes:
         """:func:`chain_key`, remembered by the message's exact JSON."""
+        buffer = self._buffer
         try:
-            raw = _json(data)
+            _encode_into(data, buffer)
         except (msgspec.EncodeError, TypeError, ValueError):  # not JSON: not remembered
             return chain_key(previous, type, data)
+        # Encoded into one reused buffer, then copied at its exact size: the bytes that
+        # msgspec's encode() returns keep up to half again their length spare, which the memo
+        # would hold without counting it.
+        raw = bytes(buffer)
+        if len(buffer) > 1 << 20:
+            self._buffer = bytearray()  # not held at the size of the largest message
         slot = (previous, type, raw)
         key = self._memo.get(slot)
         if key is None:
@@ -166,7 +181,7 @@ class PathIndex:
             if key is None:
                 key = chain_key(previous, type, data)
             self._memo[slot] = key
-            self._memo_size += len(raw) + _ENTRY
+            self._memo_size += len(raw) + MEMO_ENTRY_BYTES
             if self._memo_size > self._memo_bytes:
                 self._older, self._memo, self._memo_size = self._memo, {}, 0
         return key

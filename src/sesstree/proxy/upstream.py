@@ -96,7 +96,13 @@ class Upstream:
     """The upstream URL, split into what every forwarded request is built from."""
 
     def __init__(self, url: str | httpx.URL) -> None:
+        """Raises:
+            ValueError: the URL's port is outside 1..65535 (the socket layer would take it
+                modulo 65536 and send every call, keys included, to another port).
+        """
         given = httpx.URL(str(url))
+        if given.port is not None and not 1 <= given.port <= 65535:
+            raise ValueError(f"port {given.port} of the upstream is not in 1..65535")
         #: The URL without credentials, path or query: what requests are sent to.
         self.origin = given.copy_with(username=None, password=None, raw_path=b"/")
         raw_path = given.raw_path
