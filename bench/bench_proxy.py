@@ -100,11 +100,15 @@ def _reply_text(raw: bytes, stream: bool) -> str:
     return "".join(parts)
 
 
-async def client(base: str, n: int, calls: int, stream: bool, out: list[float]) -> None:
+async def client(base: str, n: int, calls: int, stream: bool, out: list[float],
+                 start: float = 0.0) -> None:
     """One agent: each call re-sends the whole history, the model's answers as they came
     (an agent that did not would fork its conversation at every call). Its first call opens
     its connection and is not counted: 32 connections opened at once to the fake provider's
-    accept loop take up to 600 ms, which would make every p99 measure that loop alone."""
+    accept loop take up to 600 ms, which would make every p99 measure that loop alone. It
+    starts after ``start`` seconds (staggered clients keep their phase: each next call follows
+    its own reply)."""
+    await asyncio.sleep(start)
     messages: list[dict[str, Any]] = [{"role": "system", "content": "You are a coding agent."},
                                       {"role": "user", "content": f"client {n}: fix the test"}]
     async with httpx.AsyncClient(timeout=60) as c:
@@ -125,9 +129,13 @@ async def client(base: str, n: int, calls: int, stream: bool, out: list[float]) 
                          {"role": "user", "content": f"tool output {i}: " + TOOL_TEXT[:200]}]
 
 
-async def round_of(base: str, clients: int, calls: int, stream: bool) -> list[float]:
+async def round_of(base: str, clients: int, calls: int, stream: bool,
+                   stagger: float = 0.0) -> list[float]:
+    """``clients`` conversations at once; with ``stagger``, client n starts n/clients of it
+    later (spread evenly, as agents on their own rhythm are), else all together, in step."""
     out: list[float] = []
-    await asyncio.gather(*(client(base, n, calls, stream, out) for n in range(clients)))
+    await asyncio.gather(*(client(base, n, calls, stream, out, stagger * n / clients)
+                           for n in range(clients)))
     return out
 
 
@@ -147,7 +155,7 @@ def cpu_seconds(pid: int, thread: int | None = None) -> float:
 
 
 def latency(direct: str, proxies: dict[str, tuple[str, int]], clients: int, calls: int,
-            rounds: int, delay: float) -> None:
+            rounds: int, delay: float, stagger: bool = False) -> None:
     """Rounds of ``clients`` conversations straight to the provider and through each proxy
     (name -> (URL, pid)), alternating, so that all see the same machine load."""
     for stream in (False, True):
@@ -159,15 +167,16 @@ def latency(direct: str, proxies: dict[str, tuple[str, int]], clients: int, call
                 base, pid = proxies[name] if name in proxies else (direct, 0)
                 before = cpu_seconds(pid) if pid else 0.0
                 before_loop = cpu_seconds(pid, pid) if pid else 0.0
-                got[name] += asyncio.run(round_of(base, clients, calls, stream))
+                got[name] += asyncio.run(round_of(base, clients, calls, stream,
+                                                  delay if stagger else 0.0))
                 if pid:
                     time.sleep(0.2)  # the last recordings land just after their replies
                     cpu[name] += cpu_seconds(pid) - before
                     loop[name] += cpu_seconds(pid, pid) - before_loop
         what = "time to first chunk, streamed" if stream else "whole reply, non-streamed"
         print(f"\n{what}: {clients} clients x {calls} calls (the first not counted) x {rounds} "
-              f"rounds, provider "
-              f"answering in {delay * 1000:.0f} ms")
+              f"rounds, provider answering in {delay * 1000:.0f} ms, clients "
+              f"{'staggered over one answer' if stagger else 'in step'}")
         print(f"  {'':8} {'p50 ms':>8} {'p99 ms':>8} {'mean ms':>8} {'added p50':>10} "
               f"{'added p99':>10} {'CPU/call':>9} {'loop CPU':>9}")
         for name, values in got.items():
@@ -277,6 +286,9 @@ def main() -> None:
                         help="seconds the provider takes to answer (default 0.2; 0 makes the "
                              "32 clients a throughput test of the proxy's one process)")
     parser.add_argument("--clients", type=int, default=None, help="concurrent clients (32)")
+    parser.add_argument("--stagger", action="store_true",
+                        help="spread the clients' starts evenly over one provider answer (agents "
+                             "on their own rhythm) instead of starting them all together")
     parser.add_argument("--only", choices=["latency", "recorder", "storage", "recorder-child"],
                         help="run one part")
     parser.add_argument("--against", metavar="SRC", action="append", default=[],
@@ -302,7 +314,7 @@ def main() -> None:
                         px, proxied = start_proxy(Path(tmp) / f"latency-{name}", upstream, src)
                         procs.append(px)
                         proxies[name] = (proxied, px.pid)
-                    latency(upstream, proxies, clients, calls, rounds, args.delay)
+                    latency(upstream, proxies, clients, calls, rounds, args.delay, args.stagger)
                 finally:
                     for px in procs:
                         px.terminate()

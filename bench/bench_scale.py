@@ -269,12 +269,17 @@ def no_dictionary() -> Iterator[None]:
         backend.TRAIN_AFTER = saved
 
 
-def fill_long(where: Path, msgs: list[dict[str, Any]]) -> None:
+def fill_long(where: Path, msgs: list[dict[str, Any]], per_batch: int = 1_000) -> None:
+    """One long session, written ``per_batch`` events a commit, as a session grows (turns,
+    imported files): the store trains its dictionary when a commit takes it past TRAIN_AFTER
+    rows, and what is written after is compressed with it (a single batch of everything from
+    an empty store would stay plain: no dictionary is trained inside a transaction)."""
     with open_store(where) as store:
         s = store.session("long")
-        with store.batch():
-            for m in msgs:
-                s.add_message(m)
+        for k in range(0, len(msgs), per_batch):
+            with store.batch():
+                for m in msgs[k:k + per_batch]:
+                    s.add_message(m)
 
 
 def bench_load(tmp: Path, n: int, results: dict[str, Any]) -> None:
@@ -402,17 +407,20 @@ def bench_append(tmp: Path, n: int, results: dict[str, Any]) -> None:
         return spent
 
     def train_once() -> float:
+        """Training the dictionary on a store of TRAIN_AFTER plain rows, as a writer does at
+        its pause, its close or a batch's end (in a transaction of its own)."""
         from sesstree.store.codec import TRAIN_AFTER
 
         where = tmp / "train"
+        with no_dictionary():
+            fill_long(where, warm[: TRAIN_AFTER + 10])
         with open_store(where) as store:
-            s = store.session("a")
-            with store.batch():
-                for m in warm[: TRAIN_AFTER - 1]:
-                    s.add_message(m)
+            backend: Any = store.backend
             t = time.perf_counter()
-            s.add_message(warm[TRAIN_AFTER])  # the append that trains the dictionary
-            return time.perf_counter() - t
+            backend._train()
+            spent = time.perf_counter() - t
+            assert backend._db.execute("SELECT count(*) FROM dicts").fetchone()[0] == 1
+            return spent
 
     seeds, ours, plain, bare, keyed = [], [], [], [], []
     for k in range(3):  # alternate, so a slow spell hits every side
