@@ -645,7 +645,12 @@ def print_tables(results: dict[str, Any]) -> None:
 
 
 def plot(results: dict[str, Any]) -> None:
-    import matplotlib
+    try:
+        import matplotlib
+    except ImportError:  # the figures are printed and saved already: only the plots wait
+        print("\nno plots: matplotlib is not installed (pip install -e '.[bench]'), then "
+              "python bench/bench_scale.py --plot-only")
+        return
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt

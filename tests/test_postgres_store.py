@@ -424,3 +424,44 @@ def test_each_user_of_a_shared_store_has_a_head_of_their_own(
     files = list((tmp_path / "alice" / "heads").iterdir())
     assert len(files) == 1 and files[0].read_text().strip() == detached
     assert oct(files[0].stat().st_mode & 0o777) == "0o600"
+
+
+@pytest.mark.parametrize(("url", "secret", "shown"), [
+    # An @ in the query is no user part: the query stays, its password goes.
+    ("postgresql://127.0.0.1:1/db?user=admin@srv&password=SECRET", "SECRET",
+     "postgresql://127.0.0.1:1/db?user=admin@srv"),
+    ("postgresql://u@127.0.0.1:1/db?sslpassword=KEYSECRET", "KEYSECRET",
+     "postgresql://u@127.0.0.1:1/db"),
+    # An unquoted & in a query password: its tail is no key=value, and goes too.
+    ("postgresql://u@127.0.0.1:1/db?password=SE&CRETX&sslmode=disable", "CRETX",
+     "postgresql://u@127.0.0.1:1/db?sslmode=disable"),
+    ("postgresql://u:SE/CRET?X@127.0.0.1:1/db?application_name=a", "CRET",
+     "postgresql://127.0.0.1:1/db?application_name=a"),
+])
+def test_secrets_in_the_query_never_show(url: str, secret: str, shown: str) -> None:
+    assert redact_url(url) == shown
+    assert secret not in redact_url(url)
+
+
+def test_stores_that_differ_only_in_their_query_are_shown_apart() -> None:
+    """The checkout's HEAD file is keyed by the shown URL: two stores must not share it."""
+    a = redact_url("postgresql://host1/db1?application_name=ci@x")
+    b = redact_url("postgresql://host2/db2?application_name=dev@x")
+    assert a != b and "host1" in a and "host2" in b
+
+
+@pytest.mark.parametrize(("url", "secret"), [
+    ("postgresql://u:SECRETzz%zz/x@127.0.0.1:1/db", "SECRETzz"),  # libpq quotes the bad token
+    ("postgresql://u@127.0.0.1:1/db?password=QSEC%zzRET", "QSEC"),
+    ("postgresql://u:SE[CRET@127.0.0.1:1/db", "CRET"),  # not even a URL for a parser
+    ("postgresql://127.0.0.1:1/db?user=admin@srv&password=SECRETQ", "SECRETQ"),
+    ("postgresql://u@127.0.0.1:1/db?sslpassword=KEYSECRET", "KEYSECRET"),
+])
+def test_connection_errors_never_quote_a_password(url: str, secret: str) -> None:
+    result = subprocess.run([SESS, "--store", url, "log"], capture_output=True, text=True,
+                            timeout=60)
+    assert result.returncode != 0
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("Error: "), result.stderr
+    assert "internal error" not in lines[0]
+    assert secret not in result.stderr + result.stdout

@@ -58,3 +58,10 @@ def test_a_page_never_reads_the_whole_log(tmp_path: Path, monkeypatch: pytest.Mo
                                           "long"])
         assert result.exit_code == 0, result.output
         assert len(result.output.splitlines()) == 2 and "long@{1}" in result.output
+
+
+def test_a_negative_page_is_refused_the_same_on_every_backend(store: Store) -> None:
+    grow(store, "a", 3)
+    for limit, offset in [(-1, 0), (2, -1)]:
+        with pytest.raises(ValueError, match="0 or more"):
+            store.reflog_page("a", limit, offset)

@@ -491,9 +491,16 @@ class Store:
     def reflog_page(self, name: str, limit: int, offset: int = 0) -> tuple[list[ReflogEntry], int]:
         """One page of the moves of session ``name`` (named as :meth:`reflog` names it),
         **newest first**: ``limit`` moves after the newest ``offset``, and how many it has in
-        all. It reads the page, not the whole log (``sess reflog -n``, the web view)."""
+        all. It reads the page, not the whole log (``sess reflog -n``, the web view).
+
+        Raises:
+            ValueError: ``limit`` or ``offset`` is negative.
+        """
         from .scan import reflog_page
 
+        if limit < 0 or offset < 0:
+            raise ValueError(f"a reflog page needs a limit and an offset of 0 or more, "
+                             f"not {limit} and {offset}")
         if name.startswith((SESSIONS, TAGS, REMOTES)):
             return reflog_page(self.backend, name, limit, offset)
         page = reflog_page(self.backend, SESSIONS + name, limit, offset)

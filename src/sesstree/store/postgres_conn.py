@@ -28,7 +28,6 @@ import random
 import time
 from collections.abc import Callable
 from typing import Any, NoReturn, TypeVar
-from urllib.parse import urlsplit
 
 import psycopg
 
@@ -41,7 +40,7 @@ from ..errors import (
     StoreNotFoundError,
     StoreReadOnlyError,
 )
-from .urls import redact_url
+from .urls import mask_secrets, redact_url
 
 __all__ = ["Conn", "Connector", "StoreUnavailableError", "is_connection_lost", "is_serialization_failure"]
 
@@ -239,10 +238,7 @@ class Connector:
         primary = getattr(diag, "message_primary", None) if diag is not None else None
         text = str(primary or exc).strip().splitlines()
         line = text[0] if text else type(exc).__name__
-        password = urlsplit(self.url).password if "://" in self.url else None
-        if password:
-            line = line.replace(password, "***")
-        return line
+        return mask_secrets(line, self.url)
 
     def raise_translated(self, exc: BaseException) -> NoReturn:
         """Raise the sesstree error that a psycopg error means, chosen by its SQLSTATE."""

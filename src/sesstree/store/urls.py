@@ -7,14 +7,15 @@ for psycopg, and a machine without it gets one clear error only when it asks for
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
-from urllib.parse import parse_qsl, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, unquote, urlsplit, urlunsplit
 
 from ..errors import StoreError
 
 if TYPE_CHECKING:
     from .base import Backend
 
-__all__ = ["URL_SCHEMES", "is_store_url", "open_url", "redact_url", "strip_userinfo"]
+__all__ = ["URL_SCHEMES", "is_store_url", "mask_secrets", "open_url", "redact_url",
+           "strip_userinfo", "url_secrets"]
 
 #: URL schemes that name a PostgreSQL store.
 URL_SCHEMES = ("postgresql://", "postgres://")
@@ -38,26 +39,108 @@ def strip_userinfo(url: str) -> str:
     return f"{scheme}://{rest}"
 
 
+#: Query parameters libpq reads as secrets (the password, and the client key's passphrase).
+_SECRET_KEYS = ("password", "sslpassword")
+
+
+def _public_query(query: str) -> str:
+    """``query`` without its secrets: ``password=`` and ``sslpassword=`` go, and so does any
+    item that is no ``key=value`` (an unquoted ``&`` inside a password would make its tail
+    one; libpq refuses such items anyway)."""
+    kept = []
+    for item in query.split("&"):
+        if "=" not in item:
+            continue
+        for key, value in parse_qsl(item, keep_blank_values=True):
+            if key.lower() not in _SECRET_KEYS:
+                kept.append(f"{key}={value}")
+    return "&".join(kept)
+
+
+def _ports_ok(netloc: str) -> bool:
+    """Whether every host of ``netloc`` has a numeric port or none (``host:se`` is the start
+    of a password that an unquoted ``/`` or ``?`` cut short, not a host)."""
+    for host in netloc.rpartition("@")[2].split(","):
+        port = host.partition("]")[2] if host.startswith("[") else (
+            host.rpartition(":")[2] if ":" in host else "")
+        port = port.removeprefix(":") if host.startswith("[") else port
+        if port and not port.isdigit():
+            return False
+    return True
+
+
+def _cut_by_hand(scheme: str, rest: str) -> str:
+    """``scheme://`` and what follows the last ``@`` (everything before it may be a password
+    with unquoted ``/``, ``?``, ``#`` or ``@`` in it): its host and path, and its query
+    without secrets (cut at a ``&`` when there is no ``?``: that is already the query)."""
+    tail = rest.rpartition("@")[2]
+    head, mark, query = tail.partition("?")
+    head = head.split("#", 1)[0].split("&", 1)[0]
+    query = _public_query(query.split("#", 1)[0]) if mark else ""
+    return f"{scheme}://{head}" + (f"?{query}" if query else "")
+
+
 def redact_url(url: str) -> str:
     """``url`` as messages show it: the password left out, from the user part and from the
-    query (``?password=...``); everything else kept, so the URL still names the store.
+    query (``?password=...``, ``?sslpassword=...``); everything else kept, so the URL still
+    names the store.
 
-    A password with an unquoted ``/``, ``?`` or ``#`` in it ends the host part early, and a
-    parser would then leave its tail in the path or the query: when an ``@`` lies beyond the
-    host part, everything up to the last ``@`` goes, with the query."""
+    A password with an unquoted ``/``, ``?``, ``#`` or ``@`` in it ends a parser's host part
+    early, leaving its tail in the path or the query: when an ``@`` lies in the path, or the
+    host part has a port that is no number, everything up to the last ``@`` goes (an ``@``
+    in the query, as in ``?user=admin@server``, is no user part)."""
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        return url
     try:
         parts = urlsplit(url)
-        if url.partition("://")[2].rfind("@") >= len(parts.netloc):
-            return strip_userinfo(url)
+        in_path = rest.rfind("@", 0, rest.find("?") if "?" in rest else len(rest))
+        if in_path >= len(parts.netloc) or not _ports_ok(parts.netloc):
+            return _cut_by_hand(scheme, rest)
         host = parts.netloc.rpartition("@")[2]
         user = f"{parts.username}@" if parts.username else ""
-        query = "&".join(
-            f"{k}={v}" for k, v in parse_qsl(parts.query, keep_blank_values=True)
-            if k.lower() != "password"
-        )
-        return urlunsplit((parts.scheme, user + host, parts.path, query, ""))
+        return urlunsplit((parts.scheme, user + host, parts.path, _public_query(parts.query),
+                           ""))
     except ValueError:
-        return url.split("://", 1)[0] + "://..."
+        return _cut_by_hand(scheme, rest)
+
+
+def url_secrets(url: str) -> list[str]:
+    """Every piece of ``url`` that may be a secret, longest first, raw and percent-decoded:
+    the password of each possible user part (up to any ``@`` that can end one) and the first
+    piece of it libpq would read, the values of ``password=``/``sslpassword=``, and a query
+    item that is no ``key=value`` right after one (the tail of a password with an unquoted
+    ``&``). Error messages quote what they could not parse; these are masked there."""
+    rest = url.partition("://")[2]
+    first_query = rest.find("?") if "?" in rest else len(rest)
+    found: set[str] = set()
+    for at in (i for i, c in enumerate(rest) if c == "@"):
+        user = rest[:at]
+        if ":" not in user or (
+            at > first_query and "/" in user and _ports_ok(user.split("/", 1)[0])
+        ):
+            continue  # no password here, or an @ in the query after a host:port and a path
+        password = user.split(":", 1)[1]
+        found.update({password, password.split("/", 1)[0]})
+    after_secret = False
+    for item in rest[first_query + 1:].split("#", 1)[0].split("&"):
+        key, eq, value = item.partition("=")
+        if eq and key.lower() in _SECRET_KEYS:
+            found.add(value)
+            after_secret = True
+        elif not eq and after_secret:
+            found.add(item)
+        else:
+            after_secret = False
+    found |= {unquote(f) for f in found}
+    return sorted((f for f in found if len(f) >= 2), key=len, reverse=True)
+
+
+def mask_secrets(text: str, url: str) -> str:
+    """``text`` with every piece of ``url`` that may be a secret replaced by ``***``."""
+    for secret in url_secrets(url):
+        text = text.replace(secret, "***")
+    return text
 
 
 def open_url(url: str, *, create: bool, durable: bool, timeout: float) -> Backend:
