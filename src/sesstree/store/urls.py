@@ -61,9 +61,10 @@ def _ports_ok(netloc: str) -> bool:
     """Whether every host of ``netloc`` has a numeric port or none (``host:se`` is the start
     of a password that an unquoted ``/`` or ``?`` cut short, not a host)."""
     for host in netloc.rpartition("@")[2].split(","):
-        port = host.partition("]")[2] if host.startswith("[") else (
-            host.rpartition(":")[2] if ":" in host else "")
-        port = port.removeprefix(":") if host.startswith("[") else port
+        if host.startswith("["):  # an IPv6 address: [::1]:5432
+            port = host.partition("]")[2].removeprefix(":")
+        else:
+            port = host.rpartition(":")[2] if ":" in host else ""
         if port and not port.isdigit():
             return False
     return True
