@@ -23,7 +23,14 @@ from .meta_rows import HEAD, LEGACY, SESSION, session_meta_of
 from .postgres_codec import PgPayloads
 from .postgres_conn import Conn, Connector, is_connection_lost
 
-__all__ = ["NodeReads"]
+__all__ = ["NodeReads", "reflog_entries"]
+
+
+def reflog_entries(rows: list[Any]) -> list[ReflogEntry]:
+    """Reflog entries from rows of the reflog queries (ref, old id, new id, time, reason,
+    started)."""
+    return [ReflogEntry(r[0], objects.hex_id(r[1]), objects.hex_id(r[2]), r[3], r[4], r[5])
+            for r in rows]
 
 #: Nodes per fetch when every node is read (fsck, graph): bounded memory on a large store.
 _ITER_CHUNK = 5000
@@ -125,10 +132,7 @@ class NodeReads:
 
     def reflog(self, name: str | None = None) -> list[ReflogEntry]:
         rows = self._read(refs.REFLOG_ALL) if name is None else self._read(refs.REFLOG, (name,))
-        return [
-            ReflogEntry(r[0], objects.hex_id(r[1]), objects.hex_id(r[2]), r[3], r[4], r[5])
-            for r in rows
-        ]
+        return reflog_entries(rows)
 
     def _meta_rows(self, prefix: str) -> list[tuple[str, str]]:
         return [(str(k), str(v)) for k, v in self._read(refs.LIST_META, (len(prefix), prefix))]

@@ -31,6 +31,7 @@ __all__ = [
     "MOVE_REF",
     "REFLOG",
     "REFLOG_ALL",
+    "REFLOG_PAGE",
     "REF_CHECKS",
     "REF_FUNCTIONS",
     "REF_TABLES",
@@ -271,6 +272,8 @@ _REFLOG = (
     "LEFT JOIN nodes o ON o.seq = l.old LEFT JOIN nodes w ON w.seq = l.new"
 )
 REFLOG = _REFLOG + " WHERE l.ref = %s ORDER BY l.n"
+# A page of one ref's entries through its (ref, n) key, newest first.
+REFLOG_PAGE = _REFLOG + " WHERE l.ref = %s ORDER BY l.n DESC LIMIT %s OFFSET %s"
 REFLOG_ALL = _REFLOG + " ORDER BY l.n"
 # Forget a ref's history: all of a deleted ref's, all but the newest entry of a live one
 # (which then forgets where the ref was before it). One statement, so one transaction.

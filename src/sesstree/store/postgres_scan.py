@@ -22,10 +22,12 @@ from typing import Any, TypeVar
 
 from ..node import NodeId
 from . import postgres_objects as objects
+from . import postgres_refs as refs
 from .base import Counts, Progress, Ref, ReflogEntry, ReflogStamp
 from .codec import CodecError
 from .postgres_codec import PgPayloads
 from .postgres_conn import Conn
+from .postgres_reads import reflog_entries
 
 __all__ = ["CHUNK", "SLICE", "GcPlan", "ScanReads"]
 
@@ -48,12 +50,7 @@ _NEWEST_REFS = (
     "WHERE left(r.name, %s) = %s ORDER BY r.moved DESC, r.name LIMIT %s OFFSET %s"
 )
 _REFLOG_STAMP = "SELECT count(*), coalesce(max(time), 0) FROM reflog"
-# One ref's entries through its (ref, n) key: a page newest first, and when it moved to nodes.
-_REFLOG_PAGE = (
-    "SELECT l.ref, o.id, w.id, l.time, l.reason, l.started FROM reflog l "
-    "LEFT JOIN nodes o ON o.seq = l.old LEFT JOIN nodes w ON w.seq = l.new "
-    "WHERE l.ref = %s ORDER BY l.n DESC LIMIT %s OFFSET %s"
-)
+# One ref's entries through its (ref, n) key: their count, and when it moved to nodes.
 _REFLOG_COUNT = "SELECT count(*) FROM reflog WHERE ref = %s"
 _REFLOG_TIMES = (
     "SELECT d.id, l.time FROM nodes d JOIN reflog l ON l.new = d.seq "
@@ -191,10 +188,8 @@ class ScanReads:
     def reflog_page(self, name: str, limit: int, offset: int = 0) -> tuple[list[ReflogEntry], int]:
         with self._lock:
             total = int(self._read(_REFLOG_COUNT, (name,))[0][0])
-            rows = self._read(_REFLOG_PAGE, (name, limit, offset))
-        return [ReflogEntry(r[0], None if r[1] is None else objects.hex_id(r[1]),
-                            None if r[2] is None else objects.hex_id(r[2]), r[3], r[4], r[5])
-                for r in rows], total
+            rows = self._read(refs.REFLOG_PAGE, (name, limit, offset))
+        return reflog_entries(rows), total
 
     def reflog_times(self, name: str, targets: Sequence[NodeId]) -> dict[NodeId, float]:
         wanted = [bytes.fromhex(t) for t in dict.fromkeys(targets)]

@@ -10,6 +10,7 @@ import sqlite3
 import threading
 from contextlib import AbstractContextManager
 from pathlib import Path
+from typing import Any
 
 from ..errors import StoreCorruptError
 from ..node import NodeId
@@ -73,12 +74,15 @@ class RefReads:
                 rows = self._db.execute(sql + " ORDER BY l.time, l.ref, l.n").fetchall()
             else:
                 rows = self._db.execute(sql + " WHERE l.ref = ? ORDER BY l.n", (name,)).fetchall()
+        return self._entries(rows)
+
+    def _entries(self, rows: list[Any]) -> list[ReflogEntry]:
+        """Reflog entries from rows of ``_reflog_sql`` (ref, old id, new id, time, reason,
+        started)."""
+        hexed = self._hex
         return [
-            ReflogEntry(
-                r[0], self._hex(r[1]) if r[1] is not None else None,
-                self._hex(r[2]) if r[2] is not None else None,
-                r[3], r[4], r[5],
-            )
+            ReflogEntry(r[0], None if r[1] is None else hexed(r[1]),
+                        None if r[2] is None else hexed(r[2]), r[3], r[4], r[5])
             for r in rows
         ]
 

@@ -19,6 +19,7 @@ import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from pathlib import Path
+from typing import Any
 
 import msgspec
 
@@ -88,6 +89,9 @@ class ScanReads:
         raise NotImplementedError
 
     def _hex(self, value: object) -> NodeId:  # pragma: no cover - RefReads'
+        raise NotImplementedError
+
+    def _entries(self, rows: list[Any]) -> list[ReflogEntry]:  # pragma: no cover - RefReads'
         raise NotImplementedError
 
     def _write_folds(self) -> None:  # pragma: no cover - the backend's
@@ -212,10 +216,7 @@ class ScanReads:
                                          (name,)).fetchone()[0])
             rows = self._db.execute(self._reflog_sql + " WHERE l.ref = ? ORDER BY l.n DESC "
                                     "LIMIT ? OFFSET ?", (name, limit, offset)).fetchall()
-        hexed = self._hex
-        return [ReflogEntry(r[0], None if r[1] is None else hexed(r[1]),
-                            None if r[2] is None else hexed(r[2]), r[3], r[4], r[5])
-                for r in rows], total
+        return self._entries(rows), total
 
     def reflog_times(self, name: str, targets: Sequence[NodeId]) -> dict[NodeId, float]:
         wanted = list(dict.fromkeys(targets))
