@@ -2,8 +2,8 @@
 
     .venv/bin/python bench/import_samples.py [SAMPLES_DIR]
 
-SAMPLES_DIR defaults to ``shared/interop-samples`` beside the clone (``../shared`` from the
-repository); without it, the script says so and exits 2.
+SAMPLES_DIR defaults to ``tests/interop/samples`` of the repository (real transcripts of other
+tools, kept with their licences); a folder that does not exist is named in one line, exit 2.
 
 Prints, per format folder and in total: files, sessions landed, events on those sessions'
 paths, nodes stored, seconds, source bytes and store bytes, then the same for a second import
@@ -23,7 +23,7 @@ from sesstree import open_store
 from sesstree.interop import import_files
 
 HERE = Path(__file__).resolve().parent
-DEFAULT = HERE.parent.parent / "shared" / "interop-samples"
+DEFAULT = HERE.parent / "tests" / "interop" / "samples"
 
 
 def _files(folder: Path) -> list[Path]:

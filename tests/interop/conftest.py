@@ -12,7 +12,8 @@ from sesstree import Store, open_store
 from sesstree.interop import claude
 
 DATA = Path(__file__).parent / "data"
-SAMPLES = Path(__file__).parents[2] / ".." / "shared" / "interop-samples"
+# Real files of other tools, kept in the repository with their licences (samples/SOURCES.md).
+SAMPLES = Path(__file__).parent / "samples"
 
 
 @pytest.fixture(autouse=True)
@@ -38,7 +39,5 @@ def data(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def samples() -> Path:
-    """The real sample files of shared/; skipped where they are not beside the clone."""
-    if not SAMPLES.is_dir():
-        pytest.skip("shared/interop-samples is not beside the clone")
+    """The real sample files (tests/interop/samples), part of every clone."""
     return SAMPLES

@@ -10,7 +10,7 @@ from pathlib import Path
 SCRIPT = Path(__file__).parents[2] / "bench" / "import_samples.py"
 
 
-# Guards a past bug: with no argument on a fresh clone (no ../shared) it gave a traceback.
+# Guards a past bug: with no samples folder where it looks it gave a traceback.
 def test_without_samples_it_says_what_to_pass(tmp_path: Path) -> None:
     clone = tmp_path / "clone" / "bench"
     clone.mkdir(parents=True)
