@@ -22,12 +22,15 @@ class TerminalProgress:
         self.what = what
         self.stream = stream
         self.interval = interval
-        self._last = 0.0
+        # None, not 0.0: the monotonic clock's origin is unspecified (seconds since boot on
+        # Linux), so a zero start would skip the first draw on a machine booted within
+        # ``interval`` seconds.
+        self._last: float | None = None
         self._shown = False
 
     def __call__(self, done: int, total: int) -> None:
         now = time.monotonic()
-        if now - self._last < self.interval and done != total:
+        if self._last is not None and now - self._last < self.interval and done != total:
             return
         self._last = now
         if total > 0:
