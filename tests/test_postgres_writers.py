@@ -103,7 +103,11 @@ def test_sigkill_loses_no_acknowledged_event(postgres_url: str) -> None:
                 break
         time.sleep(rng.random() * 0.02)
         proc.send_signal(signal.SIGKILL)
-        rest, err = proc.communicate(timeout=30)
+        proc.wait(timeout=30)
+        # Through the same file object: communicate() would miss the lines already buffered.
+        assert proc.stderr is not None
+        with proc.stdout, proc.stderr:
+            rest, err = proc.stdout.read(), proc.stderr.read()
         acked.extend(int(x.split()[1]) for x in rest.splitlines() if x.startswith("ACK"))
         assert proc.returncode == -signal.SIGKILL, err
         with open_store(postgres_url, create=False) as store:
