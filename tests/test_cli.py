@@ -417,7 +417,7 @@ def test_show_human_and_json(sess: Sess) -> None:
     ]
     assert json.loads(out.split("\n\n", 1)[1]) == {
         "role": "user", "content": "I need to get into the Cave of Echoes."}
-    out = sess.ok("show")
+    out = sess.ok("show", "HEAD")  # HEAD named: its node (no argument shows the session)
     assert out.startswith(f"node    {ids[2]}\nparent  {ids[1]}\ntype    user/message\ndepth   3\n"
                           "refs    HEAD -> main\n")
     assert sess.json("show", ids[1][:5]) == {

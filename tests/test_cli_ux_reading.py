@@ -186,7 +186,7 @@ def test_show_session_renders_the_conversation_in_full(sess: Sess) -> None:
     assert sess.ok("messages", "--pretty") == body
     assert sess.lines("messages", "--oneline")[0] == "user: Who has the key? Ask around."
     # HEAD, an id, name~N: one node, as before; --node for a session's head node
-    assert sess.ok("show").startswith(f"node    {ids[-1]}\n")
+    assert sess.ok("show", "HEAD").startswith(f"node    {ids[-1]}\n")
     assert sess.ok("show", "main", "--node").startswith(f"node    {ids[-1]}\n")
     assert sess.json("show", "main")["id"] == ids[-1]
 

@@ -182,8 +182,8 @@ class _Group(click.Group):
         "run": "Send PROMPT to the model on SESSION (default: the HEAD session) and print the "
                "answer.",
         "serve": "Serve the store over HTTP for clone, fetch, pull and push (see docs/sync.md).",
-        "show": "Show each REV (default HEAD): a session by name as its conversation, any "
-                "other revision (an id, a tag, HEAD, name~2) as one node in full.",
+        "show": "Show each REV: a session by name as its conversation, any other revision "
+                "(an id, a tag, HEAD, name~2) as one node in full.",
         "stats": "Nodes, refs, and bytes: as separate JSONL files (logical) against on disk "
                  "(physical).",
         "status": "Show the current session (HEAD), its head id and length.",
@@ -386,6 +386,12 @@ def emit_json(value: Any) -> None:
 
 def fail(message: str) -> NoReturn:
     raise click.ClickException(message)
+
+
+def usage(message: str) -> NoReturn:
+    """A command called the wrong way (missing or contradictory arguments): one line, exit 2,
+    as every usage error click itself finds."""
+    raise click.UsageError(message, click.get_current_context(silent=True))
 
 
 # -- setup and status ------------------------------------------------------------------------

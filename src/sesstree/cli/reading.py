@@ -20,7 +20,7 @@ from ..repo import SESSIONS, TAGS, Store
 from ..scan import refs_at
 from ..store.base import Ref
 from .conversation import CONVERSATION_TYPES, Row, fold_turns, node_text
-from .core import CountCommand, StoreLocator, cli, complete_rev, emit_json, events, fail, page, pass_store
+from .core import CountCommand, StoreLocator, cli, complete_rev, emit_json, events, page, pass_store, usage
 from .select import Filters, Range, node_times, parse_range, parse_time
 from .term import Terminal, terminal
 
@@ -141,14 +141,17 @@ def log(locator: StoreLocator, rev: str, limit: int | None, oneline: bool, rever
                       parse_time(since, "--since") if since else None,
                       parse_time(until, "--until") if until else None)
     if graph and as_json:
-        fail("--graph draws for people; use --json without it (nodes carry their parent)")
+        usage("--graph draws for people; use --json without it (nodes carry their parent)")
+    if oneline and as_json:
+        usage("--oneline and --json cannot be used together: --oneline is a short line for "
+              "people, --json the events for programs")
     if all_refs and not graph:
-        fail("--all draws every session and needs --graph ('sess log --graph --all'); "
+        usage("--all draws every session and needs --graph ('sess log --graph --all'); "
              "'sess branch' lists the sessions")
     span = parse_range(rev)
     if graph:
         if span is not None or filters.active:
-            fail("--graph draws whole sessions: ranges and filters (--type, --role, --grep, "
+            usage("--graph draws whole sessions: ranges and filters (--type, --role, --grep, "
                  "--since, --until) work without it")
         page()
         _log_graph(store, rev, all_refs, limit, oneline=oneline, reverse=reverse)
@@ -181,6 +184,8 @@ def log(locator: StoreLocator, rev: str, limit: int | None, oneline: bool, rever
         rows = [Row(n) for n in oldest_first]
     elif filters.active:
         rows = [Row(n) for n in oldest_first if n.type in CONVERSATION_TYPES]
+    elif span is not None:
+        rows = _range_rows(store, span, oldest_first)
     else:
         rows = fold_turns(oldest_first, times)
     rows = [r for r in rows if r.turn is not None or filters.keep(r.node, times)]
@@ -229,6 +234,25 @@ def _range_nodes(store: Store, span: Range, sides: dict[NodeId, str]) -> list[No
     order = {n.id: i for i, n in enumerate(both)}
     # Oldest first within each side, B's side after A's: reversed, B's newest is on top.
     return sorted(both, key=lambda n: (sides[n.id] == ">", order[n.id]), reverse=True)
+
+
+def _range_rows(store: Store, span: Range, oldest_first: Sequence[Node]) -> list[Row]:
+    """The conversation rows of a range's nodes, each turn summed over the whole turn.
+
+    A range may start inside a turn (where the two sides parted mid-turn, or after a turn's
+    shared first event), so each side's whole path is folded, with its reflog times, and the
+    rows that fall in the range are kept: ``log A..B`` shows the turn line ``log B`` shows.
+    """
+    wanted = {n.id: i for i, n in enumerate(oldest_first)}
+    kept: dict[NodeId, Row] = {}
+    for rev in (span.right, span.left) if span.symmetric else (span.right,):
+        path = store.log(rev)
+        turns = [n.id for n in path if n.type in ("turn/start", "turn/end")]
+        times = node_times(store, rev, path, turns) if turns else {}
+        for row in fold_turns(path[::-1], times):
+            if row.node.id in wanted:
+                kept.setdefault(row.node.id, row)
+    return sorted(kept.values(), key=lambda r: wanted[r.node.id])
 
 
 def _print_rows(store: Store, rows: Sequence[Row], oneline: bool, sides: dict[NodeId, str]) -> None:
@@ -331,7 +355,7 @@ def diff(locator: StoreLocator, a: str, b: str | None, stat: bool, as_json: bool
     span = parse_range(a)
     if span is not None:
         if b is not None:
-            fail(f"give a range or two revisions, not both ('sess diff {a}' or "
+            usage(f"give a range or two revisions, not both ('sess diff {a}' or "
                  f"'sess diff {span.left} {b}')")
         a, b, only_right = span.left, span.right, span.symmetric
     b = b or "HEAD"
@@ -349,6 +373,11 @@ def diff(locator: StoreLocator, a: str, b: str | None, stat: bool, as_json: bool
     term = terminal()
     if d.base is None:
         click.echo("no common ancestor")
+    elif not d.only_a and not d.only_b:
+        # One node on both sides: nothing to list for either.
+        click.echo(f"no difference: {a} and {b} are both at {term.paint(short(d.base), 'id')} "
+                   f"({events(store.depth(d.base))})")
+        return
     else:
         click.echo(f"common ancestor {term.paint(short(d.base), 'id')} "
                    f"({events(store.depth(d.base))})")

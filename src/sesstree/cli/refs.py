@@ -14,7 +14,18 @@ from ..errors import InputError, UnknownRevisionError
 from ..events import VOCABULARY, is_registered, message_type
 from ..fmt import printable, relative_time, short
 from ..repo import SESSIONS, TAGS, Store
-from .core import CountCommand, StoreLocator, cli, complete_rev, emit_json, events, fail, page, pass_store
+from .core import (
+    CountCommand,
+    StoreLocator,
+    cli,
+    complete_rev,
+    emit_json,
+    events,
+    fail,
+    page,
+    pass_store,
+    usage,
+)
 from .term import terminal
 
 __all__ = ["append", "reflog", "tag"]
@@ -34,7 +45,7 @@ def tag(locator: StoreLocator, name: str | None, rev: str | None, delete: bool, 
     store = locator.open()
     if delete:
         if name is None or rev is not None:
-            fail("usage: sess tag -d NAME")
+            usage("usage: sess tag -d NAME")
         old = store.delete_tag(name)
         click.echo(f"Deleted tag {name} (was {short(old)})")
         return
@@ -102,7 +113,7 @@ def _append_args(args: tuple[str, ...], as_jsonl: bool) -> tuple[str | None, str
     """``(session, type, payload)`` from ``[SESSION] TYPE [JSON|-]`` (``[SESSION] [TYPE]``
     with --jsonl)."""
     if len(args) > 3 or (as_jsonl and len(args) > 2):
-        fail("usage: sess append [SESSION] TYPE [JSON|-] | sess append [SESSION] [TYPE] --jsonl")
+        usage("usage: sess append [SESSION] TYPE [JSON|-] | sess append [SESSION] [TYPE] --jsonl")
     if as_jsonl:
         if len(args) == 2:
             _check_type(args[1])
@@ -235,7 +246,7 @@ def reflog(locator: StoreLocator, name: str | None, limit: int | None, expire: b
     store = locator.open()
     if expire:
         if name is None:
-            fail("usage: sess reflog --expire NAME (this gives up undo: name it explicitly)")
+            usage("usage: sess reflog --expire NAME (this gives up undo: name it explicitly)")
         gone = store.expire_reflog(name)
         click.echo(f"Expired {gone} reflog entr{'y' if gone == 1 else 'ies'} of {name}; "
                    "'sess gc' removes what nothing else reaches")

@@ -20,7 +20,7 @@ from ..head import head_file_for
 from ..node import check_ref_name
 from ..repo import SESSIONS, STORE_FILE, Store, open_store
 from ..store.urls import is_store_url, redact_url
-from .core import STORE_DIR, StoreLocator, cli, complete_rev, emit_json, events, fail, pass_store
+from .core import STORE_DIR, StoreLocator, cli, complete_rev, emit_json, events, fail, pass_store, usage
 from .term import terminal
 from .titles import Titles
 
@@ -94,7 +94,7 @@ def branch(locator: StoreLocator, names: tuple[str, ...], delete: bool, force_de
     store = locator.open()
     if delete or force_delete:
         if not names:
-            fail("usage: sess branch -d NAME...")
+            usage("usage: sess branch -d NAME...")
         for name in names:  # every name is checked before any session is deleted
             if not store.has_session(name):
                 raise UnknownRevisionError(f"no session named {name!r}")
@@ -108,13 +108,13 @@ def branch(locator: StoreLocator, names: tuple[str, ...], delete: bool, force_de
         return
     if move:
         if len(names) != 2:
-            fail("usage: sess branch -m OLD NEW")
+            usage("usage: sess branch -m OLD NEW")
         store.rename_session(names[0], names[1])
         click.echo(f"Renamed session {names[0]} to {names[1]}")
         return
     if names and not as_list:
         if len(names) > 2:
-            fail("usage: sess branch [SOURCE] NEW")
+            usage("usage: sess branch [SOURCE] NEW")
         source, new = (None, names[0]) if len(names) == 1 else names
         if source is not None:
             _refuse_swapped(store, source, new)
@@ -209,7 +209,7 @@ def checkout(locator: StoreLocator, rev: str | None, new: str | None) -> None:
         click.echo(f"Switched to a new session {new}")
         return
     if rev is None:
-        fail("usage: sess checkout REV | sess checkout - | sess checkout -b NEW [START]")
+        usage("usage: sess checkout REV | sess checkout - | sess checkout -b NEW [START]")
     if rev == "-":
         rev = _previous(locator)
     name, node = store.checkout(rev)
@@ -282,7 +282,7 @@ def reset(locator: StoreLocator, args: tuple[str, ...], empty: bool, git_mode: b
     store = locator.open()
     if empty:
         if len(args) > 1:
-            fail("usage: sess reset --empty [SESSION]")
+            usage("usage: sess reset --empty [SESSION]")
         name = args[0] if args else _head_session(store, "empty")
         name = name[len(SESSIONS):] if name.startswith(SESSIONS) else name
         old = store.session_head(name)
@@ -297,7 +297,7 @@ def reset(locator: StoreLocator, args: tuple[str, ...], empty: bool, git_mode: b
     elif len(args) == 1:
         name, rev = _head_session(store, "reset"), args[0]
     else:
-        fail("usage: sess reset [SESSION] REV | sess reset --empty [SESSION]")
+        usage("usage: sess reset [SESSION] REV | sess reset --empty [SESSION]")
     name = name[len(SESSIONS):] if name.startswith(SESSIONS) else name
     old = store.session_head(name)
     if old is None and (len(args) == 1 or store.reflog(name)):

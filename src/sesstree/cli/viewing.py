@@ -14,7 +14,7 @@ from ..fmt import printable, short, summary, to_jsonable
 from ..node import Node, NodeId
 from ..repo import SESSIONS, Store
 from .conversation import render_messages
-from .core import StoreLocator, cli, complete_rev, emit_json, events, page, pass_store
+from .core import StoreLocator, cli, complete_rev, emit_json, events, page, pass_store, usage
 from .reading import _ref_labels, decorate
 from .term import terminal
 from .titles import session_title
@@ -40,10 +40,14 @@ def _bare_session(store: Store, rev: str) -> str | None:
 @click.option("--json", "as_json", is_flag=True, help="Machine output (the node).")
 @pass_store
 def show(locator: StoreLocator, revs: tuple[str, ...], as_node: bool, as_json: bool) -> None:
-    """Show each REV (default HEAD): a session by name as its conversation, any other revision
-    (an id, a tag, HEAD, name~2) as one node in full."""
+    """Show each REV: a session by name as its conversation, any other revision (an id, a
+    tag, HEAD, name~2) as one node in full. With no REV, HEAD's session (its head node when
+    HEAD is detached)."""
     store = locator.open()
-    revs = revs or ("HEAD",)
+    if not revs:
+        name, _node = store.head()
+        # The session HEAD is on, as `sess show NAME` shows it; detached, the node.
+        revs = (name,) if name is not None and store.has_session(name) else ("HEAD",)
     if as_json:
         shown = [{**to_jsonable(node), "depth": store.depth(node.id)}
                  for node in (store.show(rev) for rev in revs)]
@@ -104,19 +108,24 @@ def _notes(problems: Any) -> None:
 
 @cli.command()
 @click.argument("rev", default="HEAD", required=False, shell_complete=complete_rev)
-@click.option("--pretty", "fmt", flag_value="pretty", default=True,
-              help="The conversation in full, for reading (the default).")
-@click.option("--oneline", "fmt", flag_value="oneline", help="One line per message, fitted to "
-              "the terminal.")
-@click.option("--json", "fmt", flag_value="json", help="One JSON array.")
-@click.option("--jsonl", "fmt", flag_value="jsonl", help="One message per line.")
+@click.option("--pretty", is_flag=True, help="The conversation in full, for reading (the default).")
+@click.option("--oneline", is_flag=True, help="One line per message, fitted to the terminal.")
+@click.option("--json", "as_json", is_flag=True, help="One JSON array.")
+@click.option("--jsonl", "as_jsonl", is_flag=True, help="One message per line.")
 @click.option("--sending", is_flag=True,
               help="What a model API is sent: every tool call answered, no result without a "
                    "call, no two user messages in a row (the stored messages are unchanged).")
 @pass_store
-def messages(locator: StoreLocator, rev: str, fmt: str, sending: bool) -> None:
+def messages(locator: StoreLocator, rev: str, pretty: bool, oneline: bool, as_json: bool,
+             as_jsonl: bool, sending: bool) -> None:
     """Print the chat messages of REV as they were stored (--sending: as sent): in full for
     reading, one line each with --oneline, or JSON."""
+    given = [flag for flag, on in (("--pretty", pretty), ("--oneline", oneline),
+                                   ("--json", as_json), ("--jsonl", as_jsonl)) if on]
+    if len(given) > 1:
+        usage(f"{' and '.join(given)} cannot be used together: each is a way to print the "
+              "messages, choose one")
+    fmt = given[0].lstrip("-") if given else "pretty"
     store = locator.open()
     derived = store.derive(rev, sending=sending)
     _notes(derived.problems)
