@@ -8,7 +8,6 @@ import json
 
 import pytest
 from cli_kit import Sess, user_error
-
 from test_cli_ux_reading import TURN
 
 
