@@ -28,7 +28,7 @@ from sesstree.store.sqlite_media import translate
 # The read commands whose output must be the same on a full disk as with room.
 READS = [("messages",), ("log",), ("log", "--all", "--graph"), ("fsck",), ("show",),
          ("show", "b"), ("status",), ("branch", "--json"), ("messages", "--json", "b"),
-         ("reflog", "--json"), ("diff", "main", "b"), ("tag", "-l")]
+         ("reflog", "--json"), ("diff", "main", "b"), ("tag", "-l"), ("export", "b", "-o", "-")]
 # Writes of every kind: an append, a fork, a tag, a HEAD move, a reset, a rename, a delete,
 # an import.
 WRITES = [("append", "user/message", msg("user", "one more")), ("branch", "c"),
