@@ -97,15 +97,12 @@ class SqliteBackend(CommitWrites, RefReads, ScanReads, DictWrites):
         self._db, read_only = open_connection(
             self.path, create=create, durable=durable, timeout=timeout
         )
-        #: True when the store could only be opened for reading (read-only media, or a disk
-        #: too full for the WAL's index file: then :attr:`full` too).
+        #: True when the store could only be opened for reading (read-only media, or a full disk).
         self.read_only = read_only
-        #: True when the store was opened on a disk too full for ``store.db-shm`` (see
-        #: sqlite_media.open_without_index): reads work, every write raises StoreFullError.
+        #: True on a disk too full for ``store.db-shm`` (sqlite_media.open_without_index): reads
+        #: work, every write raises StoreFullError (and query_only refuses any that would not).
         self.full = read_only and without_index(self._db)
         if self.full:
-            # Writes are refused before they start (_refuse_if_full); this refuses any other
-            # (set after the open, which made its temporary tables).
             self._db.execute("PRAGMA query_only=1")
         self._timeout = timeout
         self._queue = WriteLock(self.path)
