@@ -244,7 +244,7 @@ def test_stats_counts_and_bytes(sess: Sess, tmp_path: Path) -> None:
                          "reflog entries  3",
                          f"logical bytes   {2 * line_bytes}  (as one JSONL file per session)"]
     assert lines[5].startswith("physical bytes  ") and lines[5].endswith("(on disk)")
-    assert lines[6].startswith("ratio           ") and lines[6].endswith("x")
+    assert lines[6].startswith("ratio           ") and "(JSONL bytes per byte on disk: " in lines[6]
 
 
 def test_fsck_clean_store(sess: Sess) -> None:

@@ -11,8 +11,8 @@ import msgspec
 from .node import Node
 
 __all__ = [
-    "SHORT", "plural", "printable", "relative_time", "short", "summary", "terminal_safe",
-    "terminal_text", "to_jsonable",
+    "SHORT", "cells", "fit", "fit_left", "pad", "plural", "printable", "relative_time", "short",
+    "summary", "terminal_safe", "terminal_text", "to_jsonable",
 ]
 
 #: Characters of an id shown to people; any unambiguous prefix of 4+ is accepted back.
@@ -70,6 +70,65 @@ def terminal_safe(value: Any) -> Any:
     return value
 
 
+# Characters a terminal draws in no cell of their own: zero-width spaces and joiners, the
+# word joiner, the byte order mark (combining marks are found by their category).
+_ZERO_WIDTH = frozenset("\u200b\u200c\u200d\u2060\ufeff")
+
+
+def _cell_width(ch: str) -> int:
+    if ch in _ZERO_WIDTH or unicodedata.category(ch) in ("Mn", "Me"):
+        return 0
+    return 2 if unicodedata.east_asian_width(ch) in ("W", "F") else 1
+
+
+def cells(text: str) -> int:
+    """The screen cells ``text`` takes on a terminal: two for each wide or fullwidth
+    character (CJK ideographs, kana, hangul, fullwidth forms, most emoji), none for a combining
+    mark or a zero-width character, one for any other. (Lines are fitted in these, not in
+    characters: a line of Chinese is twice as wide as its length.)"""
+    if text.isascii():
+        return len(text)
+    return sum(_cell_width(ch) for ch in text)
+
+
+def fit(text: str, width: int, end: str = "…") -> str:
+    """``text`` cut to at most ``width`` screen cells, ``end`` marking the cut (a combining
+    mark stays with its letter; a wide character that would straddle the edge is left out)."""
+    if cells(text) <= width:
+        return text
+    room = max(0, width - cells(end))
+    used, cut = 0, 0
+    for i, ch in enumerate(text):
+        used += _cell_width(ch)
+        if used > room:
+            break
+        cut = i + 1
+    return text[:cut] + end
+
+
+def fit_left(text: str, width: int, start: str = "…") -> str:
+    """``text`` cut on the left to at most ``width`` screen cells (a path, whose end says
+    most: ``…/projects/x/abc.jsonl``)."""
+    if cells(text) <= width:
+        return text
+    room = max(0, width - cells(start))
+    used, cut = 0, len(text)
+    for i in range(len(text) - 1, -1, -1):
+        used += _cell_width(text[i])
+        if used > room:
+            break
+        cut = i
+    while cut < len(text) and _cell_width(text[cut]) == 0:
+        cut += 1  # a combining mark whose letter was cut off goes with it
+    return start + text[cut:]
+
+
+def pad(text: str, width: int) -> str:
+    """``text`` with spaces after it to fill ``width`` screen cells (as ``f"{text:<N}"``
+    does in characters)."""
+    return text + " " * max(0, width - cells(text))
+
+
 def relative_time(then: float, now: float | None = None) -> str:
     """``3 minutes ago`` style."""
     delta = max(0.0, (now if now is not None else time.time()) - then)
@@ -81,8 +140,7 @@ def relative_time(then: float, now: float | None = None) -> str:
 
 
 def _clip(text: str, width: int) -> str:
-    text = terminal_text(" ".join(text.split()))
-    return text if len(text) <= width else text[: width - 1] + "…"
+    return fit(terminal_text(" ".join(text.split())), width)
 
 
 def _content_text(content: Any) -> str:

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import importlib
 import io
+import itertools
 import os
+import shlex
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, NoReturn
@@ -66,9 +68,17 @@ class StoreLocator:
         for folder in (here, *here.parents):
             if (folder / STORE_DIR / _STORE_FILE).exists():
                 return folder / STORE_DIR
+        nearby = _stores_below(here)
+        if nearby:
+            shown = " or ".join(f"--store {shlex.quote(n)}" for n in nearby)
+            raise StoreNotFoundError(
+                f"no store found in this folder or any parent, but {nearby[0]}/ here holds "
+                f"one: pass {shown} (or set SESS_STORE={shlex.quote(nearby[0])}), or run "
+                "'sess init' to make a new one here"
+            )
         raise StoreNotFoundError(
-            "no store found in this folder or any parent (run 'sess init', or pass --store "
-            "or set SESS_STORE)"
+            "no store found in this folder or any parent: run 'sess init' to make one here, "
+            "or pass --store PATH or set SESS_STORE=PATH to use one elsewhere"
         )
 
     def explicit(self) -> Path | None:
@@ -98,6 +108,33 @@ class StoreLocator:
 
 
 _SQLITE_MAGIC = b"SQLite format 3\x00"
+# How many entries of the current folder are looked at for a store a user may have meant.
+_LOOK_AT = 500
+
+
+def _stores_below(here: Path) -> list[str]:
+    """Folders right inside ``here`` that hold a store (one ``open_store("sessions")`` made,
+    or a ``.sess/`` of their own), for the hint when none was found: at most three, by name."""
+    found = []
+    try:
+        with os.scandir(here) as entries:
+            for entry in itertools.islice(entries, _LOOK_AT):
+                if entry.name.startswith(".") or not entry.is_dir():
+                    continue
+                folder = Path(entry.path)
+                if any(_is_database(f / _STORE_FILE) for f in (folder, folder / STORE_DIR)):
+                    found.append(entry.name)
+    except OSError:
+        return []
+    return sorted(found)[:3]
+
+
+def _is_database(path: Path) -> bool:
+    try:
+        with path.open("rb") as f:
+            return f.read(len(_SQLITE_MAGIC)) == _SQLITE_MAGIC
+    except OSError:
+        return False
 
 
 def _check_is_database(path: Path) -> None:

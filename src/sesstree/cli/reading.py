@@ -14,7 +14,7 @@ from typing import Any
 
 import click
 
-from ..fmt import short, summary, to_jsonable
+from ..fmt import cells, fit, short, summary, to_jsonable
 from ..node import Node, NodeId
 from ..repo import SESSIONS, TAGS, Store
 from ..scan import refs_at
@@ -67,7 +67,7 @@ def decorate(refs: Sequence[str] | None, term: Terminal) -> str:
 
 
 def _plain_width(refs: Sequence[str] | None) -> int:
-    return len(f"({', '.join(refs)})") if refs else 0
+    return cells(f"({', '.join(refs)})") if refs else 0
 
 
 def _label(node: Node, labels: dict[NodeId, list[str]]) -> str:
@@ -283,8 +283,7 @@ def _print_rows(store: Store, rows: Sequence[Row], oneline: bool, sides: dict[No
 
 
 def _fit(text: str, width: int) -> str:
-    width = max(1, width)
-    return text if len(text) <= width else text[: width - 1] + "…"
+    return fit(text, max(1, width))
 
 
 def _paint_body(body: str, row: Row, term: Terminal) -> str:

@@ -15,7 +15,7 @@ from ..errors import (
     UnknownRevisionError,
 )
 from ..files import write_private
-from ..fmt import printable, relative_time, short
+from ..fmt import cells, fit, fit_left, pad, printable, relative_time, short
 from ..head import head_file_for
 from ..node import check_ref_name
 from ..repo import SESSIONS, STORE_FILE, Store, open_store
@@ -142,36 +142,61 @@ def _list_sessions(store: Store, patterns: tuple[str, ...], verbose: bool, as_js
         emit_json(rows)
         return
     term = terminal()
-    width = max((len(i.name) for i in infos), default=0)
+    width = max((cells(i.name) for i in infos), default=0)
+    whens = {i.name: relative_time(i.moved) for i in infos}
+    digits, units, whenw = 6, 6, 14
+    if verbose:  # columns as wide as their widest value: the rest is the title's and source's
+        digits = max((len(str(i.length)) for i in infos), default=1)
+        units = 5 if all(i.length == 1 for i in infos) else 6
+        whenw = max((len(w) for w in whens.values()), default=0)
     for i in infos:
         mark = "*" if i.name == current else " "
         unit = "event" if i.length == 1 else "events"
-        when = relative_time(i.moved)
-        name = f"{i.name:<{width}}"
+        when = whens[i.name]
+        name = pad(i.name, width)
         line = (f"{mark} {term.paint(name, 'head' if mark == '*' else 'ref')}  "
-                f"{term.paint(short(i.head), 'id')}  {i.length:>6} {unit:<6}  ")
+                f"{term.paint(short(i.head), 'id')}  {i.length:>{digits}} {unit:<{units}}  ")
         if not verbose:
             click.echo(line + when)
             continue
-        used = 2 + width + 2 + 10 + 2 + 6 + 1 + 6 + 2 + 16
+        used = 2 + width + 2 + 10 + 2 + digits + 1 + units + 2 + whenw + 2
         title, source = titles[i.name].title, titles[i.name].source
-        available = term.width - used
-        # The title comes first; the source gets what is left past 20 characters of it.
-        kind, sep, where = (source or "").partition(": ")
-        budget = min(40, available - 20 - 5 - (len(kind) + 2 if sep else 0))
-        shown_source = ""
-        if source and budget >= 12:
-            shown_source = (f"  [{kind}: {_left_clip(where, budget)}]" if sep
-                            else f"  [{_left_clip(source, budget)}]")
-        room = max(1, available - len(shown_source))
-        text = printable(title or "(no messages)", room)
-        click.echo(f"{line}{when:<14}  {text}{term.paint(shown_source, 'dim')}")
+        text, shown_source = _title_and_source(title or "(no messages)", source,
+                                               term.width - used)
+        click.echo(f"{line}{when:<{whenw}}  {text}{term.paint(shown_source, 'dim')}")
 
 
-def _left_clip(text: str, width: int) -> str:
-    """A path cut on the left, where a long one says least: ``…/projects/x/abc.jsonl``."""
-    text = printable(text)
-    return text if len(text) <= width else "…" + text[-(width - 1):]
+#: Of the room a ``branch -v`` line has after its columns, the share the title keeps when
+#: title and source do not both fit (the source gets the rest, and whatever the title leaves).
+_TITLE_SHARE = 0.55
+#: Below this, a source is not shown at all (its start would say nothing).
+_SOURCE_MIN = 8
+
+
+def _title_and_source(title: str, source: str | None, room: int) -> tuple[str, str]:
+    """The title and ``  [source]`` of a ``branch -v`` line, fitted to ``room`` cells.
+
+    Both whole if they fit. Else the title keeps its share of the room and the source gets
+    the rest, cut where it says least: a run's ``MODEL at URL`` on the right (the model
+    stays), a file's path on the left (its name stays). With too little left for a source,
+    the title has it all.
+    """
+    room = max(1, room)
+    title = printable(title)
+    if not source:
+        return fit(title, room), ""
+    source = printable(source)
+    kind, sep, where = source.partition(": ")
+    body = where if sep else source
+    frame = 4 + (cells(kind) + 2 if sep else 0)  # "  [" KIND ": " ... "]"
+    need = cells(title)
+    if need + frame + cells(body) > room:
+        need = min(need, max(room - frame - cells(body), int(room * _TITLE_SHARE)))
+    left = room - need - frame
+    if left < min(_SOURCE_MIN, cells(body)):
+        return fit(title, room), ""
+    shown = fit(body, left) if kind == "run" else fit_left(body, left)
+    return fit(title, need), (f"  [{kind}: {shown}]" if sep else f"  [{shown}]")
 
 
 def _refuse_swapped(store: Store, source: str, new: str) -> None:

@@ -116,7 +116,20 @@ def stats(locator: StoreLocator, as_json: bool) -> None:
     click.echo(f"reflog entries  {s.reflog_entries}")
     click.echo(f"logical bytes   {s.logical_bytes}  (as one JSONL file per session)")
     click.echo(f"physical bytes  {s.physical_bytes}  (on disk)")
-    click.echo(f"ratio           {s.ratio:.1f}x")
+    click.echo(f"ratio           {_ratio(s.logical_bytes, s.physical_bytes)}")
+
+
+def _ratio(logical: int, physical: int) -> str:
+    """The ratio line of ``sess stats``, saying which way round it is: logical / physical,
+    so above 1 the store is smaller than the JSONL files it holds."""
+    if not logical or not physical:
+        return "-  (nothing stored yet)" if not logical else "-"
+    r = logical / physical
+    if 0.95 <= r < 1.05:
+        return f"{r:.1f}x  (JSONL bytes per byte on disk: the store is about their size)"
+    if r >= 1:
+        return f"{r:.1f}x  (JSONL bytes per byte on disk: the store is {r:.1f}x smaller)"
+    return f"{r:.1f}x  (JSONL bytes per byte on disk: the store is {1 / r:.1f}x larger)"
 
 
 @cli.command()

@@ -11,7 +11,9 @@ Every decision is taken once, when the command starts, from what stdout is then:
   output fits on one screen, passes the colours through and leaves the text on the screen.
   The pager starts at the first line written, so an error before any output is printed
   plainly;
-- width: the terminal's columns; else ``COLUMNS``; else 100 for a file or a pipe.
+- width: the terminal's columns; else ``COLUMNS``; else 100 for a file or a pipe. Lines are
+  fitted to it in screen cells, not characters (:func:`sesstree.fmt.cells`: a CJK character
+  takes two, a combining mark none).
 """
 
 from __future__ import annotations

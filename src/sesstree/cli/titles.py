@@ -45,6 +45,7 @@ class Titles:
         self._meta: dict[str, dict[str, Any]] = {}
         self._origin: dict[str, ImportOrigin | None] = {}
         self._summaries: dict[str, dict[str, str]] = {}  # source file -> leafUuid -> summary
+        self._formats: dict[str, str] | None = None  # source file -> format of its holder
 
     def meta(self, name: str) -> dict[str, Any]:
         """The metadata of session ``name`` ({} for none)."""
@@ -67,7 +68,31 @@ class Titles:
             title = self._from_history(name)
         origin = self.origin(name)
         source = f"{origin.format}: {origin.source}" if origin is not None else _source(meta)
+        if source is None:
+            source = self._imported_from(name)
         return Title(_first_line(title) if title else None, source)
+
+    def _imported_from(self, name: str) -> str | None:
+        """The file session ``name`` was imported from, by its reflog, when it holds no
+        provenance: a file's main line is held by one session (the one a re-import updates),
+        so a later import of the same file under another name (``--as``) takes it over, but
+        this session came from that file all the same. The newest import move since the
+        session was last created says which file; the format is that of the session that
+        holds the file now, if one does."""
+        entries = self.store.reflog(name)
+        born = max((k for k, e in enumerate(entries) if e.new is None), default=-1)
+        for entry in reversed(entries[born + 1:]):
+            path = _import_path(entry.reason)
+            if path is None:
+                continue
+            if self._formats is None:  # which file is held in which format, looked up once
+                self._formats = {}
+                for info in self.store.sessions():
+                    if (origin := self.origin(info.name)) is not None:
+                        self._formats[origin.source] = origin.format
+            fmt = self._formats.get(path)
+            return f"{fmt}: {path}" if fmt is not None else path
+        return None
 
     def _from_history(self, name: str) -> str | None:
         head = self.store.session_head(name)
@@ -115,6 +140,23 @@ def session_title(store: Store, name: str) -> Title:
 def _first_line(text: str, width: int = 100) -> str:
     line = " ".join(text.strip().split("\n", 1)[0].split())
     return line if len(line) <= width else line[: width - 1] + "…"
+
+
+# The reasons an import gives the moves it makes (interop/common.py), after its file's path.
+_IMPORT_TAILS = (" grew", " extends this session", " was edited since its last import;",
+                 " went on from an earlier point;", " replaced this session's history")
+
+
+def _import_path(reason: str) -> str | None:
+    """The file an ``import: PATH ...`` reflog reason names, or None for another move."""
+    if not reason.startswith("import: "):
+        return None
+    rest = reason[len("import: "):]
+    for tail in _IMPORT_TAILS:
+        at = rest.find(tail)
+        if at > 0:
+            return rest[:at]
+    return rest or None
 
 
 def _source(meta: dict[str, Any]) -> str | None:

@@ -49,7 +49,7 @@ from .sqlite_check import check_store
 from .sqlite_commit import BLOB_MIN, SIZE_WAL_AFTER, CommitWrites
 from .sqlite_dicts import DictWrites
 from .sqlite_lock import WriteLock
-from .sqlite_media import translate, translating
+from .sqlite_media import full_error, translate, translating, without_index
 from .sqlite_open import (
     DURABLE_WAL_PAGES,
     FORMAT_VERSION,
@@ -97,8 +97,13 @@ class SqliteBackend(CommitWrites, RefReads, ScanReads, DictWrites):
         self._db, read_only = open_connection(
             self.path, create=create, durable=durable, timeout=timeout
         )
-        #: True when the store could only be opened for reading (read-only media).
+        #: True when the store could only be opened for reading (read-only media, or a full disk).
         self.read_only = read_only
+        #: True on a disk too full for ``store.db-shm`` (sqlite_media.open_without_index): reads
+        #: work, every write raises StoreFullError (and query_only refuses any that would not).
+        self.full = read_only and without_index(self._db)
+        if self.full:
+            self._db.execute("PRAGMA query_only=1")
         self._timeout = timeout
         self._queue = WriteLock(self.path)
         self._queue_depth = 0
@@ -138,10 +143,15 @@ class SqliteBackend(CommitWrites, RefReads, ScanReads, DictWrites):
         self._data_version = -1
 
     def _errors(self) -> AbstractContextManager[None]:
-        return translating(self.path)
+        return translating(self.path, full=self.full)
 
     def _translate(self, exc: sqlite3.Error) -> NoReturn:
-        translate(self.path, exc)
+        translate(self.path, exc, full=self.full)
+
+    def _refuse_if_full(self) -> None:
+        """Before a write: on a store opened without room for its WAL index, refuse it."""
+        if self.full:
+            raise full_error(self.path)
 
     # -- writing -----------------------------------------------------------------------------
 
@@ -162,6 +172,7 @@ class SqliteBackend(CommitWrites, RefReads, ScanReads, DictWrites):
                 self._write_folds()
                 yield
                 return
+            self._refuse_if_full()
             with self._queued():
                 self._db.execute("BEGIN IMMEDIATE")
                 try:
@@ -209,6 +220,7 @@ class SqliteBackend(CommitWrites, RefReads, ScanReads, DictWrites):
                 finally:
                     self._batch_depth -= 1
                 return
+            self._refuse_if_full()
             with self._queued():
                 self._db.execute("BEGIN IMMEDIATE")
                 self._sync_cache()

@@ -71,6 +71,9 @@ class CommitWrites(DictWrites):
     def _starved(self) -> StoreLockedError:  # pragma: no cover - the backend's
         raise NotImplementedError
 
+    def _refuse_if_full(self) -> None:  # pragma: no cover - the backend's
+        raise NotImplementedError
+
     def _rollback(self) -> None:  # pragma: no cover - the backend's
         raise NotImplementedError
 
@@ -171,6 +174,7 @@ class CommitWrites(DictWrites):
             if self._queue_depth:
                 self._commit_alone(nodes, updates)
                 return
+            self._refuse_if_full()
             queue = self._queue
             if not queue.acquire(self._timeout):
                 raise self._starved()

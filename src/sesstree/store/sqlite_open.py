@@ -13,7 +13,15 @@ from pathlib import Path
 from ..errors import StoreCorruptError, StoreFormatError, StoreLockedError, StoreNotFoundError
 from ..node import ID_VERSION
 from .sqlite_create import create_store_file, remove_leftovers
-from .sqlite_media import media_error, one_line, open_read_only, translating, unopenable
+from .sqlite_media import (
+    is_media_error,
+    media_error,
+    open_read_only,
+    open_without_index,
+    translate,
+    translating,
+    unopenable,
+)
 from .sqlite_sql import APPEND_TEMP, SCHEMA, SCHEMA_2, add_codec, without_started
 from .sqlite_wal import preallocate_wal
 
@@ -131,7 +139,7 @@ def _create(path: Path, durable: bool) -> None:
 
 
 def _connect(path: Path, timeout: float) -> tuple[sqlite3.Connection, bool]:
-    """Connect for reading and writing, or (read-only media) for reading only."""
+    """Connect for reading and writing, or (read-only media, a full disk) for reading only."""
     db = sqlite3.connect(path, isolation_level=None, timeout=timeout, check_same_thread=False)
     try:
         # Touch the file: on read-only media a WAL store fails here, not on first use.
@@ -142,8 +150,12 @@ def _connect(path: Path, timeout: float) -> tuple[sqlite3.Connection, bool]:
         raise StoreCorruptError(f"store {path} is damaged: unreadable text") from None
     except sqlite3.Error as exc:
         db.close()
+        if is_media_error(exc) and not unopenable(exc):
+            # A disk too full for the WAL's index file (sqlite_media): read without it.
+            with translating(path):
+                return open_without_index(path, timeout), True
         if not unopenable(exc):
-            raise StoreCorruptError(f"store {path} is damaged: {one_line(str(exc))}") from None
+            translate(path, exc)  # locked, or else damaged
     return open_read_only(path, timeout), True
 
 

@@ -1,0 +1,207 @@
+"""A full disk: every read command works, every write says the disk is full (naming the
+store's folder), nothing is ever called damaged, and nothing stored is lost.
+
+On a real file system (a small tmpfs mounted for the test, filled by a filler file); the
+commands run in-process and as the installed program would, in a subprocess. A WAL store's
+readers need room for its ``store.db-shm`` index file (32 KB), which a full disk lacks: these
+are the tests of reading without it (docs/storage.md, "On a full disk").
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from cli_kit import Sess, msg, user_error
+from small_disk import free_bytes, leave_free, make_room, mounted
+
+import sesstree
+from sesstree import StoreFullError, StoreLockedError, open_store
+from sesstree.errors import StoreError
+from sesstree.store.sqlite_media import translate
+
+# The read commands whose output must be the same on a full disk as with room.
+READS = [("messages",), ("log",), ("log", "--all", "--graph"), ("fsck",), ("show",),
+         ("show", "b"), ("status",), ("branch", "--json"), ("messages", "--json", "b"),
+         ("reflog", "--json"), ("diff", "main", "b"), ("tag", "-l"), ("export", "b", "-o", "-")]
+# Writes of every kind: an append, a fork, a tag, a HEAD move, a reset, a rename, a delete,
+# an import.
+WRITES = [("append", "user/message", msg("user", "one more")), ("branch", "c"),
+          ("tag", "t2"), ("checkout", "b"), ("reset", "--hard", "main~1"),
+          ("branch", "-m", "b", "b2"), ("branch", "-d", "b"),
+          ("import", "--as", "imp", "../../seed.jsonl")]  # (written beside the disk)
+
+
+@pytest.fixture
+def disk(tmp_path: Path) -> Iterator[Path]:
+    with mounted(tmp_path / "disk") as where:
+        yield where
+
+
+@pytest.fixture
+def work(disk: Path, monkeypatch: pytest.MonkeyPatch) -> Sess:
+    """A store on the small disk, with a quest on main, a fork b and a tag."""
+    folder = disk / "work"
+    folder.mkdir()
+    (disk.parent / "seed.jsonl").write_text(msg("user", "imported") + "\n")
+    monkeypatch.delenv("SESS_STORE", raising=False)
+    monkeypatch.chdir(folder)
+    s = Sess(folder)
+    s.ok("init")
+    s.quest()
+    s.ok("branch", "b")
+    s.ok("append", "assistant/message", msg("assistant", "The mill is closed."))
+    s.ok("tag", "t", "main~1")
+    return s
+
+
+def seen(s: Sess) -> dict[tuple[str, ...], str]:
+    return {args: s.ok(*args) for args in READS}
+
+
+def check_full_line(line: str, folder: Path) -> None:
+    assert "disk is full" in line and str(folder) in line, line
+    assert "damaged" not in line, line
+
+
+@pytest.mark.parametrize("left", [0, 8 * 1024, 24 * 1024])
+def test_reads_work_on_a_full_disk_and_writes_say_it_is_full(
+    disk: Path, work: Sess, left: int
+) -> None:
+    before = seen(work)
+    leave_free(disk, left)
+    assert free_bytes(disk) <= left
+    for args in READS:  # each one twice: a first failed attempt must not spoil the next
+        for _ in range(2):
+            assert work.ok(*args) == before[args], args
+    assert work.ok("stats").count("nodes") == 1  # (its byte counts include the -shm file)
+    for args in WRITES:
+        check_full_line(work.fail(*args), work.root / ".sess")
+    assert seen(work) == before  # nothing moved
+    make_room(disk)
+    assert seen(work) == before
+    work.ok("append", "user/message", msg("user", "after"))
+    assert "after" in work.ok("messages")
+    assert work.ok("fsck").startswith("ok")
+
+
+def test_the_program_on_a_full_disk(disk: Path, work: Sess) -> None:
+    """The same, as a user runs it: a process of its own, exit codes, no traceback."""
+    # This sesstree, wherever the subprocess starts.
+    env = {**os.environ, "PYTHONPATH": str(Path(sesstree.__file__).parents[1])}
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-c", "from sesstree.cli import main; main()",
+                               *args], cwd=work.root, env=env, capture_output=True, text=True,
+                              timeout=60)
+
+    before = {args: run(*args).stdout for args in READS}
+    leave_free(disk, 8 * 1024)
+    for args in READS:
+        done = run(*args)
+        assert (done.returncode, done.stderr) == (0, ""), (args, done.stderr)
+        assert done.stdout == before[args], args
+    for args in WRITES:
+        done = run(*args)
+        assert done.returncode == 1 and done.stdout == "", (args, done.stdout)
+        assert len(done.stderr.splitlines()) == 1 and "Traceback" not in done.stderr
+        check_full_line(done.stderr, work.root / ".sess")
+    make_room(disk)
+    assert {args: run(*args).stdout for args in READS} == before
+
+
+def test_appends_until_the_disk_is_full_then_reads(disk: Path, work: Sess) -> None:
+    """Room for the index but not for long: appends are acknowledged until one says the
+    disk is full; then every read shows exactly the acknowledged ones."""
+    leave_free(disk, 48 * 1024)
+    acked: list[str] = []
+    for i in range(200):
+        result = work("append", "user/message", msg("user", f"{i} " + "z" * 700))
+        if result.exit_code != 0:
+            check_full_line(user_error(result), work.root / ".sess")
+            break
+        acked.append(f"{i} " + "z" * 700)
+    else:
+        pytest.fail("200 appends fitted in 48 KB")
+    assert acked  # (some did fit)
+    for _ in range(2):
+        texts = [m["content"] for m in work.json("messages")]
+        assert texts[-len(acked):] == acked
+        assert work.ok("fsck").startswith("ok")
+    make_room(disk)
+    assert [m["content"] for m in work.json("messages")][-len(acked):] == acked
+
+
+def test_a_disk_io_error_on_a_full_disk_is_the_full_disk(disk: Path, tmp_path: Path) -> None:
+    """SQLite reports some writes that found no room as a disk I/O error (its WAL index, a
+    file grown ahead): on a full disk that is StoreFullError; with room it is not."""
+    ioerr = sqlite3.OperationalError("disk I/O error")
+    ioerr.sqlite_errorcode = 10 | (3 << 8)  # type: ignore[attr-defined]  # IOERR_WRITE
+    store_file = disk / "s" / "store.db"
+    store_file.parent.mkdir()
+    leave_free(disk, 0)
+    with pytest.raises(StoreFullError, match="disk is full") as full:
+        translate(store_file, ioerr)
+    assert str(disk / "s") in str(full.value)
+    make_room(disk)
+    with pytest.raises(StoreError) as other:
+        translate(store_file, ioerr)
+    assert type(other.value) is StoreError and "disk I/O error" in str(other.value)
+
+
+def test_a_store_opened_without_room_is_held_by_one_process(disk: Path) -> None:
+    """Read without its index, the store is this connection's alone until it closes: another
+    waits its timeout and says the store is locked (not damaged)."""
+    folder = disk / "s"
+    with open_store(folder) as store:
+        store.session("q").add_message({"role": "user", "content": "kept"})
+    leave_free(disk, 8 * 1024)
+    with open_store(folder) as first:
+        with pytest.raises(StoreLockedError, match="locked"):
+            open_store(folder, timeout=0.2)
+        assert [m["content"] for m in first.messages("q")] == ["kept"]
+    with open_store(folder) as again:
+        assert [m["content"] for m in again.messages("q")] == ["kept"]
+        with pytest.raises(StoreFullError):
+            again.session("q").add_message({"role": "user", "content": "lost?"})
+    make_room(disk)
+    with open_store(folder) as store:
+        assert [m["content"] for m in store.messages("q")] == ["kept"]
+        assert store.fsck() == []
+
+
+@pytest.mark.stress
+def test_full_disk_campaign(disk: Path, work: Sess) -> None:
+    """Reads and writes at many levels of free space, each several times over: every
+    acknowledged append is kept, every read shows exactly them, and nothing says damaged."""
+    acked = [m["content"] for m in work.json("messages")]
+    levels = [0, 2, 4, 8, 12, 16, 24, 32, 36, 40, 48, 64, 96, 128, 256]
+    n = refused = 0
+    for rounds in range(5):
+        for kb in levels:
+            make_room(disk)
+            leave_free(disk, kb * 1024)
+            for _ in range(4):
+                text = f"{n} " + "y" * (n % 5 * 400)
+                n += 1
+                result = work("append", "user/message", msg("user", text))
+                if result.exit_code == 0:
+                    acked.append(text)
+                else:
+                    check_full_line(user_error(result), work.root / ".sess")
+                    refused += 1
+                assert [m["content"] for m in work.json("messages")] == acked, (rounds, kb)
+                for args in (("log", "-n2"), ("fsck",), ("status",), ("branch",)):
+                    result = work(*args)
+                    assert result.exit_code == 0, (args, kb, result.output)
+    assert refused and len(acked) > 5  # both kinds happened
+    make_room(disk)
+    assert [m["content"] for m in work.json("messages")] == acked
+    assert work.ok("fsck").startswith("ok")
+    with open_store(work.root / ".sess") as store:
+        assert store.fsck() == []
