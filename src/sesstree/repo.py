@@ -7,6 +7,7 @@ same on every backend. Maintenance (gc, fsck, stats) lives in :mod:`sesstree.mai
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -22,7 +23,7 @@ from .errors import (
     UnknownRevisionError,
 )
 from .events import Derived, derive_messages, is_registered
-from .head import FileHead, HeadKeeper, MetaHead, head_file_for
+from .head import FileHead, HeadKeeper, HeadMove, MetaHead, head_file_for, settle
 from .node import Node, NodeId, check_ref_name, encode_data, node_id_from_encoded
 from .policy import WritePolicy
 from .revisions import REMOTES, SESSIONS, TAGS, resolve, session_name_of, steps_suffix
@@ -128,6 +129,9 @@ class Store:
         self._head: HeadKeeper = head if head is not None else MetaHead(backend)
         #: Batches and how ref moves are logged: one policy for every backend.
         self._policy = WritePolicy()
+        # A HEAD kept outside the store is written only once the batch moving it commits:
+        # this thread's value waiting for that (``value``), if any.
+        self._pending_head = threading.local()
 
     def __enter__(self) -> Store:
         return self
@@ -147,10 +151,6 @@ class Store:
         moved gets one reflog entry for the whole batch.
         """
         with self._policy.batch() as state:
-            # A HEAD kept outside the store (a shared store's) is not in the transaction: put
-            # it back by hand if the batch fails.
-            outside = state.depth == 1 and not self._head.in_store
-            head_before = self._head.get() if outside else None
             try:
                 with self.backend.batch():
                     yield
@@ -158,9 +158,14 @@ class Store:
                 if state.depth == 1:
                     for session in state.moved:
                         session.refresh()
-                    if outside and self._head.get() != head_before:
-                        self._head.set(head_before or "ref: " + SESSIONS + "main")
+                    self._pending_head.value = None  # it moved with nothing: it stays
                 raise
+            if state.depth == 1:
+                # A HEAD kept outside the store (a shared store's) cannot be in the
+                # transaction: it moves once the store's side has committed, never before.
+                pending, self._pending_head.value = self._waiting_head(), None
+                if pending is not None:
+                    self._head.set(pending)
 
     # -- sessions ----------------------------------------------------------------------------
 
@@ -213,51 +218,61 @@ class Store:
         metadata change in one transaction: a crash leaves all of it or none.
         """
         target = self._require_session(name)
-        with self._moving_head(name, target):
-            with self.batch():
-                target = self._require_session(name)
-                self.move_ref(SESSIONS + name, target, None, "branch: deleted")
-                self._move_head(name, target)
-                self.backend.set_session_meta(name, None)
+        self._note_head_move(name, SESSIONS + name, "branch: deleted")
+        with self.batch():
+            target = self._require_session(name)
+            self.move_ref(SESSIONS + name, target, None, "branch: deleted")
+            self._move_head(name, target)
+            self.backend.set_session_meta(name, None)
         return target
 
     def rename_session(self, old: str, new: str) -> None:
         """Rename a session, carrying its reflog, metadata and HEAD along, in one transaction:
-        a crash leaves the old name or the new one, never HEAD on a name that is gone."""
+        a crash leaves the old name or the new one, never HEAD on a name that is gone (a
+        shared store's HEAD, outside the transaction, see :mod:`sesstree.head`)."""
         check_ref_name(new)
-        with self._moving_head(old, "ref: " + SESSIONS + new):
-            with self.batch():
-                target = self._require_session(old)
-                if self.has_session(new):
-                    raise RefExistsError(f"session {new!r} already exists")
-                self.backend.rename_ref(SESSIONS + old, SESSIONS + new, target,
-                                        f"branch: renamed {old} to {new}")
-                meta = self.backend.get_session_meta(old)
-                if meta is not None:
-                    self.backend.set_session_meta(new, meta)
-                    self.backend.set_session_meta(old, None)
-                self._move_head(old, "ref: " + SESSIONS + new)
+        reason = f"branch: renamed {old} to {new}"
+        self._note_head_move(old, SESSIONS + new, reason)
+        with self.batch():
+            target = self._require_session(old)
+            if self.has_session(new):
+                raise RefExistsError(f"session {new!r} already exists")
+            self.backend.rename_ref(SESSIONS + old, SESSIONS + new, target, reason)
+            meta = self.backend.get_session_meta(old)
+            if meta is not None:
+                self.backend.set_session_meta(new, meta)
+                self.backend.set_session_meta(old, None)
+            self._move_head(old, "ref: " + SESSIONS + new)
 
     def _move_head(self, name: str, value: str) -> None:
-        """Inside the transaction that renames or deletes ``name``: HEAD follows, when it is
-        kept in the store (a shared store's is moved by :meth:`_moving_head`)."""
-        if self._head.in_store and self.head()[0] == name:
-            self._head.set(value)
+        """Inside the transaction that renames or deletes session ``name``: HEAD follows (in
+        the transaction, or once it commits when HEAD is kept outside the store)."""
+        if self._raw_head() == "ref: " + SESSIONS + name:
+            self._set_head(value)
 
-    @contextmanager
-    def _moving_head(self, name: str, value: str) -> Iterator[None]:
-        """Around a rename or delete of ``name`` on a store whose HEAD is kept outside it
-        (a shared store): this user's HEAD moves first, and back if the store's move fails."""
-        if self._head.in_store or self.head()[0] != name:
-            yield
-            return
-        before = self._head.get() or "ref: " + SESSIONS + "main"
-        self._head.set(value)
-        try:
-            yield
-        except BaseException:
-            self._head.set(before)
-            raise
+    def _note_head_move(self, name: str, ref: str, reason: str) -> None:
+        """Before a rename or delete of session ``name`` that HEAD will follow, on a store whose
+        HEAD is kept outside it: note where HEAD goes, so that a process killed after the
+        store's move committed and before HEAD was written leaves HEAD to be settled there."""
+        raw = "ref: " + SESSIONS + name
+        if not self._head.in_store and self._raw_head() == raw:
+            self._head.intend(HeadMove(raw, ref, reason))
+
+    def _waiting_head(self) -> str | None:
+        value: str | None = getattr(self._pending_head, "value", None)
+        return value
+
+    def _raw_head(self) -> str:
+        """HEAD's raw value as this thread sees it (a move waiting for its batch included)."""
+        return self._waiting_head() or self._head.get() or "ref: " + SESSIONS + "main"
+
+    def _set_head(self, value: str) -> None:
+        """Move HEAD: in the store's transaction when it is kept there; when it is kept
+        outside, at once, or (inside a batch) once the batch commits."""
+        if not self._head.in_store and self._policy.batch_depth():
+            self._pending_head.value = value
+        else:
+            self._head.set(value)
 
     def reset(self, name: str, rev: str | NodeId, reason: str | None = None, *,
               handle: Session | None = None) -> NodeId:
@@ -381,25 +396,36 @@ class Store:
 
     def head(self) -> tuple[str | None, NodeId | None]:
         """``(session name, node)`` of HEAD; name is None when detached, node None when empty."""
-        raw = self._head.get() or "ref: " + SESSIONS + "main"
+        raw = self._raw_head()
         if raw.startswith("ref: "):
             name = raw[5 + len(SESSIONS):]
-            return name, self.session_head(name)
+            node = self.session_head(name)
+            if node is not None or self._head.in_store or self._policy.batch_depth():
+                return name, node
+            # A session that is gone: a rename or delete this HEAD was following may have
+            # committed in a process killed before it could move HEAD (see sesstree.head).
+            settled = settle(self._head, self.backend, raw)
+            if settled is None:
+                return name, None
+            raw = settled
+            if raw.startswith("ref: "):
+                name = raw[5 + len(SESSIONS):]
+                return name, self.session_head(name)
         return None, NodeId(raw)
 
     def checkout(self, rev: str) -> tuple[str | None, NodeId]:
         """Point HEAD at a session (by name) or, detached, at any other revision's node."""
         name = rev[len(SESSIONS):] if rev.startswith(SESSIONS) else rev
         if not steps_suffix(rev) and self.has_session(name):
-            self._head.set("ref: " + SESSIONS + name)
+            self._set_head("ref: " + SESSIONS + name)
             return name, self._require_session(name)
         target = self.resolve(rev)
-        self._head.set(target)
+        self._set_head(target)
         return None, target
 
     def set_head_session(self, name: str) -> None:
         """Point HEAD at session ``name``, which may not exist yet (its first append creates it)."""
-        self._head.set("ref: " + SESSIONS + check_ref_name(name))
+        self._set_head("ref: " + SESSIONS + check_ref_name(name))
 
     # -- revisions ---------------------------------------------------------------------------
 
