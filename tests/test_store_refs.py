@@ -1,9 +1,10 @@
 """Renaming and deleting a session move the ref, HEAD and the session's metadata together.
 
 A failure part-way (an error injected after the ref moved) leaves nothing changed, on every
-backend (a shared store's HEAD, kept outside the store's transaction, moves only once the store
-has committed: if it cannot be written then, the next read of HEAD finishes the move); a writer killed with SIGKILL at random moments in a loop of renames never leaves HEAD
-on a name that no longer exists, nor metadata under the wrong name.
+backend (a shared store's HEAD, kept outside the store's transaction, moves only once the
+store has committed: if it cannot be written then, the next read of HEAD finishes the move);
+a writer killed with SIGKILL at random moments in a loop of renames never leaves HEAD on a
+name that no longer exists, nor metadata under the wrong name.
 """
 
 from __future__ import annotations

@@ -40,6 +40,7 @@ from .store.base import (
 )
 from .store.sqlite import SqliteBackend
 from .store.sqlite_media import media_error
+from .store.text import meta_field_problem
 from .store.urls import is_store_url, open_url
 
 if TYPE_CHECKING:
@@ -336,6 +337,10 @@ class Store:
         if meta is not None:
             try:
                 meta = msgspec.json.decode(msgspec.json.encode(meta))
+            except UnicodeEncodeError:  # a lone surrogate: say where (see store.text)
+                where = meta_field_problem(meta) if isinstance(meta, dict) else None
+                raise InvalidEventError(f"session metadata of {name!r}: "
+                                        f"{where or 'it is not valid Unicode'}") from None
             except (TypeError, msgspec.EncodeError, OverflowError) as exc:
                 raise InvalidEventError(f"session metadata must be JSON: {exc}") from None
             if not isinstance(meta, dict):
