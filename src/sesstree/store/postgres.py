@@ -50,7 +50,7 @@ from .postgres_conn import Conn, Connector, StoreUnavailableError, is_connection
 from .postgres_reads import NodeReads
 from .postgres_scan import ScanReads
 from .postgres_schema import ensure_schema
-from .text import check_commit, check_head, check_session_meta
+from .text import check_commit, check_head, check_session_meta, storable
 from .urls import redact_url
 
 __all__ = ["PostgresBackend", "StoreUnavailableError"]
@@ -315,6 +315,8 @@ class PostgresBackend(NodeReads, ScanReads):
         self._heads.clear()  # a rename or gc may move refs: ask the server again
 
     def expire_reflog(self, name: str) -> int:
+        if not storable(name):  # a name no store can hold names nothing
+            return 0
         with self._lock:
             self._flush_in_batch()
             row = self._read(refs.EXPIRE, {"ref": name})

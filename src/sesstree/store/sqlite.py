@@ -71,7 +71,7 @@ from .sqlite_sql import (
 )
 from .sqlite_sums import FILL_CLOSE, FILL_IDLE, fill_sums
 from .sqlite_wal import IdleCheckpointer
-from .text import check_commit, check_head, check_session_meta
+from .text import check_commit, check_head, check_session_meta, storable
 
 __all__ = [
     "BLOB_MIN", "DURABLE_WAL_PAGES", "FORMAT_VERSION", "PAGE_SIZE", "SIZE_WAL_AFTER", "WAL_PAGES",
@@ -340,6 +340,8 @@ class SqliteBackend(CommitWrites, RefReads, ScanReads, DictWrites):
         return found
 
     def expire_reflog(self, name: str) -> int:
+        if not storable(name):  # a name no store can hold names nothing
+            return 0
         with self._write():
             # A live ref's newest entry is its value: it stays. A deleted ref's go entirely.
             live = self._ref_seq(name) is not None

@@ -26,7 +26,7 @@ from ..errors import InvalidEventError, InvalidRefNameError
 from .base import RawNode, RefUpdate, SessionMeta, encode_session_meta
 
 __all__ = ["check_commit", "check_head", "check_ref", "check_session_meta", "check_text",
-           "meta_field_problem", "text_problem"]
+           "meta_field_problem", "storable", "text_problem"]
 
 
 def text_problem(value: str, *, nul: bool = False) -> str | None:
@@ -42,6 +42,11 @@ def text_problem(value: str, *, nul: bool = False) -> str | None:
     if not nul and "\x00" in value:
         return f"contains a NUL character (U+0000) at character {value.index(chr(0))}"
     return None
+
+
+def storable(value: str) -> bool:
+    """True if every store can hold ``value`` as text (so a read by it can find something)."""
+    return (value.isascii() and "\x00" not in value) or text_problem(value) is None
 
 
 def check_text(value: str, field: str) -> str:

@@ -837,6 +837,28 @@ def test_text_no_engine_can_hold_is_refused_naming_the_field(
     assert store.get_session_meta("q") == {"kept": True} and store.fsck() == []
 
 
+@pytest.mark.parametrize("name", ["q\x00", "q\udc80"], ids=["NUL", "surrogate"])
+def test_a_name_no_engine_can_hold_finds_nothing(store: Store, name: str) -> None:
+    grow(store, "q", 1)
+    ref, backend = "sessions/" + name, store.backend
+    assert backend.get_ref(ref) is None and backend.list_refs(ref) == []
+    assert backend.reflog(ref) == [] and backend.get_session_meta(name) is None
+    assert backend.expire_reflog(ref) == 0
+    assert store.session_head(name) is None and not store.has_session(name)
+    assert store.reflog(name) == [] and store.reflog_page(name, 5) == ([], 0)
+    assert store.get_session_meta(name) is None and store.session_origin(name) is None
+    with pytest.raises(UnknownRevisionError):
+        store.resolve(name)
+    scale: Any = backend  # the optional reads, where the engine has them
+    for read, args, empty in [("list_refs_with_depth", (ref,), []),
+                              ("newest_refs", (ref, 5), []),
+                              ("reflog_page", (ref, 5), ([], 0)),
+                              ("reflog_times", (ref, [store.resolve("q")]), {})]:
+        if hasattr(scale, read):
+            assert getattr(scale, read)(*args) == empty, read
+    assert store.fsck() == []
+
+
 def test_a_nul_in_session_metadata_comes_back_exactly(engine: Engine) -> None:
     meta = {"k": "a\x00b", "a\x00": ["\x00"], "é\x00": "ü"}
     with engine.open() as store:
