@@ -1,11 +1,12 @@
-"""Kill ``sess branch -m`` and ``sess branch -d`` on a shared store: HEAD never dangles.
+"""Kill ``sess branch -m`` and ``sess branch -d``: HEAD never dangles, on any engine.
 
 A shared store's HEAD is a file of this user on this machine, outside the store's
-transaction (see ``sesstree.head``). Each round runs the real command against the run's real
-PostgreSQL server and SIGKILLs it, at a random moment or at a chosen point (right before the
-store's transaction commits, right after it), then checks what the user sees: ``sess status``
-names the session as it was before the command or as it is after, with all its events, and
-the next ``sess append`` continues that session instead of starting a new one.
+transaction (see ``sesstree.head``); a local store's moves in it. Each round runs the real
+command against the run's real PostgreSQL server (or a SQLite folder) and SIGKILLs it, at a
+random moment or at a chosen point (right before the store's transaction commits, right
+after it), then checks what the user sees: ``sess status`` names the session as it was
+before the command or as it is after, with all its events, and the next ``sess append``
+continues that session instead of starting a new one.
 """
 
 from __future__ import annotations
@@ -129,11 +130,19 @@ def test_a_delete_killed_at_either_side_of_its_commit_leaves_head_where_it_was(
             assert store.fsck() == []
 
 
-def test_renames_killed_at_random_moments_leave_head_on_a_session(postgres_url: str) -> None:
-    rename_rounds(postgres_url, rounds=3, seed=1)
+@pytest.fixture(params=["postgres", "sqlite"])
+def store_at(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """Where the store is: a PostgreSQL URL (HEAD in a file here), or a SQLite folder."""
+    if request.param == "postgres":
+        return str(request.getfixturevalue("postgres_url"))
+    return str(tmp_path / "s")
+
+
+def test_renames_killed_at_random_moments_leave_head_on_a_session(store_at: str) -> None:
+    rename_rounds(store_at, rounds=3, seed=1)
 
 
 @pytest.mark.stress
-def test_renames_killed_at_random_moments_many_rounds(postgres_url: str) -> None:
-    seen = rename_rounds(postgres_url, rounds=60, seed=2)
+def test_renames_killed_at_random_moments_many_rounds(store_at: str) -> None:
+    seen = rename_rounds(store_at, rounds=60, seed=2)
     assert seen == {"old", "new"}  # the kills landed on both sides of the commit

@@ -21,6 +21,8 @@ kill at any point, HEAD names the session as it was before the command or as it 
 from __future__ import annotations
 
 import os
+import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol
 
@@ -29,9 +31,11 @@ from blake3 import blake3
 
 from .errors import StoreError
 from .files import write_private
+from .revisions import SESSIONS
 from .store.base import Backend
 
-__all__ = ["FileHead", "HeadKeeper", "HeadMove", "MetaHead", "head_file_for", "settle"]
+__all__ = ["Checkout", "FileHead", "HeadKeeper", "HeadMove", "MetaHead", "head_file_for",
+           "settle"]
 
 
 class HeadMove(msgspec.Struct, frozen=True):
@@ -173,6 +177,64 @@ def settle(keeper: HeadKeeper, backend: Backend, raw: str) -> str | None:
     except StoreError:
         pass  # cannot write HEAD here: this read still sees where it went
     return value
+
+
+class Checkout:
+    """HEAD as one store moves it: kept by ``keeper``; when that is outside the store, a value
+    set inside a batch waits (per thread, as batches are) until the batch commits.
+
+    ``batch_depth`` says how many batches the calling thread has open.
+    """
+
+    def __init__(self, keeper: HeadKeeper, backend: Backend,
+                 batch_depth: Callable[[], int]) -> None:
+        self.keeper = keeper
+        self._backend = backend
+        self._batch_depth = batch_depth
+        self._pending = threading.local()
+
+    def _waiting(self) -> str | None:
+        value: str | None = getattr(self._pending, "value", None)
+        return value
+
+    def raw(self) -> str:
+        """HEAD's raw value as this thread sees it (a value waiting for its batch included)."""
+        return self._waiting() or self.keeper.get() or "ref: " + SESSIONS + "main"
+
+    def set(self, value: str) -> None:
+        """Move HEAD: in the store's transaction when it is kept there; when it is kept
+        outside, at once, or (inside a batch) once the batch commits."""
+        if not self.keeper.in_store and self._batch_depth():
+            self._pending.value = value
+        else:
+            self.keeper.set(value)
+
+    def follow(self, name: str, value: str) -> None:
+        """Inside the transaction that renames or deletes session ``name``: HEAD, if it names
+        that session, goes to ``value`` (with the transaction, or once it commits)."""
+        if self.raw() == "ref: " + SESSIONS + name:
+            self.set(value)
+
+    def note_move(self, name: str, ref: str, reason: str) -> None:
+        """Before the batch that renames or deletes session ``name``, on a HEAD kept outside
+        the store that names it: note the move (:class:`HeadMove`) for :func:`settle`."""
+        raw = "ref: " + SESSIONS + name
+        if not self.keeper.in_store and self.raw() == raw:
+            self.keeper.intend(HeadMove(raw, ref, reason))
+
+    def batch_ended(self, committed: bool) -> None:
+        """The outermost batch committed (HEAD waiting for it is written now), or rolled back
+        (HEAD stays where it was)."""
+        pending, self._pending.value = self._waiting(), None
+        if committed and pending is not None:
+            self.keeper.set(pending)
+
+    def settle(self, raw: str) -> str | None:
+        """For a HEAD ``raw`` naming a session that is gone: where a move noted for it went
+        (see :func:`settle`), or None. Never inside a batch: its moves are not committed."""
+        if self.keeper.in_store or self._batch_depth():
+            return None
+        return settle(self.keeper, self._backend, raw)
 
 
 def head_file_for(url: str) -> Path:

@@ -7,7 +7,6 @@ same on every backend. Maintenance (gc, fsck, stats) lives in :mod:`sesstree.mai
 from __future__ import annotations
 
 import os
-import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -23,7 +22,7 @@ from .errors import (
     UnknownRevisionError,
 )
 from .events import Derived, derive_messages, is_registered
-from .head import FileHead, HeadKeeper, HeadMove, MetaHead, head_file_for, settle
+from .head import Checkout, FileHead, HeadKeeper, MetaHead, head_file_for
 from .node import Node, NodeId, check_ref_name, encode_data, node_id_from_encoded
 from .policy import WritePolicy
 from .revisions import REMOTES, SESSIONS, TAGS, resolve, session_name_of, steps_suffix
@@ -130,9 +129,8 @@ class Store:
         self._head: HeadKeeper = head if head is not None else MetaHead(backend)
         #: Batches and how ref moves are logged: one policy for every backend.
         self._policy = WritePolicy()
-        # A HEAD kept outside the store is written only once the batch moving it commits:
-        # this thread's value waiting for that (``value``), if any.
-        self._pending_head = threading.local()
+        #: HEAD as this store moves it (written after the batch commits when kept outside).
+        self._checkout = Checkout(self._head, backend, self._policy.batch_depth)
 
     def __enter__(self) -> Store:
         return self
@@ -159,14 +157,12 @@ class Store:
                 if state.depth == 1:
                     for session in state.moved:
                         session.refresh()
-                    self._pending_head.value = None  # it moved with nothing: it stays
+                    self._checkout.batch_ended(committed=False)
                 raise
             if state.depth == 1:
                 # A HEAD kept outside the store (a shared store's) cannot be in the
                 # transaction: it moves once the store's side has committed, never before.
-                pending, self._pending_head.value = self._waiting_head(), None
-                if pending is not None:
-                    self._head.set(pending)
+                self._checkout.batch_ended(committed=True)
 
     # -- sessions ----------------------------------------------------------------------------
 
@@ -219,11 +215,11 @@ class Store:
         metadata change in one transaction: a crash leaves all of it or none.
         """
         target = self._require_session(name)
-        self._note_head_move(name, SESSIONS + name, "branch: deleted")
+        self._checkout.note_move(name, SESSIONS + name, "branch: deleted")
         with self.batch():
             target = self._require_session(name)
             self.move_ref(SESSIONS + name, target, None, "branch: deleted")
-            self._move_head(name, target)
+            self._checkout.follow(name, target)
             self.backend.set_session_meta(name, None)
         return target
 
@@ -233,7 +229,7 @@ class Store:
         shared store's HEAD, outside the transaction, see :mod:`sesstree.head`)."""
         check_ref_name(new)
         reason = f"branch: renamed {old} to {new}"
-        self._note_head_move(old, SESSIONS + new, reason)
+        self._checkout.note_move(old, SESSIONS + new, reason)
         with self.batch():
             target = self._require_session(old)
             if self.has_session(new):
@@ -243,37 +239,7 @@ class Store:
             if meta is not None:
                 self.backend.set_session_meta(new, meta)
                 self.backend.set_session_meta(old, None)
-            self._move_head(old, "ref: " + SESSIONS + new)
-
-    def _move_head(self, name: str, value: str) -> None:
-        """Inside the transaction that renames or deletes session ``name``: HEAD follows (in
-        the transaction, or once it commits when HEAD is kept outside the store)."""
-        if self._raw_head() == "ref: " + SESSIONS + name:
-            self._set_head(value)
-
-    def _note_head_move(self, name: str, ref: str, reason: str) -> None:
-        """Before a rename or delete of session ``name`` that HEAD will follow, on a store whose
-        HEAD is kept outside it: note where HEAD goes, so that a process killed after the
-        store's move committed and before HEAD was written leaves HEAD to be settled there."""
-        raw = "ref: " + SESSIONS + name
-        if not self._head.in_store and self._raw_head() == raw:
-            self._head.intend(HeadMove(raw, ref, reason))
-
-    def _waiting_head(self) -> str | None:
-        value: str | None = getattr(self._pending_head, "value", None)
-        return value
-
-    def _raw_head(self) -> str:
-        """HEAD's raw value as this thread sees it (a move waiting for its batch included)."""
-        return self._waiting_head() or self._head.get() or "ref: " + SESSIONS + "main"
-
-    def _set_head(self, value: str) -> None:
-        """Move HEAD: in the store's transaction when it is kept there; when it is kept
-        outside, at once, or (inside a batch) once the batch commits."""
-        if not self._head.in_store and self._policy.batch_depth():
-            self._pending_head.value = value
-        else:
-            self._head.set(value)
+            self._checkout.follow(old, "ref: " + SESSIONS + new)
 
     def reset(self, name: str, rev: str | NodeId, reason: str | None = None, *,
               handle: Session | None = None) -> NodeId:
@@ -401,17 +367,15 @@ class Store:
 
     def head(self) -> tuple[str | None, NodeId | None]:
         """``(session name, node)`` of HEAD; name is None when detached, node None when empty."""
-        raw = self._raw_head()
+        raw = self._checkout.raw()
         if raw.startswith("ref: "):
             name = raw[5 + len(SESSIONS):]
             node = self.session_head(name)
-            if node is not None or self._head.in_store or self._policy.batch_depth():
-                return name, node
             # A session that is gone: a rename or delete this HEAD was following may have
             # committed in a process killed before it could move HEAD (see sesstree.head).
-            settled = settle(self._head, self.backend, raw)
+            settled = self._checkout.settle(raw) if node is None else None
             if settled is None:
-                return name, None
+                return name, node
             raw = settled
             if raw.startswith("ref: "):
                 name = raw[5 + len(SESSIONS):]
@@ -422,15 +386,15 @@ class Store:
         """Point HEAD at a session (by name) or, detached, at any other revision's node."""
         name = rev[len(SESSIONS):] if rev.startswith(SESSIONS) else rev
         if not steps_suffix(rev) and self.has_session(name):
-            self._set_head("ref: " + SESSIONS + name)
+            self._checkout.set("ref: " + SESSIONS + name)
             return name, self._require_session(name)
         target = self.resolve(rev)
-        self._set_head(target)
+        self._checkout.set(target)
         return None, target
 
     def set_head_session(self, name: str) -> None:
         """Point HEAD at session ``name``, which may not exist yet (its first append creates it)."""
-        self._set_head("ref: " + SESSIONS + check_ref_name(name))
+        self._checkout.set("ref: " + SESSIONS + check_ref_name(name))
 
     # -- revisions ---------------------------------------------------------------------------
 

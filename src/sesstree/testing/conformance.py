@@ -850,10 +850,12 @@ def test_a_name_no_engine_can_hold_finds_nothing(store: Store, name: str) -> Non
     with pytest.raises(UnknownRevisionError):
         store.resolve(name)
     scale: Any = backend  # the optional reads, where the engine has them
-    for read, args, empty in [("list_refs_with_depth", (ref,), []),
-                              ("newest_refs", (ref, 5), []),
-                              ("reflog_page", (ref, 5), ([], 0)),
-                              ("reflog_times", (ref, [store.resolve("q")]), {})]:
+    reads: list[tuple[str, tuple[Any, ...], Any]] = [
+        ("list_refs_with_depth", (ref,), []),
+        ("newest_refs", (ref, 5), []),
+        ("reflog_page", (ref, 5), ([], 0)),
+        ("reflog_times", (ref, [store.resolve("q")]), {})]
+    for read, args, empty in reads:
         if hasattr(scale, read):
             assert getattr(scale, read)(*args) == empty, read
     assert store.fsck() == []
