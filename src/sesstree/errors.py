@@ -128,7 +128,9 @@ class MissingNodeError(SesstreeError):
 
 
 class InvalidEventError(SesstreeError):
-    """An event type that is not registered, or data that is not a JSON value."""
+    """An event type that is not registered, or data that is not a JSON value; also text that
+    no store can hold in a session's metadata, a reflog reason or an import's origin (see
+    :mod:`sesstree.store.text`). Nothing was written."""
 
 
 class InputError(SesstreeError):

@@ -8,21 +8,47 @@ user on this machine, one per store URL, under ``$SESS_HOME`` (default
 ``$XDG_STATE_HOME/sesstree``, else ``~/.local/state/sesstree``), private (0600).
 
 Its value is ``ref: sessions/NAME`` or a node id (detached), as in git.
+
+A file on this machine and a transaction on a server cannot change together. When HEAD must
+follow a ref the store moves (a rename or a delete of HEAD's session), the store moves first
+and HEAD after it commits, and a note written before the store's transaction (a
+:class:`HeadMove`, beside the HEAD file) says where HEAD is going: a process killed between
+the two leaves HEAD on a session that is gone, and the next read of HEAD finds the note, sees
+in the store's reflog that the move committed, and finishes it (:func:`settle`). So after a
+kill at any point, HEAD names the session as it was before the command or as it is after.
 """
 
 from __future__ import annotations
 
 import os
+import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol
 
+import msgspec
 from blake3 import blake3
 
 from .errors import StoreError
 from .files import write_private
+from .revisions import SESSIONS
 from .store.base import Backend
 
-__all__ = ["FileHead", "HeadKeeper", "MetaHead", "head_file_for"]
+__all__ = ["Checkout", "FileHead", "HeadKeeper", "HeadMove", "MetaHead", "head_file_for",
+           "settle"]
+
+
+class HeadMove(msgspec.Struct, frozen=True):
+    """Where HEAD goes once a store's move of the ref it names commits.
+
+    ``before``: HEAD's raw value when the move began (``ref: sessions/OLD``); ``ref``: the ref
+    whose reflog shows the move committed (a rename's new name, a deleted session's own);
+    ``reason``: that reflog entry's reason.
+    """
+
+    before: str
+    ref: str
+    reason: str
 
 
 class HeadKeeper(Protocol):
@@ -35,7 +61,13 @@ class HeadKeeper(Protocol):
         """The raw value, or None."""
 
     def set(self, value: str) -> None:
-        """Write the raw value."""
+        """Write the raw value (and forget any :class:`HeadMove` noted)."""
+
+    def intend(self, move: HeadMove) -> None:
+        """Note, before the store's transaction, where HEAD goes if it commits."""
+
+    def intent(self) -> HeadMove | None:
+        """The move noted and not finished, or None."""
 
 
 class MetaHead:
@@ -54,6 +86,13 @@ class MetaHead:
         """Write the raw value (inside the store's transaction, if one is open)."""
         self._backend.set_head(value)
 
+    def intend(self, move: HeadMove) -> None:
+        """Nothing to note: this HEAD moves in the same transaction as the ref."""
+
+    def intent(self) -> HeadMove | None:
+        """None: this HEAD is never left behind."""
+        return None
+
 
 class FileHead:
     """HEAD of this user's checkout of a shared store: a file on this machine."""
@@ -62,6 +101,8 @@ class FileHead:
 
     def __init__(self, path: Path) -> None:
         self.path = path
+        #: Where a :class:`HeadMove` under way is noted.
+        self.intent_path = path.with_name(path.name + ".moving")
 
     def get(self) -> str | None:
         """The raw value, or None."""
@@ -73,11 +114,127 @@ class FileHead:
             raise StoreError(f"cannot read HEAD at {self.path}: {exc.strerror}") from None
 
     def set(self, value: str) -> None:
-        """Write the raw value, atomically (a temporary file renamed over the old one)."""
+        """Write the raw value, atomically (a temporary file renamed over the old one), then
+        forget the move noted, which this write finishes or overrides."""
         try:
             write_private(self.path, (value + "\n").encode())
+            self.intent_path.unlink(missing_ok=True)
         except OSError as exc:
             raise StoreError(f"cannot write HEAD at {self.path}: {exc.strerror}") from None
+
+    def intend(self, move: HeadMove) -> None:
+        """Note ``move`` beside HEAD (atomically), before the store's transaction."""
+        try:
+            write_private(self.intent_path, msgspec.json.encode(move) + b"\n")
+        except OSError as exc:
+            raise StoreError(f"cannot write beside HEAD at {self.intent_path}: "
+                             f"{exc.strerror}") from None
+
+    def intent(self) -> HeadMove | None:
+        """The move noted, or None (none, or a note that cannot be read: HEAD then stays)."""
+        try:
+            return msgspec.json.decode(self.intent_path.read_bytes(), type=HeadMove)
+        except (OSError, msgspec.DecodeError):
+            return None
+
+    def forget_intent(self) -> None:
+        """Drop a note that no longer applies (HEAD moved elsewhere since)."""
+        try:
+            self.intent_path.unlink(missing_ok=True)
+        except OSError:
+            pass  # read-only: the note stays harmless, as settle() checks it each time
+
+
+def settle(keeper: HeadKeeper, backend: Backend, raw: str) -> str | None:
+    """HEAD's value once the move noted beside it is found committed, or None.
+
+    Called when HEAD (``raw``) names a session that does not exist. If a move noted before a
+    store's transaction started from this very HEAD, and the reflog of its ``ref`` shows the
+    move (the rename into it; the deletion as the ref's newest entry), HEAD is written where
+    the move sends it and that value returned. A move not committed (killed before, or still
+    under way in another process) leaves HEAD as it is.
+    """
+    move = keeper.intent()
+    if move is None:
+        return None
+    if move.before != raw:
+        if isinstance(keeper, FileHead):
+            keeper.forget_intent()  # HEAD moved on since: the note is stale
+        return None
+    entries = backend.reflog(move.ref)
+    value: str | None = None
+    for entry in reversed(entries):
+        if entry.reason == move.reason or entry.reason.startswith(move.reason + " ("):
+            if entry.new is not None:
+                value = "ref: " + move.ref  # the rename into ref
+            elif entry is entries[-1] and entry.old is not None:
+                value = entry.old  # the deletion, not undone since: detached where it was
+            break
+    if value is None:
+        return None
+    try:
+        keeper.set(value)
+    except StoreError:
+        pass  # cannot write HEAD here: this read still sees where it went
+    return value
+
+
+class Checkout:
+    """HEAD as one store moves it: kept by ``keeper``; when that is outside the store, a value
+    set inside a batch waits (per thread, as batches are) until the batch commits.
+
+    ``batch_depth`` says how many batches the calling thread has open.
+    """
+
+    def __init__(self, keeper: HeadKeeper, backend: Backend,
+                 batch_depth: Callable[[], int]) -> None:
+        self.keeper = keeper
+        self._backend = backend
+        self._batch_depth = batch_depth
+        self._pending = threading.local()
+
+    def _waiting(self) -> str | None:
+        value: str | None = getattr(self._pending, "value", None)
+        return value
+
+    def raw(self) -> str:
+        """HEAD's raw value as this thread sees it (a value waiting for its batch included)."""
+        return self._waiting() or self.keeper.get() or "ref: " + SESSIONS + "main"
+
+    def set(self, value: str) -> None:
+        """Move HEAD: in the store's transaction when it is kept there; when it is kept
+        outside, at once, or (inside a batch) once the batch commits."""
+        if not self.keeper.in_store and self._batch_depth():
+            self._pending.value = value
+        else:
+            self.keeper.set(value)
+
+    def follow(self, name: str, value: str) -> None:
+        """Inside the transaction that renames or deletes session ``name``: HEAD, if it names
+        that session, goes to ``value`` (with the transaction, or once it commits)."""
+        if self.raw() == "ref: " + SESSIONS + name:
+            self.set(value)
+
+    def note_move(self, name: str, ref: str, reason: str) -> None:
+        """Before the batch that renames or deletes session ``name``, on a HEAD kept outside
+        the store that names it: note the move (:class:`HeadMove`) for :func:`settle`."""
+        raw = "ref: " + SESSIONS + name
+        if not self.keeper.in_store and self.raw() == raw:
+            self.keeper.intend(HeadMove(raw, ref, reason))
+
+    def batch_ended(self, committed: bool) -> None:
+        """The outermost batch committed (HEAD waiting for it is written now), or rolled back
+        (HEAD stays where it was)."""
+        pending, self._pending.value = self._waiting(), None
+        if committed and pending is not None:
+            self.keeper.set(pending)
+
+    def settle(self, raw: str) -> str | None:
+        """For a HEAD ``raw`` naming a session that is gone: where a move noted for it went
+        (see :func:`settle`), or None. Never inside a batch: its moves are not committed."""
+        if self.keeper.in_store or self._batch_depth():
+            return None
+        return settle(self.keeper, self._backend, raw)
 
 
 def head_file_for(url: str) -> Path:

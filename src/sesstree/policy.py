@@ -87,6 +87,10 @@ class WritePolicy:
                 state.moved.clear()
                 state.refs.clear()
 
+    def batch_depth(self) -> int:
+        """How many batches this thread has open (0: none)."""
+        return self._batch().depth
+
     def update(self, ref: str, old: NodeId | None, new: NodeId | None, reason: str,
                handle: Session | None) -> RefUpdate:
         """The compare-and-set that moves ``ref``, logged as the policy says. Call

@@ -22,7 +22,7 @@ from .errors import (
     UnknownRevisionError,
 )
 from .events import Derived, derive_messages, is_registered
-from .head import FileHead, HeadKeeper, MetaHead, head_file_for
+from .head import Checkout, FileHead, HeadKeeper, MetaHead, head_file_for
 from .node import Node, NodeId, check_ref_name, encode_data, node_id_from_encoded
 from .policy import WritePolicy
 from .revisions import REMOTES, SESSIONS, TAGS, resolve, session_name_of, steps_suffix
@@ -39,6 +39,7 @@ from .store.base import (
 )
 from .store.sqlite import SqliteBackend
 from .store.sqlite_media import media_error
+from .store.text import meta_field_problem
 from .store.urls import is_store_url, open_url
 
 if TYPE_CHECKING:
@@ -128,6 +129,8 @@ class Store:
         self._head: HeadKeeper = head if head is not None else MetaHead(backend)
         #: Batches and how ref moves are logged: one policy for every backend.
         self._policy = WritePolicy()
+        #: HEAD as this store moves it (written after the batch commits when kept outside).
+        self._checkout = Checkout(self._head, backend, self._policy.batch_depth)
 
     def __enter__(self) -> Store:
         return self
@@ -147,10 +150,6 @@ class Store:
         moved gets one reflog entry for the whole batch.
         """
         with self._policy.batch() as state:
-            # A HEAD kept outside the store (a shared store's) is not in the transaction: put
-            # it back by hand if the batch fails.
-            outside = state.depth == 1 and not self._head.in_store
-            head_before = self._head.get() if outside else None
             try:
                 with self.backend.batch():
                     yield
@@ -158,9 +157,12 @@ class Store:
                 if state.depth == 1:
                     for session in state.moved:
                         session.refresh()
-                    if outside and self._head.get() != head_before:
-                        self._head.set(head_before or "ref: " + SESSIONS + "main")
+                    self._checkout.batch_ended(committed=False)
                 raise
+            if state.depth == 1:
+                # A HEAD kept outside the store (a shared store's) cannot be in the
+                # transaction: it moves once the store's side has committed, never before.
+                self._checkout.batch_ended(committed=True)
 
     # -- sessions ----------------------------------------------------------------------------
 
@@ -213,51 +215,31 @@ class Store:
         metadata change in one transaction: a crash leaves all of it or none.
         """
         target = self._require_session(name)
-        with self._moving_head(name, target):
-            with self.batch():
-                target = self._require_session(name)
-                self.move_ref(SESSIONS + name, target, None, "branch: deleted")
-                self._move_head(name, target)
-                self.backend.set_session_meta(name, None)
+        self._checkout.note_move(name, SESSIONS + name, "branch: deleted")
+        with self.batch():
+            target = self._require_session(name)
+            self.move_ref(SESSIONS + name, target, None, "branch: deleted")
+            self._checkout.follow(name, target)
+            self.backend.set_session_meta(name, None)
         return target
 
     def rename_session(self, old: str, new: str) -> None:
         """Rename a session, carrying its reflog, metadata and HEAD along, in one transaction:
-        a crash leaves the old name or the new one, never HEAD on a name that is gone."""
+        a crash leaves the old name or the new one, never HEAD on a name that is gone (a
+        shared store's HEAD, outside the transaction, see :mod:`sesstree.head`)."""
         check_ref_name(new)
-        with self._moving_head(old, "ref: " + SESSIONS + new):
-            with self.batch():
-                target = self._require_session(old)
-                if self.has_session(new):
-                    raise RefExistsError(f"session {new!r} already exists")
-                self.backend.rename_ref(SESSIONS + old, SESSIONS + new, target,
-                                        f"branch: renamed {old} to {new}")
-                meta = self.backend.get_session_meta(old)
-                if meta is not None:
-                    self.backend.set_session_meta(new, meta)
-                    self.backend.set_session_meta(old, None)
-                self._move_head(old, "ref: " + SESSIONS + new)
-
-    def _move_head(self, name: str, value: str) -> None:
-        """Inside the transaction that renames or deletes ``name``: HEAD follows, when it is
-        kept in the store (a shared store's is moved by :meth:`_moving_head`)."""
-        if self._head.in_store and self.head()[0] == name:
-            self._head.set(value)
-
-    @contextmanager
-    def _moving_head(self, name: str, value: str) -> Iterator[None]:
-        """Around a rename or delete of ``name`` on a store whose HEAD is kept outside it
-        (a shared store): this user's HEAD moves first, and back if the store's move fails."""
-        if self._head.in_store or self.head()[0] != name:
-            yield
-            return
-        before = self._head.get() or "ref: " + SESSIONS + "main"
-        self._head.set(value)
-        try:
-            yield
-        except BaseException:
-            self._head.set(before)
-            raise
+        reason = f"branch: renamed {old} to {new}"
+        self._checkout.note_move(old, SESSIONS + new, reason)
+        with self.batch():
+            target = self._require_session(old)
+            if self.has_session(new):
+                raise RefExistsError(f"session {new!r} already exists")
+            self.backend.rename_ref(SESSIONS + old, SESSIONS + new, target, reason)
+            meta = self.backend.get_session_meta(old)
+            if meta is not None:
+                self.backend.set_session_meta(new, meta)
+                self.backend.set_session_meta(old, None)
+            self._checkout.follow(old, "ref: " + SESSIONS + new)
 
     def reset(self, name: str, rev: str | NodeId, reason: str | None = None, *,
               handle: Session | None = None) -> NodeId:
@@ -321,6 +303,10 @@ class Store:
         if meta is not None:
             try:
                 meta = msgspec.json.decode(msgspec.json.encode(meta))
+            except UnicodeEncodeError:  # a lone surrogate: say where (see store.text)
+                where = meta_field_problem(meta) if isinstance(meta, dict) else None
+                raise InvalidEventError(f"session metadata of {name!r}: "
+                                        f"{where or 'it is not valid Unicode'}") from None
             except (TypeError, msgspec.EncodeError, OverflowError) as exc:
                 raise InvalidEventError(f"session metadata must be JSON: {exc}") from None
             if not isinstance(meta, dict):
@@ -381,25 +367,34 @@ class Store:
 
     def head(self) -> tuple[str | None, NodeId | None]:
         """``(session name, node)`` of HEAD; name is None when detached, node None when empty."""
-        raw = self._head.get() or "ref: " + SESSIONS + "main"
+        raw = self._checkout.raw()
         if raw.startswith("ref: "):
             name = raw[5 + len(SESSIONS):]
-            return name, self.session_head(name)
+            node = self.session_head(name)
+            # A session that is gone: a rename or delete this HEAD was following may have
+            # committed in a process killed before it could move HEAD (see sesstree.head).
+            settled = self._checkout.settle(raw) if node is None else None
+            if settled is None:
+                return name, node
+            raw = settled
+            if raw.startswith("ref: "):
+                name = raw[5 + len(SESSIONS):]
+                return name, self.session_head(name)
         return None, NodeId(raw)
 
     def checkout(self, rev: str) -> tuple[str | None, NodeId]:
         """Point HEAD at a session (by name) or, detached, at any other revision's node."""
         name = rev[len(SESSIONS):] if rev.startswith(SESSIONS) else rev
         if not steps_suffix(rev) and self.has_session(name):
-            self._head.set("ref: " + SESSIONS + name)
+            self._checkout.set("ref: " + SESSIONS + name)
             return name, self._require_session(name)
         target = self.resolve(rev)
-        self._head.set(target)
+        self._checkout.set(target)
         return None, target
 
     def set_head_session(self, name: str) -> None:
         """Point HEAD at session ``name``, which may not exist yet (its first append creates it)."""
-        self._head.set("ref: " + SESSIONS + check_ref_name(name))
+        self._checkout.set("ref: " + SESSIONS + check_ref_name(name))
 
     # -- revisions ---------------------------------------------------------------------------
 

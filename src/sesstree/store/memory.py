@@ -23,6 +23,7 @@ from .base import (
     StoreFormat,
     describe,
 )
+from .text import check_commit, check_head, check_session_meta
 
 __all__ = ["MemoryBackend"]
 
@@ -49,6 +50,7 @@ class MemoryBackend:
         self._undo: list[Callable[[], None]] | None = None
 
     def commit(self, nodes: Sequence[RawNode], updates: Sequence[RefUpdate]) -> None:
+        check_commit(nodes, updates)
         with self._lock:
             for u in updates:
                 current = self._refs.get(u.name)
@@ -213,6 +215,8 @@ class MemoryBackend:
             return [e for e in self._reflog if name is None or e.ref == name]
 
     def rename_ref(self, old: str, new: str, target: NodeId, reason: str) -> None:
+        check_commit((), [RefUpdate(old, target, None, reason), RefUpdate(new, None, target,
+                                                                          reason)])
         with self._lock:
             current, taken = self._refs.get(old), self._refs.get(new)
             if current is None or current.target != target or taken is not None:
@@ -247,6 +251,7 @@ class MemoryBackend:
             return self._session_meta.get(name)
 
     def set_session_meta(self, name: str, meta: SessionMeta | None) -> None:
+        check_session_meta(name, meta)  # what the other engines could not store, refused
         with self._lock:
             if self._undo is not None:
                 self._undo.append(partial(self._put_meta, name, self._session_meta.get(name)))
@@ -269,6 +274,7 @@ class MemoryBackend:
             return self._head
 
     def set_head(self, value: str) -> None:
+        check_head(value)
         with self._lock:
             if self._undo is not None:
                 self._undo.append(partial(setattr, self, "_head", self._head))

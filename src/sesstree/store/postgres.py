@@ -42,7 +42,6 @@ from .base import (
     RefUpdate,
     SessionMeta,
     describe,
-    encode_session_meta,
 )
 from .codec import CodecError
 from .meta_rows import HEAD, LEGACY, SESSION
@@ -51,6 +50,7 @@ from .postgres_conn import Conn, Connector, StoreUnavailableError, is_connection
 from .postgres_reads import NodeReads
 from .postgres_scan import ScanReads
 from .postgres_schema import ensure_schema
+from .text import check_commit, check_head, check_session_meta, storable
 from .urls import redact_url
 
 __all__ = ["PostgresBackend", "StoreUnavailableError"]
@@ -120,6 +120,7 @@ class PostgresBackend(NodeReads, ScanReads):
     # -- writing -----------------------------------------------------------------------------
 
     def commit(self, nodes: Sequence[RawNode], updates: Sequence[RefUpdate]) -> None:
+        check_commit(nodes, updates)
         with self._lock:
             if (
                 len(nodes) == 1 and len(updates) == 1
@@ -294,6 +295,8 @@ class PostgresBackend(NodeReads, ScanReads):
         self._conn.end_batch()
 
     def rename_ref(self, old: str, new: str, target: NodeId, reason: str) -> None:
+        check_commit((), [RefUpdate(old, target, None, reason), RefUpdate(new, None, target,
+                                                                          reason)])
         with self._lock:
             self._flush_in_batch()
 
@@ -312,13 +315,15 @@ class PostgresBackend(NodeReads, ScanReads):
         self._heads.clear()  # a rename or gc may move refs: ask the server again
 
     def expire_reflog(self, name: str) -> int:
+        if not storable(name):  # a name no store can hold names nothing
+            return 0
         with self._lock:
             self._flush_in_batch()
             row = self._read(refs.EXPIRE, {"ref": name})
             return int(row[0][0])
 
     def set_session_meta(self, name: str, meta: SessionMeta | None) -> None:
-        text = encode_session_meta(meta) if meta else None
+        text = check_session_meta(name, meta)
 
         def work(conn: Conn, replay: bool) -> None:
             with conn.transaction():  # inside a batch: a savepoint of it
@@ -332,6 +337,7 @@ class PostgresBackend(NodeReads, ScanReads):
             self._run(work)
 
     def set_head(self, value: str) -> None:
+        check_head(value)
         with self._lock:
             self._read(refs.SET_META, (HEAD, value), fetch=False)
 

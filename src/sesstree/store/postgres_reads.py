@@ -22,6 +22,7 @@ from .codec import CodecError, dict_hash
 from .meta_rows import HEAD, LEGACY, SESSION, session_meta_of
 from .postgres_codec import PgPayloads
 from .postgres_conn import Conn, Connector, is_connection_lost
+from .text import storable
 
 __all__ = ["NodeReads", "reflog_entries"]
 
@@ -123,14 +124,20 @@ class NodeReads:
         return [NodeId(r[0].hex()) for r in self._read(objects.PREFIX, (lo, hi, limit))]
 
     def get_ref(self, name: str) -> Ref | None:
+        if not storable(name):  # a name no store can hold names nothing
+            return None
         rows = self._read(refs.GET_REF, (name,))
         return Ref(name, NodeId(rows[0][0].hex()), rows[0][1]) if rows else None
 
     def list_refs(self, prefix: str) -> list[Ref]:
+        if not storable(prefix):  # a name no store can hold names nothing
+            return []
         rows = self._read(refs.LIST_REFS, (len(prefix), prefix))
         return [Ref(r[0], NodeId(r[1].hex()), r[2]) for r in rows]
 
     def reflog(self, name: str | None = None) -> list[ReflogEntry]:
+        if not storable(name or ''):  # a name no store can hold names nothing
+            return []
         rows = self._read(refs.REFLOG_ALL) if name is None else self._read(refs.REFLOG, (name,))
         return reflog_entries(rows)
 
@@ -138,6 +145,8 @@ class NodeReads:
         return [(str(k), str(v)) for k, v in self._read(refs.LIST_META, (len(prefix), prefix))]
 
     def get_session_meta(self, name: str) -> SessionMeta | None:
+        if not storable(name):  # a name no store can hold names nothing
+            return None
         rows = self._read(refs.GET_METAS, ([SESSION + name, LEGACY + name],))
         return session_meta_of((str(k), str(v)) for k, v in rows).get(name)
 

@@ -28,6 +28,7 @@ from .codec import CodecError
 from .postgres_codec import PgPayloads
 from .postgres_conn import Conn
 from .postgres_reads import reflog_entries
+from .text import storable
 
 __all__ = ["CHUNK", "SLICE", "GcPlan", "ScanReads"]
 
@@ -123,6 +124,8 @@ class ScanReads:
         raise NotImplementedError
 
     def list_refs_with_depth(self, prefix: str) -> list[tuple[Ref, int]]:
+        if not storable(prefix):  # a name no store can hold names nothing
+            return []
         rows = self._read(_LIST_REFS_DEPTH, (len(prefix), prefix))
         return [(Ref(r[0], NodeId(bytes(r[1]).hex()), r[2]), int(r[3])) for r in rows]
 
@@ -178,6 +181,8 @@ class ScanReads:
                 progress(min(after, top), top)
 
     def newest_refs(self, prefix: str, limit: int, offset: int = 0) -> list[Ref]:
+        if not storable(prefix):  # a name no store can hold names nothing
+            return []
         rows = self._read(_NEWEST_REFS, (len(prefix), prefix, limit, offset))
         return [Ref(r[0], NodeId(bytes(r[1]).hex()), r[2]) for r in rows]
 
@@ -186,12 +191,16 @@ class ScanReads:
         return ReflogStamp(int(entries), float(newest))
 
     def reflog_page(self, name: str, limit: int, offset: int = 0) -> tuple[list[ReflogEntry], int]:
+        if not storable(name):  # a name no store can hold names nothing
+            return [], 0
         with self._lock:
             total = int(self._read(_REFLOG_COUNT, (name,))[0][0])
             rows = self._read(refs.REFLOG_PAGE, (name, limit, offset))
         return reflog_entries(rows), total
 
     def reflog_times(self, name: str, targets: Sequence[NodeId]) -> dict[NodeId, float]:
+        if not storable(name):  # a name no store can hold names nothing
+            return {}
         wanted = [bytes.fromhex(t) for t in dict.fromkeys(targets)]
         rows = self._read(_REFLOG_TIMES, (wanted, name))
         return {NodeId(bytes(r[0]).hex()): float(r[1]) for r in rows}

@@ -42,7 +42,6 @@ from .base import (
     RefUpdate,
     SessionMeta,
     StoredNode,
-    encode_session_meta,
 )
 from .meta_rows import HEAD, LEGACY, SESSION
 from .sqlite_check import check_store
@@ -72,6 +71,7 @@ from .sqlite_sql import (
 )
 from .sqlite_sums import FILL_CLOSE, FILL_IDLE, fill_sums
 from .sqlite_wal import IdleCheckpointer
+from .text import check_commit, check_head, check_session_meta, storable
 
 __all__ = [
     "BLOB_MIN", "DURABLE_WAL_PAGES", "FORMAT_VERSION", "PAGE_SIZE", "SIZE_WAL_AFTER", "WAL_PAGES",
@@ -261,6 +261,8 @@ class SqliteBackend(CommitWrites, RefReads, ScanReads, DictWrites):
                     self._db.execute("COMMIT")
 
     def rename_ref(self, old: str, new: str, target: NodeId, reason: str) -> None:
+        check_commit((), [RefUpdate(old, target, None, reason), RefUpdate(new, None, target,
+                                                                          reason)])
         with self._write():
             self._heads.pop(old, None)
             self._heads.pop(new, None)
@@ -350,6 +352,8 @@ class SqliteBackend(CommitWrites, RefReads, ScanReads, DictWrites):
         return found
 
     def expire_reflog(self, name: str) -> int:
+        if not storable(name):  # a name no store can hold names nothing
+            return 0
         with self._write():
             # A live ref's newest entry is its value: it stays. A deleted ref's go entirely.
             live = self._ref_seq(name) is not None
@@ -363,15 +367,17 @@ class SqliteBackend(CommitWrites, RefReads, ScanReads, DictWrites):
             return int(cur.rowcount)
 
     def set_session_meta(self, name: str, meta: SessionMeta | None) -> None:
+        text = check_session_meta(name, meta)
         with self._write():
             self._db.execute("DELETE FROM meta WHERE key = ?", (LEGACY + name,))
-            if meta:
+            if text is not None:
                 self._db.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)",
-                                 (SESSION + name, encode_session_meta(meta)))
+                                 (SESSION + name, text))
             else:
                 self._db.execute("DELETE FROM meta WHERE key = ?", (SESSION + name,))
 
     def set_head(self, value: str) -> None:
+        check_head(value)
         with self._write():
             self._db.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (HEAD, value))
 

@@ -29,6 +29,7 @@ from .sqlite_open import WAL_PAGES
 from .sqlite_paths import PathReader, row_data
 from .sqlite_sql import APPEND_FOLD, APPEND_ONE, CAS, INSERT_NODE, NEWEST
 from .sqlite_wal import IdleCheckpointer, preallocate_wal
+from .text import check_commit
 
 __all__ = ["BLOB_MIN", "SIZE_WAL_AFTER", "CommitWrites"]
 
@@ -164,6 +165,7 @@ class CommitWrites(DictWrites):
         return value
 
     def commit(self, nodes: Sequence[RawNode], updates: Sequence[RefUpdate]) -> None:
+        check_commit(nodes, updates)
         with self._lock:
             if self._batch_depth:
                 with self._errors():

@@ -17,6 +17,7 @@ from ..node import NodeId
 from .base import Ref, ReflogEntry, SessionMeta, StoreFormat
 from .meta_rows import HEAD, LEGACY, SESSION, session_meta_of
 from .sqlite_sql import LIST_REFS
+from .text import storable
 
 __all__ = ["RefReads"]
 
@@ -49,6 +50,8 @@ class RefReads:
         return self._hex(row[0]) if row else None
 
     def get_ref(self, name: str) -> Ref | None:
+        if not storable(name):  # a name no store can hold names nothing
+            return None
         with self._lock, self._errors():
             self._write_folds()
             row = self._db.execute(
@@ -61,12 +64,16 @@ class RefReads:
             return Ref(name, self._hex(row[0]), row[1])
 
     def list_refs(self, prefix: str) -> list[Ref]:
+        if not storable(prefix):  # a name no store can hold names nothing
+            return []
         with self._lock, self._errors():
             self._write_folds()
             rows = self._db.execute(LIST_REFS, (prefix, len(prefix))).fetchall()
             return [Ref(r[0], self._hex(r[1]), r[2]) for r in rows]
 
     def reflog(self, name: str | None = None) -> list[ReflogEntry]:
+        if not storable(name or ''):  # a name no store can hold names nothing
+            return []
         sql = self._reflog_sql
         with self._lock, self._errors():
             self._write_folds()
@@ -98,6 +105,8 @@ class RefReads:
         return [(str(k), str(v)) for k, v in rows if str(k).startswith(prefix)]
 
     def get_session_meta(self, name: str) -> SessionMeta | None:
+        if not storable(name):  # a name no store can hold names nothing
+            return None
         with self._lock, self._errors():
             rows = self._meta_range(SESSION, name) + self._meta_range(LEGACY, name)
         return session_meta_of(rows).get(name)

@@ -27,6 +27,7 @@ from ..node import NodeId
 from .base import Counts, Progress, Ref, ReflogEntry, ReflogStamp
 from .sqlite_paths import verify_node
 from .sqlite_sql import LIST_REFS
+from .text import storable
 
 __all__ = ["SLICE", "ScanReads"]
 
@@ -107,6 +108,8 @@ class ScanReads:
         raise NotImplementedError
 
     def list_refs_with_depth(self, prefix: str) -> list[tuple[Ref, int]]:
+        if not storable(prefix):  # a name no store can hold names nothing
+            return []
         with self._lock, self._errors():
             self._write_folds()  # (moves of an open batch, so that the log is the truth)
             rows = self._db.execute(_LIST_REFS_DEPTH, (prefix, len(prefix))).fetchall()
@@ -198,6 +201,8 @@ class ScanReads:
                 progress(min(after, top), top)
 
     def newest_refs(self, prefix: str, limit: int, offset: int = 0) -> list[Ref]:
+        if not storable(prefix):  # a name no store can hold names nothing
+            return []
         with self._lock, self._errors():
             self._write_folds()
             rows = self._db.execute(_NEWEST_REFS, (prefix, len(prefix), limit, offset)).fetchall()
@@ -210,6 +215,8 @@ class ScanReads:
         return ReflogStamp(int(entries), float(newest or 0.0))
 
     def reflog_page(self, name: str, limit: int, offset: int = 0) -> tuple[list[ReflogEntry], int]:
+        if not storable(name):  # a name no store can hold names nothing
+            return [], 0
         with self._lock, self._errors():
             self._write_folds()
             total = int(self._db.execute("SELECT count(*) FROM reflog WHERE ref = ?",
@@ -219,6 +226,8 @@ class ScanReads:
         return self._entries(rows), total
 
     def reflog_times(self, name: str, targets: Sequence[NodeId]) -> dict[NodeId, float]:
+        if not storable(name):  # a name no store can hold names nothing
+            return {}
         wanted = list(dict.fromkeys(targets))
         out: dict[NodeId, float] = {}
         with self._lock, self._errors():

@@ -1,0 +1,148 @@
+"""Kill ``sess branch -m`` and ``sess branch -d``: HEAD never dangles, on any engine.
+
+A shared store's HEAD is a file of this user on this machine, outside the store's
+transaction (see ``sesstree.head``); a local store's moves in it. Each round runs the real
+command against the run's real PostgreSQL server (or a SQLite folder) and SIGKILLs it, at a
+random moment or at a chosen point (right before the store's transaction commits, right
+after it), then checks what the user sees: ``sess status`` names the session as it was
+before the command or as it is after, with all its events, and the next ``sess append``
+continues that session instead of starting a new one.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from core_testkit import HELPERS
+
+from sesstree import open_store
+from sesstree.testing import user
+
+SESS = str(Path(sys.executable).with_name("sess"))  # the console script, as a user runs it
+KILLED_AT = HELPERS / "sess_killed_at.py"
+
+
+def sess(url: str, *args: str) -> str:
+    done = subprocess.run([SESS, "--store", url, *args], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, (args, done.stdout, done.stderr)
+    return done.stdout
+
+
+def status(url: str) -> dict[str, object]:
+    found: dict[str, object] = json.loads(sess(url, "status", "--json"))
+    return found
+
+
+def killed(cmd: list[str], delay: float | None) -> None:
+    """Run ``cmd``; SIGKILL it after ``delay`` seconds (None: it kills itself)."""
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    if delay is not None:
+        time.sleep(delay)
+        proc.send_signal(signal.SIGKILL)
+    _, err = proc.communicate(timeout=120)
+    # Killed, or done before the kill came: either way a user may find it like this.
+    assert proc.returncode in (0, -signal.SIGKILL), err
+
+
+def prepare(url: str) -> int:
+    with open_store(url) as store:
+        s = store.session("a")
+        for i in range(3):
+            s.add_message(user(f"m{i}"))
+        store.set_head_session("a")
+        store.set_session_meta("a", {"title": "kept"})
+    return 3
+
+
+def check_after_kill(url: str, old: str, new: str, length: int) -> str:
+    """HEAD names ``old`` or ``new``, the one that exists, with its ``length`` events; the
+    next append continues it. Returns its name."""
+    seen = status(url)
+    assert seen["session"] in (old, new) and seen["length"] == length, seen
+    name = str(seen["session"])
+    with open_store(url) as store:
+        names = [i.name for i in store.sessions()]
+        assert names == [name], (names, seen)  # the one HEAD names, and no other
+        assert store.get_session_meta(name) == {"title": "kept"}
+    sess(url, "append", "user/message", json.dumps(user(f"m{length}")))
+    with open_store(url) as store:
+        assert [i.name for i in store.sessions()] == [name]
+        assert [m["content"] for m in store.messages(name)] == [
+            f"m{i}" for i in range(length + 1)]
+        assert store.fsck() == []
+    return name
+
+
+def rename_rounds(url: str, rounds: int, seed: int) -> set[str]:
+    """Kill renames at random moments; return which outcomes were seen ("old", "new")."""
+    rng = random.Random(seed)
+    length = prepare(url)
+    # How long an undisturbed rename takes here: kills are spread over that, and the half
+    # of them past 70% of it land around the store's transaction, where the danger is.
+    began = time.monotonic()
+    sess(url, "branch", "-m", "a", "b")
+    sess(url, "branch", "-m", "b", "a")
+    took = (time.monotonic() - began) / 2
+    current, seen = "a", set()
+    for _ in range(rounds):
+        other = "b" if current == "a" else "a"
+        delay = took * (rng.random() if rng.random() < 0.5 else 0.7 + 0.35 * rng.random())
+        killed([SESS, "--store", url, "branch", "-m", current, other], delay)
+        name = check_after_kill(url, current, other, length)
+        seen.add("old" if name == current else "new")
+        current, length = name, length + 1
+    return seen
+
+
+@pytest.mark.parametrize("point", ["before-commit", "after-commit"])
+def test_a_rename_killed_at_either_side_of_its_commit_leaves_head_on_a_session(
+        postgres_url: str, point: str) -> None:
+    length = prepare(postgres_url)
+    killed([sys.executable, str(KILLED_AT), point, "--store", postgres_url,
+            "branch", "-m", "a", "b"], None)
+    name = check_after_kill(postgres_url, "a", "b", length)
+    assert name == ("a" if point == "before-commit" else "b")
+
+
+@pytest.mark.parametrize("point", ["before-commit", "after-commit"])
+def test_a_delete_killed_at_either_side_of_its_commit_leaves_head_where_it_was(
+        postgres_url: str, point: str) -> None:
+    length = prepare(postgres_url)
+    with open_store(postgres_url) as store:
+        node = store.session_head("a")
+    killed([sys.executable, str(KILLED_AT), point, "--store", postgres_url,
+            "branch", "-d", "a"], None)
+    seen = status(postgres_url)
+    if point == "before-commit":  # nothing happened: HEAD on the session, all of it there
+        assert seen == {"session": "a", "detached": False, "head": node, "length": length}
+    else:  # deleted: HEAD detached where the session was, as an undisturbed delete leaves it
+        assert seen == {"session": None, "detached": True, "head": node, "length": length}
+        with open_store(postgres_url) as store:
+            assert store.sessions() == [] and store.head() == (None, node)
+            assert store.fsck() == []
+
+
+@pytest.fixture(params=["postgres", "sqlite"])
+def store_at(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """Where the store is: a PostgreSQL URL (HEAD in a file here), or a SQLite folder."""
+    if request.param == "postgres":
+        return str(request.getfixturevalue("postgres_url"))
+    return str(tmp_path / "s")
+
+
+def test_renames_killed_at_random_moments_leave_head_on_a_session(store_at: str) -> None:
+    rename_rounds(store_at, rounds=3, seed=1)
+
+
+@pytest.mark.stress
+def test_renames_killed_at_random_moments_many_rounds(store_at: str) -> None:
+    seen = rename_rounds(store_at, rounds=60, seed=2)
+    assert seen == {"old", "new"}  # the kills landed on both sides of the commit
