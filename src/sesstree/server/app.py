@@ -9,7 +9,6 @@ browser view of :mod:`sesstree.web` is mounted into the same app, at ``/`` and `
 
 from __future__ import annotations
 
-import hmac
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
@@ -42,6 +41,7 @@ from ..sync.pack import (
 )
 from ..sync.peer import Update, apply_push, read_chains, walk_store
 from ..web.guard import build_app
+from ..web.security import Auth
 
 __all__ = [
     "MAX_HAS", "MAX_NODES", "MAX_STARTS", "MAX_WALK", "MAX_WALK_IDS", "create_app", "serve",
@@ -73,6 +73,7 @@ def create_app(store: Store, *, token: str | None, host: str = "127.0.0.1",
     ``127.0.0.1``, ``[::1]``, ``host`` (the address it is bound to), the local address the
     connection came in on, or one of ``allowed_hosts``. Every response carries the web view's
     security headers, and an unexpected error is one line (JSON under ``/api/``)."""
+    auth = Auth(token)
 
     def handler(fn: Callable[[Request], Awaitable[Response]]) -> _Handler:
         async def run(request: Request) -> Response:
@@ -136,7 +137,7 @@ def create_app(store: Store, *, token: str | None, host: str = "127.0.0.1",
         return Response(await run_in_threadpool(read), media_type="application/x-sesstree-pack")
 
     async def push(request: Request) -> Response:
-        _authorize(request, token)
+        _authorize(request, auth)
         body = await _msgpack_body(request)
         pack = _get(body, "pack", bytes)
         reason = body.get("reason", "push")
@@ -164,13 +165,10 @@ def create_app(store: Store, *, token: str | None, host: str = "127.0.0.1",
     return app
 
 
-def _authorize(request: Request, token: str | None) -> None:
-    if token is None:
+def _authorize(request: Request, auth: Auth) -> None:
+    if not auth.writable:
         raise _Refused(403, "this server is read-only (started without --token-file)")
-    given = request.headers.get("authorization", "")
-    scheme, _, value = given.partition(" ")
-    if scheme.lower() != "bearer" or not hmac.compare_digest(value.strip().encode(),
-                                                              token.encode()):
+    if not auth.bearer_ok(request):
         raise _Refused(401, "a valid bearer token is needed to write")
 
 

@@ -9,6 +9,10 @@ tag) needs the server's token, and a server started without one is read-only:
   and every form that writes carries a second derived value (the CSRF field). A write from
   a form needs the cookie, the field, and an ``Origin`` (or ``Referer``) of this server, so
   another site can neither read the field nor make the browser send the cookie.
+
+Every comparison with a value a client sent (the token, the cookie, the CSRF field) goes
+through :func:`secret_matches`: constant time on bytes, whatever the value holds (non-ASCII
+text, nothing, megabytes), and never an exception.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ from urllib.parse import urlsplit
 
 from starlette.requests import Request
 
-__all__ = ["COOKIE", "CSP", "SECURITY_HEADERS", "Auth", "same_origin"]
+__all__ = ["COOKIE", "CSP", "SECURITY_HEADERS", "Auth", "bearer_token", "same_origin", "secret_matches"]
 
 #: The Content-Security-Policy of every response: nothing inline, nothing from elsewhere.
 CSP = ("default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
@@ -35,6 +39,28 @@ SECURITY_HEADERS: Mapping[str, str] = {
     "cross-origin-resource-policy": "same-origin",
 }
 COOKIE = "sesstree_web"
+
+
+def _bytes(value: str | bytes) -> bytes:
+    # surrogatepass: a lone surrogate (which a str may hold) encodes instead of raising.
+    return value if isinstance(value, bytes) else value.encode("utf-8", "surrogatepass")
+
+
+def secret_matches(given: str | bytes, secret: bytes) -> bool:
+    """True if ``given`` (a value a client sent) is ``secret``, in constant time.
+
+    Never raises: text is compared as its UTF-8 bytes (lone surrogates included), and both
+    sides are hashed first, so neither the comparison's time nor an exception says anything
+    about the secret's length or content."""
+    return hmac.compare_digest(hashlib.sha256(_bytes(given)).digest(),
+                               hashlib.sha256(secret).digest())
+
+
+def bearer_token(request: Request) -> str | None:
+    """The token of an ``Authorization: Bearer TOKEN`` header; None without one."""
+    scheme, _, value = request.headers.get("authorization", "").partition(" ")
+    value = value.strip()
+    return value if scheme.lower() == "bearer" and value else None
 
 
 class Auth:
@@ -61,23 +87,24 @@ class Auth:
         return self._derive("sesstree-web-csrf")
 
     def check_token(self, given: str) -> bool:
-        """True if ``given`` is the token (compared in constant time)."""
-        return self._token is not None and hmac.compare_digest(given.encode(), self._token)
+        """True if ``given`` is the token (constant time, whatever ``given`` holds)."""
+        return self._token is not None and secret_matches(given, self._token)
 
     def bearer_ok(self, request: Request) -> bool:
         """True if the request carries ``Authorization: Bearer TOKEN``."""
-        scheme, _, value = request.headers.get("authorization", "").partition(" ")
-        return scheme.lower() == "bearer" and self.check_token(value.strip())
+        given = bearer_token(request)
+        return given is not None and self.check_token(given)
 
     def logged_in(self, request: Request) -> bool:
         """True if the browser holds the login cookie."""
-        value = request.cookies.get(COOKIE, "")
-        return self._token is not None and hmac.compare_digest(value, self.cookie_value())
+        if self._token is None:
+            return False
+        return secret_matches(request.cookies.get(COOKIE, ""), self.cookie_value().encode())
 
     def form_ok(self, request: Request, field: str) -> bool:
         """A write from a form: cookie, CSRF field and same origin."""
         return (self.logged_in(request) and same_origin(request)
-                and hmac.compare_digest(field, self.csrf()))
+                and secret_matches(field, self.csrf().encode()))
 
 
 def same_origin(request: Request) -> bool:
