@@ -1,7 +1,8 @@
 """The HTTP API of a served store (Starlette): refs, negotiation, node batches, ref CAS.
 
 Reads need nothing; every write needs ``Authorization: Bearer TOKEN``, and a server started
-without a token is read-only. Bodies are capped before they are read, compressed ones also
+without a token is read-only; wrong tokens are counted per client, with the web view's
+(:mod:`sesstree.web.throttle`). Bodies are capped before they are read, compressed ones also
 once inflated; every pushed node is verified (:func:`sesstree.sync.pack.verify`) and every
 pushed ref name checked before anything is stored. The routes sit under ``/api/v1``; the
 browser view of :mod:`sesstree.web` is mounted into the same app, at ``/`` and ``/api/v1/web/``.
@@ -42,6 +43,7 @@ from ..sync.pack import (
 from ..sync.peer import Update, apply_push, read_chains, walk_store
 from ..web.guard import build_app
 from ..web.security import Auth
+from ..web.throttle import Throttle
 
 __all__ = [
     "MAX_HAS", "MAX_NODES", "MAX_STARTS", "MAX_WALK", "MAX_WALK_IDS", "create_app", "serve",
@@ -64,7 +66,7 @@ class _Refused(Exception):
 
 
 def create_app(store: Store, *, token: str | None, host: str = "127.0.0.1",
-               allowed_hosts: Iterable[str] = ()) -> Starlette:
+               allowed_hosts: Iterable[str] = (), throttle: Throttle | None = None) -> Starlette:
     """The ASGI app serving ``store``: the sync API under ``/api/v1`` and the browser view at
     ``/`` (see docs/web.md). With ``token`` None the store is served read-only. The app does
     not close the store.
@@ -72,8 +74,11 @@ def create_app(store: Store, *, token: str | None, host: str = "127.0.0.1",
     Against DNS rebinding it answers only requests whose ``Host`` is ``localhost``,
     ``127.0.0.1``, ``[::1]``, ``host`` (the address it is bound to), the local address the
     connection came in on, or one of ``allowed_hosts``. Every response carries the web view's
-    security headers, and an unexpected error is one line (JSON under ``/api/``)."""
-    auth = Auth(token)
+    security headers, and an unexpected error is one line (JSON under ``/api/``). Wrong tokens,
+    on ``/push`` and the web view's routes alike, are counted per client by ``throttle`` (a
+    new :class:`~sesstree.web.throttle.Throttle` if None)."""
+    throttle = throttle or Throttle()
+    auth = Auth(token, throttle)
 
     def handler(fn: Callable[[Request], Awaitable[Response]]) -> _Handler:
         async def run(request: Request) -> Response:
@@ -160,7 +165,8 @@ def create_app(store: Store, *, token: str | None, host: str = "127.0.0.1",
         Route(API + "/push", handler(push), methods=["POST"]),
     ]
     # The browser view (pages at /, its JSON under /api/v1/web) shares the server and token.
-    app = build_app(store, token=token, routes=routes, host=host, allowed_hosts=allowed_hosts)
+    app = build_app(store, token=token, routes=routes, host=host, allowed_hosts=allowed_hosts,
+                    throttle=throttle)
     app.state.store = store
     return app
 
@@ -168,6 +174,7 @@ def create_app(store: Store, *, token: str | None, host: str = "127.0.0.1",
 def _authorize(request: Request, auth: Auth) -> None:
     if not auth.writable:
         raise _Refused(403, "this server is read-only (started without --token-file)")
+    # Counted as a guess of this client's; raises Throttled (a 429) while it must wait.
     if not auth.bearer_ok(request):
         raise _Refused(401, "a valid bearer token is needed to write")
 

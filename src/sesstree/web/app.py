@@ -25,6 +25,7 @@ from ..errors import (
 from ..repo import Store
 from .catalog import SOURCES
 from .security import SECURITY_HEADERS, Auth
+from .throttle import Throttle
 from .views import Views
 
 __all__ = ["Web", "json_error", "json_response", "status_of"]
@@ -80,10 +81,10 @@ def status_of(exc: SesstreeError) -> int:
 class Web:
     """Everything a route needs: the store's views, the token's rules, the templates."""
 
-    def __init__(self, store: Store, token: str | None) -> None:
+    def __init__(self, store: Store, token: str | None, throttle: Throttle | None = None) -> None:
         self.store = store
         self.views = Views(store)
-        self.auth = Auth(token)
+        self.auth = Auth(token, throttle)
         env = Environment(loader=PackageLoader("sesstree.web", "templates"), autoescape=True,
                           trim_blocks=True, lstrip_blocks=True)
         env.filters["when"] = _when

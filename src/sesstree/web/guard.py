@@ -31,6 +31,7 @@ from .api import api_routes
 from .app import Web, json_error
 from .pages import page_routes
 from .security import SECURITY_HEADERS
+from .throttle import Throttle
 
 __all__ = ["HOSTS_ENV", "LOOPBACK_NAMES", "CatchErrors", "HostCheck", "SecurityHeaders", "build_app",
            "host_name"]
@@ -152,11 +153,14 @@ def _wants_json(request: Request) -> bool:
 
 
 def build_app(store: Store, *, token: str | None, routes: Sequence[BaseRoute] = (),
-              host: str = "127.0.0.1", allowed_hosts: Iterable[str] = ()) -> Starlette:
+              host: str = "127.0.0.1", allowed_hosts: Iterable[str] = (),
+              throttle: Throttle | None = None) -> Starlette:
     """A Starlette app serving the web view over ``store`` after ``routes``, with the security
     headers, the ``Host`` check (the loopback names, ``host`` unless it is a wildcard address,
-    ``allowed_hosts``, the names in ``$SESS_ALLOWED_HOSTS``) and one-line errors."""
-    web = Web(store, token)
+    ``allowed_hosts``, the names in ``$SESS_ALLOWED_HOSTS``) and one-line errors. Wrong tokens
+    are counted by ``throttle`` (a new :class:`Throttle` if None): pass the one ``routes``
+    count theirs with, so every route shares one count per client."""
+    web = Web(store, token, throttle)
     # Names a reverse proxy in front of `sess serve` forwards (it cannot pass options).
     extra = [h for h in os.environ.get(HOSTS_ENV, "").replace(",", " ").split() if h]
     allowed = [*LOOPBACK_NAMES, *allowed_hosts, *extra]

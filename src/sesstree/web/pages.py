@@ -86,7 +86,9 @@ async def _login(web: Web, request: Request) -> Response:
         return web.error_page(request, 403, "this server is read-only: it was started without a token")
     form = await _form(request)
     token = form.get("token")
-    if not same_origin(request) or not isinstance(token, str) or not web.auth.check_token(token):
+    # Another site's login is refused before its token is counted as a guess of this address.
+    if (not same_origin(request) or not isinstance(token, str)
+            or not web.auth.try_token(request, token)):
         return web.page(request, "login.html", status=401, failed=True,
                         next=_local(str(form.get("next") or "/")))
     response = RedirectResponse(_local(str(form.get("next") or "/")), status_code=303,

@@ -12,7 +12,8 @@ tag) needs the server's token, and a server started without one is read-only:
 
 Every comparison with a value a client sent (the token, the cookie, the CSRF field) goes
 through :func:`secret_matches`: constant time on bytes, whatever the value holds (non-ASCII
-text, nothing, megabytes), and never an exception.
+text, nothing, megabytes), and never an exception. Token guesses (``/login``, a Bearer header)
+are counted per client address by a :class:`~sesstree.web.throttle.Throttle`.
 """
 
 from __future__ import annotations
@@ -24,7 +25,10 @@ from urllib.parse import urlsplit
 
 from starlette.requests import Request
 
-__all__ = ["COOKIE", "CSP", "SECURITY_HEADERS", "Auth", "bearer_token", "same_origin", "secret_matches"]
+from .throttle import Throttle, client_key
+
+__all__ = ["COOKIE", "CSP", "MIN_TOKEN", "SECURITY_HEADERS", "Auth", "bearer_token", "same_origin",
+           "secret_matches"]
 
 #: The Content-Security-Policy of every response: nothing inline, nothing from elsewhere.
 CSP = ("default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
@@ -39,6 +43,8 @@ SECURITY_HEADERS: Mapping[str, str] = {
     "cross-origin-resource-policy": "same-origin",
 }
 COOKIE = "sesstree_web"
+#: The shortest token ``sess serve`` accepts (16 random characters are at least 80 bits).
+MIN_TOKEN = 16
 
 
 def _bytes(value: str | bytes) -> bytes:
@@ -64,10 +70,12 @@ def bearer_token(request: Request) -> str | None:
 
 
 class Auth:
-    """The server's token, and the values derived from it for a browser."""
+    """The server's token, the values derived from it for a browser, and the throttle that
+    counts wrong guesses of it."""
 
-    def __init__(self, token: str | None) -> None:
+    def __init__(self, token: str | None, throttle: Throttle | None = None) -> None:
         self._token = token.encode() if token else None
+        self.throttle = throttle or Throttle()
 
     @property
     def writable(self) -> bool:
@@ -87,16 +95,26 @@ class Auth:
         return self._derive("sesstree-web-csrf")
 
     def check_token(self, given: str) -> bool:
-        """True if ``given`` is the token (constant time, whatever ``given`` holds)."""
+        """True if ``given`` is the token (constant time; not counted: see :meth:`try_token`)."""
         return self._token is not None and secret_matches(given, self._token)
 
+    def try_token(self, request: Request, given: str) -> bool:
+        """:meth:`check_token` as a guess by the request's client: raises
+        :class:`~sesstree.web.throttle.Throttled` (a 429) while that client must wait, and
+        counts a wrong token against it. An empty ``given`` is no guess: False, not counted."""
+        if self._token is None or not given:
+            return False
+        return self.throttle.attempt(client_key(request), lambda: self.check_token(given))
+
     def bearer_ok(self, request: Request) -> bool:
-        """True if the request carries ``Authorization: Bearer TOKEN``."""
+        """True if the request carries ``Authorization: Bearer TOKEN`` (a guess: see
+        :meth:`try_token`)."""
         given = bearer_token(request)
-        return given is not None and self.check_token(given)
+        return given is not None and self.try_token(request, given)
 
     def logged_in(self, request: Request) -> bool:
-        """True if the browser holds the login cookie."""
+        """True if the browser holds the login cookie. Not counted as a guess: the cookie is a
+        256-bit value no one guesses, and a stale one is sent with every page."""
         if self._token is None:
             return False
         return secret_matches(request.cookies.get(COOKIE, ""), self.cookie_value().encode())
