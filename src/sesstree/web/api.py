@@ -12,7 +12,7 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
 from ..errors import SesstreeError
-from .app import Web, json_error, json_response, status_of
+from .app import Web, json_error, json_response, read_body, status_of
 from .catalog import SOURCES, Filter, parse_day
 from .search import SearchPage, search
 from .views import DEFAULT_EVENTS, DEFAULT_REFLOG, MAX_PAGE, MAX_REFLOG, items_json
@@ -130,7 +130,7 @@ def _write_endpoint(web: Web, action: str) -> Callable[[Request], Awaitable[Resp
         if not web.auth.bearer_ok(request):
             return json_error(401, "writing needs the server's token: Authorization: Bearer TOKEN")
         try:
-            fields = msgspec.json.decode(await request.body())
+            fields = msgspec.json.decode(await read_body(request))
         except (msgspec.DecodeError, RecursionError):  # not JSON, or nested past msgspec's depth
             return json_error(400, "the body must be a JSON object")
         if not isinstance(fields, dict):

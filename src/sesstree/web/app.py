@@ -10,6 +10,7 @@ from urllib.parse import quote, urlencode
 
 import msgspec
 from jinja2 import Environment, PackageLoader
+from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, Response
 
@@ -28,7 +29,10 @@ from .security import SECURITY_HEADERS, Auth
 from .throttle import Throttle
 from .views import Views
 
-__all__ = ["Web", "json_error", "json_response", "status_of"]
+__all__ = ["MAX_WEB_BODY", "Web", "json_error", "json_response", "read_body", "status_of"]
+
+#: Largest body a page's form or a JSON write may have (they hold a few names): ``413`` past it.
+MAX_WEB_BODY = 1024 * 1024
 
 
 def _when(ts: float | None) -> str:
@@ -126,3 +130,21 @@ def json_response(data: Any, status: int = 200) -> Response:
 def json_error(status: int, message: str) -> Response:
     """``{"error": "one line"}``."""
     return json_response({"error": message}, status)
+
+
+async def read_body(request: Request, limit: int = MAX_WEB_BODY) -> bytes:
+    """The request's body, refused (``413``, before more is read) past ``limit`` bytes, by its
+    ``Content-Length`` or as it arrives. Later ``request.form()`` and ``request.body()`` read
+    the same bytes."""
+    length = request.headers.get("content-length")
+    if length is not None and (not length.isdigit() or int(length) > limit):
+        raise HTTPException(413, f"the request body is over {limit // 1024} KiB")
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise HTTPException(413, f"the request body is over {limit // 1024} KiB")
+        chunks.append(chunk)
+    body = b"".join(chunks)
+    request._body = body  # what Request.body() and Request.form() read from now on
+    return body

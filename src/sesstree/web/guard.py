@@ -21,7 +21,7 @@ from collections.abc import Awaitable, Callable, Iterable, Sequence
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import PlainTextResponse, Response
 from starlette.routing import BaseRoute
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -91,7 +91,9 @@ class SecurityHeaders:
 
 class CatchErrors:
     """ASGI middleware: an exception a route did not handle becomes ``answer(request, exc)``
-    (its traceback goes to the ``sesstree.web`` log), and the connection stays usable."""
+    (its traceback goes to the ``sesstree.web`` log), and the connection stays usable. A
+    client that went away before its body was read is one line in the log: no one is left
+    to answer, and there is no bug to trace."""
 
     def __init__(self, app: ASGIApp,
                  answer: Callable[[Request, Exception], Awaitable[Response]]) -> None:
@@ -112,6 +114,11 @@ class CatchErrors:
 
         try:
             await self.app(scope, receive, tracking_send)
+        except ClientDisconnect:
+            client = scope.get("client")
+            _log.warning("%s %s: the client%s went away before sending its whole request",
+                         scope.get("method"), scope.get("path"),
+                         f" {client[0]}:{client[1]}" if client else "")
         except Exception as exc:
             if started:  # half an answer is out: only closing the connection can say so
                 raise
