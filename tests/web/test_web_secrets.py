@@ -80,3 +80,17 @@ def test_any_csrf_field_bearer_or_login_token_is_refused_cleanly(app_url: str,
             r = c.post("/api/v1/push", content=b"\x80", headers=auth)
             assert r.status_code == 401 and "bearer token" in r.json()["error"]
     assert [s.name for s in forest_store.sessions()] == before
+
+
+def test_any_origin_or_referer_is_only_another_site(app_url: str, forest_store: Store) -> None:
+    with httpx.Client(base_url=app_url, timeout=30) as c:
+        assert c.post("/login", data={"token": TOKEN}, headers={"origin": app_url}).status_code == 303
+        for header in ("origin", "referer"):
+            for value in (b"http://[", b"http://[::1", b"http://\xc3\xa9", b"\x01", b"x" * 6000):
+                odd = {header: value}
+                r = c.post("/login", data={"token": TOKEN}, headers=odd)
+                assert r.status_code == 401, (header, value[:10])
+                csrf = {"csrf": "x", "session": "quest-1", "new": "q"}
+                assert c.post("/actions/rename", data=csrf, headers=odd).status_code == 403
+                assert c.post("/logout", data={"csrf": "x"}, headers=odd).status_code == 403
+    assert forest_store.has_session("quest-1")

@@ -130,5 +130,8 @@ def same_origin(request: Request) -> bool:
     source = request.headers.get("origin") or request.headers.get("referer")
     if not source:
         return False
-    parts = urlsplit(source)
+    try:
+        parts = urlsplit(source)
+    except ValueError:  # "http://[" and the like: not this server, and no reason to fail
+        return False
     return parts.netloc == request.headers.get("host", "") and parts.scheme in ("http", "https")
