@@ -58,10 +58,14 @@ def test_tool_call_arguments_nested_too_deep_show_as_text(forest_store: Store, u
 
 
 def test_a_write_body_nested_too_deep_is_a_clean_400(writable_url: str) -> None:
-    r = httpx.post(f"{writable_url}/api/v1/web/tag", content=DEEP,
-                   headers={"authorization": f"Bearer {TOKEN}"})
+    auth = {"authorization": f"Bearer {TOKEN}"}
+    r = httpx.post(f"{writable_url}/api/v1/web/tag", content=DEEP, headers=auth)
     assert r.status_code == 400 and r.json() == {"error": "the body must be a JSON object"}
     _secured(r)
+    for body in ('{"name": "t", "rev": ' + DEEP + "}", '{"name": "t", "later": {"a": ' + DEEP + "}}"):
+        r = httpx.post(f"{writable_url}/api/v1/web/tag", content=body, headers=auth)
+        assert r.status_code == 400 and "fields must be text, not nested" in r.json()["error"]
+        _secured(r)
 
 
 def test_form_and_json_bodies_are_bounded_before_they_are_read(sync_url: str,
