@@ -43,7 +43,7 @@ SECURITY_HEADERS: Mapping[str, str] = {
     "cross-origin-resource-policy": "same-origin",
 }
 COOKIE = "sesstree_web"
-#: The shortest token ``sess serve`` accepts (16 random characters are at least 80 bits).
+#: The shortest token ``sess serve`` accepts (16 random letters and digits are over 80 bits).
 MIN_TOKEN = 16
 
 
@@ -74,7 +74,7 @@ class Auth:
     counts wrong guesses of it."""
 
     def __init__(self, token: str | None, throttle: Throttle | None = None) -> None:
-        self._token = token.encode() if token else None
+        self._token = _bytes(token) if token else None
         self.throttle = throttle or Throttle()
 
     @property
