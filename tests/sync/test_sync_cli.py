@@ -154,3 +154,58 @@ def test_serve_subprocess_clone_and_push(tmp_path: Path, sess: Sess) -> None:
                            capture_output=True, text=True, timeout=60)
     assert taken.returncode == 1
     assert taken.stderr.strip().splitlines() == ["Error: --host 'nonsense' is not an IP address"]
+
+
+def test_serve_refuses_a_short_token_and_writes_a_strong_one(tmp_path: Path, sess: Sess) -> None:
+    sess.quest()
+    env = {**os.environ, "SESS_HOME": str(tmp_path / "home")}
+    env.pop("SESS_TOKEN", None)
+    short = tmp_path / "short"
+    short.write_text("1234\n")
+    run = subprocess.run([*SESS, "serve", "--port", "0", "--token-file", str(short)],
+                         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
+    assert run.returncode == 1 and "1234" not in run.stderr + run.stdout
+    assert run.stderr.strip().splitlines() == [
+        f"Error: the token in {short} is 4 characters long: a server's token needs at least 16, "
+        f"or it can be guessed (remove the file and 'sess serve --token-file {short}' writes a "
+        "strong one)"]
+    # No such file yet: a new strong token is written there, readable by this user only.
+    new = tmp_path / "new-token"
+    server = subprocess.Popen([*SESS, "serve", "--port", "0", "--token-file", str(new)],
+                              cwd=tmp_path, env=env, stderr=subprocess.PIPE, text=True)
+    try:
+        assert server.stderr is not None
+        wrote = server.stderr.readline()
+        token = new.read_text().strip()
+        assert wrote.startswith(f"Wrote a new token to {new} (readable only by you)")
+        assert token not in wrote and len(token) >= 43  # 32 random bytes, base64url
+        assert new.stat().st_mode & 0o777 == 0o600
+        match = re.search(r"on (http://127\.0\.0\.1:\d+) \(writes need the token\)",
+                          server.stderr.readline())
+        assert match
+        auth = {"authorization": f"Bearer {token}"}
+        r = httpx.post(match.group(1) + "/api/v1/web/tag", json={"name": "t", "rev": "main"},
+                       headers=auth, timeout=30)
+        assert r.status_code == 200
+    finally:
+        server.send_signal(signal.SIGINT)
+        server.wait(20)
+        if server.stderr is not None:
+            server.stderr.close()
+    # The next start reads the same token back.
+    again = subprocess.Popen([*SESS, "serve", "--port", "0", "--token-file", str(new)],
+                             cwd=tmp_path, env=env, stderr=subprocess.PIPE, text=True)
+    try:
+        assert again.stderr is not None
+        assert "(writes need the token)" in again.stderr.readline()
+        assert new.read_text().strip() == token
+    finally:
+        again.send_signal(signal.SIGINT)
+        again.wait(20)
+        if again.stderr is not None:
+            again.stderr.close()
+    missing = subprocess.run([*SESS, "serve", "--token-file", str(tmp_path / "no" / "dir")],
+                             cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
+    assert missing.returncode == 1
+    assert missing.stderr.strip().splitlines() == [
+        f"Error: cannot write a new token to {tmp_path / 'no' / 'dir'}: No such file or directory"]

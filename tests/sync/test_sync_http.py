@@ -23,6 +23,7 @@ from sesstree.sync import clone
 from sesstree.sync import pack as pack_module
 from sesstree.sync.pack import encode_pack
 from sesstree.sync.peer import read_chains
+from sesstree.web.throttle import Throttle
 
 
 @pytest.fixture
@@ -70,6 +71,30 @@ def test_push_over_http_needs_the_token(origin: Store, mine: Store,
     result = mine.push("origin", ["main"])
     assert result.nodes == 2
     assert origin.session_head("main") == mine.session_head("main")
+
+
+def test_a_pusher_guessing_tokens_is_made_to_wait(tmp_path: Path, origin: Store,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("SESS_TOKEN", raising=False)
+    now = [0.0]  # the throttle's clock, moved by hand
+    app = create_app(origin, token=TOKEN, throttle=Throttle(free=2, clock=lambda: now[0]))
+    with serving(app) as u:
+        mine = clone(u, tmp_path / "mine")
+        try:
+            grow(mine, "main", 1, text="new")
+            for _ in range(2):
+                with pytest.raises(RemoteError, match="refused the token"):
+                    mine.push(u, ["main"], token="guess-" + TOKEN)
+            with pytest.raises(RemoteError) as info:  # now even the right token must wait
+                mine.push(u, ["main"], token=TOKEN)
+            assert str(info.value) == (f"{u} refused /api/v1/push (HTTP 429): too many wrong "
+                                       "tokens from this address: try again in 1 s")
+            mine.fetch(u)  # reading never waits
+            now[0] += 1
+            assert mine.push(u, ["main"], token=TOKEN).nodes == 1
+            assert origin.session_head("main") == mine.session_head("main")
+        finally:
+            mine.close()
 
 
 def test_a_server_without_a_token_is_read_only(tmp_path: Path, origin: Store) -> None:

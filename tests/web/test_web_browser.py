@@ -174,3 +174,33 @@ def test_writes_need_the_token(page: Any, forest_store: Store, tmp_path: Path) -
         page.click("form[action='/actions/rename'] button")
         page.wait_for_url(url + "/session/quest-renamed")
         assert forest_store.has_session("quest-renamed") and not forest_store.has_session("quest-1")
+
+
+async def _cookie_setter(scope: dict[str, Any], receive: Any, send: Any) -> None:
+    """Another program on 127.0.0.1 (another port) that sets the web view's cookie name to
+    non-ASCII text, by header and by script: cookies are shared by every port of a host."""
+    if scope["type"] != "http":
+        return
+    body = ("<!doctype html><title>other</title><script>"
+            "document.cookie = 'sesstree_web=\u00e9\u00e9\u00e9; path=/';</script>set").encode()
+    await send({"type": "http.response.start", "status": 200, "headers": [
+        (b"content-type", b"text/html; charset=utf-8"),
+        (b"set-cookie", "sesstree_web=\u00e9t\u00e9\u2603; Path=/".encode())]})
+    await send({"type": "http.response.body", "body": body})
+
+
+def test_a_cookie_set_by_another_port_breaks_nothing(page: Any, forest_store: Store) -> None:
+    with serve(forest_store, token=TOKEN) as url, serve(forest_store, app=_cookie_setter) as other:
+        page.goto(other + "/")
+        assert "sesstree_web=\u00e9" in page.evaluate("document.cookie")
+        for path in ("/", "/session/quest-1", "/login"):
+            response = page.goto(url + path)
+            assert response.status == 200, path
+            assert page.locator("a", has_text="log in to write").count() == 1
+        # The browser did send the foreign cookie to the web view (it is not HttpOnly, so the
+        # page can see it), and logging in replaces it and works.
+        assert "sesstree_web=\u00e9" in page.evaluate("document.cookie")
+        page.fill("input[name=token]", TOKEN)
+        page.click("main button")
+        page.wait_for_url(url + "/")
+        assert page.locator("a", has_text="log in to write").count() == 0

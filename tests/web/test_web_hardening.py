@@ -1,9 +1,13 @@
 """What every response of a served store holds up against: stored content nested past what a
-JSON decoder takes, unknown paths and methods, malformed form bodies, internal errors (one
-line, the security headers) and requests for another host name (DNS rebinding)."""
+JSON decoder takes, unknown paths and methods, malformed and oversized bodies, clients that
+go away mid-body, internal errors (one line, the security headers) and requests for another
+host name (DNS rebinding)."""
 
 from __future__ import annotations
 
+import logging
+import socket
+import time
 from collections.abc import Iterator
 
 import httpx
@@ -12,6 +16,7 @@ from forest_kit import TOKEN, serve
 
 from sesstree import Store
 from sesstree.server import create_app
+from sesstree.web.app import MAX_WEB_BODY
 from sesstree.web.guard import HostCheck
 from sesstree.web.security import CSP, SECURITY_HEADERS
 from sesstree.web.views import Views
@@ -53,10 +58,76 @@ def test_tool_call_arguments_nested_too_deep_show_as_text(forest_store: Store, u
 
 
 def test_a_write_body_nested_too_deep_is_a_clean_400(writable_url: str) -> None:
-    r = httpx.post(f"{writable_url}/api/v1/web/tag", content=DEEP,
-                   headers={"authorization": f"Bearer {TOKEN}"})
+    auth = {"authorization": f"Bearer {TOKEN}"}
+    r = httpx.post(f"{writable_url}/api/v1/web/tag", content=DEEP, headers=auth)
     assert r.status_code == 400 and r.json() == {"error": "the body must be a JSON object"}
     _secured(r)
+    for body in ('{"name": "t", "rev": ' + DEEP + "}", '{"name": "t", "later": {"a": ' + DEEP + "}}"):
+        r = httpx.post(f"{writable_url}/api/v1/web/tag", content=body, headers=auth)
+        assert r.status_code == 400 and "fields must be text, not nested" in r.json()["error"]
+        _secured(r)
+
+
+def test_form_and_json_bodies_are_bounded_before_they_are_read(sync_url: str,
+                                                               forest_store: Store) -> None:
+    big = b"token=" + b"x" * MAX_WEB_BODY
+    here = {"origin": sync_url, "content-type": "application/x-www-form-urlencoded"}
+    bearer = {"authorization": f"Bearer {TOKEN}"}
+
+    def chunked() -> Iterator[bytes]:  # no Content-Length: counted as it arrives
+        yield b"token="
+        for _ in range(MAX_WEB_BODY // 65536 + 1):
+            yield b"x" * 65536
+
+    with httpx.Client(base_url=sync_url, timeout=60) as c:
+        for path in ("/login", "/logout", "/actions/rename", "/actions/tag"):
+            for body in (big, chunked()):
+                r = c.post(path, content=body, headers=here)
+                assert r.status_code == 413, (path, r.status_code)
+                assert "the request body is over 1024 KiB" in r.text
+                _secured(r)
+        for action in ("rename", "delete", "tag", "untag"):
+            r = c.post(f"/api/v1/web/{action}", content=b" " * MAX_WEB_BODY + b"{}",
+                       headers=bearer)
+            assert r.status_code == 413 and r.json() == {
+                "error": "the request body is over 1024 KiB"}
+        r = c.post("/api/v1/web/tag", json={"name": "t1", "rev": "quest-1"}, headers=bearer)
+        assert r.status_code == 200 and forest_store.resolve("t1")
+
+
+def _leave_mid_body(url: str, path: str, headers: str) -> None:
+    """Send ``path`` the start of a 100 kB body, once the server asks for it, and hang up."""
+    with socket.create_connection((httpx.URL(url).host, httpx.URL(url).port or 80)) as s:
+        s.sendall(f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 100000\r\n"
+                  f"Expect: 100-continue\r\n{headers}\r\n".encode())
+        # The server says "100 Continue" when the route starts reading the body.
+        assert s.recv(100).startswith(b"HTTP/1.1 100"), path
+        s.sendall(b"x" * 1000)
+
+
+def test_a_client_gone_mid_body_is_one_log_line(sync_url: str,
+                                                caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO)
+    bearer = f"Authorization: Bearer {TOKEN}\r\n"
+    form = f"Origin: {sync_url}\r\nContent-Type: application/x-www-form-urlencoded\r\n"
+    routes = {"/api/v1/has": "", "/api/v1/walk": "", "/api/v1/nodes": "",
+              "/api/v1/push": bearer, "/api/v1/web/rename": bearer, "/login": form,
+              "/actions/tag": form}
+    for path, headers in routes.items():
+        _leave_mid_body(sync_url, path, headers)
+    deadline = time.monotonic() + 30  # the server logs once it sees the connection close
+
+    def lines() -> list[logging.LogRecord]:
+        return [r for r in caplog.records if r.name.startswith(("sesstree", "uvicorn"))]
+
+    while len(lines()) < len(routes) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    for path in routes:
+        mine = [r for r in lines() if path in r.getMessage()]
+        assert len(mine) == 1, (path, [r.getMessage() for r in lines()])
+        assert "went away before sending its whole request" in mine[0].getMessage()
+        assert mine[0].exc_info is None and mine[0].levelno == logging.WARNING
+    assert len(lines()) == len(routes)
 
 
 def test_every_error_carries_the_security_headers(sync_url: str) -> None:

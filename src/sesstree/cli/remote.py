@@ -7,6 +7,8 @@ Loaded only when one of them runs (see ``_Group.lazy``): they need the HTTP clie
 from __future__ import annotations
 
 import ipaddress
+import os
+import secrets
 import shutil
 import socket
 import sys
@@ -96,13 +98,14 @@ def _default_remote(store: Store, given: str | None) -> str:
 @click.option("--port", default=8765, show_default=True, type=click.IntRange(0, 65535),
               help="Port (0: any free one, printed).")
 @click.option("--token-file", type=click.Path(dir_okay=False), metavar="FILE",
-              help="File holding the token every write must carry; without it the store is "
-                   "served read-only.")
+              help="File holding the token every write must carry (at least 16 characters; "
+                   "a FILE that does not exist yet gets a new strong token); without it the "
+                   "store is served read-only.")
 @pass_store
 def serve(locator: StoreLocator, store_path: str | None, host: str, port: int,
           token_file: str | None) -> None:
     """Serve the store over HTTP for clone, fetch, pull and push (see docs/sync.md)."""
-    token = _token(token_file)
+    token = None if token_file is None else _server_token(Path(token_file))
     if store_path is not None:
         locator = StoreLocator(store_path)
     store = locator.open()
@@ -120,6 +123,7 @@ def serve(locator: StoreLocator, store_path: str | None, host: str, port: int,
                              socket.SOCK_STREAM, socket.IPPROTO_TCP)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind((host, port))
+        sock.listen(2048)  # now, so a client may connect as soon as the line below is out
     except OSError as exc:
         fail(f"cannot listen on {host}:{port}: {exc.strerror}")
     import uvicorn
@@ -138,6 +142,30 @@ def serve(locator: StoreLocator, store_path: str | None, host: str, port: int,
         uvicorn.Server(config).run(sockets=[sock])
     finally:
         sock.close()
+
+
+def _server_token(path: Path) -> str:
+    """The token in ``path``, refused if it is short enough to guess; if there is no such file
+    yet, a new strong token (256 random bits) written there, readable by this user only."""
+    from ..web.security import MIN_TOKEN
+
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        token = read_token_file(path)
+        if len(token) < MIN_TOKEN:
+            fail(f"the token in {path} is {len(token)} characters long: a server's token "
+                 f"needs at least {MIN_TOKEN}, or it can be guessed (remove the file and "
+                 f"'sess serve --token-file {path}' writes a strong one)")
+        return token
+    except OSError as exc:
+        fail(f"cannot write a new token to {path}: {exc.strerror}")
+    token = secrets.token_urlsafe(32)
+    with os.fdopen(fd, "w") as out:
+        out.write(token + "\n")
+    click.echo(f"Wrote a new token to {path} (readable only by you): a client that writes "
+               f"reads it with --token-file {path} or SESS_TOKEN", err=True)
+    return token
 
 
 # -- remote ------------------------------------------------------------------------------------

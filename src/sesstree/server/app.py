@@ -1,17 +1,20 @@
 """The HTTP API of a served store (Starlette): refs, negotiation, node batches, ref CAS.
 
 Reads need nothing; every write needs ``Authorization: Bearer TOKEN``, and a server started
-without a token is read-only. Bodies are capped before they are read, compressed ones also
-once inflated; every pushed node is verified (:func:`sesstree.sync.pack.verify`) and every
-pushed ref name checked before anything is stored. The routes sit under ``/api/v1``; the
-browser view of :mod:`sesstree.web` is mounted into the same app, at ``/`` and ``/api/v1/web/``.
+without a token is read-only; wrong tokens are counted per client, with the web view's
+(:mod:`sesstree.web.throttle`). Bodies are capped before they are read, compressed ones also
+once inflated, and decoded into a fixed shape per route, so no body nests deeper than its
+shape (the value of a field the route does not know is skipped, and one nested past
+msgspec's recursion limit is a ``400``, not a ``RecursionError``). Every pushed node is
+verified (:func:`sesstree.sync.pack.verify`) and every pushed ref name checked before
+anything is stored. The routes sit under ``/api/v1``; the browser view of :mod:`sesstree.web`
+is mounted into the same app, at ``/`` and ``/api/v1/web/``.
 """
 
 from __future__ import annotations
 
-import hmac
 from collections.abc import Awaitable, Callable, Iterable
-from typing import Any
+from typing import Any, TypeVar
 
 import msgspec
 from starlette.applications import Starlette
@@ -42,6 +45,8 @@ from ..sync.pack import (
 )
 from ..sync.peer import Update, apply_push, read_chains, walk_store
 from ..web.guard import build_app
+from ..web.security import Auth
+from ..web.throttle import Throttle
 
 __all__ = [
     "MAX_HAS", "MAX_NODES", "MAX_STARTS", "MAX_WALK", "MAX_WALK_IDS", "create_app", "serve",
@@ -54,6 +59,28 @@ MAX_NODES = 20_000
 API = "/api/v1"
 
 _Handler = Callable[[Request], Awaitable[Response]]
+_Body = TypeVar("_Body", bound=msgspec.Struct)
+#: A start of /walk or a chain of /nodes: [32-byte id, count] (the id's length checked after).
+_Start = tuple[bytes, int]
+
+
+# The shape of each route's body: what a field holds is decoded only as deep as its type.
+class _Has(msgspec.Struct):
+    ids: bytes
+
+
+class _Walk(msgspec.Struct):
+    starts: list[_Start]
+
+
+class _Nodes(msgspec.Struct):
+    chains: list[_Start]
+
+
+class _Push(msgspec.Struct):
+    pack: bytes
+    updates: list[Update] = []
+    reason: str = "push"
 
 
 class _Refused(Exception):
@@ -64,7 +91,7 @@ class _Refused(Exception):
 
 
 def create_app(store: Store, *, token: str | None, host: str = "127.0.0.1",
-               allowed_hosts: Iterable[str] = ()) -> Starlette:
+               allowed_hosts: Iterable[str] = (), throttle: Throttle | None = None) -> Starlette:
     """The ASGI app serving ``store``: the sync API under ``/api/v1`` and the browser view at
     ``/`` (see docs/web.md). With ``token`` None the store is served read-only. The app does
     not close the store.
@@ -72,7 +99,11 @@ def create_app(store: Store, *, token: str | None, host: str = "127.0.0.1",
     Against DNS rebinding it answers only requests whose ``Host`` is ``localhost``,
     ``127.0.0.1``, ``[::1]``, ``host`` (the address it is bound to), the local address the
     connection came in on, or one of ``allowed_hosts``. Every response carries the web view's
-    security headers, and an unexpected error is one line (JSON under ``/api/``)."""
+    security headers, and an unexpected error is one line (JSON under ``/api/``). Wrong tokens,
+    on ``/push`` and the web view's routes alike, are counted per client by ``throttle`` (a
+    new :class:`~sesstree.web.throttle.Throttle` if None)."""
+    throttle = throttle or Throttle()
+    auth = Auth(token, throttle)
 
     def handler(fn: Callable[[Request], Awaitable[Response]]) -> _Handler:
         async def run(request: Request) -> Response:
@@ -98,15 +129,14 @@ def create_app(store: Store, *, token: str | None, host: str = "127.0.0.1",
         return JSONResponse({"version": 1, "refs": await run_in_threadpool(read)})
 
     async def has(request: Request) -> Response:
-        body = await _msgpack_body(request)
-        ids = unpack_ids(_get(body, "ids", bytes))
+        ids = unpack_ids((await _msgpack_body(request, _Has)).ids)
         if len(ids) > MAX_HAS:
             raise _Refused(413, f"at most {MAX_HAS} ids per request")
         have = await run_in_threadpool(store.backend.has, ids)
         return _msgpack({"have": pack_ids(i for i in ids if i in have)})
 
     async def walk(request: Request) -> Response:
-        starts = _starts(await _msgpack_body(request), "starts", MAX_STARTS)
+        starts = _starts((await _msgpack_body(request, _Walk)).starts, "starts", MAX_STARTS)
         # Each start may list up to MAX_WALK ids: bound the answer as a whole, or a small
         # request (20,000 starts) could ask for an answer of over a billion ids.
         if sum(min(limit, MAX_WALK) for _, limit in starts) > MAX_WALK_IDS:
@@ -124,7 +154,7 @@ def create_app(store: Store, *, token: str | None, host: str = "127.0.0.1",
         return _msgpack({"walks": await run_in_threadpool(read)})
 
     async def nodes(request: Request) -> Response:
-        chains = _starts(await _msgpack_body(request), "chains", MAX_NODES)
+        chains = _starts((await _msgpack_body(request, _Nodes)).chains, "chains", MAX_NODES)
         if sum(n for _, n in chains) > MAX_NODES:
             raise _Refused(413, f"at most {MAX_NODES} nodes per request")
 
@@ -136,17 +166,12 @@ def create_app(store: Store, *, token: str | None, host: str = "127.0.0.1",
         return Response(await run_in_threadpool(read), media_type="application/x-sesstree-pack")
 
     async def push(request: Request) -> Response:
-        _authorize(request, token)
-        body = await _msgpack_body(request)
-        pack = _get(body, "pack", bytes)
-        reason = body.get("reason", "push")
-        if not isinstance(reason, str) or len(reason) > 200 or not reason.isprintable():
+        _authorize(request, auth)
+        body = await _msgpack_body(request, _Push)
+        reason, updates = body.reason, body.updates
+        if len(reason) > 200 or not reason.isprintable():
             reason = "push"
-        try:
-            updates = msgspec.convert(body.get("updates", []), list[Update])
-        except msgspec.ValidationError as exc:
-            raise _Refused(400, f"malformed updates: {exc}") from None
-        received = decode_pack(pack, "pack")
+        received = decode_pack(body.pack, "pack")
         results = await run_in_threadpool(
             lambda: apply_push(store, received, updates, peer="the client", reason=reason))
         return JSONResponse({"results": [msgspec.to_builtins(r) for r in results]})
@@ -159,22 +184,23 @@ def create_app(store: Store, *, token: str | None, host: str = "127.0.0.1",
         Route(API + "/push", handler(push), methods=["POST"]),
     ]
     # The browser view (pages at /, its JSON under /api/v1/web) shares the server and token.
-    app = build_app(store, token=token, routes=routes, host=host, allowed_hosts=allowed_hosts)
+    app = build_app(store, token=token, routes=routes, host=host, allowed_hosts=allowed_hosts,
+                    throttle=throttle)
     app.state.store = store
     return app
 
 
-def _authorize(request: Request, token: str | None) -> None:
-    if token is None:
+def _authorize(request: Request, auth: Auth) -> None:
+    if not auth.writable:
         raise _Refused(403, "this server is read-only (started without --token-file)")
-    given = request.headers.get("authorization", "")
-    scheme, _, value = given.partition(" ")
-    if scheme.lower() != "bearer" or not hmac.compare_digest(value.strip().encode(),
-                                                              token.encode()):
+    # Counted as a guess of this client's; raises Throttled (a 429) while it must wait.
+    if not auth.bearer_ok(request):
         raise _Refused(401, "a valid bearer token is needed to write")
 
 
-async def _msgpack_body(request: Request) -> dict[str, Any]:
+async def _msgpack_body(request: Request, shape: type[_Body]) -> _Body:
+    """The body, bounded by MAX_BODY before it is read, decoded as ``shape``: anything else
+    (not msgpack, another shape, nested past the recursion limit) is a 400."""
     length = request.headers.get("content-length")
     if length is not None and (not length.isdigit() or int(length) > MAX_BODY):
         raise _Refused(413, f"request body over {MAX_BODY // 2**20} MiB")
@@ -185,32 +211,26 @@ async def _msgpack_body(request: Request) -> dict[str, Any]:
         if size > MAX_BODY:
             raise _Refused(413, f"request body over {MAX_BODY // 2**20} MiB")
         chunks.append(chunk)
+    route = request.url.path.removeprefix(API)
     try:
-        body = msgspec.msgpack.decode(b"".join(chunks))
+        return msgspec.msgpack.decode(b"".join(chunks), type=shape)
+    except msgspec.ValidationError as exc:
+        raise _Refused(400, f"the request body is not the msgpack map {route} takes: {exc}"
+                       ) from None
     except msgspec.DecodeError:
         raise _Refused(400, "the request body is not msgpack") from None
-    if not isinstance(body, dict):
-        raise _Refused(400, "the request body is not a msgpack map")
-    return body
+    except RecursionError:  # a field this route does not know, nested thousands deep
+        raise _Refused(400, "the request body is nested too deeply") from None
 
 
-def _get(body: dict[str, Any], key: str, kind: type) -> Any:
-    value = body.get(key)
-    if not isinstance(value, kind):
-        raise _Refused(400, f"the request has no valid {key!r}")
-    return value
-
-
-def _starts(body: dict[str, Any], key: str, most: int) -> list[tuple[NodeId, int]]:
-    items = _get(body, key, list)
+def _starts(items: list[_Start], key: str, most: int) -> list[tuple[NodeId, int]]:
     if len(items) > most:
         raise _Refused(413, f"at most {most} {key} per request")
     out = []
-    for item in items:
-        if (not isinstance(item, list) or len(item) != 2 or not isinstance(item[0], bytes)
-                or len(item[0]) != 32 or not isinstance(item[1], int) or item[1] < 0):
+    for id_, count in items:
+        if len(id_) != 32 or count < 0:
             raise _Refused(400, f"malformed {key}: expected [32-byte id, count] pairs")
-        out.append((NodeId(item[0].hex()), item[1]))
+        out.append((NodeId(id_.hex()), count))
     return out
 
 

@@ -225,7 +225,7 @@ class HttpPeer:
     def _msgpack(self, response: _Answer, path: str) -> Any:
         try:
             return msgspec.msgpack.decode(response.content)
-        except msgspec.DecodeError:
+        except (msgspec.DecodeError, RecursionError):  # RecursionError: nested too deeply
             raise RemoteError(f"{self.name} answered {API}{path} with garbage") from None
 
 
@@ -240,8 +240,11 @@ class _Answer:
         self.content = content
 
     def json(self) -> Any:
-        """The body as JSON (ValueError if it is not)."""
-        return msgspec.json.decode(self.content)
+        """The body as JSON (ValueError if it is not, or nests too deeply to decode)."""
+        try:
+            return msgspec.json.decode(self.content)
+        except RecursionError:
+            raise ValueError("the JSON nests too deeply") from None
 
 
 def _field(reply: Any, key: str, kind: type, name: str) -> Any:

@@ -111,6 +111,9 @@ def verify(nodes: Sequence[RawNode], has: Callable[[list[NodeId]], set[NodeId]],
                               f"msgpack ({exc})") from None
         except InvalidEventError:  # decodes, but to no JSON value (bytes, NaN, ...)
             canonical = False
+        except RecursionError:  # nested past msgspec's limit: no stored node is that deep
+            raise RemoteError(f"{peer} sent node {node.id[:12]} whose data is nested too "
+                              "deeply: refused, nothing stored") from None
         if not canonical:
             raise RemoteError(f"{peer} sent node {node.id[:12]} whose data is not in "
                               "canonical form: refused, nothing stored")

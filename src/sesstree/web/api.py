@@ -12,7 +12,7 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
 from ..errors import SesstreeError
-from .app import Web, json_error, json_response, status_of
+from .app import Web, json_error, json_response, read_body, status_of
 from .catalog import SOURCES, Filter, parse_day
 from .search import SearchPage, search
 from .views import DEFAULT_EVENTS, DEFAULT_REFLOG, MAX_PAGE, MAX_REFLOG, items_json
@@ -24,6 +24,9 @@ __all__ = ["BadRequest", "api_routes", "int_param", "read_filter", "reflog_page"
 PREFIX = "/api/v1/web"
 #: Events one search request reads at most (a client may ask for up to ten times this).
 SEARCH_BUDGET = 200_000
+# A write's body: names and plain values, so nothing in it nests (however deep a client
+# nests a value, the decoder stops at its first bracket).
+_fields = msgspec.json.Decoder(dict[str, str | int | float | bool | None])
 
 
 class BadRequest(Exception):
@@ -130,10 +133,12 @@ def _write_endpoint(web: Web, action: str) -> Callable[[Request], Awaitable[Resp
         if not web.auth.bearer_ok(request):
             return json_error(401, "writing needs the server's token: Authorization: Bearer TOKEN")
         try:
-            fields = msgspec.json.decode(await request.body())
-        except (msgspec.DecodeError, RecursionError):  # not JSON, or nested past msgspec's depth
-            return json_error(400, "the body must be a JSON object")
-        if not isinstance(fields, dict):
+            fields = _fields.decode(await read_body(request))
+        except msgspec.ValidationError as exc:
+            if " - at `$" not in str(exc):  # the body itself is no object
+                return json_error(400, "the body must be a JSON object")
+            return json_error(400, f"the body's fields must be text, not nested: {exc}")
+        except msgspec.DecodeError:
             return json_error(400, "the body must be a JSON object")
         try:
             done, where = await run_in_threadpool(perform, web.store, action, fields)

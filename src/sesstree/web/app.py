@@ -10,6 +10,7 @@ from urllib.parse import quote, urlencode
 
 import msgspec
 from jinja2 import Environment, PackageLoader
+from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, Response
 
@@ -25,9 +26,13 @@ from ..errors import (
 from ..repo import Store
 from .catalog import SOURCES
 from .security import SECURITY_HEADERS, Auth
+from .throttle import Throttle
 from .views import Views
 
-__all__ = ["Web", "json_error", "json_response", "status_of"]
+__all__ = ["MAX_WEB_BODY", "Web", "json_error", "json_response", "read_body", "status_of"]
+
+#: Largest body a page's form or a JSON write may have (they hold a few names): ``413`` past it.
+MAX_WEB_BODY = 1024 * 1024
 
 
 def _when(ts: float | None) -> str:
@@ -80,10 +85,10 @@ def status_of(exc: SesstreeError) -> int:
 class Web:
     """Everything a route needs: the store's views, the token's rules, the templates."""
 
-    def __init__(self, store: Store, token: str | None) -> None:
+    def __init__(self, store: Store, token: str | None, throttle: Throttle | None = None) -> None:
         self.store = store
         self.views = Views(store)
-        self.auth = Auth(token)
+        self.auth = Auth(token, throttle)
         env = Environment(loader=PackageLoader("sesstree.web", "templates"), autoescape=True,
                           trim_blocks=True, lstrip_blocks=True)
         env.filters["when"] = _when
@@ -125,3 +130,21 @@ def json_response(data: Any, status: int = 200) -> Response:
 def json_error(status: int, message: str) -> Response:
     """``{"error": "one line"}``."""
     return json_response({"error": message}, status)
+
+
+async def read_body(request: Request, limit: int = MAX_WEB_BODY) -> bytes:
+    """The request's body, refused (``413``, before more is read) past ``limit`` bytes, by its
+    ``Content-Length`` or as it arrives. Later ``request.form()`` and ``request.body()`` read
+    the same bytes."""
+    length = request.headers.get("content-length")
+    if length is not None and (not length.isdigit() or int(length) > limit):
+        raise HTTPException(413, f"the request body is over {limit // 1024} KiB")
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise HTTPException(413, f"the request body is over {limit // 1024} KiB")
+        chunks.append(chunk)
+    body = b"".join(chunks)
+    request._body = body  # what Request.body() and Request.form() read from now on
+    return body

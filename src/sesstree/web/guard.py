@@ -21,7 +21,7 @@ from collections.abc import Awaitable, Callable, Iterable, Sequence
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import PlainTextResponse, Response
 from starlette.routing import BaseRoute
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -31,6 +31,7 @@ from .api import api_routes
 from .app import Web, json_error
 from .pages import page_routes
 from .security import SECURITY_HEADERS
+from .throttle import Throttle
 
 __all__ = ["HOSTS_ENV", "LOOPBACK_NAMES", "CatchErrors", "HostCheck", "SecurityHeaders", "build_app",
            "host_name"]
@@ -90,7 +91,9 @@ class SecurityHeaders:
 
 class CatchErrors:
     """ASGI middleware: an exception a route did not handle becomes ``answer(request, exc)``
-    (its traceback goes to the ``sesstree.web`` log), and the connection stays usable."""
+    (its traceback goes to the ``sesstree.web`` log), and the connection stays usable. A
+    client that went away before its body was read is one line in the log: no one is left
+    to answer, and there is no bug to trace."""
 
     def __init__(self, app: ASGIApp,
                  answer: Callable[[Request, Exception], Awaitable[Response]]) -> None:
@@ -111,6 +114,11 @@ class CatchErrors:
 
         try:
             await self.app(scope, receive, tracking_send)
+        except ClientDisconnect:
+            client = scope.get("client")
+            _log.warning("%s %s: the client%s went away before sending its whole request",
+                         scope.get("method"), scope.get("path"),
+                         f" {client[0]}:{client[1]}" if client else "")
         except Exception as exc:
             if started:  # half an answer is out: only closing the connection can say so
                 raise
@@ -152,11 +160,14 @@ def _wants_json(request: Request) -> bool:
 
 
 def build_app(store: Store, *, token: str | None, routes: Sequence[BaseRoute] = (),
-              host: str = "127.0.0.1", allowed_hosts: Iterable[str] = ()) -> Starlette:
+              host: str = "127.0.0.1", allowed_hosts: Iterable[str] = (),
+              throttle: Throttle | None = None) -> Starlette:
     """A Starlette app serving the web view over ``store`` after ``routes``, with the security
     headers, the ``Host`` check (the loopback names, ``host`` unless it is a wildcard address,
-    ``allowed_hosts``, the names in ``$SESS_ALLOWED_HOSTS``) and one-line errors."""
-    web = Web(store, token)
+    ``allowed_hosts``, the names in ``$SESS_ALLOWED_HOSTS``) and one-line errors. Wrong tokens
+    are counted by ``throttle`` (a new :class:`Throttle` if None): pass the one ``routes``
+    count theirs with, so every route shares one count per client."""
+    web = Web(store, token, throttle)
     # Names a reverse proxy in front of `sess serve` forwards (it cannot pass options).
     extra = [h for h in os.environ.get(HOSTS_ENV, "").replace(",", " ").split() if h]
     allowed = [*LOOPBACK_NAMES, *allowed_hosts, *extra]

@@ -17,7 +17,7 @@ from starlette.routing import BaseRoute, Route
 
 from ..errors import SesstreeError
 from .api import BadRequest, int_param, read_filter, reflog_page, searching
-from .app import Web, status_of
+from .app import Web, read_body, status_of
 from .security import COOKIE, SECURITY_HEADERS, same_origin
 from .views import DEFAULT_EVENTS, MAX_EVENTS, MAX_PAGE
 from .writes import ACTIONS, perform
@@ -86,7 +86,9 @@ async def _login(web: Web, request: Request) -> Response:
         return web.error_page(request, 403, "this server is read-only: it was started without a token")
     form = await _form(request)
     token = form.get("token")
-    if not same_origin(request) or not isinstance(token, str) or not web.auth.check_token(token):
+    # Another site's login is refused before its token is counted as a guess of this address.
+    if (not same_origin(request) or not isinstance(token, str)
+            or not web.auth.try_token(request, token)):
         return web.page(request, "login.html", status=401, failed=True,
                         next=_local(str(form.get("next") or "/")))
     response = RedirectResponse(_local(str(form.get("next") or "/")), status_code=303,
@@ -105,7 +107,9 @@ async def _logout(web: Web, request: Request) -> Response:
 
 
 async def _form(request: Request) -> FormData:
-    """The request's form; a body that cannot be parsed is a 400 (one line), not a 500."""
+    """The request's form, read within MAX_WEB_BODY (413 past it); a body that cannot be parsed
+    is a 400 (one line), not a 500."""
+    await read_body(request)
     try:
         return await request.form()
     except HTTPException:

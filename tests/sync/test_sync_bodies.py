@@ -1,0 +1,111 @@
+"""Bodies nested past what a decoder takes, both ways: a client's request to every route of
+``sess serve`` is a clean ``400`` that changes nothing, and a server's answer is one
+RemoteError for the client. Real uvicorn servers on 127.0.0.1."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import msgspec
+import pytest
+from sync_kit import TOKEN, all_ids, grow, refs_of, served, serving
+
+from sesstree import RemoteError, Store, open_store
+from sesstree.node import node_id_from_encoded
+from sesstree.store.base import RawNode
+from sesstree.sync.http import HttpPeer
+from sesstree.sync.pack import encode_pack
+from sesstree.web.security import SECURITY_HEADERS
+
+LEVELS = 100_000
+DEEP = b"\x91" * LEVELS + b"\xc0"  # [[[...[nil]...]]] in msgpack
+_encode = msgspec.msgpack.encode
+
+
+@pytest.fixture
+def origin(tmp_path: Path) -> Iterator[Store]:
+    s = open_store(tmp_path / "origin")
+    grow(s, "main", 5)
+    yield s
+    s.close()
+
+
+def _map(*pairs: tuple[str, bytes]) -> bytes:
+    """A msgpack map of already encoded values."""
+    return bytes([0x80 | len(pairs)]) + b"".join(_encode(k) + v for k, v in pairs)
+
+
+# What each route takes, and one valid value of its field.
+ROUTES = {"has": ("ids", _encode(b"")), "walk": ("starts", _encode([])),
+          "nodes": ("chains", _encode([])), "push": ("pack", _encode(encode_pack([])))}
+
+
+def test_a_body_nested_deep_is_a_clean_400_on_every_route(origin: Store) -> None:
+    before = refs_of(origin), all_ids(origin)
+    with served(origin) as url, httpx.Client(base_url=url, timeout=60) as c:
+        for route, (field, valid) in ROUTES.items():
+            headers = {"authorization": f"Bearer {TOKEN}"} if route == "push" else {}
+            for body in (DEEP,  # the whole body
+                         _map((field, DEEP)),  # the route's own field
+                         _map((field, valid), ("later", DEEP)),  # a field it does not know
+                         _map((field, valid), ("updates", DEEP), ("reason", DEEP))):
+                r = c.post(f"/api/v1/{route}", content=body, headers=headers)
+                assert r.status_code == 400, (route, r.text[:200])
+                error = r.json()["error"]
+                assert "nested too deeply" in error or "msgpack map" in error, error
+                assert all(r.headers.get(k) == v for k, v in SECURITY_HEADERS.items())
+        assert c.get("/api/v1/refs").status_code == 200  # and the server goes on
+    assert (refs_of(origin), all_ids(origin)) == before
+
+
+def test_a_pushed_node_nested_past_the_limit_is_refused(origin: Store) -> None:
+    head = origin.session_head("main")
+    assert head is not None
+    node = RawNode(node_id_from_encoded(head, "user/message", DEEP), head, "user/message", DEEP)
+    body = _encode({"pack": encode_pack([node]), "updates": [
+        {"ref": "sessions/main", "old": head, "new": node.id}]})
+    before = all_ids(origin)
+    with served(origin) as url:
+        r = httpx.post(url + "/api/v1/push", content=body,
+                       headers={"authorization": f"Bearer {TOKEN}"}, timeout=60)
+    assert r.status_code == 400
+    assert r.json()["error"] == (f"the client sent node {node.id[:12]} whose data is nested too "
+                                 "deeply: refused, nothing stored")
+    assert all_ids(origin) == before and origin.session_head("main") == head
+
+
+async def _deep_server(scope: dict[str, Any], receive: Any, send: Any) -> None:
+    """Answers every request with a body nested 100,000 levels: JSON for /refs and for the
+    error of /push, msgpack for the others."""
+    if scope["type"] != "http":
+        return
+    path = scope["path"]
+    json = path.endswith(("/refs", "/push"))
+    body = b"[" * LEVELS + b"]" * LEVELS if json else DEEP
+    await send({"type": "http.response.start", "status": 400 if path.endswith("/push") else 200,
+                "headers": [(b"content-length", str(len(body)).encode()),
+                            (b"content-type", b"application/json" if json else b"x")]})
+    await send({"type": "http.response.body", "body": body})
+
+
+def test_a_server_answering_nested_too_deep_is_one_error(tmp_path: Path) -> None:
+    with serving(_deep_server) as url:
+        peer = HttpPeer(url, token=TOKEN)
+        try:
+            with pytest.raises(RemoteError, match="is not a sesstree server"):
+                peer.refs()
+            with pytest.raises(RemoteError, match=r"answered /api/v1/has with garbage"):
+                peer.has(["ab" * 32])  # type: ignore[list-item]
+            with pytest.raises(RemoteError, match=r"answered /api/v1/walk with garbage"):
+                peer.walk([("ab" * 32, 3)])  # type: ignore[list-item]
+            with pytest.raises(RemoteError, match=r"refused /api/v1/push \(HTTP 400\)"):
+                peer.receive([], [])
+        finally:
+            peer.close()
+        with open_store(tmp_path / "mine") as mine:
+            with pytest.raises(RemoteError):
+                mine.fetch(url)
+            assert refs_of(mine) == {}
