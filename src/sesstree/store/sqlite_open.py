@@ -16,6 +16,7 @@ from .sqlite_create import create_store_file, remove_leftovers
 from .sqlite_media import media_error, one_line, open_read_only, translating, unopenable
 from .sqlite_sql import APPEND_TEMP, SCHEMA, SCHEMA_2, add_codec, without_started
 from .sqlite_wal import preallocate_wal
+from .sqlite_walguard import guard_wal
 
 __all__ = [
     "DURABLE_WAL_PAGES", "FORMAT_VERSION", "PAGE_SIZE", "WAL_PAGES", "has_codec",
@@ -67,6 +68,8 @@ def open_connection(
         raise StoreCorruptError(f"{path} is an empty file, not a sesstree store")
     if create and size == 0:
         _create(path, durable)
+    else:
+        guard_wal(path)  # before SQLite can drop what a damaged WAL hides (sqlite_walguard)
     db, read_only = _connect(path, timeout)
     try:
         try:
