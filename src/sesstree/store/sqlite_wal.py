@@ -64,9 +64,11 @@ class IdleCheckpointer:
     A committed transaction first lives only in the WAL; SQLite copies it into the main file
     at a checkpoint, every ``wal_autocheckpoint`` pages (~20 MB here). A flipped bit in the
     WAL makes SQLite treat the log as ending just before the damaged frame, so that commit and
-    every later one would be lost at the next open. Checkpointing as soon as a writer pauses
-    (an agent waiting for its model, a CLI command ending) keeps that exposure to what was
-    written in the last :attr:`idle` seconds of activity instead of the last 20 MB.
+    every later one would be lost at the next open (sqlite_walguard finds that before SQLite
+    opens the store, and keeps the log, but cannot bring the commits back). Checkpointing
+    as soon as a writer pauses (an agent waiting for its model, a CLI command ending) keeps
+    that exposure to what was written in the last :attr:`idle` seconds of activity instead of
+    the last 20 MB.
 
     One daemon thread per connection that writes, started on its first write; a write only
     counts itself. A period of :attr:`idle` seconds without a write is a pause (so the
