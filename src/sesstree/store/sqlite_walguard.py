@@ -273,13 +273,17 @@ def _write_atomically(target: Path, data: bytes) -> None:
     tmp = target.with_name(f"{target.name}.tmp-{os.getpid()}")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, FILE_MODE)
     try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view):]
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, target)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, target)
+    except OSError:
+        tmp.unlink(missing_ok=True)  # (a full disk: no half-written copy is left behind)
+        raise
     folder = os.open(target.parent, os.O_RDONLY | os.O_CLOEXEC)
     try:
         os.fsync(folder)
