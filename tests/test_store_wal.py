@@ -307,7 +307,7 @@ def test_random_wal_damage_is_reported_or_harmless(tmp_path: Path) -> None:
     torn write), and truncation cannot be told from a shorter log at all (docs/storage.md)."""
     rng = random.Random(19)
     outcomes: dict[str, int] = {}
-    for round in range(80):
+    for round in range(150):
         folder = tmp_path / f"s{round}"
         acked = killed_writer(folder, rng.randint(20, 400), *(
             ["--durable"] if round % 5 == 0 else []))
