@@ -33,6 +33,7 @@ from .errors import (
     StoreNotFoundError,
     StoreReadOnlyError,
     UnknownRevisionError,
+    WalDamagedError,
 )
 
 if _typing.TYPE_CHECKING:
@@ -107,6 +108,7 @@ __all__ = [
     "StoreReadOnlyError",
     "Tool",
     "UnknownRevisionError",
+    "WalDamagedError",
     "__version__",
     "derive_messages",
     "make_node",

@@ -6,6 +6,7 @@
     ├── StoreError
     │   ├── StoreNotFoundError      no store at the path, or none found upwards
     │   ├── StoreCorruptError       the store file is damaged or not a store
+    │   │   └── WalDamagedError     its write-ahead log is damaged: kept, and reported until accepted
     │   ├── StoreLockedError        another process holds the write lock too long
     │   ├── StoreFormatError        written by a newer sesstree
     │   ├── StoreReadOnlyError      a write to a store on read-only media (reads still work)
@@ -55,6 +56,7 @@ __all__ = [
     "StoreNotFoundError",
     "StoreReadOnlyError",
     "UnknownRevisionError",
+    "WalDamagedError",
 ]
 
 
@@ -72,6 +74,12 @@ class StoreNotFoundError(StoreError):
 
 class StoreCorruptError(StoreError):
     """The store file is damaged or is not a sesstree store. Nothing was written to it."""
+
+
+class WalDamagedError(StoreCorruptError):
+    """The store's write-ahead log is damaged: commits after the damage would be dropped at
+    this open. The log was kept beside the store and every open raises this until the loss is
+    accepted (``sess fsck --accept-wal-loss``); nothing was changed."""
 
 
 class StoreLockedError(StoreError):

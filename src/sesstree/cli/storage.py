@@ -133,13 +133,24 @@ def _ratio(logical: int, physical: int) -> str:
 
 
 @cli.command()
+@click.option("--accept-wal-loss", is_flag=True,
+              help="Open a store whose write-ahead log is damaged without the commits the "
+                   "damage hides (a copy of the log stays), then check it.")
 @pass_store
-def fsck(locator: StoreLocator) -> None:
+def fsck(locator: StoreLocator, accept_wal_loss: bool) -> None:
     """Re-hash every node and check parents, refs, reflog and indexes; exit 1 on any fault."""
+    from ..errors import WalDamagedError
     from ..maintenance import fsck as check
     from ..progress import terminal_progress
 
-    store = locator.open()
+    if accept_wal_loss:
+        _accept_wal_loss(locator)
+    try:
+        store = locator.open()
+    except WalDamagedError as exc:
+        # Found on open (this one or an earlier one): the store is not opened until accepted.
+        click.echo(one_line(f"fault: {exc}"))
+        fail("1 fault found: the write-ahead log is damaged (see above)")
     progress = terminal_progress("checking nodes")
     try:
         faults = check(store, progress=progress)
@@ -151,6 +162,22 @@ def fsck(locator: StoreLocator) -> None:
     if faults:
         fail(f"{plural(len(faults), 'fault')} found")
     click.echo(f"ok: {store.backend.count_nodes()} nodes, every id, parent and ref checked")
+
+
+def _accept_wal_loss(locator: StoreLocator) -> None:
+    """Open the store as SQLite recovers its damaged write-ahead log (sqlite_walguard)."""
+    from ..repo import STORE_FILE
+    from ..store.sqlite_walguard import accept_wal_loss
+
+    if locator.url() is not None:
+        fail("--accept-wal-loss is for SQLite stores: a PostgreSQL store has no such log")
+    found = locator.find()
+    accepted = accept_wal_loss(found if found.is_file() else found / STORE_FILE)
+    if accepted is None:
+        click.echo("the write-ahead log is not damaged: nothing to accept")
+    else:
+        click.echo(one_line(f"accepted: {accepted.split('. The log is kept')[0]}; the damaged "
+                            "log stays beside the store"))
 
 
 @cli.command()

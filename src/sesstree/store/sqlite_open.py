@@ -24,6 +24,7 @@ from .sqlite_media import (
 )
 from .sqlite_sql import APPEND_TEMP, SCHEMA, SCHEMA_2, add_codec, without_started
 from .sqlite_wal import preallocate_wal
+from .sqlite_walguard import guard_wal
 
 __all__ = [
     "DURABLE_WAL_PAGES", "FORMAT_VERSION", "PAGE_SIZE", "WAL_PAGES", "has_codec",
@@ -75,6 +76,8 @@ def open_connection(
         raise StoreCorruptError(f"{path} is an empty file, not a sesstree store")
     if create and size == 0:
         _create(path, durable)
+    else:
+        guard_wal(path)  # before SQLite can drop what a damaged WAL hides (sqlite_walguard)
     db, read_only = _connect(path, timeout)
     try:
         try:
