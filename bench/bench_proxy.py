@@ -255,7 +255,8 @@ def recorder_child() -> None:
             call.status = 200
             call.chunks = [_json.encode(reply)]
             started = time.perf_counter()
-            proxy._record(call)
+            for _ in proxy._record(call) or ():  # in steps, where recording is one
+                pass
             took[i] = time.perf_counter() - started
             messages += [{"role": "assistant", "content": text},
                          {"role": "user", "content": f"tool output {i}:\n{tool_output(i)}"}]

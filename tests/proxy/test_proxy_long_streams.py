@@ -5,7 +5,7 @@ buffer after every line, and one recorder thread parsed one call at a time)."""
 from __future__ import annotations
 
 import threading
-from typing import Any, SupportsIndex
+from typing import Any, ClassVar, SupportsIndex
 
 import httpx
 import pytest
@@ -21,7 +21,7 @@ class Counted(bytes):
     """Bytes that count every byte copied out of them (slices, joins), and pass the count on
     to what is copied from them: the parser's work, measured without a clock."""
 
-    copied = [0]
+    copied: ClassVar[list[int]] = [0]
 
     def __getitem__(self, key: SupportsIndex | slice) -> Any:  # type: ignore[override]
         got = bytes.__getitem__(self, key)
@@ -169,3 +169,37 @@ def test_a_long_stream_does_not_hold_up_the_calls_after_it(
         recorded = [line.split(" -> ")[1].split(" ")[0] for line in proxy.lines if " -> " in line]
     assert recorded == ["short-0", "short-1", "short-2", "short-3", "the-long-one"]
     assert len(store.messages("the-long-one")[1]["content"]) == 4_000_000
+
+
+def test_a_stopping_proxy_waits_a_bounded_time_and_names_what_it_did_not_record(
+        monkeypatch: pytest.MonkeyPatch, store: Store, upstream: FakeUpstream) -> None:
+    # A store that never answers: the first recording hangs. Stopping gives the calls
+    # received a bounded wait, then names each one it could not record; it does not wait
+    # for the store forever.
+    from sesstree.proxy.recorder import Recorder
+
+    hung = threading.Event()
+    release = threading.Event()
+
+    def record(self: Recorder, exchange: Any) -> Any:
+        hung.set()
+        release.wait(60)
+        raise RuntimeError("the store went away")
+
+    monkeypatch.setattr(Recorder, "record", record)
+    monkeypatch.setattr("sesstree.proxy.app.RECORD_WAIT", 0.5, raising=False)
+    try:
+        proxy = RunningProxy(store, upstream.url).start()
+        for i in range(3):
+            assert ask(proxy.url, f"call {i}").status_code == 200
+        assert hung.wait(30)
+        proxy.stop()
+        assert not proxy._thread.is_alive()
+    finally:
+        release.set()
+    said = "\n".join(proxy.lines)
+    assert "sess proxy: stopping: recording the 3 calls received (at most 0.5 s" in said
+    assert said.count("not recorded: the proxy stopped while it was being recorded") == 1
+    assert said.count("not recorded: the proxy stopped before its turn came") == 2
+    assert "3 calls received were not recorded: the proxy stopped first" in said
+    assert "record failures 3" in proxy.lines[-1]

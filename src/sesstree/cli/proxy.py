@@ -71,7 +71,8 @@ def proxy(locator: StoreLocator, upstream: str, port: int, host: str, timeout: f
     same path (after UPSTREAM's own path; the queries are merged). API keys pass through and
     are never stored; credentials in UPSTREAM (https://user:pw@host) are sent as Basic
     authorization when the client sends no Authorization header. GET /_sess/stats gives the
-    counters. Stop with Ctrl-C: recordings in flight are finished first.
+    counters. Stop with Ctrl-C: the calls received are recorded first (for at most 30 s;
+    any left are named), and a second Ctrl-C stops the calls still in flight.
     """
     import httpx
     import uvicorn
@@ -102,7 +103,7 @@ def proxy(locator: StoreLocator, upstream: str, port: int, host: str, timeout: f
     def log(line: str) -> None:
         click.echo(line, err=True)
 
-    app, _ = create_app(store, str(url), timeout=timeout, log=log, quiet=quiet)
+    app, running = create_app(store, str(url), timeout=timeout, log=log, quiet=quiet)
     sock = _listen(host, port)
     bound = sock.getsockname()[1]
     where = f"[{host}]" if ":" in host else host
@@ -123,3 +124,9 @@ def proxy(locator: StoreLocator, upstream: str, port: int, host: str, timeout: f
         pass  # the server re-raises the Ctrl-C it stopped for: stopping is what was asked
     finally:
         sock.close()
+        # A second Ctrl-C makes the server quit without its shutdown: the calls received are
+        # still recorded (or each reported), and the counters printed. A no-op otherwise.
+        try:
+            running.finish()
+        except KeyboardInterrupt:
+            pass
