@@ -23,7 +23,7 @@ import itertools
 import socket
 import sys
 import time
-from collections.abc import AsyncIterable, Callable, Iterator
+from collections.abc import AsyncIterable, Callable, Iterable, Iterator
 from typing import Any
 
 import httpcore
@@ -35,6 +35,7 @@ from ..node import check_ref_name
 from ..repo import Store
 from .asgi import ProxyApp, answer_json, error_body, read_body
 from .calls import DECODABLE, Call, exchange_steps, parsed_request
+from .guard import Guard
 from .netio import LoopBackend
 from .protocols import protocol_of
 from .recorder import Outcome, Recorder, Stats, redact
@@ -436,14 +437,22 @@ def _stderr(line: str) -> None:
 
 def create_app(store: Store, upstream: str, *, timeout: float = 600.0,
                log: Callable[[str], None] | None = None, quiet: bool = False,
-               record_wait: float | None = None) -> tuple[ProxyApp, Proxy]:
+               record_wait: float | None = None, host: str = "127.0.0.1",
+               allowed_hosts: Iterable[str] = (), allowed_origins: Iterable[str] = ()
+               ) -> tuple[ProxyApp, Proxy]:
     """The proxy's ASGI application and its :class:`Proxy` (counters, ``flush``).
 
     Lines go to ``log`` (default: standard error); ``quiet`` keeps only the start-up line and
     the counters at exit. The store is used from the proxy's recorder thread only; a stopping
     proxy gives the calls it received ``record_wait`` seconds to be recorded (default
-    :data:`RECORD_WAIT`).
+    :data:`RECORD_WAIT`). It answers requests sent to the loopback names, ``host`` (the
+    address it listens on), ``allowed_hosts`` and the names in ``$SESS_ALLOWED_HOSTS``, and
+    no web page of another origin than ``allowed_origins`` (see :mod:`sesstree.proxy.guard`).
+
+    Raises:
+        ValueError: an allowed origin is not an origin.
     """
+    guard = Guard(host, allowed_hosts, allowed_origins)
     proxy = Proxy(store, upstream, timeout=timeout, log=log, quiet=quiet,
                   record_wait=record_wait)
-    return ProxyApp(proxy), proxy
+    return ProxyApp(proxy, guard), proxy
