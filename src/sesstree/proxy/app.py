@@ -380,7 +380,9 @@ class Proxy:
             # A reply that ends while the proxy shuts down (a stream cut at the end of the
             # grace period): the recorder has stopped taking work.
             self.stats.add("record_failures")
-            self._say(call, f"{call.where}: not recorded: the proxy is stopping")
+            # Said even when quiet, like every call a stopping proxy could not record.
+            self.report(printable(redact(
+                f"sess proxy: {call.where}: not recorded: the proxy stopped first", call.secrets)))
 
     def _abandoned(self, call: Call, busy: bool) -> None:
         """Say that ``call`` was not recorded: the proxy stopped before its turn came (or,
