@@ -310,34 +310,24 @@ def _long_call(megabytes: float, text: str) -> Any:
     return call
 
 
-def long_stream_child(budget: float) -> None:
-    """In a process of its own: the recorder's time for one streamed call of each size, and
-    how long a short call made just after the longest one waits to be recorded. Sizes after
-    one that took more than ``budget`` seconds are skipped (quadratic parsing would take
-    hours at 50 MB). Printed as JSON."""
+def long_stream_child(megabytes: float) -> None:
+    """In a process of its own: the recorder's time for one streamed call of ``megabytes``
+    MB, then how long a short call made right after another such call waits to be recorded
+    (and the long one), on the proxy's recorder thread. Printed as JSON."""
     from sesstree.proxy.app import Proxy
 
-    out: dict[str, float | None] = {}
     with tempfile.TemporaryDirectory() as tmp:
         proxy = Proxy(open_store(Path(tmp) / "s"), "http://127.0.0.1:9", quiet=True)
         proxy.recorder.index.refresh()
-        over = False
-        for mb in LONG_SIZES:
-            if over:
-                out[str(mb)] = None
-                continue
-            call = _long_call(mb, f"long stream of {mb} MB")
-            started = time.perf_counter()
-            for _ in proxy._record(call) or ():
-                pass
-            out[str(mb)] = took = time.perf_counter() - started
-            over = took > budget
-        # A short call right behind the longest stream measured, on the proxy's recorder.
-        big = max(mb for mb in LONG_SIZES if out[str(mb)] is not None)
+        call = _long_call(megabytes, "the long one")
+        started = time.perf_counter()
+        for _ in proxy._record(call) or ():
+            pass
+        took = time.perf_counter() - started
         try:
             from sesstree.proxy.worker import RecordWorker
             proxy._worker = RecordWorker("bench-recorder")
-        except ImportError:  # one recorder thread taking one call at a time
+        except ImportError:  # a sesstree with one recorder thread taking one call at a time
             from concurrent.futures import ThreadPoolExecutor
             proxy._worker = ThreadPoolExecutor(1)  # type: ignore[assignment]
         done: dict[str, float] = {}
@@ -349,39 +339,46 @@ def long_stream_child(budget: float) -> None:
             return outcome
 
         proxy.recorder.record = timed  # type: ignore[method-assign]
-        short, long = _long_call(0.0, "short call"), _long_call(big, "the long one again")
+        short, long = _long_call(0.0, "short call"), _long_call(megabytes, "the long one again")
         started = time.perf_counter()
         proxy._submit(long)
         proxy._submit(short)
         proxy.flush()
-        out["short_after"] = done["short-call"] - started
-        out["long_after"] = done["the-long-one-again"] - started
-        out["short_after_mb"] = big
-    print(msgspec.json.encode(out).decode())
+    print(msgspec.json.encode({"took": took, "short_after": done["short-call"] - started,
+                               "long_after": done["the-long-one-again"] - started}).decode())
 
 
 def long_stream(sources: dict[str, str | None], budget: float) -> None:
-    """Recording a long streamed reply, per MB, and the wait of the call after it."""
+    """Recording a long streamed reply, per MB, and the wait of the call after it. A size is
+    given ``budget`` seconds (quadratic parsing would take hours at 50 MB); the larger ones
+    are skipped after one that ran out of it."""
     print("\nrecording a long streamed chat reply (one-token chunks of ~220 B; the recorder "
           "thread: parse, build the reply, write)")
     print("  " + " " * 8 + "".join(f"{f'{mb} MB':>12}" for mb in LONG_SIZES)
-          + f"{'50 MB / 1 MB':>14}" + "   short call right after the longest")
+          + f"{'50 MB / 1 MB':>14}" + "   a short call right after the longest")
     for name, source in sources.items():
         env = {**os.environ}
         if source is not None:
             env["PYTHONPATH"] = source
-        out = subprocess.run([sys.executable, __file__, "--only", "long-stream-child",
-                              "--budget", str(budget)], env=env, capture_output=True,
-                             text=True, check=True).stdout
-        got = msgspec.json.decode(out)
-        cells = ""
+        got: dict[int, dict[str, float]] = {}
         for mb in LONG_SIZES:
-            s = got[str(mb)]
-            cells += f"{'(skipped)':>12}" if s is None else f"{s / mb * 1000:7.0f} ms/MB"
-        ratio = (f"{got['50'] / 50 / got['1']:13.2f}x" if got["50"] is not None
+            try:
+                out = subprocess.run([sys.executable, __file__, "--only", "long-stream-child",
+                                      "--size", str(mb)], env=env, capture_output=True,
+                                     text=True, check=True, timeout=budget).stdout
+            except subprocess.TimeoutExpired:
+                break
+            got[mb] = msgspec.json.decode(out)
+        cells = "".join(f"{got[mb]['took'] / mb * 1000:7.0f} ms/MB" if mb in got
+                        else f"{f'(> {budget:g} s)':>12}" for mb in LONG_SIZES)
+        ratio = (f"{got[50]['took'] / 50 / got[1]['took']:13.2f}x" if 50 in got and 1 in got
                  else f"{'-':>14}")
-        print(f"  {name:8}{cells}{ratio}   recorded after {got['short_after'] * 1000:.0f} ms "
-              f"(the {got['short_after_mb']} MB one after {got['long_after'] * 1000:.0f} ms)")
+        tail = ""
+        if got:
+            big = max(got)
+            tail = (f"   recorded after {got[big]['short_after'] * 1000:.0f} ms (the {big} MB "
+                    f"one after {got[big]['long_after'] * 1000:.0f} ms)")
+        print(f"  {name:8}{cells}{ratio}{tail}")
 
 
 def main() -> None:
@@ -397,9 +394,10 @@ def main() -> None:
     parser.add_argument("--only", choices=["latency", "recorder", "storage", "long-stream",
                                            "recorder-child", "long-stream-child"],
                         help="run one part")
-    parser.add_argument("--budget", type=float, default=20.0,
-                        help="long-stream: skip the larger sizes after one whose recording took "
-                             "longer than this many seconds (default 20)")
+    parser.add_argument("--budget", type=float, default=120.0,
+                        help="long-stream: seconds given to each size before the larger ones "
+                             "are skipped (default 120)")
+    parser.add_argument("--size", type=float, default=1.0, help=argparse.SUPPRESS)
     parser.add_argument("--against", metavar="SRC", action="append", default=[],
                         help="also measure the proxy of the sesstree source tree SRC (its src "
                              "directory), as 'before' (repeatable: before, before2, ...)")
@@ -408,7 +406,7 @@ def main() -> None:
         recorder_child()
         return
     if args.only == "long-stream-child":
-        long_stream_child(args.budget)
+        long_stream_child(args.size)
         return
     clients, calls, rounds, turns = (8, 5, 1, 40) if args.quick else (32, 15, 3, 200)
     if args.clients is not None:
