@@ -158,7 +158,7 @@ def test_every_credential_shaped_header_is_a_secret() -> None:
                    "alice:correct-horse", "correct-horse", "hunter2hunter2"):
         assert secret in found, secret
     assert not {"OpenAI/Python 1.40.0", "2023-06-01", "text/plain; charset=utf-8",
-                "Python", "dark"} & set(found)
+                "Python", "dark", "host;x-amz-date"} & set(found)
     assert found == sorted(found, key=len, reverse=True)
 
 

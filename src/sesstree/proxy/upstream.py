@@ -39,6 +39,9 @@ _CREDENTIAL_NAME = re.compile(
 #: ``Scheme credentials`` values (RFC 9110 11.4): the credentials are the secret.
 _SCHEMED = re.compile(r"([A-Za-z][A-Za-z0-9_.+-]*)[ \t]+(\S.*)", re.DOTALL)
 _SCHEMES = ("bearer", "basic", "token", "apikey", "api-key", "key", "sso-key", "otp")
+#: Auth parameters that name how, not who: not secrets (redacting ``host;x-amz-date``
+#: everywhere would only blank text).
+_PUBLIC_PARAMS = frozenset({"signedheaders", "realm", "uri", "qop", "algorithm", "nc"})
 _PARAM = re.compile(r"""([A-Za-z0-9_.-]+)[ \t]*=[ \t]*("(?:[^"\\]|\\.)*"|[^,; \t]*)""")
 _BLANK = b" \t"
 
@@ -90,7 +93,7 @@ def _credential_parts(name: bytes, text: str) -> list[str]:
             # must not store it either.
             parts += [pair, *pair.split(":", 1)] if ":" in pair else []
         return parts
-    params = [v.strip('"') for _, v in _PARAM.findall(rest)]
+    params = [v.strip('"') for k, v in _PARAM.findall(rest) if k.lower() not in _PUBLIC_PARAMS]
     if params:  # an auth-parameter list: AWS's Credential=..., Signature=...; Digest's
         return [text, rest, *params]
     return [text, rest]
