@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 import signal
+import subprocess
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -125,3 +126,54 @@ def test_ctrl_c_during_a_50_mb_stream_cuts_it_records_it_and_exits(
         assert node.data["cut_by"] == "proxy" and node.data["incomplete"] is True
         chunk = next(n for n in store.log("the-long-one") if n.type == "assistant/chunk")
         assert len(chunk.data["content"]) >= 20_000_000
+
+
+def test_a_second_ctrl_c_during_a_stream_still_accounts_for_every_call(
+        tmp_path: Path, upstream: FakeUpstream) -> None:
+    # The second Ctrl-C makes the server quit without its shutdown (no grace period, no
+    # lifespan): the calls received are still recorded or named, and it exits 0.
+    open_store(tmp_path / "s").close()
+    proc, url = start(tmp_path / "s", "--upstream", upstream.url, "--port", "0")
+    halfway = threading.Event()
+
+    def read() -> None:
+        got = 0
+        try:
+            with httpx.stream("POST", url + "/v1/chat/completions", timeout=120, json={
+                    "model": "m", "stream": True,
+                    "messages": [{"role": "user", "content": "the long one"}]}) as r:
+                for chunk in r.iter_raw():
+                    got += len(chunk)
+                    if got > 10_000_000:
+                        halfway.set()
+        except httpx.HTTPError:
+            pass
+        finally:
+            halfway.set()
+
+    try:
+        for i in range(3):
+            assert ask(url, f"before {i}").status_code == 200
+        events = big_chat_events(20)
+        upstream.add(Scripted(events=events, stall_after=len(events) // 2))
+        reader = threading.Thread(target=read)
+        reader.start()
+        assert halfway.wait(120)
+    finally:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(1)  # the first Ctrl-C waits for the stream: still running
+        except subprocess.TimeoutExpired:
+            pass
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=120)
+        upstream.release.set()
+    reader.join(60)
+    assert proc.returncode == 0, err
+    assert "Traceback" not in err
+    lines = err.splitlines()
+    order = recorded_order(lines)
+    unrecorded = [line for line in lines if "not recorded" in line and "stopp" in line]
+    assert len(order) + len(unrecorded) == 4, err[-3000:]
+    assert {"before-0", "before-1", "before-2"} <= set(order)
+    assert "sess proxy: requests 4, recorded" in err  # the counters, at exit

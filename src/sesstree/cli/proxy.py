@@ -140,8 +140,8 @@ def proxy(locator: StoreLocator, upstream: str, port: int, host: str, timeout: f
         pass  # the server re-raises the Ctrl-C it stopped for: stopping is what was asked
     finally:
         sock.close()
-        # A second Ctrl-C makes the server quit without its shutdown: the calls received are
-        # still recorded (or each reported), and the counters printed. A no-op otherwise.
+        # Whatever way the server ended, the calls received are recorded (or each named) and
+        # the counters printed; a no-op when its shutdown or its loop's end already did.
         try:
             running.finish()
         except KeyboardInterrupt:

@@ -195,13 +195,21 @@ class Proxy:
         self._pools = []
         self.finish()
 
+    async def quit(self) -> None:
+        """The server quit without its shutdown (its loop is ending, the calls in flight are
+        being cancelled): give those :data:`STOP_WAIT` seconds to be handed to the recorder
+        (cut by the proxy), then :meth:`finish`."""
+        if self._inflight:
+            await asyncio.wait(set(self._inflight), timeout=STOP_WAIT)
+        self.finish()
+
     def finish(self) -> None:
         """Record what was received, for up to ``record_wait`` seconds (a Ctrl-C cuts the wait
         short), report each call left unrecorded, and print the counters. Once: a second call
         does nothing.
 
-        Called by :meth:`stop`; a server that was made to quit without its shutdown (a second
-        Ctrl-C) calls it once it has stopped.
+        Called by :meth:`stop`, or by :meth:`quit` for a server made to quit without its
+        shutdown (a second Ctrl-C).
         """
         if self._finished:
             return

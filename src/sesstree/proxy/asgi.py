@@ -9,6 +9,7 @@ small helpers the proxy reads a request and answers with are here too.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -98,7 +99,14 @@ class ProxyApp:
 
     async def _lifespan(self, receive: Receive, send: Send) -> None:
         while True:
-            message = await receive()
+            try:
+                message = await receive()
+            except asyncio.CancelledError:
+                # A server made to quit at once (a second Ctrl-C) skips the shutdown and
+                # cancels this wait as its loop ends: the calls received are still recorded
+                # (or named), and it is no error to print a traceback for.
+                await self.proxy.quit()
+                return
             if message["type"] == "lifespan.startup":
                 try:
                     await self.proxy.start()
