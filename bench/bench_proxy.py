@@ -11,6 +11,7 @@ machine load.
     python bench/bench_proxy.py --quick    # a smoke run
     python bench/bench_proxy.py --delay 0  # a provider that answers at once: throughput
     python bench/bench_proxy.py --against /tmp/old/src   # also another sesstree's proxy, same run
+    python bench/bench_proxy.py --only long-stream       # recording 1, 10 and 50 MB streams
 
 Figures are milliseconds per call (non-streamed: the whole reply; streamed: time to the first
 chunk of the body); "added" is proxy minus direct at the same percentile, in this run. "CPU/call"
@@ -255,7 +256,8 @@ def recorder_child() -> None:
             call.status = 200
             call.chunks = [_json.encode(reply)]
             started = time.perf_counter()
-            proxy._record(call)
+            for _ in proxy._record(call) or ():  # in steps, where recording is one
+                pass
             took[i] = time.perf_counter() - started
             messages += [{"role": "assistant", "content": text},
                          {"role": "user", "content": f"tool output {i}:\n{tool_output(i)}"}]
@@ -279,6 +281,106 @@ def recorder(sources: dict[str, str | None]) -> None:
         print(f"  {name:8}" + "".join(f"{ms[str(t)] * 1000:9.2f} ms" for t in RECORDER_TURNS))
 
 
+LONG_SIZES = (1, 10, 50)
+#: What a streamed chat chunk of one token looks like (OpenAI's shape, ~220 bytes).
+_TOKEN_CHUNK = (b'data: {"id":"chatcmpl-long","object":"chat.completion.chunk","created":1700000000,'
+                b'"model":"m","choices":[{"index":0,"delta":{"content":" tok%05d"},'
+                b'"logprobs":null,"finish_reason":null}]}\n\n')
+
+
+def _long_call(megabytes: float, text: str) -> Any:
+    """A streamed chat call whose reply is about ``megabytes`` MB of one-token chunks, as the
+    relay hands them to the recorder (one network read of 64 KB at a time)."""
+    try:
+        from sesstree.proxy.calls import Call
+    except ImportError:
+        from sesstree.proxy.app import _Call as Call  # type: ignore[attr-defined,no-redef]
+    from sesstree.proxy.protocols import protocol_of
+
+    path = "/v1/chat/completions"
+    n = int(megabytes * 1e6 / len(_TOKEN_CHUNK % 0))
+    body = b"".join(_TOKEN_CHUNK % (i % 100000) for i in range(n))
+    body += (b'data: {"id":"chatcmpl-long","model":"m","choices":[{"index":0,"delta":{},'
+             b'"finish_reason":"stop"}]}\n\ndata: [DONE]\n\n')
+    call = Call("POST", path, protocol_of("POST", path), _json.encode(
+        {"model": "m", "stream": True, "messages": [{"role": "user", "content": text}]}),
+        time.perf_counter())
+    call.status, call.streamed = 200, True
+    call.chunks = [body[i:i + 65536] for i in range(0, len(body), 65536)]
+    return call
+
+
+def long_stream_child(megabytes: float) -> None:
+    """In a process of its own: the recorder's time for one streamed call of ``megabytes``
+    MB, then how long a short call made right after another such call waits to be recorded
+    (and the long one), on the proxy's recorder thread. Printed as JSON."""
+    from sesstree.proxy.app import Proxy
+
+    with tempfile.TemporaryDirectory() as tmp:
+        proxy = Proxy(open_store(Path(tmp) / "s"), "http://127.0.0.1:9", quiet=True)
+        proxy.recorder.index.refresh()
+        call = _long_call(megabytes, "the long one")
+        started = time.perf_counter()
+        for _ in proxy._record(call) or ():
+            pass
+        took = time.perf_counter() - started
+        try:
+            from sesstree.proxy.worker import RecordWorker
+            proxy._worker = RecordWorker("bench-recorder")
+        except ImportError:  # a sesstree with one recorder thread taking one call at a time
+            from concurrent.futures import ThreadPoolExecutor
+            proxy._worker = ThreadPoolExecutor(1)  # type: ignore[assignment]
+        done: dict[str, float] = {}
+        record = proxy.recorder.record
+
+        def timed(exchange: Any) -> Any:
+            outcome = record(exchange)
+            done[outcome.session] = time.perf_counter()
+            return outcome
+
+        proxy.recorder.record = timed  # type: ignore[method-assign]
+        short, long = _long_call(0.0, "short call"), _long_call(megabytes, "the long one again")
+        started = time.perf_counter()
+        proxy._submit(long)
+        proxy._submit(short)
+        proxy.flush()
+    print(msgspec.json.encode({"took": took, "short_after": done["short-call"] - started,
+                               "long_after": done["the-long-one-again"] - started}).decode())
+
+
+def long_stream(sources: dict[str, str | None], budget: float) -> None:
+    """Recording a long streamed reply, per MB, and the wait of the call after it. A size is
+    given ``budget`` seconds (quadratic parsing would take hours at 50 MB); the larger ones
+    are skipped after one that ran out of it."""
+    print("\nrecording a long streamed chat reply (one-token chunks of ~220 B; the recorder "
+          "thread: parse, build the reply, write)")
+    print("  " + " " * 8 + "".join(f"{f'{mb} MB':>12}" for mb in LONG_SIZES)
+          + f"{'50 MB / 1 MB':>14}" + "   a short call right after the longest")
+    for name, source in sources.items():
+        env = {**os.environ}
+        if source is not None:
+            env["PYTHONPATH"] = source
+        got: dict[int, dict[str, float]] = {}
+        for mb in LONG_SIZES:
+            try:
+                out = subprocess.run([sys.executable, __file__, "--only", "long-stream-child",
+                                      "--size", str(mb)], env=env, capture_output=True,
+                                     text=True, check=True, timeout=budget).stdout
+            except subprocess.TimeoutExpired:
+                break
+            got[mb] = msgspec.json.decode(out)
+        cells = "".join(f"{got[mb]['took'] / mb * 1000:7.0f} ms/MB" if mb in got
+                        else f"{f'(> {budget:g} s)':>12}" for mb in LONG_SIZES)
+        ratio = (f"{got[50]['took'] / 50 / got[1]['took']:13.2f}x" if 50 in got and 1 in got
+                 else f"{'-':>14}")
+        tail = ""
+        if got:
+            big = max(got)
+            tail = (f"   recorded after {got[big]['short_after'] * 1000:.0f} ms (the {big} MB "
+                    f"one after {got[big]['long_after'] * 1000:.0f} ms)")
+        print(f"  {name:8}{cells}{ratio}{tail}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="small sizes, for a smoke run")
@@ -289,8 +391,13 @@ def main() -> None:
     parser.add_argument("--stagger", action="store_true",
                         help="spread the clients' starts evenly over one provider answer (agents "
                              "on their own rhythm) instead of starting them all together")
-    parser.add_argument("--only", choices=["latency", "recorder", "storage", "recorder-child"],
+    parser.add_argument("--only", choices=["latency", "recorder", "storage", "long-stream",
+                                           "recorder-child", "long-stream-child"],
                         help="run one part")
+    parser.add_argument("--budget", type=float, default=120.0,
+                        help="long-stream: seconds given to each size before the larger ones "
+                             "are skipped (default 120)")
+    parser.add_argument("--size", type=float, default=1.0, help=argparse.SUPPRESS)
     parser.add_argument("--against", metavar="SRC", action="append", default=[],
                         help="also measure the proxy of the sesstree source tree SRC (its src "
                              "directory), as 'before' (repeatable: before, before2, ...)")
@@ -298,11 +405,17 @@ def main() -> None:
     if args.only == "recorder-child":
         recorder_child()
         return
+    if args.only == "long-stream-child":
+        long_stream_child(args.size)
+        return
     clients, calls, rounds, turns = (8, 5, 1, 40) if args.quick else (32, 15, 3, 200)
     if args.clients is not None:
         clients = args.clients
     sources: dict[str, str | None] = {"proxy": None, **{
         "before" + (str(i + 1) if i else ""): src for i, src in enumerate(args.against)}}
+    if args.only == "long-stream":
+        long_stream(sources, args.budget)
+        return
     up, upstream = start_upstream(args.delay)
     with tempfile.TemporaryDirectory() as tmp:
         try:
@@ -321,6 +434,8 @@ def main() -> None:
                         px.wait()
             if args.only in (None, "recorder"):
                 recorder(sources)
+            if args.only is None:
+                long_stream(sources, args.budget)
             if args.only in (None, "storage"):
                 px, proxied = start_proxy(Path(tmp) / "storage", upstream)
                 try:

@@ -77,7 +77,7 @@ def raw_request(port: int, head: bytes, body: bytes = b"") -> bytes:
 def test_header_values_are_stripped_before_forwarding(proxy: RunningProxy,
                                                       upstream: FakeUpstream) -> None:
     body = json.dumps(BODY).encode()
-    reply = raw_request(proxy.port, b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
+    reply = raw_request(proxy.port, b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n"
                         b"Connection: close\r\nContent-Type: application/json\r\n"
                         b"X-Trace: abc \t\r\nAuthorization: Bearer sk-spaced-0123456789abcdefgh \r\n"
                         b"Content-Length: %d\r\n\r\n" % len(body), body)
@@ -110,7 +110,7 @@ def server_logs() -> Iterator[Records]:
 def test_a_client_that_leaves_mid_upload_is_one_line(
         proxy: RunningProxy, upstream: FakeUpstream, server_logs: Records) -> None:
     with socket.create_connection(("127.0.0.1", proxy.port), timeout=10) as s:
-        s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
+        s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n"
                   b"Content-Length: 10000\r\n\r\n{\"model\": ")
         time.sleep(0.05)  # the request has reached the application, which waits for the rest
     deadline = time.monotonic() + 10

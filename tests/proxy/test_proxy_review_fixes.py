@@ -115,7 +115,7 @@ def test_a_large_reply_to_a_client_that_pauses_arrives_whole(
             RunningProxy(store, up.url, timeout=2) as proxy:
         client = socket.create_connection(("127.0.0.1", proxy.port))
         client.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 16)
-        client.sendall(b"GET /v1/files/big/content HTTP/1.1\r\nHost: x\r\n\r\n")
+        client.sendall(b"GET /v1/files/big/content HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
         time.sleep(0.5)  # a client busy elsewhere: the proxy's buffers fill up
         client.settimeout(10)
         got = b""
@@ -270,7 +270,7 @@ def test_a_client_that_leaves_before_the_reply_ends_the_upstream_call(store: Sto
     with RawUpstream(thinking) as up, RunningProxy(store, up.url) as proxy:
         client = socket.create_connection(("127.0.0.1", proxy.port))
         body = httpx.Request("POST", "http://x/v1/chat/completions", json=CHAT).content
-        client.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
+        client.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n"
                        b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
                        % (len(body), body))
         time.sleep(0.3)

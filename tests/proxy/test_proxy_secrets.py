@@ -3,6 +3,7 @@ keys, keys in a long text error body, keys in the query string."""
 
 from __future__ import annotations
 
+import base64
 from pathlib import Path
 
 import httpx
@@ -126,3 +127,81 @@ def test_a_secret_that_json_escapes_is_still_found(store: Store) -> None:
     reply.feed_json({"choices": [{"message": {"role": "assistant", "content": "noted"}}]})
     outcome = Recorder(store).record(Exchange(parsed, reply.result(), 200, secrets=[secret]))
     assert store.messages(outcome.session)[0]["content"] == "the key is [redacted]"
+
+
+AUTH_TOKEN = "tok-6f1c2a9e4b7d8c0f3e5a1b2c"
+AZURE = "0123456789abcdef0123456789abcdef"
+
+
+def test_every_credential_shaped_header_is_a_secret() -> None:
+    # By the header's name, whatever the provider; by the value's shape, whatever the name.
+    found = header_secrets([
+        (b"x-auth-token", AUTH_TOKEN.encode()),
+        (b"ocp-apim-subscription-key", AZURE.encode()),
+        (b"x-amz-security-token", b"FwoGZXIvYXdzEJr//////////wEaDM"),
+        (b"cookie", b"theme=dark; sid=s%3Acookie-session-12345; x=1"),
+        (b"x-gateway-credential", b"Bearer gw-credential-98765"),
+        (b"x-custom", b"Bearer custom-bearer-24680"),
+        (b"authorization", b"AWS4-HMAC-SHA256 Credential=AKIAEXAMPLE1234/20240601/us-east-1/"
+                           b"bedrock/aws4_request, SignedHeaders=host;x-amz-date, "
+                           b"Signature=fe5f80f77d5fa3beca038a248ff027d0445342fe2855ddc963176630"),
+        (b"proxy-authorization", b"Basic " + base64.b64encode(b"alice:correct-horse")),
+        (b"x-client-password", b"hunter2hunter2"),
+        (b"user-agent", b"OpenAI/Python 1.40.0"),
+        (b"anthropic-version", b"2023-06-01"),
+        (b"content-type", b"text/plain; charset=utf-8"),
+    ])
+    for secret in (AUTH_TOKEN, AZURE, "FwoGZXIvYXdzEJr//////////wEaDM", "s%3Acookie-session-12345",
+                   "s:cookie-session-12345", "gw-credential-98765", "custom-bearer-24680",
+                   "AKIAEXAMPLE1234/20240601/us-east-1/bedrock/aws4_request",
+                   "fe5f80f77d5fa3beca038a248ff027d0445342fe2855ddc963176630",
+                   "alice:correct-horse", "correct-horse", "hunter2hunter2"):
+        assert secret in found, secret
+    assert not {"OpenAI/Python 1.40.0", "2023-06-01", "text/plain; charset=utf-8",
+                "Python", "dark", "host;x-amz-date"} & set(found)
+    assert found == sorted(found, key=len, reverse=True)
+
+
+def test_keys_of_unlisted_headers_echoed_by_the_upstream_are_not_stored(
+        proxy: RunningProxy, store: Store, upstream: FakeUpstream, store_path: Path) -> None:
+    upstream.add(Scripted(status=401, body={"error": {
+        "message": f"token {AUTH_TOKEN} is not valid for subscription {AZURE}",
+        "headers": {"X-Auth-Token": AUTH_TOKEN, "Ocp-Apim-Subscription-Key": AZURE}}}))
+    upstream.add(Scripted(events=[(None, {"choices": [{"index": 0, "delta": {
+        "role": "assistant", "content": f"your password is hunter2hunter2, token {AUTH_TOKEN}"},
+        "finish_reason": "stop"}]}), (None, "[DONE]")]))
+    headers = {"X-Auth-Token": AUTH_TOKEN, "Ocp-Apim-Subscription-Key": AZURE,
+               "X-Client-Password": "hunter2hunter2"}
+    assert chat(proxy, f"first with {AZURE}", **headers).status_code == 401
+    streamed = httpx.post(proxy.url + "/v1/chat/completions", headers=headers, json={
+        "model": "m", "stream": True, "messages": [{"role": "user", "content": "second"}]})
+    assert AUTH_TOKEN in streamed.text  # the client gets what was sent
+    proxy.flush()
+    names = sorted(s.name for s in store.sessions())
+    assert names == ["first-with-redacted", "second"]
+    error = next(n.data for n in store.log("first-with-redacted") if n.type == "error")
+    assert error["message"] == {"error": {
+        "message": "token [redacted] is not valid for subscription [redacted]",
+        "headers": {"X-Auth-Token": "[redacted]", "Ocp-Apim-Subscription-Key": "[redacted]"}}}
+    assert store.messages("second")[1]["content"] == \
+        "your password is [redacted], token [redacted]"
+    printed = "\n".join(proxy.lines).lower()
+    raw = store_bytes(store, store_path)
+    for secret in (AUTH_TOKEN, AZURE, "hunter2hunter2"):
+        assert secret[:12].encode() not in raw and secret[:12].lower() not in printed
+    # forwarded as sent
+    sent = {k.lower(): v for k, v in upstream.headers[0].items()}
+    assert sent["x-auth-token"] == AUTH_TOKEN and sent["ocp-apim-subscription-key"] == AZURE
+
+
+def test_a_basic_password_echoed_decoded_is_not_stored(
+        proxy: RunningProxy, store: Store, upstream: FakeUpstream, store_path: Path) -> None:
+    upstream.add(Scripted(status=403, body={"error": {
+        "message": "user alice with password correct-horse-battery may not call this"}}))
+    pair = base64.b64encode(b"alice:correct-horse-battery").decode()
+    assert chat(proxy, "basic", Authorization=f"Basic {pair}").status_code == 403
+    proxy.flush()
+    error = next(n.data for n in store.log("basic") if n.type == "error")
+    assert error["message"]["error"]["message"] == \
+        "user alice with password [redacted] may not call this"
+    assert b"correct-horse" not in store_bytes(store, store_path)

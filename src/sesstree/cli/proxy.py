@@ -60,10 +60,16 @@ def _check_host(host: str, shown: str) -> None:
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
 @click.option("--timeout", type=click.FloatRange(min=0.1), default=600.0, show_default=True,
               help="Seconds to wait for the upstream (connect, and between two chunks).")
+@click.option("--allow-host", "allow_hosts", multiple=True, metavar="NAME",
+              help="Also answer requests sent to this host name (repeatable); the loopback "
+                   "names and the --host address are always answered.")
+@click.option("--allow-origin", "allow_origins", multiple=True, metavar="ORIGIN",
+              help="Serve browser requests from the web pages of this origin, e.g. "
+                   "http://localhost:3000 (repeatable); none by default.")
 @click.option("-q", "--quiet", is_flag=True, help="No line per request (counters still at exit).")
 @pass_store
 def proxy(locator: StoreLocator, upstream: str, port: int, host: str, timeout: float,
-          quiet: bool) -> None:
+          allow_hosts: tuple[str, ...], allow_origins: tuple[str, ...], quiet: bool) -> None:
     """Record every conversation that passes through, untouched, into the store.
 
     Point the agent at it: OPENAI_BASE_URL=http://127.0.0.1:8787/v1, or
@@ -71,12 +77,16 @@ def proxy(locator: StoreLocator, upstream: str, port: int, host: str, timeout: f
     same path (after UPSTREAM's own path; the queries are merged). API keys pass through and
     are never stored; credentials in UPSTREAM (https://user:pw@host) are sent as Basic
     authorization when the client sends no Authorization header. GET /_sess/stats gives the
-    counters. Stop with Ctrl-C: recordings in flight are finished first.
+    counters. Requests sent to another host name than the proxy's, and requests from web
+    pages of another origin (unless --allow-origin), are refused. Stop with Ctrl-C: the calls
+    received are recorded first (for at most 30 s; any left are named), and a second Ctrl-C
+    stops the calls still in flight.
     """
     import httpx
     import uvicorn
 
     from ..proxy.app import create_app, safe_url
+    from ..proxy.guard import origin_of
     from ..proxy.relay import quiet_cut_logs
     from ..proxy.upstream import hide_userinfo
 
@@ -97,12 +107,19 @@ def proxy(locator: StoreLocator, upstream: str, port: int, host: str, timeout: f
         # Refused, not left to the socket layer, which takes a port modulo 65536 and would
         # send the calls (and their keys) to another port.
         fail(printable(f"--upstream {safe_url(url)}: port {url.port} is not in 1..65535"))
+    for origin in allow_origins:
+        try:
+            origin_of(origin)
+        except ValueError as exc:
+            fail(printable(f"--allow-origin: {exc}"))
     store = locator.open()
 
     def log(line: str) -> None:
         click.echo(line, err=True)
 
-    app, _ = create_app(store, str(url), timeout=timeout, log=log, quiet=quiet)
+    app, running = create_app(store, str(url), timeout=timeout, log=log, quiet=quiet,
+                              host=host, allowed_hosts=allow_hosts,
+                              allowed_origins=allow_origins)
     sock = _listen(host, port)
     bound = sock.getsockname()[1]
     where = f"[{host}]" if ":" in host else host
@@ -123,3 +140,9 @@ def proxy(locator: StoreLocator, upstream: str, port: int, host: str, timeout: f
         pass  # the server re-raises the Ctrl-C it stopped for: stopping is what was asked
     finally:
         sock.close()
+        # Whatever way the server ended, the calls received are recorded (or each named) and
+        # the counters printed; a no-op when its shutdown or its loop's end already did.
+        try:
+            running.finish()
+        except KeyboardInterrupt:
+            pass

@@ -23,8 +23,7 @@ import itertools
 import socket
 import sys
 import time
-from collections.abc import AsyncIterable, Callable
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import AsyncIterable, Callable, Iterable, Iterator
 from typing import Any
 
 import httpcore
@@ -35,14 +34,16 @@ from ..fmt import printable
 from ..node import check_ref_name
 from ..repo import Store
 from .asgi import ProxyApp, answer_json, error_body, read_body
-from .calls import DECODABLE, Call, exchange_of, parsed_request
+from .calls import DECODABLE, Call, exchange_steps, parsed_request
+from .guard import Guard
 from .netio import LoopBackend
 from .protocols import protocol_of
 from .recorder import Outcome, Recorder, Stats, redact
 from .relay import UPSTREAM_ERRORS, ClientWatch, ProxyStopping, relay
 from .upstream import Upstream, header_secrets, query_secrets
+from .worker import Job, RecordWorker
 
-__all__ = ["STOP_WAIT", "Proxy", "ProxyApp", "create_app", "safe_url"]
+__all__ = ["RECORD_WAIT", "STOP_WAIT", "Proxy", "ProxyApp", "create_app", "safe_url"]
 
 SESSION_HEADER = "x-sess-session"
 _SESSION_KEY = SESSION_HEADER.encode()
@@ -55,6 +56,9 @@ _BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
 _POOLS = 8
 #: Seconds a stopping proxy waits for its calls in flight to end, then for the ones it cut.
 STOP_WAIT = 1.0
+#: Seconds a stopping proxy gives the calls it received to be recorded; those still waiting
+#: then are reported, one line each, as not recorded.
+RECORD_WAIT = 30.0
 
 Scope = dict[str, Any]
 Receive = Callable[[], Any]
@@ -117,7 +121,8 @@ class Proxy:
     """One proxy: its upstream, connection pools, recorder and counters."""
 
     def __init__(self, store: Store, upstream: str, *, timeout: float = 600.0,
-                 log: Callable[[str], None] | None = None, quiet: bool = False) -> None:
+                 log: Callable[[str], None] | None = None, quiet: bool = False,
+                 record_wait: float | None = None) -> None:
         self.upstream = httpx.URL(upstream)
         self._target = Upstream(self.upstream)
         # Credentials and query values in the upstream URL are secrets too: never in a record
@@ -135,7 +140,9 @@ class Proxy:
         self._extensions = {"timeout": {"connect": min(timeout, 10.0), "read": timeout,
                                         "write": timeout, "pool": timeout}}
         self._turn = itertools.count()
-        self._worker: ThreadPoolExecutor | None = None
+        self._worker: RecordWorker | None = None
+        self._record_wait = RECORD_WAIT if record_wait is None else record_wait
+        self._finished = False
         self._inflight: set[asyncio.Task[Any]] = set()
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -155,8 +162,8 @@ class Proxy:
             # upstream's delayed ACK: 40 ms added to every call.
             socket_options=[(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)])
             for _ in range(_POOLS)]
-        self._worker = ThreadPoolExecutor(1, thread_name_prefix="sess-proxy-recorder")
-        self._worker.submit(self._index).result()
+        self._worker = RecordWorker("sess-proxy-recorder")
+        self._worker.call(self._index)
 
     def _index(self) -> None:
         started = time.perf_counter()
@@ -175,7 +182,7 @@ class Proxy:
 
         A call still in flight (the server cancelled it at the end of its grace period, or
         it is still running) is given :data:`STOP_WAIT` seconds to end, then cut; either way
-        it is recorded as cut by the proxy before the recorder stops.
+        it is recorded as cut by the proxy before the recorder stops. Then :meth:`finish`.
         """
         if self._inflight:
             _, running = await asyncio.wait(set(self._inflight), timeout=STOP_WAIT)
@@ -183,18 +190,56 @@ class Proxy:
                 task.cancel()
             if running:
                 await asyncio.wait(running, timeout=STOP_WAIT)
-        if self._worker is not None:
-            self._worker.shutdown(wait=True)
-            self._worker = None
         for pool in self._pools:
             await pool.aclose()
         self._pools = []
+        self.finish()
+
+    async def quit(self) -> None:
+        """The server quit without its shutdown (its loop is ending, the calls in flight are
+        being cancelled): give those :data:`STOP_WAIT` seconds to be handed to the recorder
+        (cut by the proxy), then :meth:`finish`."""
+        if self._inflight:
+            await asyncio.wait(set(self._inflight), timeout=STOP_WAIT)
+        self.finish()
+
+    def finish(self) -> None:
+        """Record what was received, for up to ``record_wait`` seconds (a Ctrl-C cuts the wait
+        short), report each call left unrecorded, and print the counters. Once: a second call
+        does nothing.
+
+        Called by :meth:`stop`, or by :meth:`quit` for a server made to quit without its
+        shutdown (a second Ctrl-C).
+        """
+        if self._finished:
+            return
+        self._finished = True
+        if self._inflight:  # a server that quit at once cut them without a word
+            n = len(self._inflight)
+            self.report(f"sess proxy: {n} call{'s' if n > 1 else ''} still in flight "
+                        f"{'were' if n > 1 else 'was'} cut and not recorded")
+        worker, self._worker = self._worker, None
+        if worker is not None:
+            waiting = worker.pending()
+            if waiting:
+                self.report(f"sess proxy: stopping: recording the {waiting} call"
+                            f"{'s' if waiting > 1 else ''} received (at most "
+                            f"{self._record_wait:g} s; Ctrl-C to give up)")
+            left, busy = worker.close(self._record_wait)
+            if busy is not None:
+                busy.abandon(True)
+            for job in left:
+                job.abandon(False)
+            if left or busy is not None:
+                n = len(left) + (busy is not None)
+                self.report(f"sess proxy: {n} call{'s' if n > 1 else ''} received "
+                            f"{'were' if n > 1 else 'was'} not recorded: the proxy stopped first")
         self.report("sess proxy: " + self.stats.line())
 
     def flush(self) -> None:
         """Wait until every recording submitted so far is written (for tests and benches)."""
         if self._worker is not None:
-            self._worker.submit(lambda: None).result()
+            self._worker.wait_idle()
 
     # -- requests ----------------------------------------------------------------------------
 
@@ -338,15 +383,27 @@ class Proxy:
         try:
             if self._worker is None:
                 raise RuntimeError("not started")
-            self._worker.submit(self._record, call)
+            self._worker.submit(Job(self._record(call), lambda busy: self._abandoned(call, busy)))
         except RuntimeError:
             # A reply that ends while the proxy shuts down (a stream cut at the end of the
             # grace period): the recorder has stopped taking work.
             self.stats.add("record_failures")
-            self._say(call, f"{call.where}: not recorded: the proxy is stopping")
+            # Said even when quiet, like every call a stopping proxy could not record.
+            self.report(printable(redact(
+                f"sess proxy: {call.where}: not recorded: the proxy stopped first", call.secrets)))
 
-    def _record(self, call: Call) -> None:
-        """On the recorder thread: parse what passed, and record it."""
+    def _abandoned(self, call: Call, busy: bool) -> None:
+        """Say that ``call`` was not recorded: the proxy stopped before its turn came (or,
+        ``busy``, in the middle of it)."""
+        self.stats.add("record_failures")
+        why = ("the proxy stopped while it was being recorded (it may have been written)"
+               if busy else "the proxy stopped before its turn came")
+        # Always said, even when quiet: it is a call the user expected in the store.
+        self.report(printable(redact(f"sess proxy: {call.where}: not recorded: {why}",
+                                     call.secrets)))
+
+    def _record(self, call: Call) -> Iterator[None]:
+        """On the recorder thread, in steps: parse what passed, and record it."""
         try:
             parsed = parsed_request(call)
             if parsed is None:
@@ -360,7 +417,7 @@ class Proxy:
                 self._say(call, f"{call.where}: not recorded (content encoding "
                                 f"{call.encoding})")
                 return
-            exchange, streamed_error = exchange_of(call, parsed)
+            exchange, streamed_error = yield from exchange_steps(call, parsed)
             if streamed_error:
                 self.stats.add("upstream_errors")
             outcome: Outcome = self.recorder.record(exchange)
@@ -389,12 +446,23 @@ def _stderr(line: str) -> None:
 
 
 def create_app(store: Store, upstream: str, *, timeout: float = 600.0,
-               log: Callable[[str], None] | None = None, quiet: bool = False
+               log: Callable[[str], None] | None = None, quiet: bool = False,
+               record_wait: float | None = None, host: str = "127.0.0.1",
+               allowed_hosts: Iterable[str] = (), allowed_origins: Iterable[str] = ()
                ) -> tuple[ProxyApp, Proxy]:
     """The proxy's ASGI application and its :class:`Proxy` (counters, ``flush``).
 
     Lines go to ``log`` (default: standard error); ``quiet`` keeps only the start-up line and
-    the counters at exit. The store is used from the proxy's recorder thread only.
+    the counters at exit. The store is used from the proxy's recorder thread only; a stopping
+    proxy gives the calls it received ``record_wait`` seconds to be recorded (default
+    :data:`RECORD_WAIT`). It answers requests sent to the loopback names, ``host`` (the
+    address it listens on), ``allowed_hosts`` and the names in ``$SESS_ALLOWED_HOSTS``, and
+    no web page of another origin than ``allowed_origins`` (see :mod:`sesstree.proxy.guard`).
+
+    Raises:
+        ValueError: an allowed origin is not an origin.
     """
-    proxy = Proxy(store, upstream, timeout=timeout, log=log, quiet=quiet)
-    return ProxyApp(proxy), proxy
+    guard = Guard(host, allowed_hosts, allowed_origins)
+    proxy = Proxy(store, upstream, timeout=timeout, log=log, quiet=quiet,
+                  record_wait=record_wait)
+    return ProxyApp(proxy, guard), proxy

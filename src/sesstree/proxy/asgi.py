@@ -1,5 +1,6 @@
-"""The ASGI face of a proxy: its lifespan, ``GET /_sess/stats``, and every other HTTP
-request handed to :meth:`sesstree.proxy.app.Proxy.forward`, whatever its method.
+"""The ASGI face of a proxy: its lifespan, the check of who may use it
+(:mod:`sesstree.proxy.guard`), ``GET /_sess/stats``, and every other HTTP request handed to
+:meth:`sesstree.proxy.app.Proxy.forward`, whatever its method.
 
 A plain ASGI callable rather than a routing framework: two routes do not need one, and a
 framework's request and response objects per call cost more CPU than the forwarding. The
@@ -8,12 +9,14 @@ small helpers the proxy reads a request and answers with are here too.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from .protocols import ANTHROPIC
+from .guard import Guard
+from .protocols import ANTHROPIC, protocol_of
 
 if TYPE_CHECKING:
     from .app import Proxy
@@ -58,12 +61,20 @@ class ProxyApp:
     """The ASGI application of one :class:`~sesstree.proxy.app.Proxy`: its lifespan, ``GET /_sess/stats``, and
     every other HTTP request forwarded (whatever its method)."""
 
-    def __init__(self, proxy: Proxy) -> None:
+    def __init__(self, proxy: Proxy, guard: Guard | None = None) -> None:
         self.proxy = proxy
+        #: Which host names and origins are served (default: the loopback names, no page of
+        #: another origin).
+        self.guard = guard if guard is not None else Guard()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         """Serve one ASGI connection scope."""
         kind = scope["type"]
+        if kind in ("http", "websocket"):
+            refused = self.guard.refusal(scope)
+            if refused is not None:
+                await self._refuse(scope, receive, send, *refused)
+                return
         if kind == "http":
             if scope["path"] == "/_sess/stats" and scope["method"] in ("GET", "HEAD"):
                 await self.proxy.stats_endpoint(scope, receive, send)
@@ -75,9 +86,27 @@ class ProxyApp:
             await receive()
             await send({"type": "websocket.close", "code": 1000})
 
+    async def _refuse(self, scope: Scope, receive: Receive, send: Send, status: int,
+                      message: str) -> None:
+        """Answer ``status`` with ``message`` (nothing forwarded, nothing recorded)."""
+        self.proxy.stats.add("refused")
+        if scope["type"] == "websocket":
+            await receive()
+            await send({"type": "websocket.close", "code": 1008, "reason": message[:120]})
+            return
+        protocol = protocol_of(scope["method"], scope["path"])
+        await answer_json(send, status, error_body(protocol, message))
+
     async def _lifespan(self, receive: Receive, send: Send) -> None:
         while True:
-            message = await receive()
+            try:
+                message = await receive()
+            except asyncio.CancelledError:
+                # A server made to quit at once (a second Ctrl-C) skips the shutdown and
+                # cancels this wait as its loop ends: the calls received are still recorded
+                # (or named), and it is no error to print a traceback for.
+                await self.proxy.quit()
+                return
             if message["type"] == "lifespan.startup":
                 try:
                     await self.proxy.start()

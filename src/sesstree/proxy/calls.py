@@ -7,6 +7,7 @@ between the upstream and the client.
 from __future__ import annotations
 
 import zlib
+from collections.abc import Generator
 from typing import Any
 
 import msgspec
@@ -15,10 +16,12 @@ from .protocols import ParsedRequest, parse_request
 from .recorder import Exchange, redact
 from .replies import ReplyBuilder, SseParser
 
-__all__ = ["DECODABLE", "Call", "exchange_of", "parsed_request"]
+__all__ = ["DECODABLE", "STEP_BYTES", "Call", "exchange_of", "exchange_steps", "parsed_request"]
 
 #: Content encodings the recorder can read back (the only ones offered to the upstream).
 DECODABLE = ("gzip", "deflate", "identity")
+#: Bytes of a streamed reply parsed in one turn of the recorder thread.
+STEP_BYTES = 1 << 20
 _decode = msgspec.json.decode
 
 
@@ -63,33 +66,59 @@ def parsed_request(call: Call) -> ParsedRequest | None:
         return None
 
 
-def exchange_of(call: Call, parsed: ParsedRequest) -> tuple[Exchange, bool]:
+def exchange_steps(call: Call, parsed: ParsedRequest
+                   ) -> Generator[None, None, tuple[Exchange, bool]]:
     """The exchange to record for ``call``, and whether the upstream's reply held an error
-    event (a stream that said ``error``)."""
-    data = b"".join(call.chunks)
-    if call.encoding in ("gzip", "deflate") and data:
-        # A cut stream ends mid-block: what could be inflated is what passed.
-        data = zlib.decompressobj(47).decompress(data)
+    event (a stream that said ``error``), in steps: a streamed reply is parsed
+    :data:`STEP_BYTES` at a time, with a ``yield`` after each (see
+    :mod:`sesstree.proxy.worker`)."""
     builder = ReplyBuilder(parsed.protocol)
     error: Any = call.error
     if call.streamed and call.status is not None and call.status < 400:
-        for event, text in SseParser().feed(data):
-            builder.feed_event(event, text)
-    elif data:
-        try:
-            value = _decode(data)
-        except msgspec.DecodeError:
-            # Redacted whole before it is cut: a key across the cut would leave its first
-            # part behind.
-            value = redact(data.decode("utf-8", "replace"), call.secrets)[:4000]
-        if call.status is not None and call.status >= 400:
-            error = value
-        else:
-            builder.feed_json(value)
-    elif call.status is not None and call.status >= 400 and error is None:
-        error = ""
+        parser = SseParser()
+        inflate = zlib.decompressobj(47) if call.encoding in ("gzip", "deflate") else None
+        done = 0
+        # Chunk by chunk, as they came: no copy of the whole reply.
+        for chunk in call.chunks:
+            if inflate is not None:
+                chunk = inflate.decompress(chunk)  # a cut stream ends mid-block: what passed
+            for event, text in parser.feed(chunk):
+                builder.feed_event(event, text)
+            done += len(chunk)
+            if done >= STEP_BYTES:
+                done = 0
+                yield
+    else:
+        data = b"".join(call.chunks)
+        if call.encoding in ("gzip", "deflate") and data:
+            # A cut reply ends mid-block: what could be inflated is what passed.
+            data = zlib.decompressobj(47).decompress(data)
+        if data:
+            try:
+                value = _decode(data)
+            except msgspec.DecodeError:
+                # Redacted whole before it is cut: a key across the cut would leave its first
+                # part behind.
+                value = redact(data.decode("utf-8", "replace"), call.secrets)[:4000]
+            if call.status is not None and call.status >= 400:
+                error = value
+            else:
+                builder.feed_json(value)
+        elif call.status is not None and call.status >= 400 and error is None:
+            error = ""
     streamed_error = builder.error is not None
     if streamed_error:
         error = builder.error
     return Exchange(parsed, builder.result(), call.status, call.session, error, call.cut_by,
                     call.secrets), streamed_error
+
+
+def exchange_of(call: Call, parsed: ParsedRequest) -> tuple[Exchange, bool]:
+    """:func:`exchange_steps` run to its end at once."""
+    steps = exchange_steps(call, parsed)
+    while True:
+        try:
+            next(steps)
+        except StopIteration as done:
+            result: tuple[Exchange, bool] = done.value
+            return result

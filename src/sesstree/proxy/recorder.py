@@ -51,7 +51,7 @@ class Stats:
 
     NAMES = ("requests", "recorded", "passed_through", "dedup_hits", "new_nodes",
              "prefix_misses", "already_stored", "upstream_errors", "incomplete",
-             "ref_conflicts", "record_failures")
+             "ref_conflicts", "record_failures", "refused")
 
     def __init__(self) -> None:
         self._lock = threading.Lock()

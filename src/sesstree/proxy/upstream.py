@@ -5,8 +5,13 @@ The upstream URL given to the proxy may carry a path (``https://openrouter.ai/ap
 forwarded to the upstream's path followed by the request's path, with both queries merged;
 the credentials become an ``Authorization: Basic`` header when the client sent none.
 
-A secret is any value of an API-key header, of a query parameter or of the upstream URL's
-password that is at least :data:`MIN_SECRET_LENGTH` characters long. A shorter value is taken
+A secret is any value of a credential header, of a query parameter or of the upstream URL's
+password that is at least :data:`MIN_SECRET_LENGTH` characters long. A credential header is
+one whose name says so (it contains ``auth``, ``token``, ``key``, ``secret``, ``passw``,
+``pwd``, ``signature``, ``cookie`` or ``credential``: ``Authorization``, ``X-Auth-Token``,
+``Ocp-Apim-Subscription-Key``, ``Cookie``, ...) or whose value does (``Bearer ...``,
+``Basic ...``), whatever the provider; a fixed list of names let every other provider's key
+through. A shorter value is taken
 for a placeholder (Ollama's ``ollama``, vLLM's ``EMPTY``, a test's ``x``): replacing it
 wherever it appears would corrupt the recording (every ``x`` of every message), and it
 protects nothing.
@@ -15,8 +20,10 @@ protects nothing.
 from __future__ import annotations
 
 import base64
+import binascii
+import re
 from collections.abc import Iterable
-from urllib.parse import unquote_plus
+from urllib.parse import unquote, unquote_plus
 
 import httpcore
 import httpx
@@ -27,9 +34,15 @@ __all__ = ["MIN_SECRET_LENGTH", "Upstream", "header_secrets", "hide_userinfo",
 #: Shorter values of a key header, query parameter or password are not treated as secrets.
 MIN_SECRET_LENGTH = 8
 
-_SECRET_HEADERS = frozenset({b"authorization", b"x-api-key", b"api-key", b"x-goog-api-key",
-                             b"proxy-authorization", b"openai-api-key", b"anthropic-api-key"})
-_SCHEMES = ("bearer", "basic", "token")
+_CREDENTIAL_NAME = re.compile(
+    rb"auth|token|key|secret|passw|pwd|signature|cookie|credential", re.IGNORECASE)
+#: ``Scheme credentials`` values (RFC 9110 11.4): the credentials are the secret.
+_SCHEMED = re.compile(r"([A-Za-z][A-Za-z0-9_.+-]*)[ \t]+(\S.*)", re.DOTALL)
+_SCHEMES = ("bearer", "basic", "token", "apikey", "api-key", "key", "sso-key", "otp")
+#: Auth parameters that name how, not who: not secrets (redacting ``host;x-amz-date``
+#: everywhere would only blank text).
+_PUBLIC_PARAMS = frozenset({"signedheaders", "realm", "uri", "qop", "algorithm", "nc"})
+_PARAM = re.compile(r"""([A-Za-z0-9_.-]+)[ \t]*=[ \t]*("(?:[^"\\]|\\.)*"|[^,; \t]*)""")
 _BLANK = b" \t"
 
 
@@ -40,21 +53,50 @@ def _meaningful(values: Iterable[str]) -> list[str]:
 
 
 def header_secrets(headers: Iterable[tuple[bytes, bytes]]) -> list[str]:
-    """The values of the request's API-key headers that are secrets (the token alone for
-    ``Bearer``, ``Basic`` and ``Token``), longest first."""
+    """The secrets in the request's credential headers (see the module's docstring),
+    longest first: the whole value, or the credentials alone for ``Scheme credentials``
+    (``Bearer``, ``Basic``, with the user name and password a Basic value encodes), each
+    value of an auth-parameter list (``Credential=...``, ``Signature=...``) and of a
+    ``Cookie``."""
     found: list[str] = []
-    for key, value in headers:
-        if key.lower() not in _SECRET_HEADERS:
+    for key, raw in headers:
+        text = raw.decode("latin-1").strip(" \t")
+        if not text:
             continue
-        text = value.decode("latin-1").strip(" \t")
-        scheme, _, token = text.partition(" ")
-        if token.strip() and scheme.lower() in _SCHEMES:
-            # The token is the secret: the whole value ("Bearer x") would match text that
-            # merely mentions the scheme.
-            found.append(token.strip(" \t"))
-        else:
-            found.append(text)
+        scheme = _SCHEMED.fullmatch(text)
+        schemed = scheme is not None and scheme.group(1).lower() in _SCHEMES
+        if not schemed and _CREDENTIAL_NAME.search(key) is None:
+            continue
+        found += _credential_parts(key.lower(), text)
     return _meaningful(found)
+
+
+def _credential_parts(name: bytes, text: str) -> list[str]:
+    """The secret parts of one credential header's value."""
+    scheme = _SCHEMED.fullmatch(text)
+    if name == b"cookie" or name == b"set-cookie":
+        values = [v.strip('"') for _, v in _PARAM.findall(text)]
+        return [text, *values, *(unquote(v) for v in values)]
+    if scheme is None:
+        return [text]
+    kind, rest = scheme.group(1).lower(), scheme.group(2).strip(" \t")
+    if kind in _SCHEMES and " " not in rest and "," not in rest:
+        # The credentials are the secret: the whole value ("Bearer x") would match text that
+        # merely mentions the scheme.
+        parts = [rest]
+        if kind == "basic":
+            try:
+                pair = base64.b64decode(rest, validate=True).decode("utf-8")
+            except (binascii.Error, UnicodeDecodeError):
+                pair = ""
+            # A Basic value is user:password in base64: an error that echoes either decoded
+            # must not store it either.
+            parts += [pair, *pair.split(":", 1)] if ":" in pair else []
+        return parts
+    params = [v.strip('"') for k, v in _PARAM.findall(rest) if k.lower() not in _PUBLIC_PARAMS]
+    if params:  # an auth-parameter list: AWS's Credential=..., Signature=...; Digest's
+        return [text, rest, *params]
+    return [text, rest]
 
 
 def query_secrets(query: bytes | str) -> list[str]:

@@ -1,0 +1,134 @@
+"""Which requests the proxy serves: those sent to one of its own host names, and none from a
+web page of another origin unless the user allowed that origin.
+
+Any page the user visits can make the browser send requests to ``http://127.0.0.1:8787``: a
+cross-site ``text/plain`` POST needs no CORS preflight, and would be forwarded upstream with
+the credentials of ``--upstream`` and recorded. After DNS rebinding (``evil.example`` re-pointed
+at 127.0.0.1) the page could even read the replies, paid for with the user's key. So, with
+the same rules as ``sess serve`` (:mod:`sesstree.web.guard`):
+
+- the ``Host`` must be one of the proxy's names: ``localhost``, ``127.0.0.1``, ``[::1]``, the
+  address it was bound to (unless a wildcard), the local address the connection came in on
+  (a proxy bound to ``0.0.0.0`` is reached by the machine's own IP), a name given with
+  ``--allow-host`` or in ``$SESS_ALLOWED_HOSTS``;
+- a request from a browser page (an ``Origin`` header, or ``Sec-Fetch-Site`` saying
+  ``cross-site`` or ``same-site``) must come from the proxy's own origin or from one given
+  with ``--allow-origin``. Programs (SDKs, curl, agents) send neither header.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+from collections.abc import Iterable
+from typing import Any
+from urllib.parse import urlsplit
+
+__all__ = ["HOSTS_ENV", "LOOPBACK_NAMES", "Guard", "origin_of"]
+
+#: The environment variable naming more host names to answer (comma- or space-separated),
+#: as for ``sess serve``.
+HOSTS_ENV = "SESS_ALLOWED_HOSTS"
+#: Names the proxy answers to wherever it is bound.
+LOOPBACK_NAMES = ("localhost", "127.0.0.1", "[::1]")
+_WILDCARDS = ("0.0.0.0", "::", "")
+_BROWSER_SITES = (b"cross-site", b"same-site")
+
+
+def _host_name(host: str) -> str:
+    """``host`` as a ``Host`` header names it, without the port: lowercase, an IPv6 address
+    in brackets, no trailing dot."""
+    host = host.strip().lower().rstrip(".")
+    if host.startswith("["):
+        return host
+    try:
+        if ipaddress.ip_address(host).version == 6:
+            return f"[{host}]"
+    except ValueError:
+        pass
+    return host
+
+
+def _header_host(value: str) -> str:
+    value = value.strip().lower()
+    if value.startswith("["):  # [::1]:8787
+        end = value.find("]")
+        return value[:end + 1] if end > 0 else value
+    return value.rsplit(":", 1)[0].rstrip(".") if value.count(":") == 1 else value.rstrip(".")
+
+
+def origin_of(value: str) -> str:
+    """``value`` as an origin is compared: ``scheme://host[:port]``, lowercase, without a
+    trailing ``/`` (or ``null``, the origin of sandboxed frames and local files).
+
+    Raises:
+        ValueError: ``value`` is not an origin (no http(s) scheme or host, or a path, query
+            or user name in it).
+    """
+    text = value.strip().lower()
+    if text == "null":
+        return text
+    parts = urlsplit(text.rstrip("/"))
+    if parts.scheme not in ("http", "https") or not parts.hostname or parts.path or \
+            parts.query or parts.fragment or "@" in parts.netloc:
+        raise ValueError(f"{value!r} is not an origin (scheme://host[:port], e.g. "
+                         "http://localhost:3000)")
+    return f"{parts.scheme}://{parts.netloc}"
+
+
+class Guard:
+    """The host names and origins one proxy serves (see the module's docstring)."""
+
+    def __init__(self, host: str = "127.0.0.1", allowed_hosts: Iterable[str] = (),
+                 allowed_origins: Iterable[str] = ()) -> None:
+        """Raises:
+            ValueError: an allowed origin is not an origin (see :func:`origin_of`).
+        """
+        extra = [h for h in os.environ.get(HOSTS_ENV, "").replace(",", " ").split() if h]
+        names = [*LOOPBACK_NAMES, *allowed_hosts, *extra]
+        if host not in _WILDCARDS:
+            names.append(host)
+        self.hosts = frozenset(_host_name(h) for h in names)
+        self.origins = frozenset(origin_of(o) for o in allowed_origins)
+
+    def refusal(self, scope: dict[str, Any]) -> tuple[int, str] | None:
+        """Why the request of ``scope`` is not served (an HTTP status and a message a
+        developer can act on), or None to serve it."""
+        host_value = origin = site = None
+        for key, value in scope.get("headers", ()):
+            if key == b"host" and host_value is None:
+                host_value = value.decode("latin-1")
+            elif key == b"origin" and origin is None:
+                origin = value.decode("latin-1")
+            elif key == b"sec-fetch-site":
+                site = value.strip().lower()
+        given = _header_host(host_value or "")
+        server = scope.get("server")
+        local = _host_name(str(server[0])) if server else None
+        if not given or (given not in self.hosts and given != local):
+            shown = given[:80] or "(none)"
+            return 400, (
+                f"sess proxy: refused: this proxy does not answer to the host name {shown!r} "
+                f"(it answers to {', '.join(sorted(self.hosts))}); send the request to one of "
+                f"them, or start the proxy with --allow-host {shown} if that name is its own")
+        if origin is not None:
+            try:
+                normalized = origin_of(origin)
+            except ValueError:
+                normalized = origin.strip().lower()
+            own = f"{scope.get('scheme', 'http')}://{(host_value or '').strip().lower()}"
+            if normalized in self.origins or normalized == own:
+                return None
+            shown = origin.strip()[:100] or "(empty)"
+            return 403, (
+                f"sess proxy: refused a request from the web page at {shown!r}: the proxy "
+                "forwards no browser's cross-origin request (a page could spend your API key "
+                "and plant conversations in your store); to allow this origin, start the "
+                f"proxy with --allow-origin {shown}")
+        if site in _BROWSER_SITES:
+            return 403, (
+                f"sess proxy: refused a request a web page made ({site.decode('latin-1')}, "
+                "without an Origin header): the proxy forwards no browser's cross-origin "
+                "request; a page of an origin allowed with --allow-origin must send its "
+                "Origin (fetch() in cors mode does)")
+        return None

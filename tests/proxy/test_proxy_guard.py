@@ -1,0 +1,194 @@
+"""Who may use the proxy: requests sent to its own host names only, and no web page of
+another origin unless allowed (a regression: any Host and any Origin were forwarded with the
+upstream URL's credentials, and recorded)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from click.testing import CliRunner
+from fake_upstream import FakeUpstream
+from proxy_server import RunningProxy
+
+from sesstree import Store
+from sesstree.cli import cli
+from sesstree.proxy.guard import Guard
+
+BODY = {"model": "m", "messages": [{"role": "user", "content": "planted by a page"}]}
+CHROMIUM = os.environ.get("SESS_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
+
+
+def post(proxy: RunningProxy, path: str = "/v1/chat/completions",
+         **headers: str) -> httpx.Response:
+    # text/plain: the content type a page may send cross-site without a CORS preflight
+    return httpx.post(proxy.url + path, content=httpx.Request("POST", "/", json=BODY).content,
+                      headers={"content-type": "text/plain", **headers})
+
+
+def nothing_passed(upstream: FakeUpstream, store: Store, proxy: RunningProxy) -> None:
+    proxy.flush()
+    assert upstream.requests == [] and upstream.paths == []
+    assert list(store.sessions()) == []
+
+
+def test_a_foreign_host_is_refused_and_nothing_is_forwarded(
+        upstream: FakeUpstream, store: Store) -> None:
+    # The upstream URL carries credentials: a forwarded request would be sent with them.
+    secret_url = upstream.url.replace("http://", "http://user:hunter2secret@")
+    with RunningProxy(store, secret_url) as proxy:
+        reply = post(proxy, Host="evil.example", Origin="http://evil.example")
+        assert reply.status_code == 400
+        message = reply.json()["error"]["message"]
+        assert "does not answer to the host name 'evil.example'" in message
+        assert "--allow-host evil.example" in message and "127.0.0.1" in message
+        # Anthropic's path: the error in Anthropic's shape
+        reply = post(proxy, "/v1/messages", Host="evil.example:8787")
+        assert reply.status_code == 400 and reply.json()["type"] == "error"
+        # the counters are not for other names either (DNS rebinding would read them)
+        stats = httpx.get(proxy.url + "/_sess/stats", headers={"Host": "evil.example"})
+        assert stats.status_code == 400 and "requests" not in stats.text
+        assert httpx.get(proxy.url + "/_sess/stats", headers={"Host": ""}).status_code == 400
+        nothing_passed(upstream, store, proxy)
+        assert httpx.get(proxy.url + "/_sess/stats").json()["refused"] == 4
+
+
+def test_a_page_of_another_origin_is_refused(upstream: FakeUpstream, store: Store) -> None:
+    with RunningProxy(store, upstream.url) as proxy:
+        # the Host is right (the page posts to http://127.0.0.1:PORT), the Origin is not
+        for origin in ("http://evil.example", "null", f"http://localhost:{proxy.port}",
+                       "not an origin"):
+            reply = post(proxy, Origin=origin)
+            assert reply.status_code == 403, origin
+            message = reply.json()["error"]["message"]
+            assert f"refused a request from the web page at {origin!r}" in message
+            assert f"--allow-origin {origin}" in message
+        # no Origin, but the browser says the request comes from another site's page
+        reply = httpx.get(proxy.url + "/v1/models", headers={"Sec-Fetch-Site": "cross-site"})
+        assert reply.status_code == 403 and "Origin" in reply.json()["error"]["message"]
+        nothing_passed(upstream, store, proxy)
+
+
+def test_the_proxys_own_names_and_origin_are_served(upstream: FakeUpstream,
+                                                    store: Store) -> None:
+    with RunningProxy(store, upstream.url) as proxy:
+        port = proxy.port
+        for host in (f"127.0.0.1:{port}", f"localhost:{port}", "LOCALHOST.", f"[::1]:{port}"):
+            assert post(proxy, Host=host).status_code == 200, host
+        # a page the proxy itself served, and a request the user typed in the address bar
+        own = post(proxy, Origin=f"http://127.0.0.1:{port}", **{"Sec-Fetch-Site": "same-origin"})
+        assert own.status_code == 200
+        typed = httpx.get(proxy.url + "/_sess/stats", headers={"Sec-Fetch-Site": "none"})
+        assert typed.status_code == 200 and typed.json()["refused"] == 0
+        proxy.flush()
+        assert len(upstream.requests) == 5
+
+
+def test_hosts_and_origins_the_user_allows(monkeypatch: pytest.MonkeyPatch,
+                                           upstream: FakeUpstream, store: Store) -> None:
+    monkeypatch.setenv("SESS_ALLOWED_HOSTS", "behind.proxy, other.name")
+    with RunningProxy(store, upstream.url, allowed_hosts=["llm.box"],
+                      allowed_origins=["http://LOCALHOST:3000/"]) as proxy:
+        for host in ("llm.box", "behind.proxy:443", "other.name"):
+            assert post(proxy, Host=host).status_code == 200, host
+        assert post(proxy, Origin="http://localhost:3000").status_code == 200
+        assert post(proxy, Origin="http://localhost:3001").status_code == 403
+        assert post(proxy, Origin="https://localhost:3000").status_code == 403
+        assert post(proxy, Host="evil.example").status_code == 400
+
+
+def test_a_proxy_on_every_address_answers_the_address_it_is_reached_by() -> None:
+    guard = Guard("0.0.0.0")
+    scope: dict[str, Any] = {"type": "http", "scheme": "http", "server": ("192.168.1.5", 8787)}
+    assert guard.refusal({**scope, "headers": [(b"host", b"192.168.1.5:8787")]}) is None
+    assert guard.refusal({**scope, "headers": [(b"host", b"0.0.0.0:8787")]}) is not None
+    refused = guard.refusal({**scope, "headers": [(b"host", b"evil.example")]})
+    assert refused is not None and refused[0] == 400
+    assert Guard("10.0.0.7").refusal({**scope, "headers": [(b"host", b"10.0.0.7")]}) is None
+
+
+def test_a_bad_allowed_origin_is_one_error_line(tmp_path: Path) -> None:
+    result = CliRunner().invoke(cli, ["--store", str(tmp_path / "s"), "proxy", "--upstream",
+                                       "http://127.0.0.1:9", "--allow-origin", "localhost:3000"],
+                                prog_name="sess")
+    assert result.exit_code != 0
+    assert "--allow-origin: 'localhost:3000' is not an origin" in result.output
+    assert "Traceback" not in result.output
+    assert not (tmp_path / "s").exists()
+
+
+class _Page(BaseHTTPRequestHandler):
+    """A web page on another origin that posts a conversation to the proxy."""
+
+    target = ""
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+    def do_GET(self) -> None:
+        page = ("<!doctype html><title>evil</title><script>"
+                f"fetch({self.target!r}, {{method: 'POST', mode: 'no-cors', "
+                "headers: {'content-type': 'text/plain'}, body: JSON.stringify("
+                "{model: 'm', messages: [{role: 'user', content: 'planted by a page'}]})})"
+                ".then(() => { document.title = 'sent' }, () => { document.title = 'failed' })"
+                "</script>").encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "text/html")
+        self.send_header("Content-Length", str(len(page)))
+        self.end_headers()
+        self.wfile.write(page)
+
+
+@pytest.fixture
+def page_server() -> Iterator[ThreadingHTTPServer]:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Page)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield server
+    server.shutdown()
+    server.server_close()
+
+
+def _need_browser() -> None:
+    try:
+        import playwright.sync_api  # noqa: F401
+    except ImportError:
+        pytest.skip("Playwright is not installed: pip install -e '.[web-test]'")
+    if not os.path.exists(CHROMIUM):
+        pytest.skip(f"no Chromium at {CHROMIUM}")
+
+
+@pytest.mark.parametrize("allowed", [False, True])
+def test_a_real_browser_page_cannot_plant_a_conversation(
+        allowed: bool, upstream: FakeUpstream, store: Store,
+        page_server: ThreadingHTTPServer) -> None:
+    _need_browser()
+    from playwright.sync_api import sync_playwright
+
+    page_origin = f"http://127.0.0.1:{page_server.server_address[1]}"
+    options = {"allowed_origins": [page_origin]} if allowed else {}
+    with RunningProxy(store, upstream.url, **options) as proxy:
+        _Page.target = proxy.url + "/v1/chat/completions"
+        with sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=CHROMIUM, headless=True,
+                                        args=["--no-sandbox"])
+            try:
+                tab = browser.new_page()
+                tab.goto(page_origin + "/")
+                tab.wait_for_function("document.title !== 'evil'", timeout=10_000)
+            finally:
+                browser.close()
+        proxy.flush()
+        if allowed:  # the user allowed that page's origin: forwarded and recorded
+            assert [s.name for s in store.sessions()] == ["planted-by-a-page"]
+            assert upstream.headers[0].get("origin") == page_origin
+        else:
+            assert upstream.requests == [] and list(store.sessions()) == []
+            assert httpx.get(proxy.url + "/_sess/stats").json()["refused"] == 1
