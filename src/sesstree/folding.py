@@ -64,10 +64,16 @@ class Row(msgspec.Struct):
 
 def is_shown(node: Node) -> bool:
     """Whether ``node`` has a row of its own when folded: a message, a note such as a
-    compaction, an error other than a retry the turn's row counts."""
+    compaction, an error other than a retry the turn's row counts, a model call that failed."""
+    data = node.data
+    if node.type == "step/end" and isinstance(data, dict):
+        # A model call recorded cut short or refused (``sess proxy`` records no turns: its
+        # steps are the calls) stands out whatever the view.
+        status = data.get("status")
+        return data.get("incomplete") is True or (
+            isinstance(status, int) and not isinstance(status, bool) and status >= 400)
     if node.type not in CONVERSATION_TYPES:
         return False
-    data = node.data
     return not (node.type == "error" and isinstance(data, dict) and data.get("kind") == "retry")
 
 
@@ -107,6 +113,8 @@ def fold_turns(nodes: Sequence[Node], times: Mapping[NodeId, float]) -> list[Row
             turn.steps = max(turn.steps, _int(data.get("step")))
             if isinstance(data.get("finish_reason"), str):
                 turn.finish = data["finish_reason"]
+            if is_shown(node):
+                rows.append(Row(node))
         elif turn is not None and kind == "usage" and isinstance(data.get("usage"), dict):
             usage = data["usage"]
             turn.prompt_tokens += _int(usage.get("prompt_tokens"))
