@@ -237,7 +237,9 @@ _ENDED_WELL = frozenset({"done", "answer", "stop", "completed"})
 
 def _turn_item(node: Node, turn: TurnStats, start: NodeId | None) -> Item:
     """The row a folded turn shows: what its bookkeeping says, summed."""
-    item = Item(node.id, node.type, "turn", text=turn.line(), took=turn.seconds, turn=start)
+    # (Its duration is the row's "took", not said twice.)
+    text = msgspec.structs.replace(turn, seconds=None).line()
+    item = Item(node.id, node.type, "turn", text=text, took=turn.seconds, turn=start)
     if turn.reason is None:
         item.marked = "unfinished"
     elif turn.reason not in _ENDED_WELL:
