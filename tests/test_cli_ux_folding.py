@@ -122,3 +122,17 @@ def test_a_fork_inside_a_turn_is_drawn_where_it_joins(sess: Sess) -> None:
 
 def msg_data(role: str, content: str) -> dict[str, object]:
     return {"role": role, "content": content}
+
+
+def test_diff_folds_each_side_as_log_does(sess: Sess, quest_store: str) -> None:
+    s = ("--store", quest_store)
+    lines = sess.lines(*s, "diff", "quest-1", "quest-2")
+    data = sess.json(*s, "diff", "quest-1", "quest-2")  # (--json: every event, as ever)
+    rows = [line.split()[1] for line in lines if line.startswith("  ")]
+    assert set(rows) <= CONVERSATION_TYPES | {"turn/end"} and rows.count("turn/end") == 2
+    assert f"only in quest-2 ({len(data['b'])}):" in lines
+    assert any("turn: answer (stop), 2 steps, 335 in/35 out tokens" in line for line in lines)
+    every = sess.lines(*s, "diff", "quest-1", "quest-2", "--all-events")
+    assert len([line for line in every if line.startswith("  ")]) == len(data["a"]) + len(
+        data["b"]) > len(rows)
+    assert not any(re.search(r"  usage +usage:", line) for line in every)

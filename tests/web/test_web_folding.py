@@ -47,7 +47,7 @@ def test_a_streamed_session_shows_its_messages_and_one_row_per_turn(
     for t, r in zip(turns, rows, strict=True):  # the turn says what `sess log` says of it
         assert r.turn is not None and t["text"].startswith(r.turn.line())
         assert t["turn"] == starts[r.node.id]  # the start of the turn it sums
-    assert [i["role"] for i in items if i["kind"] == "message"][0] == "user"
+    assert next(i["role"] for i in items if i["kind"] == "message") == "user"
     every = client.get("/api/v1/web/sessions/chat", params={"all-events": "1"}).json()["items"]
     assert sum(i["type"] == "assistant/chunk" for i in every) >= 60
     words = [i["text"] for i in every if i["type"] == "turn/start"]

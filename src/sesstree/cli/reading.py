@@ -357,10 +357,14 @@ def _path_down(store: Store, top: NodeId, count: int) -> list[Node]:
 @click.argument("a", shell_complete=complete_rev)
 @click.argument("b", required=False, shell_complete=complete_rev)
 @click.option("--stat", is_flag=True, help="Only how many events of each kind each side added.")
-@click.option("--json", "as_json", is_flag=True, help="Machine output.")
+@click.option("--all-events", is_flag=True,
+              help="Every event each side added, not only the conversation (as log's).")
+@click.option("--json", "as_json", is_flag=True, help="Machine output (every event).")
 @pass_store
-def diff(locator: StoreLocator, a: str, b: str | None, stat: bool, as_json: bool) -> None:
-    """Show the common ancestor of A and B (default HEAD) and what each added after it.
+def diff(locator: StoreLocator, a: str, b: str | None, stat: bool, all_events: bool,
+         as_json: bool) -> None:
+    """Show the common ancestor of A and B (default HEAD) and what each added after it, each
+    turn's bookkeeping folded as ``sess log`` folds it.
 
     `sess diff A..B` is `sess diff A B`; `sess diff A...B` shows only what B added since it
     parted from A.
@@ -399,13 +403,18 @@ def diff(locator: StoreLocator, a: str, b: str | None, stat: bool, as_json: bool
             click.echo(f" {rev:<{namew}} | {term.paint('+' + events(len(nodes)), 'added')}"
                        f"{': ' + kinds if kinds else ''}; {counts['chars']} characters of text")
         return
-    typew = max((len(n.type) for _, nodes in sides for n in nodes), default=0)
+    shown = [(rev, nodes, [Row(n) for n in nodes] if all_events else fold_turns(nodes, {}))
+             for rev, nodes in sides]
+    typew = max((len(r.node.type) for _, _, rows in shown for r in rows), default=0)
     typew = max(typew, 18)  # the column as it always was, wider only for long types
-    for rev, nodes in sides:
+    for rev, nodes, rows in shown:
         click.echo(f"only in {rev} ({len(nodes)}):")
-        for n in nodes:
+        for r in rows:
             room = max(1, term.width - 2 - 10 - 2 - typew - 1)
-            click.echo(f"  {term.paint(short(n.id), 'id')}  {n.type:<{typew}} {summary(n, room)}")
+            kind = f"{r.node.type:<{typew}}"
+            click.echo(f"  {term.paint(short(r.node.id), 'id')}  "
+                       f"{term.paint(kind, 'dim') if r.turn else kind} "
+                       f"{_paint_body(_row_text(r, room, with_type=False), r, term)}")
 
 
 def _stat(nodes: Sequence[Node]) -> dict[str, Any]:
