@@ -136,3 +136,25 @@ def test_diff_folds_each_side_as_log_does(sess: Sess, quest_store: str) -> None:
     assert len([line for line in every if line.startswith("  ")]) == len(data["a"]) + len(
         data["b"]) > len(rows)
     assert not any(re.search(r"  usage +usage:", line) for line in every)
+
+
+def test_unfinished_turns_are_drawn_as_log_shows_them(sess: Sess) -> None:
+    events = [
+        {"type": "turn/start", "data": {"trigger": {"kind": "user"}}},
+        msg_data("user", "hi"),
+        {"type": "step/start", "data": {"step": 1}},
+        {"type": "usage", "data": {"model": "m", "usage": {"prompt_tokens": 5,
+                                                             "completion_tokens": 1}}},
+        {"type": "turn/start", "data": {"trigger": {"kind": "user"}}},  # the first never ended
+        msg_data("user", "again"),
+        {"type": "step/start", "data": {"step": 1}},
+        {"type": "assistant/chunk", "data": {"content": "par"}},  # a stream cut off here
+    ]
+    sess.ok("append", "--jsonl", input="\n".join(json.dumps(e) for e in events) + "\n")
+    log = sess.lines("log")
+    graph = sess.lines("log", "--graph")
+    # The head is drawn where its ref points (a chunk), then every line of the log.
+    assert graph[0].startswith("* ") and "assistant/chunk" in graph[0] and "(HEAD -> main)" in graph[0]
+    assert [line[2:12] for line in graph[1:]] == [line[:10] for line in log]
+    assert [line.split("  ")[-1].strip() for line in graph if "turn/start" in line] == [
+        "turn: unfinished", "turn: unfinished, 5 in/1 out tokens"]

@@ -217,3 +217,25 @@ def test_a_streamed_session_and_a_diff_read_folded(page: Any, tmp_path: Path) ->
         assert "Suppose the key doesn't fit. Is there another way in?" in texts
         assert not any(t.endswith("…") for t in texts if "Suppose" in t)
         _shot(page, "search-snippets.png", tmp_path)
+
+
+def test_a_live_turn_shown_unfinished_is_replaced_by_its_row(
+        page: Any, forest_store: Store, tmp_path: Path) -> None:
+    s = forest_store.session("quest-1")
+    start = s.append("turn/start", {"trigger": {"kind": "user"}})
+    s.add_message({"role": "user", "content": "And the cache?"})
+    with serve(forest_store) as url:
+        page.goto(url + "/session/quest-1")
+        row = page.locator(f"#conversation .item[data-turn='{start.id}']")
+        assert row.count() == 1 and "turn: unfinished" in row.inner_text()
+        s.append("step/start", {"step": 1})
+        s.append("assistant/chunk", {"content": "Clea"})
+        answer = s.add_message({"role": "assistant", "content": "Clean it."})
+        s.append("step/end", {"step": 1, "finish_reason": "stop"})
+        end = s.append("turn/end", {"reason": {"kind": "answer"}})
+        page.wait_for_selector(f"#n-{end.id}", timeout=10_000)
+        assert row.count() == 1 and "turn: answer (stop), 1 step" in row.inner_text()
+        assert page.locator(f"#n-{start.id}").count() == 0  # the unfinished row is gone
+        assert page.locator(f"#n-{answer.id}").count() == 1
+        assert page.locator("#conversation .type >> text=assistant/chunk").count() == 0
+        _shot(page, "session-live-turn.png", tmp_path)
