@@ -363,8 +363,9 @@ def _path_down(store: Store, top: NodeId, count: int) -> list[Node]:
 @pass_store
 def diff(locator: StoreLocator, a: str, b: str | None, stat: bool, all_events: bool,
          as_json: bool) -> None:
-    """Show the common ancestor of A and B (default HEAD) and what each added after it, each
-    turn's bookkeeping folded as ``sess log`` folds it.
+    """Show the common ancestor of A and B (default HEAD) and what each added after it.
+
+    Each turn's bookkeeping is folded as ``sess log`` folds it (``--all-events``: every event).
 
     `sess diff A..B` is `sess diff A B`; `sess diff A...B` shows only what B added since it
     parted from A.
