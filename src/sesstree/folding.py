@@ -62,6 +62,10 @@ class Row(msgspec.Struct):
     turn: TurnStats | None = None
 
 
+#: The bookkeeping a turn's row sums (the rest of it only needs to be passed over).
+_COUNTED = frozenset({"step/end", "usage", "error"})
+
+
 def is_shown(node: Node) -> bool:
     """Whether ``node`` has a row of its own when folded: a message, a note such as a
     compaction, an error other than a retry the turn's row counts, a model call that failed."""
@@ -164,7 +168,7 @@ class PathFolder:
         # What lay above on this read: None (nothing yet: the top), "start" or "end" (the
         # last turn boundary passed); a read from a fork point knows nothing of what is above.
         self._above: str | None = None if top_is_tip else "unknown"
-        self._since: list[Node] = []  # newest first: the events above since that boundary
+        self._since: list[Node] = []  # newest first: what a row sums, above since that boundary
 
     def rows(self, nodes: Sequence[Node]) -> list[Row | None]:
         """The row of each of ``nodes`` (the next slice, newest first), None for folded."""
@@ -179,8 +183,8 @@ class PathFolder:
                     row = fold_turns([node, *reversed(self._since)], {})[0]
                 self._above, self._since = "start", []
             else:
-                if self._above in (None, "start"):
-                    self._since.append(node)
+                if self._above in (None, "start") and node.type in _COUNTED:
+                    self._since.append(node)  # (only what a turn's row sums: memory stays small)
                 if is_shown(node):
                     row = Row(node)
             if row is None and node.id in self._keep:
@@ -193,6 +197,7 @@ class PathFolder:
         ends first)."""
         turn = [end]
         rest: Sequence[Node] = below
+        last = end
         want = 64
         while True:
             for n in rest:
@@ -200,8 +205,9 @@ class PathFolder:
                     if n.type == "turn/start":
                         turn.append(n)
                     return fold_turns(turn[::-1], {})[-1]
-                turn.append(n)
-            last = turn[-1]
+                if n.type in _COUNTED:
+                    turn.append(n)  # (only what the row sums: a streamed turn is long)
+                last = n
             if last.parent is None:
                 return fold_turns(turn[::-1], {})[-1]
             rest = self._older(last.parent, want)
