@@ -158,3 +158,11 @@ def test_unfinished_turns_are_drawn_as_log_shows_them(sess: Sess) -> None:
     assert [line[2:12] for line in graph[1:]] == [line[:10] for line in log]
     assert [line.split("  ")[-1].strip() for line in graph if "turn/start" in line] == [
         "turn: unfinished", "turn: unfinished, 5 in/1 out tokens"]
+
+
+def test_a_range_that_begins_inside_a_turn_keeps_its_row(sess: Sess, quest_store: str) -> None:
+    s = ("--store", quest_store)
+    ranged = sess.lines(*s, "log", "quest-1..quest-2")
+    whole = sess.lines(*s, "log", "quest-2")
+    assert [line[:10] for line in ranged] == [line[:10] for line in whole[:len(ranged)]]
+    assert "turn: answer (stop), 2 steps, 335 in/35 out tokens" in ranged[0]
