@@ -247,7 +247,7 @@ def test_graph_honours_reverse_and_oneline(sess: Sess) -> None:
     ]
     # without --oneline: the type column, refs at the end, as `sess log` lines are
     assert sess.lines("log", "--graph", "-n", "1") == [
-        f"* {west}  user/message  user: I go east instead. (HEAD -> west)"]
+        f"* {west}  {'user/message':<17}  user: I go east instead. (HEAD -> west)"]
     assert sess.lines("log", "--graph", "--reverse", "-n", "1") == sess.lines(
         "log", "--graph", "-n", "1")
 

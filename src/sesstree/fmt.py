@@ -167,31 +167,42 @@ def _call_summary(call: Any) -> str:
     return name if arguments in ("", "{}") else f"{name} {arguments}"
 
 
-def _record_summary(node: Node) -> str | None:
-    """Short words for the loop's own records (turns, steps, usage, tool calls)."""
+def _record_summary(node: Node, named: bool) -> str | None:
+    """Short words for the loop's own records (turns, steps, usage, tool calls); ``named``
+    says what kind of record it is, for a line that shows no type column (beside one, the
+    column says it: ``usage  153 in, 20 out``, not ``usage  usage: 153 in``)."""
     data = node.data if isinstance(node.data, dict) else {}
     kind = node.type
     if kind == "turn/start":
         trigger = data.get("trigger")
-        return f"turn starts ({trigger.get('kind', '?')})" if isinstance(trigger, dict) else None
+        if not isinstance(trigger, dict):
+            return None
+        return f"turn starts ({trigger.get('kind', '?')})" if named else \
+            f"trigger: {trigger.get('kind', '?')}"
     if kind == "turn/end":
         reason = data.get("reason")
-        return f"turn ends: {reason.get('kind', '?')}" if isinstance(reason, dict) else None
+        if not isinstance(reason, dict):
+            return None
+        return f"turn ends: {reason.get('kind', '?')}" if named else \
+            f"reason: {reason.get('kind', '?')}"
     if kind in ("step/start", "step/end") and "step" in data:
         end = f", {data['finish_reason']}" if data.get("finish_reason") else ""
+        if not named:
+            return f"#{data['step']}{end}"
         return f"step {data['step']} {'starts' if kind == 'step/start' else 'ends'}{end}"
     if kind == "tool/call" and "name" in data:
         return f"runs {data['name']}({data.get('arguments', '')})"
     if kind == "usage" and isinstance(data.get("usage"), dict):
         usage = data["usage"]
-        return (f"usage: {usage.get('prompt_tokens', '?')} in, "
+        return (f"{'usage: ' if named else ''}{usage.get('prompt_tokens', '?')} in, "
                 f"{usage.get('completion_tokens', '?')} out ({data.get('model', '?')})")
     return None
 
 
 def summary(node: Node, width: int = 72, *, with_type: bool = False) -> str:
-    """One line that says what an event is about; ``with_type`` names non-message types."""
-    record = _record_summary(node)
+    """One line that says what an event is about; ``with_type`` names non-message types
+    (without it, the line is shown beside the event's type and does not repeat it)."""
+    record = _record_summary(node, with_type)
     if record is not None:
         return _clip(record, width)
     data = node.data

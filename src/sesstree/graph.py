@@ -8,6 +8,9 @@ number of tips, and reads each segment's nodes a slice at a time while it draws.
 only as far down as the lines drawn so far need (a node is drawn once every link above it is
 read), so ``-n 20`` reads what was written since its oldest line, not the store. Both draw
 the same picture for the same nodes.
+
+A label may be None: the node is folded (not drawn), its lanes are kept, so a fork at a
+folded node still shows where it joins, above the next node drawn.
 """
 
 from __future__ import annotations
@@ -24,18 +27,22 @@ from .scan import Links
 if TYPE_CHECKING:
     from .repo import Store
 
-__all__ = ["GraphNode", "draw_graph", "stream_graph"]
+__all__ = ["GraphNode", "Label", "draw_graph", "stream_graph"]
+
+#: The labels of a slice of nodes of one path (newest first); None for a node not drawn.
+Label = Callable[[Sequence[Node]], Sequence["str | None"]]
 
 #: Nodes read per slice of a path while drawing.
 _PIECE = 1_000
 
 
 class GraphNode(msgspec.Struct, frozen=True):
-    """One node to draw: its id, its parent (None for a root, or one outside the drawing)."""
+    """One node to draw: its id, its parent (None for a root, or one outside the drawing),
+    its label (None: folded, not drawn)."""
 
     id: NodeId
     parent: NodeId | None
-    label: str
+    label: str | None
 
 
 def _order(nodes: Sequence[GraphNode]) -> list[GraphNode]:
@@ -85,11 +92,12 @@ def _draw(nodes: Iterable[GraphNode]) -> Iterator[str]:
     """The lines for nodes in drawing order; a node's parent is None when it is not drawn."""
     lanes: list[NodeId] = []  # what each lane waits for: the parent of the node drawn above
     started = False
+    apart = False  # a new tree began since the last line drawn
     for n in nodes:
         cols = [i for i, wanted in enumerate(lanes) if wanted == n.id]
         if not cols:
             if not lanes and started:
-                yield ""  # a separate tree: unrelated root, drawn apart
+                apart = True  # a separate tree: unrelated root, drawn apart
             lanes.append(n.id)
             col = len(lanes) - 1
         else:
@@ -98,9 +106,13 @@ def _draw(nodes: Iterable[GraphNode]) -> Iterator[str]:
                 # Join the lane right of `col` into it; lanes further right move one left.
                 yield "| " * col + "|/" + " /" * (len(lanes) - col - 2)
                 del lanes[col + 1]
-        cells = ["*" if j == col else "|" for j in range(len(lanes))]
-        yield " ".join(cells) + " " + n.label
-        started = True
+        if n.label is not None:
+            if apart:
+                yield ""
+                apart = False
+            cells = ["*" if j == col else "|" for j in range(len(lanes))]
+            yield " ".join(cells) + " " + n.label
+            started = True
         if n.parent is not None:
             lanes[col] = n.parent
         else:
@@ -240,8 +252,8 @@ class _Walk:
 
 
 def stream_graph(
-    store: Store, tips: Sequence[NodeId], label: Callable[[Sequence[Node]], list[str]],
-    *, lines: int | None = None,
+    store: Store, tips: Sequence[NodeId], label: Label | None = None,
+    *, lines: int | None = None, path_label: Callable[[NodeId], Label] | None = None,
 ) -> Iterator[str]:
     """The drawing of every node ``tips`` reach, line by line, in bounded memory.
 
@@ -249,27 +261,39 @@ def stream_graph(
     the refs at them can be looked up together). What is read follows what is drawn: the
     first lines read the links of the nodes newer than the oldest of them, and the nodes
     they show. ``lines``, when only the first lines will be drawn, sizes the first slice of
-    each path read to them (then slices double); without it, slices are whole."""
+    each path read to them (then slices double); without it, slices are whole.
+
+    ``path_label`` instead of ``label``: called with the top of each path as it is read, it
+    gives the labeller of that path's slices, which may keep what it saw above (a fold)."""
+    if (label is None) == (path_label is None):
+        raise TypeError("give label or path_label")
     links = Links(store.backend)
     keys = links.keys(tips)
     first = _PIECE if lines is None else max(1, min(_PIECE, lines))
-    paths = _Paths(store, label, first)
+    if path_label is None:
+        assert label is not None
+        path_label = _same(label)
+    paths = _Paths(store, path_label, first)
     return _draw(_graph_nodes(links, _Walk(links, set(keys.values())), paths))
+
+
+def _same(label: Label) -> Callable[[NodeId], Label]:
+    return lambda top: label
 
 
 class _Paths:
     """Reads paths of nodes with their labels, a slice at a time (the first ``first``
     nodes, then slices twice as large, up to ``_PIECE``)."""
 
-    def __init__(self, store: Store, label: Callable[[Sequence[Node]], list[str]],
-                 first: int) -> None:
+    def __init__(self, store: Store, label: Callable[[NodeId], Label], first: int) -> None:
         self.store = store
         self.label = label
         self.first = first
 
-    def read(self, top: NodeId, count: int | None) -> Iterator[tuple[Node, str]]:
+    def read(self, top: NodeId, count: int | None) -> Iterator[tuple[Node, str | None]]:
         """``count`` nodes (None: down to the root) of the path down from ``top``, newest
         first, with their labels."""
+        label = self.label(top)
         left = count
         head: NodeId | None = top
         piece = self.first
@@ -280,7 +304,7 @@ class _Paths:
             parents: list[NodeId | None] = [chain.base, *ids[:-1]]
             nodes = [Node(ids[i], parents[i], chain.types[i], chain.datas[i])
                      for i in range(len(ids) - 1, -1, -1)]
-            yield from zip(nodes, self.label(nodes), strict=True)
+            yield from zip(nodes, label(nodes), strict=True)
             if left is not None:
                 left -= len(nodes)
             head = chain.base
@@ -308,7 +332,7 @@ def _graph_nodes(links: Links, walk: _Walk, paths: _Paths) -> Iterator[GraphNode
                 continue
         if x is None:
             continue
-        line: Iterator[tuple[Node, str]] | None = None
+        line: Iterator[tuple[Node, str | None]] | None = None
         while x is not None:
             if main is not None and not walk.tips_left() and walk.waiting.keys() == {x} \
                     and walk.waiting[x] == [main]:

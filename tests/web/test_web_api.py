@@ -71,17 +71,25 @@ def test_session_pages_through_events_and_marks_the_run(client: httpx.Client, fo
     assert asking["calls"][0]["name"] == "read_file"
     assert "missing symbol" in asking["calls"][0]["result"]
     assert not any(i["type"] in ("tool/result", "tool/call") for i in items)
-    usage = next(i for i in items if i["type"] == "usage")
-    assert "prompt 1,200" in usage["text"]
+    # Folded as `sess log` folds: the turn's bookkeeping is one row at its end.
+    assert not any(i["type"] in ("usage", "step/start", "step/end", "turn/start") for i in items)
     end = next(i for i in items if i["type"] == "turn/end")
-    assert end["took"] is not None and end["took"] >= 0
+    assert end["kind"] == "turn" and "1 step, 1200 in/40 out tokens" in end["text"]
     markdown = next(i for i in items if i["role"] == "user")
     assert "<strong>build</strong>" in markdown["html"]
+    # Every event with ?all-events=1, as `sess log --all-events`.
+    every = client.get("/api/v1/web/sessions/quest-1", params={"all-events": "1"}).json()["items"]
+    usage = next(i for i in every if i["type"] == "usage")
+    assert "prompt 1,200" in usage["text"]
+    end = next(i for i in every if i["type"] == "turn/end")
+    assert end["took"] is not None and end["took"] >= 0
     # A page of 3 ends at the head and names the node before it, to go on from.
-    page = client.get("/api/v1/web/sessions/quest-1", params={"limit": 3}).json()
+    page = client.get("/api/v1/web/sessions/quest-1",
+                      params={"limit": 3, "all-events": "1"}).json()
     assert [i["id"] for i in page["items"]] == [n.id for n in reversed(forest_store.log("quest-1", 3))]
     assert page["older"] == forest_store.resolve("quest-1~3")
-    older = client.get("/api/v1/web/sessions/quest-1", params={"limit": 3, "end": page["older"]}).json()
+    older = client.get("/api/v1/web/sessions/quest-1", params={
+        "limit": 3, "end": page["older"], "all-events": "1"}).json()
     assert older["items"][-1]["id"] == page["older"] and older["at_head"] is False
     q2 = client.get("/api/v1/web/sessions/quest-2").json()["items"]
     assert [i["marked"] for i in q2 if i["marked"]] == ["interrupted", "interrupted"]
@@ -154,8 +162,12 @@ def test_a_proxy_recording_is_told_apart_and_its_cut_call_marked(client: httpx.C
     s.append("step/end", {"status": 429, "finish_reason": None})
     names = [x["name"] for x in client.get("/api/v1/web/forest?source=proxy").json()["sessions"]]
     assert names == ["recorded"]
+    every = client.get("/api/v1/web/sessions/recorded?all-events=1").json()["items"]
+    assert [i["text"] for i in every if i["type"] == "step/start"] == ["openai-chat call to gpt-x"] * 2
+    # Folded, the calls that went wrong still stand out (a recording has no turns to sum).
     items = client.get("/api/v1/web/sessions/recorded").json()["items"]
-    assert [i["text"] for i in items if i["type"] == "step/start"] == ["openai-chat call to gpt-x"] * 2
+    assert [i["type"] for i in items] == ["user/message", "assistant/message", "step/end",
+                                          "error", "step/end"]
     assert [i["marked"] for i in items if i["marked"]] == ["incomplete", "error", "error"]
     error = next(i for i in items if i["type"] == "error")
     assert error["text"] == "upstream: rate limited"

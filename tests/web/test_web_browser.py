@@ -204,3 +204,68 @@ def test_a_cookie_set_by_another_port_breaks_nothing(page: Any, forest_store: St
         page.click("main button")
         page.wait_for_url(url + "/")
         assert page.locator("a", has_text="log in to write").count() == 0
+
+
+def test_a_streamed_session_and_a_diff_read_folded(page: Any, tmp_path: Path) -> None:
+    """A session streamed as chunks shows its prompts, answers and one row per turn, a page
+    of it opens on a prompt, "every event" unfolds it; the diff of the quest's fork folds
+    each side; a search snippet reads as the message does."""
+    from reading_kit import quest, streamed
+
+    from sesstree import open_store
+
+    streamed(tmp_path / "chat", turns=4)
+    with open_store(tmp_path / "chat") as store, serve(store) as url:
+        page.goto(url + "/session/chat?limit=60")  # the newest 60 events begin mid-turn
+        first = page.locator("#conversation .item").first
+        assert "r-user" in (first.get_attribute("class") or "")
+        assert "another way in" in first.inner_text()
+        assert page.locator("#older").is_visible()
+        assert page.locator("#conversation .k-turn").count() >= 1
+        assert page.locator("#conversation .type >> text=assistant/chunk").count() == 0
+        assert "stored " in page.locator("#conversation .time").first.inner_text()
+        _shot(page, "session-folded.png", tmp_path)
+        page.goto(url + "/session/chat")
+        turns = page.locator("#conversation .k-turn .note-text").all_inner_texts()
+        assert len(turns) == 4 and all(t.startswith("turn: answer (stop)") for t in turns)
+        page.click("#unfold")
+        assert "all-events=1" in page.url
+        assert page.locator("#conversation .type >> text=assistant/chunk").count() >= 60
+        assert page.locator("#conversation .note-text >> text=turn started (user)").count() == 4
+        page.click("#fold")
+        assert page.locator("#conversation .type >> text=assistant/chunk").count() == 0
+    with open_store(quest(tmp_path)) as store, serve(store) as url:
+        page.goto(url + "/diff?a=quest-1&b=quest-2")
+        sides = page.locator(".diff section")
+        assert sides.count() == 2
+        for i in range(2):
+            assert sides.nth(i).locator(".k-turn").count() == 1
+            assert sides.nth(i).locator(".type >> text=usage").count() == 0
+        _shot(page, "diff-folded.png", tmp_path)
+        page.goto(url + "/search?q=key")
+        texts = page.locator("#hits .hit-text").all_inner_texts()
+        assert "Suppose the key doesn't fit. Is there another way in?" in texts
+        assert not any(t.endswith("…") for t in texts if "Suppose" in t)
+        _shot(page, "search-snippets.png", tmp_path)
+
+
+def test_a_live_turn_shown_unfinished_is_replaced_by_its_row(
+        page: Any, forest_store: Store, tmp_path: Path) -> None:
+    s = forest_store.session("quest-1")
+    start = s.append("turn/start", {"trigger": {"kind": "user"}})
+    s.add_message({"role": "user", "content": "And the cache?"})
+    with serve(forest_store) as url:
+        page.goto(url + "/session/quest-1")
+        row = page.locator(f"#conversation .item[data-turn='{start.id}']")
+        assert row.count() == 1 and "turn: unfinished" in row.inner_text()
+        s.append("step/start", {"step": 1})
+        s.append("assistant/chunk", {"content": "Clea"})
+        answer = s.add_message({"role": "assistant", "content": "Clean it."})
+        s.append("step/end", {"step": 1, "finish_reason": "stop"})
+        end = s.append("turn/end", {"reason": {"kind": "answer"}})
+        page.wait_for_selector(f"#n-{end.id}", timeout=10_000)
+        assert row.count() == 1 and "turn: answer (stop), 1 step" in row.inner_text()
+        assert page.locator(f"#n-{start.id}").count() == 0  # the unfinished row is gone
+        assert page.locator(f"#n-{answer.id}").count() == 1
+        assert page.locator("#conversation .type >> text=assistant/chunk").count() == 0
+        _shot(page, "session-live-turn.png", tmp_path)

@@ -1,8 +1,9 @@
 """A session as a person reads it: the conversation, with the loop's bookkeeping folded away.
 
-Two views live here. :func:`fold_turns` picks, from a session's events, what ``sess log``
-shows by default: the messages, and one line per agent turn that sums up the events around
-them (steps, tokens, how long it took, why it ended). :func:`render_messages` writes chat
+Two views live here. :func:`fold_turns` (from :mod:`sesstree.folding`, the one rule every
+reading view folds by) picks, from a session's events, what ``sess log`` shows by default: the
+messages, and one line per agent turn that sums up the events around them (steps, tokens, how
+long it took, why it ended). :func:`render_messages` writes chat
 messages in full for ``sess show SESSION`` and ``sess messages``: every line break kept, tool
 calls with their arguments and results indented under the message that made them, markdown
 left as written.
@@ -11,24 +12,19 @@ left as written.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import msgspec
 
 from ..fmt import terminal_safe, terminal_text
-from ..node import Node, NodeId
+from ..folding import CONVERSATION_TYPES, Row, TurnStats, fold_turns
+from ..node import Node
 from .term import Terminal
 
 __all__ = ["CONVERSATION_TYPES", "Row", "TurnStats", "content_text", "fold_turns", "node_text",
            "render_messages", "role_of"]
 
-#: The events ``sess log`` shows by default; the rest is the loop's bookkeeping, folded into
-#: the line of its turn (or shown with ``--all-events``).
-CONVERSATION_TYPES = frozenset({
-    "system/message", "user/message", "assistant/message", "tool/result", "message",
-    "steering/message", "context/message", "compaction/marker", "error",
-})
 _ROLE_OF_TYPE = {"system/message": "system", "user/message": "user",
                  "assistant/message": "assistant", "tool/result": "tool", "tool/call": "assistant",
                  "assistant/chunk": "assistant", "steering/message": "user",
@@ -84,92 +80,6 @@ def content_text(content: Any) -> str:
                 out.append(str(part))
         return "\n\n".join(out)
     return _json.encode(content).decode()
-
-
-class TurnStats(msgspec.Struct):
-    """What the bookkeeping of one agent turn says, summed."""
-
-    steps: int = 0
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    finish: str | None = None  # the last step's finish_reason
-    reason: str | None = None  # why the turn ended (turn/end's reason kind); None: unfinished
-    seconds: float | None = None  # from the reflog: when turn/start and turn/end were recorded
-    retries: int = 0
-
-    def line(self) -> str:
-        """``turn: answer (stop), 2 steps, 335 in/35 out tokens, 4.2 s``."""
-        parts = [(self.reason or "unfinished")
-                 + (f" ({self.finish})" if self.finish and self.finish != self.reason else "")]
-        if self.steps:
-            parts.append(f"{self.steps} step{'s' if self.steps != 1 else ''}")
-        if self.prompt_tokens or self.completion_tokens:
-            parts.append(f"{self.prompt_tokens} in/{self.completion_tokens} out tokens")
-        if self.seconds is not None:
-            parts.append(f"{self.seconds:.1f} s")
-        if self.retries:
-            parts.append(f"{self.retries} retr{'y' if self.retries == 1 else 'ies'}")
-        return "turn: " + ", ".join(parts)
-
-
-class Row(msgspec.Struct):
-    """One line of ``sess log``: an event, or (``turn`` set) a turn's summary at its last event."""
-
-    node: Node
-    turn: TurnStats | None = None
-
-
-def fold_turns(nodes: Sequence[Node], times: Mapping[NodeId, float]) -> list[Row]:
-    """The rows of the conversation view of ``nodes`` (oldest first), oldest first.
-
-    Messages are kept; turn/step/usage/chunk/tool-call events are summed into a row for the
-    turn, placed at its ``turn/end`` (or, for a turn that has not ended, at its ``turn/start``).
-    Events of other types (an importer's raw records, extensions) are bookkeeping too.
-    """
-    index = {n.id: i for i, n in enumerate(nodes)}
-    rows: list[Row] = []
-    turn: TurnStats | None = None
-    start: Node | None = None
-    for node in nodes:
-        data = node.data if isinstance(node.data, dict) else {}
-        kind = node.type
-        if kind == "turn/start":
-            if turn is not None and start is not None:
-                rows.append(Row(start, turn))  # the previous turn never ended
-            turn, start = TurnStats(), node
-        elif kind == "turn/end" and turn is not None:
-            reason = data.get("reason")
-            turn.reason = str(reason.get("kind", "?")) if isinstance(reason, dict) else "ended"
-            # Known only when the reflog recorded the start and the end apart: one entry for
-            # the whole turn (a batch, an import) says when it ended, not how long it took.
-            if start is not None and times.get(start.id, 0.0) < times.get(node.id, 0.0) and \
-                    start.id in times:
-                turn.seconds = times[node.id] - times[start.id]
-            rows.append(Row(node, turn))
-            turn, start = None, None
-        elif turn is not None and kind == "step/end":
-            turn.steps = max(turn.steps, _int(data.get("step")))
-            if isinstance(data.get("finish_reason"), str):
-                turn.finish = data["finish_reason"]
-        elif turn is not None and kind == "usage" and isinstance(data.get("usage"), dict):
-            usage = data["usage"]
-            turn.prompt_tokens += _int(usage.get("prompt_tokens"))
-            turn.completion_tokens += _int(usage.get("completion_tokens"))
-        elif kind == "error" and data.get("kind") == "retry":
-            if turn is not None:
-                turn.retries += 1
-        elif kind in CONVERSATION_TYPES:
-            rows.append(Row(node))
-    if turn is not None and start is not None:
-        # A turn still running, or cut off: its line sits where it started (its last event
-        # may be a message, shown on its own line).
-        rows.append(Row(start, turn))
-    rows.sort(key=lambda r: index[r.node.id])  # an unfinished turn's line was added late
-    return rows
-
-
-def _int(value: Any) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
 
 # -- the readable conversation ---------------------------------------------------------------

@@ -15,6 +15,7 @@ from typing import Any
 import click
 
 from ..fmt import cells, fit, short, summary, to_jsonable
+from ..folding import PathFolder
 from ..node import Node, NodeId
 from ..repo import SESSIONS, TAGS, Store
 from ..scan import refs_at
@@ -70,23 +71,41 @@ def _plain_width(refs: Sequence[str] | None) -> int:
     return cells(f"({', '.join(refs)})") if refs else 0
 
 
-def _label(node: Node, labels: dict[NodeId, list[str]]) -> str:
-    """The one-line label of a node in the graph: short id, refs, summary."""
+#: The graph's type column: as wide as the widest conversation type (a longer type pushes its
+#: summary one space on). The drawing streams, so the column cannot wait for every type.
+TYPE_COLUMN = max(len(t) for t in CONVERSATION_TYPES)
+
+
+def _row_text(row: Row, width: int, *, with_type: bool) -> str:
+    if row.turn is not None:
+        return _fit(row.turn.line(), width)
+    return summary(row.node, width, with_type=with_type)
+
+
+def _label(row: Row, labels: dict[NodeId, list[str]]) -> str:
+    """The one-line label of a row in the graph: short id, refs, summary."""
     term = terminal()
+    node = row.node
     refs = labels.get(node.id)
     # The lanes drawn left of the label are not known here: leave room for a few.
     width = max(30, term.width - 12 - _plain_width(refs) - 1 - 16)
     names = f"{decorate(refs, term)} " if refs else ""
-    return f"{term.paint(short(node.id), 'id')} {names}{summary(node, width, with_type=True)}"
+    body = _paint_body(_row_text(row, width, with_type=True), row, term)
+    return f"{term.paint(short(node.id), 'id')} {names}{body}"
 
 
-def _long_label(node: Node, labels: dict[NodeId, list[str]]) -> str:
-    """The graph label without --oneline: id, type and summary, as ``sess log`` lines are."""
+def _long_label(row: Row, labels: dict[NodeId, list[str]]) -> str:
+    """The graph label without --oneline: id, type and summary, as ``sess log`` lines are
+    (the type in a column of its own, which the summary does not repeat)."""
     term = terminal()
+    node = row.node
     refs = labels.get(node.id)
-    width = max(30, term.width - 12 - len(node.type) - 2 - _plain_width(refs) - 1 - 16)
+    kind = f"{node.type:<{TYPE_COLUMN}}"
+    width = max(30, term.width - 12 - len(kind) - 2 - _plain_width(refs) - 1 - 16)
     names = f" {decorate(refs, term)}" if refs else ""
-    return (f"{term.paint(short(node.id), 'id')}  {node.type}  {summary(node, width)}{names}")
+    body = _paint_body(_row_text(row, width, with_type=False), row, term)
+    return (f"{term.paint(short(node.id), 'id')}  {term.paint(kind, 'dim') if row.turn else kind}"
+            f"  {body}{names}")
 
 
 def reversed_graph(lines: Sequence[str]) -> list[str]:
@@ -106,12 +125,13 @@ def reversed_graph(lines: Sequence[str]) -> list[str]:
               help="Show at most N lines (-N works too).")
 @click.option("--oneline", is_flag=True, help="One short line per event.")
 @click.option("--reverse", is_flag=True, help="Oldest first.")
-@click.option("--graph", is_flag=True, help="Draw the tree of sessions and where they fork.")
+@click.option("--graph", is_flag=True, help="Draw the tree of sessions and where they fork "
+              "(folded as the log is: --all-events draws every event).")
 @click.option("--all", "all_refs", is_flag=True, help="With --graph: every session and tag "
               "(refused without --graph).")
 @click.option("--all-events", is_flag=True,
               help="Every event, not only the conversation (turn/step/usage/chunk/tool-call "
-                   "records, an importer's raw records).")
+                   "records, an importer's raw records); with --graph too.")
 @click.option("--type", "types", multiple=True, metavar="TYPE",
               help="Only events of TYPE (a glob: 'tool/*'); repeatable. Implies --all-events.")
 @click.option("--role", "roles", multiple=True, metavar="ROLE",
@@ -154,7 +174,8 @@ def log(locator: StoreLocator, rev: str, limit: int | None, oneline: bool, rever
             usage("--graph draws whole sessions: ranges and filters (--type, --role, --grep, "
                  "--since, --until) work without it")
         page()
-        _log_graph(store, rev, all_refs, limit, oneline=oneline, reverse=reverse)
+        _log_graph(store, rev, all_refs, limit, oneline=oneline, reverse=reverse,
+                   folded=not all_events)
         return
     everything = all_events or bool(types)
     sides: dict[NodeId, str] = {}
@@ -297,12 +318,13 @@ def _paint_body(body: str, row: Row, term: Terminal) -> str:
 
 
 def _log_graph(store: Store, rev: str, all_refs: bool, limit: int | None, *,
-               oneline: bool = True, reverse: bool = False) -> None:
+               oneline: bool = True, reverse: bool = False, folded: bool = True) -> None:
     # Streamed: the drawing is printed as the store is read, in bounded memory, and stops
     # reading at the -n limit (upside down, --reverse needs the whole drawing first).
-    from ..graph import stream_graph
+    from ..graph import Label, stream_graph
 
     label = _label if oneline else _long_label
+    labels: dict[NodeId, list[str]] | None = None
     if all_refs:
         refs = store.backend.list_refs("")  # (read once: every ref is a tip and a label)
         labels = _ref_labels(store, refs=refs)
@@ -310,14 +332,22 @@ def _log_graph(store: Store, rev: str, all_refs: bool, limit: int | None, *,
         _, head = store.head()
         if head is not None:
             tips.append(head)
-        lines = stream_graph(store, tips, lambda nodes: [label(n, labels) for n in nodes],
-                             lines=limit)
     else:
-        def labelled(nodes: Sequence[Node]) -> list[str]:
-            at = _ref_labels(store, [n.id for n in nodes])
-            return [label(n, at) for n in nodes]
+        tips = [store.resolve(rev)]
+    keep = frozenset(tips)  # where a ref points is drawn, folded or not
 
-        lines = stream_graph(store, [store.resolve(rev)], labelled, lines=limit)
+    def texts(rows: Sequence[Row | None]) -> list[str | None]:
+        at = labels if labels is not None else _ref_labels(
+            store, [r.node.id for r in rows if r is not None])
+        return [None if r is None else label(r, at) for r in rows]
+
+    def path_label(top: NodeId) -> Label:
+        if not folded:
+            return lambda nodes: texts([Row(n) for n in nodes])
+        folder = PathFolder(top in keep, keep, lambda id, n: _path_down(store, id, n))
+        return lambda nodes: texts(folder.rows(nodes))
+
+    lines = stream_graph(store, tips, path_label=path_label, lines=limit)
     if limit is not None:
         lines = itertools.islice(lines, limit)
     if reverse:
@@ -334,6 +364,15 @@ def _log_graph(store: Store, rev: str, all_refs: bool, limit: int | None, *,
         click.echo("\n".join(shown))
 
 
+def _path_down(store: Store, top: NodeId, count: int) -> list[Node]:
+    """``count`` nodes of the path down from ``top``, newest first (a turn's older part)."""
+    chain = store.chain(top, count)
+    ids = chain.ids
+    parents: list[NodeId | None] = [chain.base, *ids[:-1]]
+    return [Node(ids[i], parents[i], chain.types[i], chain.datas[i])
+            for i in range(len(ids) - 1, -1, -1)]
+
+
 # -- diff ------------------------------------------------------------------------------------
 
 
@@ -341,10 +380,15 @@ def _log_graph(store: Store, rev: str, all_refs: bool, limit: int | None, *,
 @click.argument("a", shell_complete=complete_rev)
 @click.argument("b", required=False, shell_complete=complete_rev)
 @click.option("--stat", is_flag=True, help="Only how many events of each kind each side added.")
-@click.option("--json", "as_json", is_flag=True, help="Machine output.")
+@click.option("--all-events", is_flag=True,
+              help="Every event each side added, not only the conversation (as log's).")
+@click.option("--json", "as_json", is_flag=True, help="Machine output (every event).")
 @pass_store
-def diff(locator: StoreLocator, a: str, b: str | None, stat: bool, as_json: bool) -> None:
+def diff(locator: StoreLocator, a: str, b: str | None, stat: bool, all_events: bool,
+         as_json: bool) -> None:
     """Show the common ancestor of A and B (default HEAD) and what each added after it.
+
+    Each turn's bookkeeping is folded as ``sess log`` folds it (``--all-events``: every event).
 
     `sess diff A..B` is `sess diff A B`; `sess diff A...B` shows only what B added since it
     parted from A.
@@ -388,13 +432,18 @@ def diff(locator: StoreLocator, a: str, b: str | None, stat: bool, as_json: bool
             click.echo(f" {rev:<{namew}} | {term.paint('+' + events(len(nodes)), 'added')}"
                        f"{': ' + kinds if kinds else ''}; {counts['chars']} characters of text")
         return
-    typew = max((len(n.type) for _, nodes in sides for n in nodes), default=0)
+    shown = [(rev, nodes, [Row(n) for n in nodes] if all_events else fold_turns(nodes, {}))
+             for rev, nodes in sides]
+    typew = max((len(r.node.type) for _, _, rows in shown for r in rows), default=0)
     typew = max(typew, 18)  # the column as it always was, wider only for long types
-    for rev, nodes in sides:
+    for rev, nodes, rows in shown:
         click.echo(f"only in {rev} ({len(nodes)}):")
-        for n in nodes:
+        for r in rows:
             room = max(1, term.width - 2 - 10 - 2 - typew - 1)
-            click.echo(f"  {term.paint(short(n.id), 'id')}  {n.type:<{typew}} {summary(n, room)}")
+            kind = f"{r.node.type:<{typew}}"
+            click.echo(f"  {term.paint(short(r.node.id), 'id')}  "
+                       f"{term.paint(kind, 'dim') if r.turn else kind} "
+                       f"{_paint_body(_row_text(r, room, with_type=False), r, term)}")
 
 
 def _stat(nodes: Sequence[Node]) -> dict[str, Any]:

@@ -15,6 +15,7 @@ import click
 
 from ..errors import InputError
 from ..node import Node, NodeId
+from ..recorded import reflog_dates
 from ..repo import SESSIONS, Store
 from ..store.base import ReflogEntry
 from .conversation import node_text, role_of
@@ -42,14 +43,6 @@ def parse_range(rev: str) -> Range | None:
     return None
 
 
-#: Reflog reasons of moves that record no new node: a fork, a rename, a reset, a tag.
-_MOVES_ONLY = ("branch:", "reset:", "tag:")
-
-
-#: How the store names a batch's reflog entry (see sesstree.policy).
-_BATCH = "(batch of "
-
-
 def node_times(store: Store, rev: str, chain: Sequence[Node],
                wanted: Collection[NodeId] | None = None) -> dict[NodeId, float]:
     """When each node of ``chain`` (a path, newest first) was recorded, as far as the reflog
@@ -63,19 +56,7 @@ def node_times(store: Store, rev: str, chain: Sequence[Node],
     times: dict[NodeId, float] = {}
 
     def take(entries: Sequence[ReflogEntry]) -> None:
-        for e in entries:
-            if e.new is None or e.new not in index or e.reason.startswith(_MOVES_ONLY):
-                continue
-            hi = index[e.new]
-            lo = 0 if e.old is None else index[e.old] + 1 if e.old in index else hi
-            for i in range(lo, hi + 1):
-                node = order[i].id
-                # A turn logged as one entry made its first node when it started. A batch's
-                # moves all landed when it committed: its start dates nothing.
-                first = i == lo and e.started is not None and _BATCH not in e.reason
-                when = e.started if first and e.started is not None else e.time
-                if node not in times or when < times[node]:
-                    times[node] = when
+        reflog_dates(order, entries, times)
 
     name = store.session_name_of(rev) if rev else None
     if name and store.has_session(name):

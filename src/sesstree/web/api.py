@@ -18,8 +18,8 @@ from .search import SearchPage, search
 from .views import DEFAULT_EVENTS, DEFAULT_REFLOG, MAX_PAGE, MAX_REFLOG, items_json
 from .writes import ACTIONS, perform
 
-__all__ = ["BadRequest", "api_routes", "int_param", "read_filter", "reflog_page",
-           "searching"]
+__all__ = ["ALL_EVENTS", "BadRequest", "all_events", "api_routes", "int_param", "read_filter",
+           "reflog_page", "searching"]
 
 PREFIX = "/api/v1/web"
 #: Events one search request reads at most (a client may ask for up to ten times this).
@@ -43,6 +43,16 @@ def int_param(request: Request, key: str, default: int, low: int, high: int) -> 
     except ValueError:
         raise BadRequest(f"parameter {key}={raw[:40]!r} is not a whole number") from None
     return max(low, min(value, high))
+
+
+#: The query parameter that unfolds a page's turns, as ``sess log --all-events`` does.
+ALL_EVENTS = "all-events"
+
+
+def all_events(request: Request) -> bool:
+    """Whether the request asks for every event (``?all-events=1``) rather than the folded
+    conversation."""
+    return request.query_params.get(ALL_EVENTS, "").strip().lower() in ("1", "true", "yes", "on")
 
 
 def reflog_page(request: Request) -> tuple[int, int]:
@@ -88,13 +98,15 @@ def _forest(web: Web, request: Request) -> Any:
 
 def _session(web: Web, request: Request) -> Any:
     data = web.views.session(request.path_params["name"], request.query_params.get("end"),
-                             int_param(request, "limit", DEFAULT_EVENTS, 1, 2000))
+                             int_param(request, "limit", DEFAULT_EVENTS, 1, 2000),
+                             all_events(request))
     data["items"] = items_json(data["items"])
     return data
 
 
 def _tail(web: Web, request: Request) -> Any:
-    data = web.views.tail(request.path_params["name"], request.query_params.get("after", ""))
+    data = web.views.tail(request.path_params["name"], request.query_params.get("after", ""),
+                          all_events=all_events(request))
     items = data["items"]
     data["html"] = web.fragment("items.html", items=items)
     data["items"] = items_json(items)
@@ -120,7 +132,7 @@ def _diff(web: Web, request: Request) -> Any:
     a, b = request.query_params.get("a", ""), request.query_params.get("b", "")
     if not a or not b:
         raise BadRequest("a diff needs two revisions: ?a=REV&b=REV")
-    data = web.views.diff(a, b)
+    data = web.views.diff(a, b, all_events(request))
     data["items_a"] = items_json(data["items_a"])
     data["items_b"] = items_json(data["items_b"])
     return data

@@ -16,7 +16,8 @@ from starlette.responses import RedirectResponse, Response
 from starlette.routing import BaseRoute, Route
 
 from ..errors import SesstreeError
-from .api import BadRequest, int_param, read_filter, reflog_page, searching
+from ..folding import CONVERSATION_TYPES
+from .api import BadRequest, all_events, int_param, read_filter, reflog_page, searching
 from .app import Web, read_body, status_of
 from .security import COOKIE, SECURITY_HEADERS, same_origin
 from .views import DEFAULT_EVENTS, MAX_EVENTS, MAX_PAGE
@@ -51,7 +52,8 @@ def _forest(web: Web, request: Request) -> Response:
 
 def _session(web: Web, request: Request) -> Response:
     data = web.views.session(request.path_params["name"], request.query_params.get("end"),
-                             int_param(request, "limit", DEFAULT_EVENTS, 1, MAX_EVENTS))
+                             int_param(request, "limit", DEFAULT_EVENTS, 1, MAX_EVENTS),
+                             all_events(request))
     return web.page(request, "session.html", **data)
 
 
@@ -66,14 +68,14 @@ def _reflog(web: Web, request: Request) -> Response:
 
 def _diff(web: Web, request: Request) -> Response:
     a, b = request.query_params.get("a", "").strip(), request.query_params.get("b", "").strip()
-    data: dict[str, Any] = web.views.diff(a, b) if a and b else {}
+    data: dict[str, Any] = web.views.diff(a, b, all_events(request)) if a and b else {}
     return web.page(request, "diff.html", a=a, b=b, d=data)
 
 
 def _search(web: Web, request: Request) -> Response:
     q = request.query_params.get("q", "")
     page = searching(web, request) if q.strip() else None
-    return web.page(request, "search.html", q=q, page=page)
+    return web.page(request, "search.html", q=q, page=page, shown_types=CONVERSATION_TYPES)
 
 
 def _login_form(web: Web, request: Request) -> Response:

@@ -15,7 +15,9 @@ import msgspec
 from markdown_it import MarkdownIt
 from markupsafe import Markup
 
+from ..folding import TurnStats, fold_turns
 from ..node import Node, NodeId
+from ..recorded import events_times
 
 __all__ = ["Item", "ToolCall", "conversation", "markdown", "pretty_json", "snippet", "text_of"]
 
@@ -113,8 +115,12 @@ class Item(msgspec.Struct):
     reasoning: str = ""
     raw: str = ""
     time: float | None = None
+    #: Where ``time`` comes from: "event" (the event's own) or "reflog" (when this store
+    #: recorded it: the event carries no time of its own).
+    time_from: str = ""
     took: float | None = None  # a turn's or step's duration, from the reflog's times
     marked: str = ""  # why this item stands out: "interrupted", "error", "cut short"
+    turn: NodeId | None = None  # a turn's row: the turn/start it sums from (when shown)
 
 
 def _call_of(c: Any) -> ToolCall | None:
@@ -158,7 +164,9 @@ def _note(node: Node, times: dict[NodeId, float], opened: dict[str, float | None
         opened[t.split("/")[0]] = times.get(node.id)
         item.kind = "turn"
         if t == "turn/start":
-            item.text = "turn started" + (f" ({data['trigger']})" if data.get("trigger") else "")
+            trigger = data.get("trigger")
+            kind = trigger.get("kind") if isinstance(trigger, dict) else trigger
+            item.text = "turn started" + (f" ({kind})" if isinstance(kind, str) and kind else "")
         elif isinstance(data.get("protocol"), str):  # a call recorded by sess proxy
             model = data.get("model")
             item.text = f"{data['protocol']} call" + (f" to {model}" if isinstance(model, str) else "")
@@ -223,14 +231,55 @@ def _note(node: Node, times: dict[NodeId, float], opened: dict[str, float | None
     return item
 
 
-def conversation(nodes: list[Node], times: dict[NodeId, float]) -> list[Item]:
-    """The items of ``nodes`` (oldest first): tool results and the agent's tool-call records
-    folded into the call they answer, when the call is among ``nodes``."""
+#: How a turn ends when nothing went wrong.
+_ENDED_WELL = frozenset({"done", "answer", "stop", "completed"})
+
+
+def _turn_item(node: Node, turn: TurnStats, start: NodeId | None) -> Item:
+    """The row a folded turn shows: what its bookkeeping says, summed."""
+    # (Its duration is the row's "took", not said twice.)
+    text = msgspec.structs.replace(turn, seconds=None).line()
+    item = Item(node.id, node.type, "turn", text=text, took=turn.seconds, turn=start)
+    if turn.reason is None:
+        item.marked = "unfinished"
+    elif turn.reason not in _ENDED_WELL:
+        item.marked = "interrupted" if turn.reason == "interrupted" else turn.reason
+    elif turn.finish in ("length", "content_filter"):
+        item.marked = "cut short"
+    return item
+
+
+def conversation(nodes: list[Node], times: dict[NodeId, float], *, folded: bool = True,
+                 context: int = 0) -> list[Item]:
+    """The items of ``nodes`` (a path, oldest first): tool results and the agent's tool-call
+    records folded into the call they answer, when the call is among ``nodes``.
+
+    ``folded``: each agent turn's bookkeeping is one row, as every reading view folds it
+    (:func:`sesstree.folding.fold_turns`); otherwise every event is an item. The first
+    ``context`` nodes only inform the fold (the start of a turn the others end) and give no
+    item. ``times`` are the reflog's (when the store recorded each node); an event's own time
+    (an importer's record) is shown before it.
+    """
+    rows = {r.node.id: r.turn for r in fold_turns(nodes, times)} if folded else None
+    own = events_times(nodes)
     items: list[Item] = []
     calls: dict[str, ToolCall] = {}
     opened: dict[str, float | None] = {}
-    for node in nodes:
+    start: NodeId | None = None  # the turn/start of the turn being read
+    for i, node in enumerate(nodes):
         data = node.data
+        if node.type == "turn/start":
+            start = node.id
+        shown = i >= context
+        if rows is not None and node.id not in rows:
+            continue  # folded into its turn's row
+        turn = rows.get(node.id) if rows is not None else None
+        if turn is not None:
+            if shown:
+                items.append(_stamp(_turn_item(node, turn, start), node, times, own))
+            if node.type == "turn/end":
+                start = None
+            continue
         if node.type == "tool/result" and isinstance(data, dict):
             call = calls.get(str(data.get("tool_call_id")))
             if call is not None and call.result is None:
@@ -242,16 +291,26 @@ def conversation(nodes: list[Node], times: dict[NodeId, float]) -> list[Item]:
         if node.type in ("user/message", "assistant/message", "system/message", "tool/result",
                          "message") and isinstance(data, dict):
             item = _message_item(node, data)
-            for c in item.calls:
-                calls[c.id] = c
+            if shown:  # (a call shown before this page's first item is not this page's)
+                for c in item.calls:
+                    calls[c.id] = c
         else:
             item = _note(node, times, opened)
             if node.type == "error" and isinstance(data, dict):
                 call = calls.get(str(data.get("tool_call_id")))
                 if call is not None:
                     call.error = str(data.get("message") or data.get("kind") or "error")
-        item.raw = pretty_json({"id": node.id, "parent": node.parent, "type": node.type,
-                                "data": node.data})
-        item.time = times.get(node.id)
-        items.append(item)
+        if shown:
+            items.append(_stamp(item, node, times, own))
     return items
+
+
+def _stamp(item: Item, node: Node, times: dict[NodeId, float],
+           own: dict[NodeId, float]) -> Item:
+    item.raw = pretty_json({"id": node.id, "parent": node.parent, "type": node.type,
+                            "data": node.data})
+    if node.id in own:
+        item.time, item.time_from = own[node.id], "event"
+    elif node.id in times:
+        item.time, item.time_from = times[node.id], "reflog"
+    return item

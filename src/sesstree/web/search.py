@@ -117,8 +117,10 @@ def search(store: Store, query: str, *, cursor: str = "", limit: int = 50,
                 if len(hits) >= limit:
                     clipped = True
                     continue
-                hits.append(Hit(entry.name, nid, chain.types[i], _clip(text[max(0, at - 80):at], left=True),
-                                text[at:at + len(query)], _clip(text[at + len(query):at + len(query) + 120])))
+                end = at + len(query)
+                hits.append(Hit(entry.name, nid, chain.types[i],
+                                _clip(text[max(0, at - 80):at], cut=at > 80, left=True),
+                                text[at:end], _clip(text[end:end + 120], cut=end + 120 < len(text))))
         events += len(ids)
         if not finished:  # the budget ran out inside this session: go on from its base
             partial = chain.base
@@ -131,6 +133,18 @@ def search(store: Store, query: str, *, cursor: str = "", limit: int = 50,
     return SearchPage(query, hits, index - start, len(sessions), events, next_cursor, clipped)
 
 
-def _clip(text: str, *, left: bool = False) -> str:
-    text = " ".join(text.split()) if text.strip() else ""
-    return ("…" + text if left and text else text + "…" if text else "")
+def _clip(text: str, *, cut: bool, left: bool = False) -> str:
+    """Text beside a match on one line: runs of white space made one space, and the space
+    next to the match kept (``the <key> doesn't``, not ``the<key>doesn't``); "…" only where
+    the text was ``cut`` short (a message shown whole gets none)."""
+    squeezed = " ".join(text.split())
+    if squeezed:
+        if text[:1].isspace():
+            squeezed = " " + squeezed
+        if text[-1:].isspace():
+            squeezed += " "
+    elif text:
+        squeezed = " "  # only white space between the match and the rest
+    if not cut:
+        return squeezed
+    return "…" + squeezed if left else squeezed + "…"

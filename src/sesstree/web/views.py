@@ -13,9 +13,12 @@ from typing import Any
 import msgspec
 
 from ..errors import UnknownRevisionError
+from ..folding import turn_start_index
 from ..node import Node, NodeId
+from ..recorded import reflog_dates
 from ..repo import SESSIONS, TAGS, Store
 from ..scan import reflog_stamp, reflog_times
+from ..store.base import Chain
 from .catalog import Filter, list_sessions, newest_sessions, source_of
 from .diffing import bounded_diff
 from .forest import Forest, build_forest
@@ -42,6 +45,11 @@ DIFF_SHOWN = 500
 #: Reflog entries per page, by default and at most.
 DEFAULT_REFLOG = 200
 MAX_REFLOG = 2000
+#: Events a folded session page reads back at most to begin at a turn's start (a turn
+#: streamed as thousands of chunks is longer than a page).
+TURN_READ = 50_000
+#: The newest moves of a session read to date its events (older ones: the index of moves).
+REFLOG_DATES = 2000
 
 
 class Views:
@@ -115,8 +123,11 @@ class Views:
 
     # -- a session --------------------------------------------------------------------------
 
-    def session(self, name: str, end: str | None, limit: int) -> dict[str, Any]:
-        """A page of session ``name``'s events ending at ``end`` (default: its head)."""
+    def session(self, name: str, end: str | None, limit: int,
+                all_events: bool = False) -> dict[str, Any]:
+        """A page of session ``name``'s events ending at ``end`` (default: its head): the
+        newest ``limit``, folded (unless ``all_events``) and then begun at a turn's start, so
+        that the page opens on a prompt, not on the middle of a turn."""
         store = self.store
         limit = max(1, min(limit, MAX_EVENTS))
         with store.backend.snapshot():
@@ -124,15 +135,13 @@ class Views:
             if head is None:
                 raise UnknownRevisionError(f"no session named {name!r}")
             last = store.resolve(end) if end else head
-            chain = store.chain(last, limit)
+            nodes, older = _window(store, last, limit, folded=not all_events)
             depth = store.depth(last)
-            times = reflog_times(store.backend, SESSIONS + name, chain.ids)
+            times = _recorded(store, name, nodes)
             meta = store.get_session_meta(name)
             source = source_of(store, name, head)
             tags = sorted(t.name for t in store.tags() if t.target == head)
             moved = store.backend.get_ref("sessions/" + name)
-        nodes = [Node(i, p, t, d) for i, p, t, d in zip(
-            chain.ids, [chain.base, *chain.ids], chain.types, chain.datas, strict=False)]
         return {
             "name": name,
             "head": head,
@@ -140,17 +149,21 @@ class Views:
             "at_head": last == head,
             "depth": depth,
             "first": depth - len(nodes) + 1,
-            "older": chain.base,
+            "older": older,
             "moved": moved.moved if moved is not None else None,
             "source": source,
             "tags": tags,
             "meta": meta,
-            "items": conversation(nodes, times),
+            "all_events": all_events,
+            "items": conversation(nodes, times, folded=not all_events),
         }
 
-    def tail(self, name: str, after: str, limit: int = 500) -> dict[str, Any]:
+    def tail(self, name: str, after: str, limit: int = 500,
+             all_events: bool = False) -> dict[str, Any]:
         """What session ``name`` gained since node ``after``: ``reset`` when it did not just
-        grow from there (rewound, or more than ``limit`` events: reload the page)."""
+        grow from there (rewound, or more than ``limit`` events: reload the page). Folded
+        (unless ``all_events``) in the light of the turn ``after`` is in: a turn that ends
+        now gets its row (``turn`` names its start: it replaces that turn's row so far)."""
         store = self.store
         with store.backend.snapshot():
             head = store.session_head(name)
@@ -164,10 +177,14 @@ class Views:
             chain = store.chain(head, grown)
             if chain.base != after:
                 return {"head": head, "items": [], "reset": True}
-            times = reflog_times(store.backend, SESSIONS + name, chain.ids)
-        nodes = [Node(i, p, t, d) for i, p, t, d in zip(
-            chain.ids, [chain.base, *chain.ids], chain.types, chain.datas, strict=False)]
-        return {"head": head, "items": conversation(nodes, times), "reset": False}
+            nodes = _nodes(chain)
+            context: list[Node] = []
+            if not all_events:  # the part of the open turn the page already shows
+                context = _open_turn(store, NodeId(after))
+            times = _recorded(store, name, context + nodes)
+        items = conversation(context + nodes, times, folded=not all_events,
+                             context=len(context))
+        return {"head": head, "items": items, "reset": False}
 
     def reflog(self, name: str, offset: int = 0, limit: int = DEFAULT_REFLOG) -> dict[str, Any]:
         """A page of the moves of session ``name``, newest first (``name@{N}`` numbering)."""
@@ -225,9 +242,10 @@ class Views:
 
     # -- a diff -----------------------------------------------------------------------------
 
-    def diff(self, a: str, b: str) -> dict[str, Any]:
-        """The last common node of ``a`` and ``b`` and what each added, as conversations;
-        reads at most ``diffing.DIFF_READ`` events of each side (``cut`` when that was not enough)."""
+    def diff(self, a: str, b: str, all_events: bool = False) -> dict[str, Any]:
+        """The last common node of ``a`` and ``b`` and what each added, as conversations
+        (folded unless ``all_events``); reads at most ``diffing.DIFF_READ`` events of each
+        side (``cut`` when that was not enough)."""
         d = bounded_diff(self.store, a, b, shown=DIFF_SHOWN)
         base = d.base
         return {
@@ -236,12 +254,69 @@ class Views:
             "base_type": base.type if base else None,
             "base_snippet": snippet(base) if base else "",
             "only_a": d.only_a, "only_b": d.only_b,
-            "items_a": conversation(d.shown_a, {}),
-            "items_b": conversation(d.shown_b, {}),
+            "items_a": conversation(d.shown_a, {}, folded=not all_events),
+            "items_b": conversation(d.shown_b, {}, folded=not all_events),
+            "all_events": all_events,
             "shown": DIFF_SHOWN,
             "cut": d.cut,
             "read": d.most,
         }
+
+
+def _nodes(chain: Chain) -> list[Node]:
+    return [Node(i, p, t, d) for i, p, t, d in zip(
+        chain.ids, [chain.base, *chain.ids], chain.types, chain.datas, strict=False)]
+
+
+def _window(store: Store, last: NodeId, limit: int, *,
+            folded: bool) -> tuple[list[Node], NodeId | None]:
+    """The newest ``limit`` events of the path down to ``last`` (oldest first) and the node
+    before them (None at the root). Folded, the window begins at a turn's start: the part of
+    a turn begun further back is left to the page before; a window inside one turn (a reply
+    streamed as thousands of chunks) reads back to its start, at most ``TURN_READ`` events."""
+    want = limit
+    while True:
+        chain = store.chain(last, want)
+        nodes = _nodes(chain)
+        if not folded or chain.base is None:
+            return nodes, chain.base
+        at = turn_start_index(nodes)
+        if at is not None:
+            return nodes[at:], nodes[at - 1].id if at else chain.base
+        if want >= TURN_READ:
+            return nodes, chain.base  # longer than a page reads back: shown as it is
+        want = min(4 * want, TURN_READ)
+
+
+def _open_turn(store: Store, after: NodeId) -> list[Node]:
+    """The events of the turn still open at ``after`` (oldest first, from its turn/start):
+    what a folded live page needs to sum that turn when its end arrives; none when the last
+    turn before ``after`` ended."""
+    want = 64
+    while True:
+        chain = store.chain(after, want)
+        nodes = _nodes(chain)
+        for i in range(len(nodes) - 1, -1, -1):
+            if nodes[i].type == "turn/end":
+                return []
+            if nodes[i].type == "turn/start":
+                return nodes[i:]
+        if chain.base is None or want >= TURN_READ:
+            return nodes
+        want = min(4 * want, TURN_READ)
+
+
+def _recorded(store: Store, name: str, nodes: list[Node]) -> dict[NodeId, float]:
+    """When the store recorded each of ``nodes`` (a path, oldest first): the earliest move of
+    the session's newest ``REFLOG_DATES`` that brought it (a reset, a fork dates nothing);
+    for older nodes, the index of the session's moves."""
+    times: dict[NodeId, float] = {}
+    entries, _ = store.reflog_page(name, REFLOG_DATES, 0)
+    reflog_dates(nodes, entries, times)
+    missing = [n.id for n in nodes if n.id not in times]
+    if missing:
+        times.update(reflog_times(store.backend, SESSIONS + name, missing))
+    return times
 
 
 def _version(store: Store) -> str:

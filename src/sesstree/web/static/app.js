@@ -21,13 +21,21 @@ function liveSession(body) {
   let head = body.dataset.head;
   async function tick() {
     try {
-      const data = await getJSON("/api/v1/web/tail/" + encodeURIComponent(name).replace(/%2F/g, "/") + "?after=" + head);
+      const data = await getJSON("/api/v1/web/tail/" + encodeURIComponent(name).replace(/%2F/g, "/") + "?after=" + head + (body.dataset.allEvents ? "&all-events=1" : ""));
       if (data.reset) { window.location.reload(); return; }
       if (data.head !== head && data.html) {
         // The server renders the new items with the same escaping as the page itself.
         const box = document.createElement("template");
         box.innerHTML = data.html;
-        for (const el of box.content.querySelectorAll(".item")) el.classList.add("fresh");
+        for (const el of box.content.querySelectorAll(".item")) {
+          el.classList.add("fresh");
+          // A turn's row replaces its row so far (a turn shown unfinished that now ended).
+          if (el.dataset.turn) {
+            for (const old of list.querySelectorAll(".item[data-turn]")) {
+              if (old.dataset.turn === el.dataset.turn) old.remove();
+            }
+          }
+        }
         list.append(box.content);
         head = data.head;
         body.dataset.head = head;
