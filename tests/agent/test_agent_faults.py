@@ -189,7 +189,7 @@ def test_null_content_refused_is_not_retried_and_says_what_to_do(
 ) -> None:
     _tool_turn(server, message("never"))
     agent = Agent(provider, store.session("s"), quest_tools(Town()))
-    with pytest.raises(ProviderError, match="null-content empty") as info:
+    with pytest.raises(ProviderError, match='try null_content="empty"') as info:
         agent.run("go")
     assert info.value.status == 400
     assert len(server.requests) == 2  # the refused request was sent once
@@ -262,7 +262,7 @@ def test_slow_reply_past_the_read_timeout_is_not_retried(server: FakeOpenAI, sto
         _run(agent, "hi", mode)
     text = str(info.value)
     assert "sent no answer within 0.2 s (the read timeout" in text
-    assert "--timeout" in text
+    assert "raise it with timeout=)" in text  # the library's words: its parameter
     assert len(server.requests) == 1  # a busy server is not sent the same work again
     provider.close()
 

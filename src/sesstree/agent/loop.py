@@ -350,7 +350,7 @@ class Agent:
                     return answer
             raise MaxTurnsExceeded(
                 f"no answer after {limit} model calls in session {s.name}; "
-                f"`resume()` or `sess run {s.name}` (no prompt) continues it"
+                "resume() continues it"
             )
         except MaxTurnsExceeded:
             self._end({"kind": "max_turns", "max_turns": limit})
