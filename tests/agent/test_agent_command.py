@@ -19,7 +19,7 @@ from fake_openai import (
     strict_roles,
 )
 
-from sesstree import ProviderError, Store, open_store
+from sesstree import Store, open_store
 from sesstree.agent.command import run
 
 
