@@ -143,3 +143,16 @@ def test_one_unknown_name_is_asked_about_on_a_terminal(store: Path, server: Fake
     with open_store(store) as s:
         assert [m["content"] for m in s.messages("tty3")] == ["hello", "Hi, new."]
         assert [m["content"] for m in s.messages("talk")] == ["first", "One."]
+
+
+def test_ctrl_c_at_the_question_or_the_prompt_exits_130(store: Path, server: FakeOpenAI) -> None:
+    for args, asked in ((["tty3"], b"[s/p/q]"), (["talk"], b">")):
+        term = Terminal(store, "run", "--base-url", server.url, "--model", "m", *args)
+        term.read_until(asked)
+        term.type(b"\x03")
+        assert term.exit_code() == 130, term.out
+        assert b"Aborted!" not in term.out and b"interrupted" in term.out
+    assert server.requests[1:] == []  # nothing was sent: only the fixture's turn
+    with open_store(store) as s:
+        assert not s.has_session("tty3")
+        assert [m["content"] for m in s.messages("talk")] == ["first", "One."]

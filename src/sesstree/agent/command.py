@@ -239,6 +239,9 @@ def run(
             ctx.exit(130)
         finally:
             provider.close()
+    except KeyboardInterrupt:  # before any turn: at the question of _one_argument, say
+        click.echo("\nsess: interrupted", err=True)
+        ctx.exit(130)
     finally:
         store.close()
 
