@@ -98,6 +98,28 @@ def test_cut_stream_keeps_every_delta_that_arrived(server: FakeOpenAI,
     assert chunks == ["a", "bc"]
 
 
+def test_ctrl_c_while_a_chunk_is_shown_records_it_once(server: FakeOpenAI,
+                                                      provider: OpenAIProvider,
+                                                      store: Store) -> None:
+    """Ctrl-C that lands after a chunk is stored, while a subscriber shows it (what `sess
+    run` does): the turn ends cancelled and the chunk is not written a second time."""
+    server.add(stream("Half", " more"))
+    session = store.session("s")
+    agent = Agent(provider, session, stream=True)
+
+    def ctrl_c(node: Any) -> None:
+        if node.type == "assistant/chunk":
+            raise KeyboardInterrupt
+
+    agent.subscribe(ctrl_c)
+    with pytest.raises(KeyboardInterrupt):
+        agent.run("hi")
+    log = store.log("s")
+    assert [n.data["content"] for n in log if n.type == "assistant/chunk"] == ["Half"]
+    assert log[0].type == "turn/end"
+    assert log[0].data["reason"] == {"kind": "cancelled", "by": "KeyboardInterrupt"}
+
+
 def test_stream_with_finish_reason_but_no_done_is_complete(server: FakeOpenAI,
                                                            provider: OpenAIProvider,
                                                            store: Store) -> None:
