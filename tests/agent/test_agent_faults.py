@@ -98,6 +98,28 @@ def test_cut_stream_keeps_every_delta_that_arrived(server: FakeOpenAI,
     assert chunks == ["a", "bc"]
 
 
+def test_ctrl_c_while_a_chunk_is_shown_records_it_once(server: FakeOpenAI,
+                                                      provider: OpenAIProvider,
+                                                      store: Store) -> None:
+    """Ctrl-C that lands after a chunk is stored, while a subscriber shows it (what `sess
+    run` does): the turn ends cancelled and the chunk is not written a second time."""
+    server.add(stream("Half", " more"))
+    session = store.session("s")
+    agent = Agent(provider, session, stream=True)
+
+    def ctrl_c(node: Any) -> None:
+        if node.type == "assistant/chunk":
+            raise KeyboardInterrupt
+
+    agent.subscribe(ctrl_c)
+    with pytest.raises(KeyboardInterrupt):
+        agent.run("hi")
+    log = store.log("s")
+    assert [n.data["content"] for n in log if n.type == "assistant/chunk"] == ["Half"]
+    assert log[0].type == "turn/end"
+    assert log[0].data["reason"] == {"kind": "cancelled", "by": "KeyboardInterrupt"}
+
+
 def test_stream_with_finish_reason_but_no_done_is_complete(server: FakeOpenAI,
                                                            provider: OpenAIProvider,
                                                            store: Store) -> None:
@@ -189,7 +211,7 @@ def test_null_content_refused_is_not_retried_and_says_what_to_do(
 ) -> None:
     _tool_turn(server, message("never"))
     agent = Agent(provider, store.session("s"), quest_tools(Town()))
-    with pytest.raises(ProviderError, match="null-content empty") as info:
+    with pytest.raises(ProviderError, match='try null_content="empty"') as info:
         agent.run("go")
     assert info.value.status == 400
     assert len(server.requests) == 2  # the refused request was sent once
@@ -262,7 +284,7 @@ def test_slow_reply_past_the_read_timeout_is_not_retried(server: FakeOpenAI, sto
         _run(agent, "hi", mode)
     text = str(info.value)
     assert "sent no answer within 0.2 s (the read timeout" in text
-    assert "--timeout" in text
+    assert "raise it with timeout=)" in text  # the library's words: its parameter
     assert len(server.requests) == 1  # a busy server is not sent the same work again
     provider.close()
 

@@ -9,19 +9,18 @@ import shutil
 import sys
 from collections.abc import Iterator
 from typing import Any, Protocol
-from urllib.parse import urlsplit
 
 import click
 from click.core import ParameterSource
 
-from ..cli.titles import RUN_KEY
-from ..errors import IncompleteReplyError
+from ..errors import AgentError, IncompleteReplyError, InvalidRefNameError, MaxTurnsExceeded
 from ..fmt import printable
-from ..node import Node
+from ..node import Node, check_ref_name
 from ..repo import Store
 from .loop import Agent
 from .provider import NullContent, OpenAIProvider
 from .sending import has_pending_turn
+from .settings import RESERVED_FIELDS, parse_params, remember, remembered, secret_field
 from .tools import Tool, as_tools
 
 __all__ = ["load_tools", "run"]
@@ -56,12 +55,35 @@ def load_tools(spec: str) -> list[Tool]:
             raise click.BadParameter(f"{module_name!r} has no {attr!r}", param_hint="--tools")
         value = getattr(value, part)
     try:
-        return as_tools(value)
+        tools = as_tools(value)
     except (TypeError, ValueError) as exc:
         raise click.BadParameter(f"{spec}: {exc}", param_hint="--tools") from None
+    for t in tools:
+        if t.is_async:  # the loop would only answer the model that it cannot be called
+            raise click.BadParameter(f"{spec}: {t.name} is async (async def), and sess run "
+                                     "calls tools synchronously: offer a plain function",
+                                     param_hint="--tools")
+    return tools
 
 
-@click.command("run")
+#: ``ctx.meta`` key: how many arguments followed ``--`` (absent: there was no ``--``).
+_AFTER_DASHES = "sesstree.run.after_dashes"
+
+#: What ``sess run`` tells the provider to say to raise a setting.
+_CLI_ADVICE = {"timeout": "--timeout", "null_content": "--null-content empty"}
+
+
+class _RunCommand(click.Command):
+    """``sess run``, which needs to know where ``--`` was: ``sess run NAME --`` names a
+    session, ``sess run -- PROMPT`` gives a prompt (click drops the ``--`` itself)."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        if "--" in args:
+            ctx.meta[_AFTER_DASHES] = len(args) - args.index("--") - 1
+        return super().parse_args(ctx, args)
+
+
+@click.command("run", cls=_RunCommand)
 @click.argument("args", nargs=-1, metavar="[SESSION] [PROMPT]")
 @click.option("--base-url", envvar="SESSTREE_BASE_URL", help="OpenAI-compatible endpoint, "
               "e.g. http://localhost:11434/v1 [env SESSTREE_BASE_URL; remembered per session]")
@@ -91,6 +113,18 @@ def load_tools(spec: str) -> list[Tool]:
               help="How to send an assistant message that has tool calls and no text: "
                    "content null (OpenAI), \"\" (llama-cpp-python's server needs this), "
                    "or no content key. Remembered per session.")
+@click.option("--max-tokens", type=click.IntRange(min=1), default=None, metavar="N",
+              help="Longest reply, in tokens (the request's max_tokens). Remembered per "
+                   "session.")
+@click.option("--temperature", type=click.FloatRange(min=0), default=None, metavar="T",
+              help="Sampling temperature (the request's temperature). Remembered per session.")
+@click.option("--param", "params", multiple=True, metavar="KEY=VALUE",
+              help="Another request field, VALUE as JSON or else text (top_p=0.9, "
+                   "stop='[\"END\"]'); KEY= forgets a remembered one. Repeatable; remembered "
+                   "per session. Never a credential.")
+@click.option("--extra-body", default=None, metavar="JSON",
+              help="Request fields as one JSON object, merged before --param. Remembered per "
+                   "session.")
 @click.option("-q", "--quiet", is_flag=True,
               help="Print only the answer: not the tool calls and results as they happen.")
 @click.pass_context
@@ -108,6 +142,10 @@ def run(
     timeout: float,
     connect_timeout: float,
     null_content: NullContent,
+    max_tokens: int | None,
+    temperature: float | None,
+    params: tuple[str, ...],
+    extra_body: str | None,
     quiet: bool,
 ) -> None:
     """Send PROMPT to the model on SESSION (default: the HEAD session) and print the answer.
@@ -115,65 +153,119 @@ def run(
     The session is continued if it exists, started if not; every event is recorded as it
     happens, so an interrupted run is picked up by the next one. Tool calls and their results
     are shown on stderr as they happen (-q: not at all). The endpoint, model, tools, API key
-    variable and --null-content a session was run with are remembered in its metadata (never
-    the key): `sess run quest-1 "and now?"` goes on where it left off, a flag given again
-    overrides what was remembered.
+    variable, --null-content and request fields (--max-tokens, --temperature, --param,
+    --extra-body) are remembered in the session's metadata when a turn starts (never the
+    key): `sess run quest-1 "and now?"` goes on where it left off, a flag given again
+    overrides what was remembered, and a fork takes them from the session it came from.
 
     Without a PROMPT (``sess run SESSION``, or ``sess run`` for the HEAD session) the pending
     turn of a session whose last turn failed is retried; with nothing pending, the prompt is
     read from stdin, or, on a terminal, one prompt after another until end of input (Ctrl-D).
-    A single argument naming an existing session is that session; anything else is a prompt
-    for the HEAD session.
+    A single argument naming an existing session is that session, and one that cannot be a
+    session name (it has a space) a prompt; for any other, say which: `sess run NAME --`
+    starts session NAME, `sess run -- PROMPT` sends PROMPT to the HEAD session (on a
+    terminal, sess asks).
 
     Exit status: 0 for an answer; 1 for an error (the server failed, or the reply was
     incomplete); 2 for a usage error; 3 for an answer the server cut short (the token limit,
-    a content filter), which is printed all the same.
+    a content filter), which is printed all the same; 130 when interrupted (Ctrl-C), the
+    turn recorded as cancelled.
     """
-    if len(args) > 2:
-        raise click.UsageError("expected [SESSION] [PROMPT] (quote the prompt)")
     if no_tools and tool_specs:
         raise click.UsageError("--tools and --no-tools contradict each other")
+    try:
+        given = parse_params(extra_body, params)
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from None
+    if max_tokens is not None:
+        given["max_tokens"] = max_tokens
+    if temperature is not None:
+        given["temperature"] = temperature
     locator: _Locator = ctx.obj
     store = locator.open()
     try:
-        name, prompt = _target(store, args)
-        remembered = _remembered(store, name)
-        settings = _settings(ctx, remembered, base_url=base_url, model=model,
+        name, prompt = _target(store, args, ctx.meta.get(_AFTER_DASHES))
+        found = remembered(store, name)
+        settings = _settings(ctx, found, base_url=base_url, model=model,
                              api_key_env=api_key_env, null_content=null_content)
+        settings["params"] = _request_fields(found.get("params"), given,
+                                             os.environ.get(settings["api_key_env"]))
         if not settings.get("base_url"):
             raise click.UsageError("no endpoint: give --base-url or set SESSTREE_BASE_URL")
         if not settings.get("model"):
             raise click.UsageError("no model: give --model or set SESSTREE_MODEL")
-        specs = [] if no_tools else list(tool_specs) or list(remembered.get("tools", []))
+        specs = [] if no_tools else list(tool_specs) or list(found.get("tools", []))
+        settings["tools"] = specs
         tools: list[Tool] = []
         for spec in specs:
             tools.extend(load_tools(spec))
         session = store.session(name)
         prompts: Iterator[str | None]
+        talking = False
         if prompt is not None or has_pending_turn(session):
             prompts = iter([prompt])
         else:
+            talking = sys.stdin.isatty()
             prompts = _prompts_from_stdin(name)
         provider = OpenAIProvider(
             settings["base_url"], settings["model"], api_key_env=settings["api_key_env"],
             stream=stream, timeout=timeout, connect_timeout=connect_timeout,
-            null_content=settings["null_content"],
+            null_content=settings["null_content"], extra_body=settings["params"],
         )
+        provider.advice.update(_CLI_ADVICE)
+        screen = _Screen(quiet)
         try:
             agent = Agent(provider, session, tools, system=system, max_turns=max_turns)
-            screen = _Screen(quiet)
             agent.subscribe(screen.show)
+
+            def on_event(node: Node) -> None:
+                # Remembered as the turn starts: a turn that fails is retried as it was run.
+                if node.type == "turn/start":
+                    remember(store, name, settings)
+
+            agent.subscribe(on_event)
             for next_prompt in prompts:
                 _one_turn(agent, screen, name, next_prompt)
-                _remember(store, name, settings, specs)
                 if screen.cut_short is not None:
                     click.echo(f"sess: {_CUT_SHORT.get(screen.cut_short, screen.cut_short)}",
                                err=True)
-                    ctx.exit(3)
+                    if not talking:  # a conversation goes on: the user has read why
+                        ctx.exit(3)
+        except KeyboardInterrupt:
+            screen.end_line()
+            click.echo("sess: interrupted; the turn is recorded as cancelled "
+                       f"(`sess run {name}` asks again)" if has_pending_turn(session)
+                       else "sess: interrupted", err=True)
+            ctx.exit(130)
         finally:
             provider.close()
+    except KeyboardInterrupt:  # before any turn: at the question of _one_argument, say
+        click.echo("\nsess: interrupted", err=True)
+        ctx.exit(130)
     finally:
         store.close()
+
+
+def _request_fields(old: Any, given: dict[str, Any | None], key: str | None) -> dict[str, Any]:
+    """The request fields to send and remember: the remembered ones, then those given
+    (a None forgets one). Refused: a field sess sets itself, or one holding a credential."""
+    fields: dict[str, Any] = dict(old) if isinstance(old, dict) else {}
+    for field in given:
+        if field in RESERVED_FIELDS:
+            raise click.UsageError(f"--param {field}: sess run sets {field} itself "
+                                   f"({RESERVED_FIELDS[field]})")
+    secret = secret_field({k: v for k, v in given.items() if v is not None}, key)
+    if secret is not None:  # the name only: the value may be the key itself
+        raise click.UsageError(
+            f"--param {secret}: a request field may not hold a credential (it would be "
+            "remembered in the store); the key goes in the environment, named by "
+            "--api-key-env, and is sent as the Authorization header")
+    for field, value in given.items():
+        if value is None:
+            fields.pop(field, None)
+        else:
+            fields[field] = value
+    return fields
 
 
 def _one_turn(agent: Agent, screen: _Screen, name: str, prompt: str | None) -> None:
@@ -186,6 +278,17 @@ def _one_turn(agent: Agent, screen: _Screen, name: str, prompt: str | None) -> N
             f"{exc}; the part received is recorded, the turn as incomplete: "
             f"`sess run {name}` retries it"
         ) from None
+    except MaxTurnsExceeded:
+        screen.end_line()
+        raise click.ClickException(
+            f"no answer after {agent.max_turns} model calls in session {name} (--max-turns); "
+            f"`sess run {name}` (no prompt) continues it"
+        ) from None
+    except AgentError as exc:
+        screen.end_line()
+        pending = f" (the turn is recorded: `sess run {name}` retries it)"
+        raise click.ClickException(
+            f"{exc}{pending if has_pending_turn(agent.session) else ''}") from None
     except BaseException:
         screen.end_line()  # the error is printed on its own line, not after the text
         raise
@@ -195,7 +298,7 @@ def _one_turn(agent: Agent, screen: _Screen, name: str, prompt: str | None) -> N
 
 def _prompts_from_stdin(name: str) -> Iterator[str | None]:
     """The prompts of ``sess run SESSION`` with nothing pending: all of stdin as one, or on a
-    terminal one line at a time until end of input."""
+    terminal one line at a time until end of input (Ctrl-D; Ctrl-C interrupts)."""
     if not sys.stdin.isatty():
         text = sys.stdin.read()
         if not text.strip():
@@ -208,20 +311,22 @@ def _prompts_from_stdin(name: str) -> Iterator[str | None]:
         return
     click.echo(f"sess: talking in {name}; end with Ctrl-D", err=True)
     while True:
-        try:
-            line = click.prompt(click.style(">", bold=True), prompt_suffix=" ", default="",
-                                show_default=False, err=True)
-        except (EOFError, click.Abort):
+        line = _read_line(click.style(">", bold=True) + " ")
+        if line is None:
             click.echo("", err=True)
             return
         if line.strip():
             yield line.strip()
 
 
-def _remembered(store: Store, name: str) -> dict[str, Any]:
-    meta = store.get_session_meta(name) if store.has_session(name) else None
-    found = (meta or {}).get(RUN_KEY)
-    return found if isinstance(found, dict) else {}
+def _read_line(prompt: str) -> str | None:
+    """One line typed at the terminal after ``prompt`` (on stderr), None at end of input.
+    Not click.prompt: it turns Ctrl-C into end of input, and Ctrl-C is to interrupt."""
+    click.echo(prompt, nl=False, err=True)
+    try:
+        return input()
+    except EOFError:
+        return None
 
 
 def _settings(ctx: click.Context, remembered: dict[str, Any], **given: Any) -> dict[str, Any]:
@@ -236,24 +341,6 @@ def _settings(ctx: click.Context, remembered: dict[str, Any], **given: Any) -> d
     return out
 
 
-def _remember(store: Store, name: str, settings: dict[str, Any], specs: list[str]) -> None:
-    """Keep how the session was run in its metadata. Never the key: only the name of the
-    variable that holds it; and an endpoint URL with a password or a query (where keys
-    hide) is not kept at all."""
-    if not store.has_session(name):
-        return
-    meta = dict(store.get_session_meta(name) or {})
-    run: dict[str, Any] = {"model": settings["model"], "api_key_env": settings["api_key_env"],
-                           "null_content": settings["null_content"], "tools": specs}
-    url = urlsplit(str(settings["base_url"]))
-    if url.password is None and not url.query:
-        run["base_url"] = settings["base_url"]
-    if meta.get(RUN_KEY) == run:
-        return
-    meta[RUN_KEY] = run
-    store.set_session_meta(name, meta)
-
-
 #: What a cut-short answer is told as, by the finish_reason that cut it.
 _CUT_SHORT = {
     "length": "the answer above is cut short: the reply reached the model's token limit "
@@ -263,21 +350,60 @@ _CUT_SHORT = {
 }
 
 
-def _target(store: Store, args: tuple[str, ...]) -> tuple[str, str | None]:
-    """``(session, prompt or None)`` from the arguments, as the help text says."""
+def _target(store: Store, args: tuple[str, ...], after_dashes: int | None
+            ) -> tuple[str, str | None]:
+    """``(session, prompt or None)`` from the arguments, as the help text says;
+    ``after_dashes`` is how many of them came after ``--`` (None: no ``--``)."""
+    if len(args) > 2:
+        raise click.UsageError("expected [SESSION] [PROMPT] (quote the prompt)")
+    name: str | None
     prompt: str | None
-    if len(args) == 2:
+    if after_dashes is not None:  # SESSION before the --, PROMPT after it
+        before = len(args) - after_dashes
+        if before > 1 or after_dashes > 1:
+            raise click.UsageError("expected [SESSION] -- [PROMPT] (quote the prompt)")
+        name = args[0] if before else None
+        prompt = args[-1] if after_dashes else None
+    elif len(args) == 2:
         name, prompt = args
-    elif len(args) == 1 and store.has_session(args[0]):
-        return args[0], None
+    elif len(args) == 1:
+        name, prompt = _one_argument(store, args[0])
     else:
-        current, _ = store.head()
-        if current is None:
+        name, prompt = None, None
+    if name is None:
+        name = store.head()[0]
+        if name is None:
             raise click.UsageError("HEAD is not on a session: use sess run SESSION [PROMPT]")
-        name, prompt = current, (args[0] if args else None)
     if prompt is not None and not prompt.strip():
         raise click.UsageError("the prompt is empty")
     return name, prompt
+
+
+def _one_argument(store: Store, arg: str) -> tuple[str | None, str | None]:
+    """``sess run X``: session X if it exists, a prompt if X cannot name a session, and
+    otherwise the user's choice (asked on a terminal, refused elsewhere)."""
+    if store.has_session(arg):
+        return arg, None
+    try:
+        check_ref_name(arg)
+    except InvalidRefNameError:
+        return None, arg
+    head = store.head()[0] or "HEAD"
+    shown = printable(arg)
+    if not (sys.stdin.isatty() and sys.stderr.isatty()):
+        raise click.UsageError(
+            f"no session named {shown}: to start session {shown}, run sess run {shown} --; "
+            f"to send it as a prompt to {head}, run sess run -- {shown}")
+    while True:
+        answer = _read_line(f"sess: no session named {shown}. Start session {shown} (s), "
+                            f"send it to {head} as a prompt (p), or neither (q)? [s/p/q] ")
+        choice = (answer or "q").strip().lower()[:1]
+        if choice == "s":
+            return arg, None
+        if choice == "p":
+            return None, arg
+        if choice == "q":
+            raise click.exceptions.Exit(1)
 
 
 class _Screen:

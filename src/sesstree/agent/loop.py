@@ -112,8 +112,16 @@ class _ChunkWriter:
     def flush(self) -> None:
         if not self.pending:
             return
-        self.session.append("assistant/chunk", _merge_deltas(self.pending))
-        self.pending = []
+        pending, self.pending = self.pending, []
+        before = self.session.head
+        try:
+            self.session.append("assistant/chunk", _merge_deltas(pending))
+        except BaseException:
+            # Ctrl-C (or a subscriber's error) can land after the chunk is stored, while it
+            # is shown: then it must not be written again on the way out. Not stored: kept.
+            if self.session.head == before:
+                self.pending[:0] = pending
+            raise
         self.last = time.monotonic()
 
     def flush_quietly(self) -> None:
@@ -350,7 +358,7 @@ class Agent:
                     return answer
             raise MaxTurnsExceeded(
                 f"no answer after {limit} model calls in session {s.name}; "
-                f"`resume()` or `sess run {s.name}` (no prompt) continues it"
+                "resume() continues it"
             )
         except MaxTurnsExceeded:
             self._end({"kind": "max_turns", "max_turns": limit})

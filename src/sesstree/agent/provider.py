@@ -39,6 +39,9 @@ NullContent = Literal["null", "empty", "omit"]
 form), ``content: ""`` (llama-cpp-python's server and some llama.cpp builds need it), or no
 ``content`` key at all."""
 
+#: How error messages name the settings that fix what they report (``OpenAIProvider.advice``).
+ADVICE = {"timeout": "timeout=", "null_content": 'null_content="empty"'}
+
 RetryNotice = Callable[[int, "int | None", str], None]
 """Called before each retry with ``(attempt, status or None, message)``."""
 
@@ -97,6 +100,10 @@ class OpenAIProvider:
     ``null_content`` is how an assistant message that has tool calls and no text is sent (see
     :data:`NullContent`). ``extra_body`` is merged into every request (``temperature``,
     ``tool_choice``, ...). ``stream`` is the default for :class:`~sesstree.Agent`.
+
+    ``advice`` maps ``"timeout"`` and ``"null_content"`` to how error messages tell the user
+    to change that setting: by default the parameter (``timeout=``); ``sess run`` puts its
+    options there (``--timeout``), so that its user reads the words they can type.
     """
 
     def __init__(
@@ -136,6 +143,7 @@ class OpenAIProvider:
         self.null_content: NullContent = null_content
         self.extra_body = dict(extra_body or {})
         self.headers = dict(headers or {})
+        self.advice: dict[str, str] = dict(ADVICE)
         self._client: httpx.Client | None = None
         self._redactor_for: tuple[str | None, ...] | None = None
         self._redactor_cache = Redactor()
@@ -214,7 +222,7 @@ class OpenAIProvider:
             "content" in detail.lower()
         ):
             message += (" (this server may not accept content: null next to tool calls: "
-                        "try null_content=\"empty\", sess run --null-content empty)")
+                        f"try {self.advice['null_content']})")
         if status in _RETRY_STATUS:
             return Retry(message, status, _retry_after(headers.get("retry-after")))
         return ProviderError(message, status=status)
@@ -234,7 +242,7 @@ class OpenAIProvider:
         if isinstance(exc, httpx.ReadTimeout):
             return ProviderError(
                 f"{self.shown_url} sent no answer within {seconds(timeout.read)} (the read timeout; "
-                "raise it with timeout= or sess run --timeout)")
+                f"raise it with {self.advice['timeout']})")
         if isinstance(exc, httpx.ConnectTimeout):
             return Retry(f"could not connect to {self.shown_url} within {seconds(timeout.connect)} "
                          "(the connect timeout)", None)
@@ -321,7 +329,8 @@ class OpenAIProvider:
                         if reading.line(line):
                             break
                 except httpx.HTTPError as exc:
-                    failure = reading.broken(exc, self._httpx_timeout().read)
+                    failure = reading.broken(exc, self._httpx_timeout().read,
+                                             self.advice["timeout"])
                 else:
                     return reading.finish()
         except (httpx.HTTPError, httpx.InvalidURL, UnicodeEncodeError) as exc:
@@ -388,7 +397,8 @@ class OpenAIProvider:
                         if reading.line(line):
                             break
                 except httpx.HTTPError as exc:
-                    failure = reading.broken(exc, self._httpx_timeout().read)
+                    failure = reading.broken(exc, self._httpx_timeout().read,
+                                             self.advice["timeout"])
                 else:
                     return reading.finish()
         except (httpx.HTTPError, httpx.InvalidURL, UnicodeEncodeError) as exc:

@@ -128,8 +128,10 @@ class StreamReading:
             raise Retry(what, None)
         raise IncompleteReplyError(f"{what}: the reply is incomplete")
 
-    def broken(self, exc: Exception, read_timeout: float | None) -> Exception:
-        """What to raise when reading the body failed with an httpx error ``exc``."""
+    def broken(self, exc: Exception, read_timeout: float | None, raise_with: str = "timeout="
+               ) -> Exception:
+        """What to raise when reading the body failed with an httpx error ``exc``;
+        ``raise_with`` is how the message says to raise the read timeout."""
         import httpx
 
         assembler = self.assembler
@@ -137,7 +139,7 @@ class StreamReading:
             what = (f"the stream from {self.url} stalled: nothing for "
                     f"{seconds(read_timeout)} after {plural(assembler.events, 'event')} "
                     "(the read timeout, which applies between chunks; raise it with "
-                    "timeout= or sess run --timeout)")
+                    f"{raise_with})")
         else:
             detail = self.redactor.text(str(exc)) or type(exc).__name__
             what = f"the stream from {self.url} broke off ({type(exc).__name__}: {detail})"

@@ -1,0 +1,147 @@
+"""How ``sess run`` ran a session: remembered when a turn starts, found again by the next run.
+
+The settings (endpoint, model, tools, API key variable, ``--null-content`` and the request
+fields of ``--param``/``--extra-body``/``--max-tokens``/``--temperature``) are kept in the
+session's metadata under :data:`~sesstree.cli.titles.RUN_KEY`, written as soon as a turn
+starts, so that a turn that fails (server down, a reply cut off) is retried with the
+settings it was started with. The metadata outlives ``reset --empty``.
+
+A session with no settings of its own (a fork, by ``sess branch``, ``checkout -b``,
+``Session.fork``, the proxy or a pull, or a session some program wrote) takes them from the
+session it shares the most history with, found along the history itself: no way of making a
+fork has to copy anything, so none can forget to. Shared history counts only when it holds a
+user message: every turn starts with the same ``turn/start`` node, which says nothing about
+where a session came from.
+
+Never remembered: the API key (only the name of its variable), an endpoint URL with a
+password or a query (where keys hide), and no request field named like a credential is
+accepted at all.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+from urllib.parse import urlsplit
+
+from ..cli.titles import RUN_KEY
+from ..repo import Store
+
+__all__ = ["RESERVED_FIELDS", "parse_params", "remember", "remembered", "secret_field"]
+
+#: Request fields ``sess run`` sets itself, with the option that sets each.
+RESERVED_FIELDS = {"model": "--model", "messages": "the session", "tools": "--tools",
+                   "stream": "--stream/--no-stream"}
+
+#: Words that make a field name a credential's (``api_key``, ``x-auth-token``, ``password``).
+#: Whole words only: ``max_tokens`` is no token.
+_SECRET_WORDS = frozenset({"key", "apikey", "token", "secret", "password", "passwd", "auth",
+                           "authorization", "cookie", "credential", "credentials", "signature",
+                           "bearer"})
+
+
+def remembered(store: Store, name: str) -> dict[str, Any]:
+    """The settings session ``name`` runs with: its own, else those of the session it shares
+    the most history with ({} for none)."""
+    own = _own(store, name)
+    if own is not None:
+        return own
+    head = store.session_head(name)
+    if head is None:
+        return {}
+    mine = store.chain(head)
+    ids = mine.ids
+    # Shared history counts from its first user message on.
+    first_user = next((i for i, kind in enumerate(mine.types) if kind == "user/message"), None)
+    if first_user is None:
+        return {}
+    best: tuple[int, float, dict[str, Any]] | None = None
+    for info in store.sessions():
+        settings = _own(store, info.name) if info.name != name else None
+        if settings is None:
+            continue
+        shared = _common_prefix(ids, store.chain(info.head).ids)
+        if shared > first_user and (best is None or (shared, info.moved) > best[:2]):
+            best = (shared, info.moved, settings)
+    return best[2] if best is not None else {}
+
+
+def remember(store: Store, name: str, settings: Mapping[str, Any]) -> None:
+    """Keep ``settings`` (``base_url``, ``model``, ``api_key_env``, ``null_content``,
+    ``tools``, ``params``) as how session ``name`` runs; the rest of its metadata is kept."""
+    run: dict[str, Any] = {key: settings[key] for key in
+                           ("model", "api_key_env", "null_content", "tools")}
+    if settings.get("params"):
+        run["params"] = dict(settings["params"])
+    url = urlsplit(str(settings["base_url"]))
+    if url.password is None and not url.query:
+        run["base_url"] = settings["base_url"]
+    meta = dict(store.get_session_meta(name) or {})
+    if meta.get(RUN_KEY) == run:
+        return
+    meta[RUN_KEY] = run
+    store.set_session_meta(name, meta)
+
+
+def parse_params(extra_body: str | None, params: Iterable[str]) -> dict[str, Any | None]:
+    """The request fields given on the command line: ``--extra-body JSON`` then each
+    ``--param KEY=VALUE`` (VALUE read as JSON when it is JSON, else as text; ``KEY=`` with
+    nothing after is None: forget KEY).
+
+    Raises:
+        ValueError: a malformed option, with the option named.
+    """
+    fields: dict[str, Any | None] = {}
+    if extra_body is not None:
+        try:
+            body = json.loads(extra_body)
+        except ValueError as exc:
+            raise ValueError(f"--extra-body is not JSON: {exc}") from None
+        if not isinstance(body, dict):
+            raise ValueError("--extra-body must be a JSON object, as {\"top_p\": 0.9}")
+        fields.update(body)
+    for item in params:
+        key, sep, text = item.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            raise ValueError(f"--param {item!r}: expected KEY=VALUE, as top_p=0.9")
+        if not text:
+            fields[key] = None
+            continue
+        try:
+            fields[key] = json.loads(text)
+        except ValueError:
+            fields[key] = text
+    return fields
+
+
+def secret_field(fields: Mapping[str, Any], key_value: str | None) -> str | None:
+    """The name of a request field that holds a credential, or None: one named like one
+    (``api_key``, ``auth_token``), or one whose value holds the API key ``key_value``."""
+    for name, value in fields.items():
+        words = re.findall(r"[a-z0-9]+", re.sub(r"([a-z0-9])([A-Z])", r"\1_\2", name).lower())
+        if _SECRET_WORDS.intersection(words) or "apikey" in "".join(words):
+            return name
+        if key_value and len(key_value) >= 8 and key_value in json.dumps(value,
+                                                                         ensure_ascii=False):
+            return name
+        if isinstance(value, str) and value.lower().startswith("bearer "):
+            return name
+    return None
+
+
+def _own(store: Store, name: str) -> dict[str, Any] | None:
+    # Read whether or not the session has events: an emptied one keeps its metadata.
+    found = (store.get_session_meta(name) or {}).get(RUN_KEY)
+    return found if isinstance(found, dict) else None
+
+
+def _common_prefix(a: Sequence[str], b: Sequence[str]) -> int:
+    n = 0
+    for x, y in zip(a, b, strict=False):
+        if x != y:
+            break
+        n += 1
+    return n
