@@ -209,3 +209,30 @@ def test_serve_refuses_a_short_token_and_writes_a_strong_one(tmp_path: Path, ses
     assert missing.returncode == 1
     assert missing.stderr.strip().splitlines() == [
         f"Error: cannot write a new token to {tmp_path / 'no' / 'dir'}: No such file or directory"]
+
+
+def test_serve_counts_wrong_tokens_by_the_connection_not_a_forwarded_header(
+        tmp_path: Path, sess: Sess) -> None:
+    # Every local program connects from 127.0.0.1, which uvicorn trusts as a proxy by default:
+    # if X-Forwarded-For named the client, a guesser would name a new one with every guess.
+    sess.quest()
+    env = {**os.environ, "SESS_HOME": str(tmp_path / "home")}
+    env.pop("SESS_TOKEN", None)
+    (tmp_path / "token").write_text("a-long-enough-server-token\n")
+    server = subprocess.Popen([*SESS, "serve", "--port", "0", "--token-file", "token"],
+                              cwd=tmp_path, env=env, stderr=subprocess.PIPE, text=True)
+    try:
+        assert server.stderr is not None
+        match = re.search(r"on (http://127\.0\.0\.1:\d+) ", server.stderr.readline())
+        assert match
+        with httpx.Client(base_url=match.group(1), timeout=30) as c:
+            answers = [c.post("/api/v1/push", content=b"\x80", headers={
+                "authorization": "Bearer wrong-guess-of-the-token",
+                "x-forwarded-for": f"10.0.{i // 256}.{i % 256}"}).status_code
+                       for i in range(11)]
+        assert answers == [401] * 10 + [429]
+    finally:
+        server.send_signal(signal.SIGINT)
+        server.wait(20)
+        if server.stderr is not None:
+            server.stderr.close()

@@ -136,8 +136,11 @@ def serve(locator: StoreLocator, store_path: str | None, host: str, port: int,
     mode = "writes need the token" if token else "read-only"
     click.echo(f"Serving {redact_url(where)} on http://{shown}:{bound} ({mode}); Ctrl-C stops",
                err=True)
+    # proxy_headers off: uvicorn would otherwise take the client's address from the
+    # X-Forwarded-For of any connection from 127.0.0.1, so a local guesser could name a new
+    # address with every guess and never be throttled (web/throttle.py counts per address).
     config = uvicorn.Config(create_app(store, token=token), log_level="warning",
-                            server_header=False)
+                            server_header=False, proxy_headers=False)
     try:
         uvicorn.Server(config).run(sockets=[sock])
     finally:

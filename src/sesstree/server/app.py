@@ -247,5 +247,7 @@ def serve(store: Store, *, host: str = "127.0.0.1", port: int = 8765, token: str
     """Serve ``store`` (or a ready ``app`` over it) with uvicorn until interrupted."""
     import uvicorn
 
-    uvicorn.run(app or create_app(store, token=token, host=host), host=host, port=port, log_level="warning",
-                server_header=False)
+    # proxy_headers off: wrong tokens are counted per connection address, which a client's
+    # own X-Forwarded-For must not choose (see sess serve).
+    uvicorn.run(app or create_app(store, token=token, host=host), host=host, port=port,
+                log_level="warning", server_header=False, proxy_headers=False)
