@@ -236,3 +236,25 @@ def test_serve_counts_wrong_tokens_by_the_connection_not_a_forwarded_header(
         server.wait(20)
         if server.stderr is not None:
             server.stderr.close()
+
+
+def test_a_token_no_http_header_can_carry_is_refused_without_being_shown(
+        tmp_path: Path, two: Sess) -> None:
+    # A header carries printable ASCII only: a token with anything else cannot be sent (and
+    # the encoding error quoted the whole "Bearer TOKEN" header to the terminal).
+    secret = "s\u00e9same-" + "\u00e9" * 16
+    bad = tmp_path / "bad-token"
+    bad.write_text(secret + "\n")
+    with open_store(tmp_path / ".sess", create=False) as store, served(store) as url:
+        line = two.fail("--store", "mine/.sess", "push", url, "--token-file", str(bad),
+                        needles=(str(bad), "printable ASCII"))
+        assert "\u00e9" not in line and "\\xe9" not in line
+        line = two("--store", "mine/.sess", "push", url, env={"SESS_TOKEN": secret}).stderr
+        assert "SESS_TOKEN" in line and "printable ASCII" in line
+        assert "\u00e9" not in line and "\\xe9" not in line
+        line = two("--store", "mine/.sess", "push", url, env={"SESS_TOKEN": "a\x1bb"}).stderr
+        assert "SESS_TOKEN" in line and "\x1b" not in line and "x1b" not in line
+    # The server refuses it at start-up, as it does a short one, before it listens.
+    line = two.fail("serve", "--port", "0", "--token-file", str(bad),
+                    needles=(str(bad), "printable ASCII"))
+    assert "\u00e9" not in line and "\\xe9" not in line
