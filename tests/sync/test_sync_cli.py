@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import resource
 import signal
 import subprocess
 import sys
@@ -258,3 +259,20 @@ def test_a_token_no_http_header_can_carry_is_refused_without_being_shown(
     line = two.fail("serve", "--port", "0", "--token-file", str(bad),
                     needles=(str(bad), "printable ASCII"))
     assert "\u00e9" not in line and "\\xe9" not in line
+
+
+def test_serve_leaves_no_part_of_a_new_token_when_the_disk_is_full(tmp_path: Path) -> None:
+    # The file-size limit stands in for a full disk: the write fails after a few bytes.
+    def little_room() -> None:
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # fail the write, do not kill
+        resource.setrlimit(resource.RLIMIT_FSIZE, (20, 20))
+
+    env = {**os.environ, "SESS_HOME": str(tmp_path / "home")}
+    new = tmp_path / "new-token"
+    run = subprocess.run([*SESS, "serve", "--port", "0", "--token-file", str(new)],
+                         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60,
+                         preexec_fn=little_room)
+    assert run.returncode == 1
+    assert run.stderr.strip().splitlines() == [
+        f"Error: cannot write a new token to {new}: File too large"]
+    assert not new.exists()  # else the next start would serve with a 20-character token

@@ -164,8 +164,16 @@ def _server_token(path: Path) -> str:
     except OSError as exc:
         fail(f"cannot write a new token to {path}: {exc.strerror}")
     token = secrets.token_urlsafe(32)
-    with os.fdopen(fd, "w") as out:
-        out.write(token + "\n")
+    try:
+        with os.fdopen(fd, "w") as out:
+            out.write(token + "\n")
+            out.flush()
+            os.fsync(out.fileno())
+    except OSError as exc:
+        # A full disk (or quota) cut it short: no part of a token may stay behind, or the next
+        # start would take those few characters for the token.
+        path.unlink(missing_ok=True)
+        fail(f"cannot write a new token to {path}: {exc.strerror}")
     click.echo(f"Wrote a new token to {path} (readable only by you): a client that writes "
                f"reads it with --token-file {path} or SESS_TOKEN", err=True)
     return token
