@@ -6,6 +6,7 @@ import os
 import re
 import resource
 import signal
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -276,3 +277,42 @@ def test_serve_leaves_no_part_of_a_new_token_when_the_disk_is_full(tmp_path: Pat
     assert run.stderr.strip().splitlines() == [
         f"Error: cannot write a new token to {new}: File too large"]
     assert not new.exists()  # else the next start would serve with a 20-character token
+
+
+def _ipv6_works() -> bool:
+    try:
+        with socket.socket(socket.AF_INET6) as probe:
+            probe.bind(("::ffff:127.0.0.2", 0))
+    except OSError:
+        return False
+    return True
+
+
+@pytest.mark.skipif(not _ipv6_works(), reason="no IPv6 sockets here")
+def test_serve_on_an_ipv4_mapped_address_answers_to_that_ipv4_address(tmp_path: Path,
+                                                                     sess: Sess) -> None:
+    # A dual-stack socket (--host ::, or this loopback stand-in for it) sees an IPv4
+    # client's connection arrive on ::ffff:A.B.C.D while its Host header says A.B.C.D.
+    sess.quest()
+    env = {**os.environ, "SESS_HOME": str(tmp_path / "home")}
+    server = subprocess.Popen([*SESS, "serve", "--host", "::ffff:127.0.0.2", "--port", "0"],
+                              cwd=tmp_path, env=env, stderr=subprocess.PIPE, text=True)
+    try:
+        assert server.stderr is not None
+        line = server.stderr.readline()
+        assert line.startswith("Serving "), line  # no warning: it is a loopback address
+        port = re.search(r":(\d+) \(read-only\)", line)
+        assert port
+        url = f"http://127.0.0.2:{port.group(1)}"
+        r = httpx.get(url + "/api/v1/refs", timeout=30)
+        assert r.status_code == 200 and "sessions/main" in r.json()["refs"]
+        assert httpx.get(url + "/", headers={"host": f"[::ffff:127.0.0.2]:{port.group(1)}"},
+                         timeout=30).status_code == 200
+        # Another name for it is still refused (DNS rebinding).
+        refused = httpx.get(url + "/", headers={"host": "evil.example"}, timeout=30)
+        assert refused.status_code == 400 and "evil.example" in refused.text
+    finally:
+        server.send_signal(signal.SIGINT)
+        server.wait(20)
+        if server.stderr is not None:
+            server.stderr.close()

@@ -113,6 +113,8 @@ def serve(locator: StoreLocator, store_path: str | None, host: str, port: int,
         address = ipaddress.ip_address(host) if host != "localhost" else None
     except ValueError:
         fail(f"--host {host!r} is not an IP address")
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        address = address.ipv4_mapped  # ::ffff:127.0.0.1 is 127.0.0.1
     if address is not None and not address.is_loopback:
         click.echo(f"warning: serving on {host}: anyone who can reach it can read every "
                    "session", err=True)
@@ -139,7 +141,7 @@ def serve(locator: StoreLocator, store_path: str | None, host: str, port: int,
     # proxy_headers off: uvicorn would otherwise take the client's address from the
     # X-Forwarded-For of any connection from 127.0.0.1, so a local guesser could name a new
     # address with every guess and never be throttled (web/throttle.py counts per address).
-    config = uvicorn.Config(create_app(store, token=token), log_level="warning",
+    config = uvicorn.Config(create_app(store, token=token, host=host), log_level="warning",
                             server_header=False, proxy_headers=False)
     try:
         uvicorn.Server(config).run(sockets=[sock])
