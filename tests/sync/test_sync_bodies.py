@@ -109,3 +109,28 @@ def test_a_server_answering_nested_too_deep_is_one_error(tmp_path: Path) -> None
             with pytest.raises(RemoteError):
                 mine.fetch(url)
             assert refs_of(mine) == {}
+
+
+@pytest.mark.parametrize(("data", "why"), [
+    (b"\x91" * 600 + b"\xc0", "nested more than 500 levels deep"),  # deeper than appends take
+    (b"\x81\x01\xc0", "non-string key 1"),
+    (b"\x81\xa1x\xcb\x7f\xf8\x00\x00\x00\x00\x00\x00", "holds nan"),
+    (b"\x81\xa1x\xc4\x01z", "bytes found"),
+])
+def test_a_pushed_node_the_store_cannot_hold_is_refused_saying_why(origin: Store, data: bytes,
+                                                                    why: str) -> None:
+    head = origin.session_head("main")
+    assert head is not None
+    node = RawNode(node_id_from_encoded(head, "user/message", data), head, "user/message", data)
+    body = _encode({"pack": encode_pack([node]), "updates": [
+        {"ref": "sessions/main", "old": head, "new": node.id}]})
+    before = all_ids(origin)
+    with served(origin) as url:
+        r = httpx.post(url + "/api/v1/push", content=body,
+                       headers={"authorization": f"Bearer {TOKEN}"}, timeout=60)
+    assert r.status_code == 400
+    error = r.json()["error"]
+    assert error.startswith(f"the client sent node {node.id[:12]} whose data the store cannot "
+                            "hold (") and error.endswith("): refused, nothing stored")
+    assert why in error
+    assert all_ids(origin) == before and origin.session_head("main") == head
