@@ -316,3 +316,35 @@ def test_serve_on_an_ipv4_mapped_address_answers_to_that_ipv4_address(tmp_path: 
         server.wait(20)
         if server.stderr is not None:
             server.stderr.close()
+
+
+def test_serve_refuses_a_token_file_someone_else_could_have_chosen(tmp_path: Path,
+                                                                   sess: Sess) -> None:
+    # Whoever chooses the file's content chooses the token: a file others may write, or one
+    # (or a symlink: say in /tmp, to a file whose first line they know) of another user's.
+    def refused(path: Path) -> str:
+        run = subprocess.run([*SESS, "serve", "--port", "0", "--token-file", str(path)],
+                             cwd=tmp_path, capture_output=True, text=True, timeout=20)
+        assert run.returncode == 1, run.stderr
+        return run.stderr.strip()
+
+    sess.quest()  # a store to serve, were the token taken
+    token = tmp_path / "token"
+    token.write_text("a-long-enough-server-token\n")
+    token.chmod(0o666)
+    assert refused(token) == (
+        f"Error: the token file {token} can be written by other users, who could choose the "
+        f"server's token: 'chmod go-w {token}' first")
+    token.chmod(0o600)
+    if os.getuid() != 0:
+        return  # only root can give a file away
+    known = tmp_path / "known"  # this user's own file, whose first line another user knows
+    known.write_text("# ~/.bashrc: executed by bash(1) for non-login shells.\n")
+    planted = tmp_path / "planted"
+    planted.symlink_to(known)
+    os.lchown(planted, 65534, 65534)
+    os.chown(token, 65534, 65534)
+    for path in (token, planted):
+        assert refused(path) == (
+            f"Error: the token file {path} belongs to another user, who could choose the "
+            "server's token: use a file of your own")

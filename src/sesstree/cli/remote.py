@@ -157,6 +157,7 @@ def _server_token(path: Path) -> str:
     try:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     except FileExistsError:
+        _own_token_file(path)
         token = read_token_file(path)
         if len(token) < MIN_TOKEN:
             fail(f"the token in {path} is {len(token)} characters long: a server's token "
@@ -179,6 +180,24 @@ def _server_token(path: Path) -> str:
     click.echo(f"Wrote a new token to {path} (readable only by you): a client that writes "
                f"reads it with --token-file {path} or SESS_TOKEN", err=True)
     return token
+
+
+def _own_token_file(path: Path) -> None:
+    """Refuse a token file another user could have chosen: one that is theirs (or a symlink
+    of theirs, say planted in /tmp and pointing at a file whose first line they know), or one
+    others may write. Whoever chooses the file's content chooses the server's token."""
+    if not hasattr(os, "getuid"):  # Windows: no owners to compare
+        return
+    try:
+        link, target = os.lstat(path), os.stat(path)
+    except OSError:
+        return  # read_token_file says what is wrong with it
+    if link.st_uid != os.getuid() or target.st_uid != os.getuid():
+        fail(f"the token file {path} belongs to another user, who could choose the server's "
+             "token: use a file of your own")
+    if target.st_mode & 0o022:
+        fail(f"the token file {path} can be written by other users, who could choose the "
+             f"server's token: 'chmod go-w {path}' first")
 
 
 # -- remote ------------------------------------------------------------------------------------
