@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import os
 import re
+import resource
 import signal
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -209,3 +211,140 @@ def test_serve_refuses_a_short_token_and_writes_a_strong_one(tmp_path: Path, ses
     assert missing.returncode == 1
     assert missing.stderr.strip().splitlines() == [
         f"Error: cannot write a new token to {tmp_path / 'no' / 'dir'}: No such file or directory"]
+
+
+def test_serve_counts_wrong_tokens_by_the_connection_not_a_forwarded_header(
+        tmp_path: Path, sess: Sess) -> None:
+    # Every local program connects from 127.0.0.1, which uvicorn trusts as a proxy by default:
+    # if X-Forwarded-For named the client, a guesser would name a new one with every guess.
+    sess.quest()
+    env = {**os.environ, "SESS_HOME": str(tmp_path / "home")}
+    env.pop("SESS_TOKEN", None)
+    (tmp_path / "token").write_text("a-long-enough-server-token\n")
+    server = subprocess.Popen([*SESS, "serve", "--port", "0", "--token-file", "token"],
+                              cwd=tmp_path, env=env, stderr=subprocess.PIPE, text=True)
+    try:
+        assert server.stderr is not None
+        match = re.search(r"on (http://127\.0\.0\.1:\d+) ", server.stderr.readline())
+        assert match
+        with httpx.Client(base_url=match.group(1), timeout=30) as c:
+            answers = [c.post("/api/v1/push", content=b"\x80", headers={
+                "authorization": "Bearer wrong-guess-of-the-token",
+                "x-forwarded-for": f"10.0.{i // 256}.{i % 256}"}).status_code
+                       for i in range(11)]
+        assert answers == [401] * 10 + [429]
+    finally:
+        server.send_signal(signal.SIGINT)
+        server.wait(20)
+        if server.stderr is not None:
+            server.stderr.close()
+
+
+def test_a_token_no_http_header_can_carry_is_refused_without_being_shown(
+        tmp_path: Path, two: Sess) -> None:
+    # A header carries printable ASCII only: a token with anything else cannot be sent (and
+    # the encoding error quoted the whole "Bearer TOKEN" header to the terminal).
+    secret = "s\u00e9same-" + "\u00e9" * 16
+    bad = tmp_path / "bad-token"
+    bad.write_text(secret + "\n")
+    with open_store(tmp_path / ".sess", create=False) as store, served(store) as url:
+        line = two.fail("--store", "mine/.sess", "push", url, "--token-file", str(bad),
+                        needles=(str(bad), "printable ASCII"))
+        assert "\u00e9" not in line and "\\xe9" not in line
+        line = two("--store", "mine/.sess", "push", url, env={"SESS_TOKEN": secret}).stderr
+        assert "SESS_TOKEN" in line and "printable ASCII" in line
+        assert "\u00e9" not in line and "\\xe9" not in line
+        line = two("--store", "mine/.sess", "push", url, env={"SESS_TOKEN": "a\x1bb"}).stderr
+        assert "SESS_TOKEN" in line and "\x1b" not in line and "x1b" not in line
+    # The server refuses it at start-up, as it does a short one, before it listens.
+    line = two.fail("serve", "--port", "0", "--token-file", str(bad),
+                    needles=(str(bad), "printable ASCII"))
+    assert "\u00e9" not in line and "\\xe9" not in line
+
+
+def test_serve_leaves_no_part_of_a_new_token_when_the_disk_is_full(tmp_path: Path) -> None:
+    # The file-size limit stands in for a full disk: the write fails after a few bytes.
+    def little_room() -> None:
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # fail the write, do not kill
+        resource.setrlimit(resource.RLIMIT_FSIZE, (20, 20))
+
+    env = {**os.environ, "SESS_HOME": str(tmp_path / "home")}
+    new = tmp_path / "new-token"
+    run = subprocess.run([*SESS, "serve", "--port", "0", "--token-file", str(new)],
+                         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60,
+                         preexec_fn=little_room)
+    assert run.returncode == 1
+    assert run.stderr.strip().splitlines() == [
+        f"Error: cannot write a new token to {new}: File too large"]
+    assert not new.exists()  # else the next start would serve with a 20-character token
+
+
+def _ipv6_works() -> bool:
+    try:
+        with socket.socket(socket.AF_INET6) as probe:
+            probe.bind(("::ffff:127.0.0.2", 0))
+    except OSError:
+        return False
+    return True
+
+
+@pytest.mark.skipif(not _ipv6_works(), reason="no IPv6 sockets here")
+def test_serve_on_an_ipv4_mapped_address_answers_to_that_ipv4_address(tmp_path: Path,
+                                                                     sess: Sess) -> None:
+    # A dual-stack socket (--host ::, or this loopback stand-in for it) sees an IPv4
+    # client's connection arrive on ::ffff:A.B.C.D while its Host header says A.B.C.D.
+    sess.quest()
+    env = {**os.environ, "SESS_HOME": str(tmp_path / "home")}
+    server = subprocess.Popen([*SESS, "serve", "--host", "::ffff:127.0.0.2", "--port", "0"],
+                              cwd=tmp_path, env=env, stderr=subprocess.PIPE, text=True)
+    try:
+        assert server.stderr is not None
+        line = server.stderr.readline()
+        assert line.startswith("Serving "), line  # no warning: it is a loopback address
+        port = re.search(r":(\d+) \(read-only\)", line)
+        assert port
+        url = f"http://127.0.0.2:{port.group(1)}"
+        r = httpx.get(url + "/api/v1/refs", timeout=30)
+        assert r.status_code == 200 and "sessions/main" in r.json()["refs"]
+        assert httpx.get(url + "/", headers={"host": f"[::ffff:127.0.0.2]:{port.group(1)}"},
+                         timeout=30).status_code == 200
+        # Another name for it is still refused (DNS rebinding).
+        refused = httpx.get(url + "/", headers={"host": "evil.example"}, timeout=30)
+        assert refused.status_code == 400 and "evil.example" in refused.text
+    finally:
+        server.send_signal(signal.SIGINT)
+        server.wait(20)
+        if server.stderr is not None:
+            server.stderr.close()
+
+
+def test_serve_refuses_a_token_file_someone_else_could_have_chosen(tmp_path: Path,
+                                                                   sess: Sess) -> None:
+    # Whoever chooses the file's content chooses the token: a file others may write, or one
+    # (or a symlink: say in /tmp, to a file whose first line they know) of another user's.
+    def refused(path: Path) -> str:
+        run = subprocess.run([*SESS, "serve", "--port", "0", "--token-file", str(path)],
+                             cwd=tmp_path, capture_output=True, text=True, timeout=20)
+        assert run.returncode == 1, run.stderr
+        return run.stderr.strip()
+
+    sess.quest()  # a store to serve, were the token taken
+    token = tmp_path / "token"
+    token.write_text("a-long-enough-server-token\n")
+    token.chmod(0o666)
+    assert refused(token) == (
+        f"Error: the token file {token} can be written by other users, who could choose the "
+        f"server's token: 'chmod go-w {token}' first")
+    token.chmod(0o600)
+    if os.getuid() != 0:
+        return  # only root can give a file away
+    known = tmp_path / "known"  # this user's own file, whose first line another user knows
+    known.write_text("# ~/.bashrc: executed by bash(1) for non-login shells.\n")
+    planted = tmp_path / "planted"
+    planted.symlink_to(known)
+    os.lchown(planted, 65534, 65534)
+    os.chown(token, 65534, 65534)
+    for path in (token, planted):
+        assert refused(path) == (
+            f"Error: the token file {path} belongs to another user, who could choose the "
+            "server's token: use a file of your own")

@@ -98,16 +98,16 @@ def test_bearer_guesses_count_with_login_guesses_on_every_route(app_url: str,
         assert r.status_code == 200
 
 
-def test_another_address_guessing_does_not_hold_this_one_back(app_url: str) -> None:
-    # 127.0.0.2 is this machine too (all of 127/8 is loopback) but another client address.
-    other = httpx.HTTPTransport(local_address="127.0.0.2")
+def test_every_loopback_address_is_one_client(app_url: str) -> None:
+    # All of 127/8 reaches this machine, and any local program may connect from 127.0.0.2,
+    # 127.0.0.3, ...: counted apart, each would get its own free guesses, without end.
     here = {"origin": app_url}
-    with httpx.Client(base_url=app_url, transport=other, timeout=30) as guesser:
-        for _ in range(FREE):
+    for i in range(FREE):
+        local = httpx.HTTPTransport(local_address=f"127.0.{i // 250}.{i % 250 + 2}")
+        with httpx.Client(base_url=app_url, transport=local, timeout=30) as guesser:
             assert guesser.post("/login", data={"token": "1"}, headers=here).status_code == 401
-        assert guesser.post("/login", data={"token": TOKEN}, headers=here).status_code == 429
     with httpx.Client(base_url=app_url, timeout=30) as user:
-        assert user.post("/login", data={"token": TOKEN}, headers=here).status_code == 303
+        assert user.post("/login", data={"token": TOKEN}, headers=here).status_code == 429
 
 
 def test_concurrent_guesses_get_no_more_than_the_free_ones(app_url: str) -> None:
@@ -166,7 +166,10 @@ def test_an_ipv6_client_counts_by_its_slash_64() -> None:
 
     assert key("2001:db8:1:2:aaaa::1") == key("2001:db8:1:2:bbbb::9") == "2001:db8:1:2::/64"
     assert key("2001:db8:1:3::1") != key("2001:db8:1:2::1")
-    assert key("::ffff:10.1.2.3") == "10.1.2.3" and key("127.0.0.1") == "127.0.0.1"
+    assert key("::ffff:10.1.2.3") == "10.1.2.3" and key("10.1.2.4") == "10.1.2.4"
+    # This machine is one client, whichever loopback address it comes from.
+    assert key("127.0.0.1") == key("127.9.8.7") == key("::1") == key("::ffff:127.0.0.2")
+    assert key("127.0.0.1") != key("10.1.2.3")
 
 
 def test_the_web_view_alone_throttles_too(forest_store: Store, clock: Clock) -> None:

@@ -113,6 +113,8 @@ def serve(locator: StoreLocator, store_path: str | None, host: str, port: int,
         address = ipaddress.ip_address(host) if host != "localhost" else None
     except ValueError:
         fail(f"--host {host!r} is not an IP address")
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        address = address.ipv4_mapped  # ::ffff:127.0.0.1 is 127.0.0.1
     if address is not None and not address.is_loopback:
         click.echo(f"warning: serving on {host}: anyone who can reach it can read every "
                    "session", err=True)
@@ -136,8 +138,11 @@ def serve(locator: StoreLocator, store_path: str | None, host: str, port: int,
     mode = "writes need the token" if token else "read-only"
     click.echo(f"Serving {redact_url(where)} on http://{shown}:{bound} ({mode}); Ctrl-C stops",
                err=True)
-    config = uvicorn.Config(create_app(store, token=token), log_level="warning",
-                            server_header=False)
+    # proxy_headers off: uvicorn would otherwise take the client's address from the
+    # X-Forwarded-For of any connection from 127.0.0.1, so a local guesser could name a new
+    # address with every guess and never be throttled (web/throttle.py counts per address).
+    config = uvicorn.Config(create_app(store, token=token, host=host), log_level="warning",
+                            server_header=False, proxy_headers=False)
     try:
         uvicorn.Server(config).run(sockets=[sock])
     finally:
@@ -152,6 +157,7 @@ def _server_token(path: Path) -> str:
     try:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     except FileExistsError:
+        _own_token_file(path)
         token = read_token_file(path)
         if len(token) < MIN_TOKEN:
             fail(f"the token in {path} is {len(token)} characters long: a server's token "
@@ -161,11 +167,37 @@ def _server_token(path: Path) -> str:
     except OSError as exc:
         fail(f"cannot write a new token to {path}: {exc.strerror}")
     token = secrets.token_urlsafe(32)
-    with os.fdopen(fd, "w") as out:
-        out.write(token + "\n")
+    try:
+        with os.fdopen(fd, "w") as out:
+            out.write(token + "\n")
+            out.flush()
+            os.fsync(out.fileno())
+    except OSError as exc:
+        # A full disk (or quota) cut it short: no part of a token may stay behind, or the next
+        # start would take those few characters for the token.
+        path.unlink(missing_ok=True)
+        fail(f"cannot write a new token to {path}: {exc.strerror}")
     click.echo(f"Wrote a new token to {path} (readable only by you): a client that writes "
                f"reads it with --token-file {path} or SESS_TOKEN", err=True)
     return token
+
+
+def _own_token_file(path: Path) -> None:
+    """Refuse a token file another user could have chosen: one that is theirs (or a symlink
+    of theirs, say planted in /tmp and pointing at a file whose first line they know), or one
+    others may write. Whoever chooses the file's content chooses the server's token."""
+    if not hasattr(os, "getuid"):  # Windows: no owners to compare
+        return
+    try:
+        link, target = os.lstat(path), os.stat(path)
+    except OSError:
+        return  # read_token_file says what is wrong with it
+    if link.st_uid != os.getuid() or target.st_uid != os.getuid():
+        fail(f"the token file {path} belongs to another user, who could choose the server's "
+             "token: use a file of your own")
+    if target.st_mode & 0o022:
+        fail(f"the token file {path} can be written by other users, who could choose the "
+             f"server's token: 'chmod go-w {path}' first")
 
 
 # -- remote ------------------------------------------------------------------------------------

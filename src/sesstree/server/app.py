@@ -14,7 +14,7 @@ is mounted into the same app, at ``/`` and ``/api/v1/web/``.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Iterable
-from typing import Any, TypeVar
+from typing import Annotated, Any, TypeVar
 
 import msgspec
 from starlette.applications import Starlette
@@ -62,6 +62,10 @@ _Handler = Callable[[Request], Awaitable[Response]]
 _Body = TypeVar("_Body", bound=msgspec.Struct)
 #: A start of /walk or a chain of /nodes: [32-byte id, count] (the id's length checked after).
 _Start = tuple[bytes, int]
+# The longest list each route takes, checked by the decoder on the list's header, before any
+# item is made: 32 MiB of 4-byte [b"", 0] items would be 8 million tuples, half a gigabyte.
+_Starts = Annotated[list[_Start], msgspec.Meta(max_length=MAX_STARTS)]
+_Chains = Annotated[list[_Start], msgspec.Meta(max_length=MAX_NODES)]
 
 
 # The shape of each route's body: what a field holds is decoded only as deep as its type.
@@ -70,11 +74,11 @@ class _Has(msgspec.Struct):
 
 
 class _Walk(msgspec.Struct):
-    starts: list[_Start]
+    starts: _Starts
 
 
 class _Nodes(msgspec.Struct):
-    chains: list[_Start]
+    chains: _Chains
 
 
 class _Push(msgspec.Struct):
@@ -215,6 +219,8 @@ async def _msgpack_body(request: Request, shape: type[_Body]) -> _Body:
     try:
         return msgspec.msgpack.decode(b"".join(chunks), type=shape)
     except msgspec.ValidationError as exc:
+        if "of length <=" in str(exc):  # a list longer than its route takes
+            raise _Refused(413, f"too many items in the request body: {exc}") from None
         raise _Refused(400, f"the request body is not the msgpack map {route} takes: {exc}"
                        ) from None
     except msgspec.DecodeError:
@@ -247,5 +253,7 @@ def serve(store: Store, *, host: str = "127.0.0.1", port: int = 8765, token: str
     """Serve ``store`` (or a ready ``app`` over it) with uvicorn until interrupted."""
     import uvicorn
 
-    uvicorn.run(app or create_app(store, token=token, host=host), host=host, port=port, log_level="warning",
-                server_header=False)
+    # proxy_headers off: wrong tokens are counted per connection address, which a client's
+    # own X-Forwarded-For must not choose (see sess serve).
+    uvicorn.run(app or create_app(store, token=token, host=host), host=host, port=port,
+                log_level="warning", server_header=False, proxy_headers=False)

@@ -13,7 +13,7 @@ from ..store.urls import is_store_url, redact_url
 from .peer import LocalPeer, Peer
 from .remotes import Remote, get_remote
 
-__all__ = ["open_peer", "read_token_file"]
+__all__ = ["open_peer", "read_token_file", "sendable_token"]
 
 
 def open_peer(store: Store, remote: str | os.PathLike[str] | Store, *,
@@ -49,7 +49,7 @@ def _token(given: str | None, remote: Remote | None) -> str | None:
         return given
     env = os.environ.get("SESS_TOKEN")
     if env:
-        return env.strip()
+        return sendable_token(env.strip(), "SESS_TOKEN")
     if remote is not None and remote.token_file:
         return read_token_file(remote.token_file)
     return None
@@ -65,4 +65,15 @@ def read_token_file(path: str | os.PathLike[str]) -> str:
         raise RemoteError(f"the token file {path} is not text") from None
     if not token or not token[0].strip():
         raise RemoteError(f"the token file {path} is empty")
-    return token[0].strip()
+    return sendable_token(token[0].strip(), f"the token file {path}")
+
+
+def sendable_token(token: str, source: str) -> str:
+    """``token`` if an HTTP header can carry it (printable ASCII), else a RemoteError naming
+    ``source`` (where the token came from) but never the token."""
+    # Checked here, not left to the HTTP client: its encoding error quotes the whole
+    # "Bearer TOKEN" header, and a server could never match a header it cannot be sent.
+    if not (token.isascii() and token.isprintable()):
+        raise RemoteError(f"{source} holds a character other than printable ASCII, which an "
+                          "HTTP header cannot carry (the token is not shown)")
+    return token

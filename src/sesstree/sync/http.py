@@ -18,6 +18,7 @@ from ..errors import RemoteError
 from ..node import NodeId
 from ..store.base import RawNode
 from ..store.urls import strip_userinfo
+from .connect import sendable_token
 from .pack import (
     MAX_STARTS,
     MAX_UNPACKED,
@@ -77,7 +78,7 @@ class HttpPeer:
         self._token = token
         headers = {"User-Agent": "sesstree-sync/1"}
         if token:
-            headers["Authorization"] = f"Bearer {token}"
+            headers["Authorization"] = f"Bearer {sendable_token(token, 'the token')}"
         # Small requests go out at once (no Nagle delay waiting for an ACK: without it every
         # request with a body costs a delayed-ACK timeout, ~40 ms). Plain http never uses
         # TLS, so it skips loading the CA bundle; https verifies certificates as usual.

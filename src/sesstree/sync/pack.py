@@ -109,8 +109,10 @@ def verify(nodes: Sequence[RawNode], has: Callable[[list[NodeId]], set[NodeId]],
         except (msgspec.DecodeError, ValueError, TypeError) as exc:
             raise RemoteError(f"{peer} sent node {node.id[:12]} whose data is not "
                               f"msgpack ({exc})") from None
-        except InvalidEventError:  # decodes, but to no JSON value (bytes, NaN, ...)
-            canonical = False
+        except InvalidEventError as exc:  # decodes, but to no JSON value the store holds
+            # (bytes, NaN, a non-string key, nested past the store's 500 levels): say which.
+            raise RemoteError(f"{peer} sent node {node.id[:12]} whose data the store cannot "
+                              f"hold ({exc}): refused, nothing stored") from None
         except RecursionError:  # nested past msgspec's limit: no stored node is that deep
             raise RemoteError(f"{peer} sent node {node.id[:12]} whose data is nested too "
                               "deeply: refused, nothing stored") from None

@@ -46,17 +46,22 @@ _RAW_HEADERS = [(k.encode(), v.encode()) for k, v in SECURITY_HEADERS.items()]
 
 
 def host_name(host: str) -> str:
-    """``host`` as it appears in a ``Host`` header without the port: lowercase, an IPv6
-    address in brackets, no trailing dot."""
+    """``host`` as it appears in a ``Host`` header without the port: lowercase, no trailing
+    dot, an IP address in its shortest form (an IPv6 one in brackets, an IPv4-mapped one as
+    the IPv4 address it is)."""
     host = host.strip().lower().rstrip(".")
-    if host.startswith("["):
-        return host
+    bare = host[1:-1] if host.startswith("[") and host.endswith("]") else host
     try:
-        if ipaddress.ip_address(host).version == 6:
-            return f"[{host}]"
+        address = ipaddress.ip_address(bare)
     except ValueError:
-        pass
-    return host
+        return host
+    if isinstance(address, ipaddress.IPv6Address):
+        # A dual-stack socket (--host ::) sees an IPv4 client's connection arrive on
+        # ::ffff:A.B.C.D, while the client's Host says A.B.C.D.
+        if address.ipv4_mapped is None:
+            return f"[{address}]"
+        address = address.ipv4_mapped
+    return str(address)
 
 
 def _header_host(value: str) -> str:
@@ -141,7 +146,7 @@ class HostCheck:
         given = ""
         for key, value in scope.get("headers", []):
             if key == b"host":
-                given = _header_host(value.decode("latin-1"))
+                given = host_name(_header_host(value.decode("latin-1")))
                 break
         server = scope.get("server")
         local = host_name(str(server[0])) if server else None

@@ -2,14 +2,15 @@
 
 A served store takes its token on ``/login``, in ``Authorization: Bearer`` on the web view's
 JSON writes and on ``/api/v1/push``. Each wrong one counts against the address it came from
-(an IPv6 client by its /64, which one machine usually holds whole). After :data:`FREE`
-wrong tokens the address must wait before its next attempt: 1 s, then twice as long after
-each further wrong one, up to :data:`MOST_WAIT`. An attempt during the wait is answered
+(an IPv6 client by its /64, which one machine usually holds whole; every loopback address,
+all of 127.0.0.0/8 and ``::1``, as one). After :data:`FREE` wrong tokens the address must
+wait before its next attempt: 1 s, then twice as long after each further wrong one, up to
+:data:`MOST_WAIT`. An attempt during the wait is answered
 ``429`` with ``Retry-After`` and its token is not even compared, so waiting is the only way
 on. A right token clears the address's count, and so does :data:`FORGET` without a wrong one.
 
 The wait is capped so a guesser sharing the user's address (every local program is
-127.0.0.1) can hold back the user's writes by a minute at most, never their reads. At the cap
+loopback) can hold back the user's writes by a minute at most, never their reads. At the cap
 a guesser gets one attempt a minute, 1,440 a day: nothing against a 16-character token.
 """
 
@@ -26,7 +27,7 @@ from dataclasses import dataclass
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 
-__all__ = ["FORGET", "FREE", "MOST_WAIT", "Throttle", "Throttled", "client_key"]
+__all__ = ["FORGET", "FREE", "LOOPBACK", "MOST_WAIT", "Throttle", "Throttled", "client_key"]
 
 #: Wrong tokens an address may send before it must wait.
 FREE = 10
@@ -58,16 +59,25 @@ class _Record:
     last: float = 0.0  # the last wrong token
 
 
+#: The one client every loopback address is counted as.
+LOOPBACK = "loopback"
+
+
 def client_key(request: Request) -> str:
-    """Whom a request's guesses count against: its client's address (an IPv6 one by /64)."""
+    """Whom a request's guesses count against: its client's address (an IPv6 one by /64),
+    and :data:`LOOPBACK` for any address of this machine's loopback."""
     host = request.client.host if request.client else ""
     try:
-        address = ipaddress.ip_address(host)
+        address: ipaddress.IPv4Address | ipaddress.IPv6Address = ipaddress.ip_address(host)
     except ValueError:
         return host
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        address = address.ipv4_mapped
+    # Any local program may connect from any of 127.0.0.0/8 (it needs no privilege to pick
+    # 127.0.0.2): counted apart, each of those addresses would bring its own free guesses.
+    if address.is_loopback:
+        return LOOPBACK
     if isinstance(address, ipaddress.IPv6Address):
-        if address.ipv4_mapped is not None:
-            return str(address.ipv4_mapped)
         return str(ipaddress.ip_network(f"{address}/64", strict=False))
     return str(address)
 
