@@ -12,7 +12,7 @@ from typing import Any
 
 import msgspec
 
-from ..errors import UnknownRevisionError
+from ..errors import StoreCorruptError, UnknownRevisionError
 from ..node import Node, NodeId
 from ..repo import SESSIONS, TAGS, Store
 from ..scan import reflog_stamp, reflog_times
@@ -73,7 +73,8 @@ class Views:
                 if t.name.startswith(TAGS):
                     tags.setdefault(t.target, []).append(t.name[len(TAGS):])
             version = _version(store)
-            forest: Forest = build_forest(self.paths, listing.sessions, tags)
+            forest: Forest = build_forest(self.paths, listing.sessions, tags,
+                                          lambda raw: _type_of(store, raw))
             nodes = {r.id: node_of(store, r.id) for r in forest.rows}
             sources = {s.name: source_of(store, s.name, s.head) for s in listing.sessions}
         rows = []
@@ -242,6 +243,14 @@ class Views:
             "cut": d.cut,
             "read": d.most,
         }
+
+
+def _type_of(store: Store, raw: bytes) -> str:
+    """The type of the stored node with raw id ``raw``."""
+    stored = store.backend.get(NodeId(raw.hex()))
+    if stored is None:
+        raise StoreCorruptError(f"node {raw.hex()[:12]} cannot be found: the store is damaged")
+    return stored.type
 
 
 def _version(store: Store) -> str:
