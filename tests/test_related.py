@@ -109,3 +109,51 @@ def test_a_fork_at_a_record_of_the_run_parts_there(store: Store) -> None:
     usage = store.resolve("chat~2")
     store.fork("other", "chat~2").add_message({"role": "user", "content": "and?"})
     assert both_diffs(store, "chat", "other") == (usage, 2, 1)
+
+
+def _trees(lines: list[str]) -> list[list[str]]:
+    """The trees of a ``log --graph`` drawing: runs of lines between blank ones."""
+    trees: list[list[str]] = [[]]
+    for line in lines:
+        if line:
+            trees[-1].append(line)
+        else:
+            trees.append([])
+    return trees
+
+
+def test_log_graph_draws_unrelated_sessions_apart_and_forks_at_the_turn_end(sess: Sess) -> None:
+    with sess.store() as store:
+        store.session("notes").add_message({"role": "user", "content": "a note"})
+        agent_turn(store, "chat", "hello", "hi")
+        agent_turn(store, "weather", "will it rain?", "no")
+        agent_turn(store, "quest-1", "find the key", "in the cave")
+        end = store.session_head("quest-1")
+        agent_turn(store, "quest-1", "go in", "done")
+        store.fork("quest-2", end)
+        agent_turn(store, "quest-2", "ask the mayor", "no key")
+        store.fork("inside", "quest-1~3")  # a head on quest-1's trunk, at a step/start
+        # notes moves last: its line is drawn first, and the others are read past it.
+        store.session("notes").add_message({"role": "user", "content": "another"})
+        root = store.chain("chat").ids[0]
+    lines = sess.lines("log", "--graph", "--all", "--oneline")
+    trees = _trees(lines)
+    names = [{n for n in ("notes", "chat", "weather", "quest-1", "quest-2", "inside")
+              if any(f"({n})" in line or f" {n})" in line or f"({n}," in line for line in t)}
+             for t in trees]
+    assert sorted(map(sorted, names)) == [
+        ["chat"], ["inside", "quest-1", "quest-2"], ["notes"], ["weather"]]
+    # Each agent tree ends at its own drawing of the turn/start they all begin with.
+    agent_trees = [t for t, n in zip(trees, names, strict=True) if "notes" not in n]
+    assert all(t[-1].startswith(f"* {root[:10]} ") for t in agent_trees)
+    quest = next(t for t, n in zip(trees, names, strict=True) if "quest-1" in n)
+    # quest-2 joins quest-1's line at the end of the first turn, each with its own turn/start.
+    join = next(i for i, line in enumerate(quest) if line == "|/")
+    assert quest[join + 1].startswith(f"* {end[:10]} ")
+    above = quest[:join]
+    starts = [line for line in above if "turn starts" in line]
+    ids = [line.replace("|", "").replace("*", "").split()[0] for line in starts]
+    assert len(starts) == 2 and ids[0] == ids[1]
+    # inside's head is on quest-1's line, not a branch of its own.
+    assert any(line.startswith("| * ") and "(inside)" in line for line in above)
+    assert sum(line.count("|/") for line in quest) == 1
