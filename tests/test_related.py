@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 from cli_kit import Sess
+
 from sesstree import Store
 from sesstree.web.diffing import bounded_diff
 

@@ -4,8 +4,8 @@ event steps ``~N`` and ``^`` that count every event, the loop's records included
 from __future__ import annotations
 
 import pytest
-
 from cli_kit import Sess
+
 from sesstree import Store
 from sesstree.errors import UnknownRevisionError
 from sesstree.revisions import parse_steps

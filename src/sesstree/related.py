@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-__all__ = ["NOT_MARKS", "is_mark", "loose_nodes", "shared_length"]
+__all__ = ["NOT_MARKS", "is_mark", "loose_nodes", "shared_depth", "shared_length"]
 
 #: Event types written alike whatever came before, so equal nodes of them say nothing about
 #: two histories meeting: the openers of a turn and of a step, and the system prompt.
@@ -40,10 +40,18 @@ def shared_length(types: Sequence[str], common: int, length_a: int, length_b: in
     ``common`` itself when one history is all of the common prefix; otherwise the common
     prefix up to its last mark (0: they are unrelated).
     """
+    return shared_depth(common, length_a, length_b, lambda depth: types[depth - 1])
+
+
+def shared_depth(common: int, length_a: int, length_b: int,
+                 type_at: Callable[[int], str]) -> int:
+    """:func:`shared_length` with the types read as needed: ``type_at(depth)`` is the type
+    of the common prefix's event at ``depth`` (1 = the root); only the few from ``common``
+    back to the last mark are asked for."""
     if common >= length_a or common >= length_b:
         return common
     k = common
-    while k and not is_mark(types[k - 1]):
+    while k and not is_mark(type_at(k)):
         k -= 1
     return k
 

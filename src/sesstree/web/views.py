@@ -19,6 +19,7 @@ from ..scan import reflog_stamp, reflog_times
 from .catalog import Filter, list_sessions, newest_sessions, source_of
 from .diffing import bounded_diff
 from .forest import Forest, build_forest
+from .forks import Fork, fork_of
 from .paths import ID_BYTES, PathCache, id_at, node_of
 from .render import Item, conversation, pretty_json, snippet
 
@@ -132,21 +133,26 @@ class Views:
             source = source_of(store, name, head)
             tags = sorted(t.name for t in store.tags() if t.target == head)
             moved = store.backend.get_ref("sessions/" + name)
+            fork = fork_of(store, self.paths, name, head)
         nodes = [Node(i, p, t, d) for i, p, t, d in zip(
             chain.ids, [chain.base, *chain.ids], chain.types, chain.datas, strict=False)]
+        items = conversation(nodes, times)
+        first = depth - len(nodes) + 1
         return {
+            "fork": msgspec.to_builtins(fork) if fork is not None else None,
+            "fork_at": _fork_at(fork, items, chain.ids, first, depth),
             "name": name,
             "head": head,
             "end": last,
             "at_head": last == head,
             "depth": depth,
-            "first": depth - len(nodes) + 1,
+            "first": first,
             "older": chain.base,
             "moved": moved.moved if moved is not None else None,
             "source": source,
             "tags": tags,
             "meta": meta,
-            "items": conversation(nodes, times),
+            "items": items,
         }
 
     def tail(self, name: str, after: str, limit: int = 500) -> dict[str, Any]:
@@ -243,6 +249,20 @@ class Views:
             "cut": d.cut,
             "read": d.most,
         }
+
+
+def _fork_at(fork: Fork | None, items: list[Item], ids: list[NodeId], first: int,
+             depth: int) -> str | None:
+    """Where on a page of events (depths ``first`` to ``depth``) the fork mark goes: after the
+    item with this id, ``""`` for the top of the page, None when the fork is not on it."""
+    if fork is None or fork.depth > depth:
+        return None
+    if fork.depth < first:
+        return ""
+    at = fork.depth - first  # the fork node's index in ``ids``
+    index = {id: i for i, id in enumerate(ids)}
+    before = [it.id for it in items if index.get(it.id, len(ids)) <= at]
+    return before[-1] if before else ""
 
 
 def _type_of(store: Store, raw: bytes) -> str:
