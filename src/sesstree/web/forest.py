@@ -93,16 +93,12 @@ def build_forest(paths: PathCache, sessions: Sequence[SessionEntry],
         path = paths.path(s.head, s.name)
         split.append([path[i * ID_BYTES : (i + 1) * ID_BYTES]
                       for i in range(len(path) // ID_BYTES)])
-    loose = _loose(split, type_of) if type_of is not None else set()
-    keyed = [_keys(ids, loose) if loose else ids for ids in split]
-    successors: dict[bytes, set[bytes]] = {}
-    for keys in keyed:
-        for a, b in itertools.pairwise(keys):
-            nxt = successors.get(a)
-            if nxt is None:
-                successors[a] = {b}
-            else:
-                nxt.add(b)
+    successors = _successors(split)
+    loose = _loose(split, successors, type_of) if type_of is not None else set()
+    keyed = split
+    if loose:  # the drawing is of keys: a loose node is one key per branch
+        keyed = [_keys(ids, loose) for ids in split]
+        successors = _successors(keyed)
     # A session's head is drawn on every path through it, so a session whose head lies on
     # another's trunk is drawn there, not on a branch of its own.
     heads = {keys[-1] for keys in keyed}
@@ -131,12 +127,21 @@ def build_forest(paths: PathCache, sessions: Sequence[SessionEntry],
     return _lay_out(list(drawn.values()), tags)
 
 
-def _loose(split: list[list[bytes]], type_of: Callable[[bytes], str]) -> set[bytes]:
-    """The nodes the paths hold but do not share (see :func:`sesstree.related.loose_nodes`)."""
+def _successors(paths: list[list[bytes]]) -> dict[bytes, set[bytes]]:
     successors: dict[bytes, set[bytes]] = {}
-    for ids in split:
-        for a, b in itertools.pairwise(ids):
-            successors.setdefault(a, set()).add(b)
+    for keys in paths:
+        for a, b in itertools.pairwise(keys):
+            nxt = successors.get(a)
+            if nxt is None:
+                successors[a] = {b}
+            else:
+                nxt.add(b)
+    return successors
+
+
+def _loose(split: list[list[bytes]], successors: dict[bytes, set[bytes]],
+           type_of: Callable[[bytes], str]) -> set[bytes]:
+    """The nodes the paths hold but do not share (see :func:`sesstree.related.loose_nodes`)."""
     forks: list[tuple[bytes, list[bytes]]] = []
     seen: set[bytes] = set()
     for ids in split:

@@ -17,7 +17,8 @@ from ..related import shared_depth
 from ..repo import Store
 from ..revisions import session_name_of
 from .catalog import Filter, list_sessions
-from .paths import ID_BYTES, PathCache, id_at, node_of
+from .diffing import bounded_diff
+from .paths import ID_BYTES, PathCache, depth_of, id_at, node_of
 
 __all__ = ["CHECKED", "READ", "Fork", "fork_of"]
 
@@ -39,7 +40,6 @@ class Fork(msgspec.Struct, frozen=True):
 
 def fork_of(store: Store, paths: PathCache, name: str, head: NodeId) -> Fork | None:
     """Where session ``name`` (at ``head``) forked from another session, if it did."""
-    mine = paths.path(head, name)
     _, total = store.reflog_page(name, 1, 0)
     if not total:
         return None
@@ -50,15 +50,18 @@ def fork_of(store: Store, paths: PathCache, name: str, head: NodeId) -> Fork | N
         source = session_name_of(store, rev) if rev not in ("HEAD", "@") else name
         other = store.session_head(source) if source != name else None
         if other is not None:
-            depth = _shared(store, mine, paths.path(other, source))
-            if depth:
-                return Fork(source, id_at(mine, depth - 1), depth)
+            # A bounded read, whatever the two sessions' lengths (as the diff page reads).
+            d = bounded_diff(store, head, other, shown=0)
+            if d.base is not None:
+                return Fork(source, d.base.id, depth_of(store, d.base.id))
         elif source != name and created.new is not None and store.reflog_page(source, 1, 0)[1]:
             # Deleted (its reflog remains): the node it was created at, if still on the path.
-            depth = store.depth(created.new)
-            if depth <= len(mine) // ID_BYTES and id_at(mine, depth - 1) == created.new:
+            depth = depth_of(store, created.new)
+            back = depth_of(store, head) - depth
+            if back >= 0 and store.backend.chain(head, back + 1).ids[0] == created.new:
                 return Fork(source, created.new, depth, exists=False)
-    return _nearest(store, paths, name, mine, created.time if created else None)
+    return _nearest(store, paths, name, paths.path(head, name),
+                    created.time if created else None)
 
 
 def _nearest(store: Store, paths: PathCache, name: str, mine: bytes,
