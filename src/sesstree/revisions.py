@@ -50,7 +50,7 @@ MESSAGE_STEP_TYPES = frozenset({
     "context/message", "steering/message", "compaction/marker",
 })
 #: Events read back per window while counting messages or turns (it doubles each time).
-_STEP_WINDOW = 256
+_STEP_WINDOW = 64
 
 
 def resolve(store: Store, rev: str | NodeId) -> NodeId:
