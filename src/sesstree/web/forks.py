@@ -24,8 +24,8 @@ __all__ = ["CHECKED", "READ", "Fork", "fork_of"]
 
 #: Sessions compared at most when the reflog does not name the source, and the events read
 #: at most to do so (paths already cached cost nothing).
-CHECKED = 300
-READ = 200_000
+CHECKED = 100
+READ = 20_000
 _CREATED = "branch: created from "
 
 
