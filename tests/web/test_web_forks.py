@@ -40,16 +40,45 @@ def test_a_branch_names_its_source_and_the_node_they_part_at(tmp_path: Path) -> 
         assert gone["fork"] == {"session": "quest-1", "id": end, "depth": 5, "exists": False}
 
 
-def test_a_session_not_made_by_branch_is_matched_with_the_one_before_it(tmp_path: Path) -> None:
+def test_the_proxys_forks_name_the_session_they_left(tmp_path: Path) -> None:
+    from sesstree.proxy import Exchange, Recorder, ReplyBuilder, parse_request
+    from sesstree.proxy.protocols import CHAT
+
+    def call(history: list[dict[str, str]], answer: str) -> Exchange:
+        parsed = parse_request(CHAT, {"model": "m", "messages": history})
+        assert parsed is not None
+        reply = ReplyBuilder(CHAT)
+        reply.feed_json({"model": "m", "choices": [
+            {"message": {"role": "assistant", "content": answer}, "finish_reason": "stop"}]})
+        return Exchange(parsed, reply.result(), 200)
+
+    with open_store(tmp_path / "s") as store:
+        recorder = Recorder(store)
+        first = [{"role": "user", "content": "q0"}]
+        recorder.record(call(first, "a0"))
+        recorder.record(call([*first, {"role": "assistant", "content": "a0"},
+                              {"role": "user", "content": "q1"}], "a1"))
+        # The client edits its history: the second question is asked differently.
+        outcome = recorder.record(call([*first, {"role": "assistant", "content": "a0"},
+                                        {"role": "user", "content": "q1, again"}], "b1"))
+        forked = outcome.session
+        names = {s.name for s in store.sessions()}
+        assert len(names) == 2 and forked in names
+        (source,) = names - {forked}
+        page = Views(store).session(forked, None, 200)
+        assert page["fork"] is not None and page["fork"]["session"] == source
+        shared = store.diff(forked, source).base
+        assert page["fork"]["id"] == shared
+        assert shared is not None and store.show(shared + "~0m").data["content"] == "a0"
+
+
+def test_a_session_created_otherwise_names_no_source(tmp_path: Path) -> None:
     with open_store(tmp_path / "s") as store:
         _agent_turn(store, "base", "find the key")
-        end = store.session_head("base")
-        assert end is not None
-        # Written as the proxy writes a fork: a new session that re-sends base's history.
-        _agent_turn(store, "base-fork-1", "find the key")
-        _agent_turn(store, "base-fork-1", "look under the mat")
-        _agent_turn(store, "base", "go in")
+        _agent_turn(store, "copy", "find the key")  # the same history, written again
+        _agent_turn(store, "copy", "look under the mat")
+        store.tag("v1", "base")
+        store.fork("from-tag", "v1")
         views = Views(store)
-        assert views.session("base-fork-1", None, 200)["fork"] == {
-            "session": "base", "id": end, "depth": 5, "exists": True}
-        assert views.session("base", None, 200)["fork"] is None
+        assert views.session("copy", None, 200)["fork"] is None
+        assert views.session("from-tag", None, 200)["fork"] is None

@@ -133,7 +133,7 @@ class Views:
             source = source_of(store, name, head)
             tags = sorted(t.name for t in store.tags() if t.target == head)
             moved = store.backend.get_ref("sessions/" + name)
-            fork = fork_of(store, self.paths, name, head)
+            fork = fork_of(store, name, head)
         nodes = [Node(i, p, t, d) for i, p, t, d in zip(
             chain.ids, [chain.base, *chain.ids], chain.types, chain.datas, strict=False)]
         items = conversation(nodes, times)
