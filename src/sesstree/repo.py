@@ -205,8 +205,24 @@ class Store:
         target = self.resolve(start if start is not None else "HEAD")
         if self.has_session(new):
             raise RefExistsError(f"session {new!r} already exists")
-        self.move_ref(SESSIONS + new, None, target, f"branch: created from {start or 'HEAD'}")
+        self.move_ref(SESSIONS + new, None, target, f"branch: created from {self._named(start)}")
         return self.session(new)
+
+    def _named(self, rev: str | None) -> str:
+        """``rev`` (default HEAD) as a reflog entry keeps it: a revision that starts at an
+        attached HEAD names HEAD's session instead (``HEAD~2`` on ``quest-1`` is
+        ``quest-1~2``), so the entry still says where it came from once HEAD has moved."""
+        rev = rev or "HEAD"
+        if rev.startswith("HEAD"):
+            rest = rev[4:]
+        elif rev.startswith("@"):
+            rest = rev if rev.startswith("@{") else rev[1:]
+        else:
+            return rev
+        if rest and not rest.startswith(("~", "^", "@{")):
+            return rev
+        name, _ = self.head()
+        return name + rest if name is not None else rev
 
     def delete_session(self, name: str) -> NodeId:
         """Delete session ``name``; its reflog stays, so ``sess branch NAME ID`` restores it.

@@ -82,3 +82,37 @@ def test_a_session_created_otherwise_names_no_source(tmp_path: Path) -> None:
         views = Views(store)
         assert views.session("copy", None, 200)["fork"] is None
         assert views.session("from-tag", None, 200)["fork"] is None
+
+
+def test_a_branch_made_at_head_names_the_session_head_was_on(tmp_path: Path) -> None:
+    with open_store(tmp_path / "s") as store:
+        _agent_turn(store, "quest-1", "find the key")
+        end = store.session_head("quest-1")
+        _agent_turn(store, "quest-1", "go in")
+        _agent_turn(store, "chat", "hello")
+        store.checkout("quest-1")
+        store.fork("quest-2")  # `sess branch quest-2`: from HEAD
+        store.fork("quest-3", "HEAD~1t")
+        store.fork("quest-4", "@~5")
+        store.checkout("chat")  # HEAD moves on: the entries still name quest-1
+        _agent_turn(store, "quest-2", "ask the mayor")
+        _agent_turn(store, "quest-3", "ask the smith")
+        _agent_turn(store, "quest-4", "ask the guard")
+        assert store.reflog("quest-3")[0].reason == "branch: created from quest-1~1t"
+        views = Views(store)
+        for name in ("quest-2", "quest-3", "quest-4"):
+            fork = views.session(name, None, 200)["fork"]
+            assert fork is not None and fork["session"] == "quest-1", name
+        assert views.session("quest-3", None, 200)["fork"]["id"] == end
+        # Detached, HEAD names no session: the entry keeps HEAD and the page names none
+        # (never the session HEAD is on when the page is read).
+        store.checkout("quest-1~1t")
+        store.fork("quest-5")
+        store.fork("quest-6", "HEAD~1")
+        store.checkout("quest-2")  # related to both, and not where they came from
+        _agent_turn(store, "quest-5", "leave")
+        _agent_turn(store, "quest-6", "stay")
+        assert store.reflog("quest-5")[0].reason == "branch: created from HEAD"
+        assert store.reflog("quest-6")[0].reason == "branch: created from HEAD~1"
+        assert views.session("quest-5", None, 200)["fork"] is None
+        assert views.session("quest-6", None, 200)["fork"] is None

@@ -16,7 +16,7 @@ import msgspec
 
 from ..node import NodeId
 from ..repo import Store
-from ..revisions import session_name_of
+from ..revisions import parse_steps, session_name_of
 from .diffing import bounded_diff
 from .paths import depth_of
 
@@ -39,7 +39,11 @@ def source_in(store: Store, reason: str) -> str | None:
     """The session a creating reflog entry's reason names as its source, if any."""
     if reason.startswith(_BRANCH):
         rev = reason[len(_BRANCH):]
-        return None if rev in ("HEAD", "@") else session_name_of(store, rev)
+        # An entry written at a detached HEAD (or by an older version) says HEAD: which
+        # session that was is not known now, and HEAD's session today may be any other.
+        base, _ = parse_steps(rev)
+        return None if base in ("HEAD", "@") or base.startswith(("HEAD@{", "@{")) \
+            else session_name_of(store, rev)
     m = _PROXY.match(reason)
     return (m.group(1) or m.group(2)) if m is not None else None
 
