@@ -11,6 +11,12 @@ the same picture for the same nodes.
 
 A label may be None: the node is folded (not drawn), its lanes are kept, so a fork at a
 folded node still shows where it joins, above the next node drawn.
+
+The streamed drawing has paths meet only where they share history as
+:mod:`sesstree.related` reads it: paths that part after an opener (the same ``turn/start`` on
+each) each draw their own copy of it and meet at the node before it, or are separate trees.
+:func:`draw_graph` (nodes without their types) joins every shared node; the two draw the same
+picture when no paths part after an opener.
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ from typing import TYPE_CHECKING
 
 import msgspec
 
+from . import related
 from .node import Node, NodeId
 from .scan import Links
 
@@ -151,8 +158,10 @@ class _Walk:
     queue; the segments it leaves behind are as few as the tips.
     """
 
-    def __init__(self, links: Links, tips: set[int]) -> None:
+    def __init__(self, links: Links, tips: set[int],
+                 is_mark: Callable[[int], bool] = lambda key: True) -> None:
         self._rows = links.newest_first()
+        self.is_mark = is_mark
         self._held: tuple[int, int | None] | None = None
         self._tips = sorted(tips, reverse=True)
         self._i = 0  # self._tips[self._i:] are the tips not reached yet
@@ -213,6 +222,23 @@ class _Walk:
         if key is not None:
             self.waiting.setdefault(key, []).append(seg)
 
+    def carry(self, segs: Sequence[_Segment], key: int, parent: int | None) -> None:
+        """Each of ``segs`` takes node ``key`` as its own copy and continues at ``parent``
+        (or ends there, a tree of its own, at a root)."""
+        for seg in segs:
+            seg.bottom = key
+            seg.length += 1
+            seg.next = parent
+            if parent is None:
+                self._finish(seg)
+            else:
+                self.waiting.setdefault(parent, []).append(seg)
+
+    def _tip_segment(self, key: int) -> _Segment:
+        seg = _Segment(key)
+        self._candidate(seg)
+        return seg
+
     def _take_tip(self, key: int) -> bool:
         tips = self._tips
         while self._i < len(tips) and tips[self._i] > key:
@@ -229,6 +255,13 @@ class _Walk:
         if arriving is None:
             seg = _Segment(key)
             self._candidate(seg)
+        elif len(arriving) > 1 and not self.is_mark(key):
+            # Paths that part after an opener (the same turn/start on each) do not meet
+            # there: each draws its own copy and goes on down to where they do meet.
+            self.carry(arriving, key, parent)
+            if is_tip:
+                self.carry([self._tip_segment(key)], key, parent)
+            return
         elif len(arriving) == 1:
             seg = arriving[0]
         else:
@@ -274,7 +307,17 @@ def stream_graph(
         assert label is not None
         path_label = _same(label)
     paths = _Paths(store, path_label, first)
-    return _draw(_graph_nodes(links, _Walk(links, set(keys.values())), paths))
+    marks: dict[int, bool] = {}
+
+    def is_mark(key: int) -> bool:
+        # Asked only where paths meet, and about the openers before such a place: a few
+        # nodes per fork, each read once.
+        if key not in marks:
+            stored = store.backend.get(links.ids([key])[key])
+            marks[key] = stored is None or related.is_mark(stored.type)
+        return marks[key]
+
+    return _draw(_graph_nodes(links, _Walk(links, set(keys.values()), is_mark), paths))
 
 
 def _same(label: Label) -> Callable[[NodeId], Label]:
@@ -347,6 +390,11 @@ def _graph_nodes(links: Links, walk: _Walk, paths: _Paths) -> Iterator[GraphNode
             found, parent, arriving = walk.until(x)
             if not found:
                 break  # damage: x is not stored; what joined it was drawn as rooted
+            if len(arriving) > (main is not None) and not walk.is_mark(x):
+                # Others hold x but part after it, an opener: they meet the line further
+                # down, each with its own copy of x (see sesstree.related).
+                walk.carry([s for s in arriving if s is not main], x, parent)
+                arriving = [main] if main is not None else []
             if len(arriving) > (main is not None):  # others join the line here
                 for seg in sorted((s for s in arriving if s is not main),
                                   key=lambda s: s.newest, reverse=True):

@@ -25,6 +25,7 @@ from .events import Derived, derive_messages, is_registered
 from .head import Checkout, FileHead, HeadKeeper, MetaHead, head_file_for
 from .node import Node, NodeId, check_ref_name, encode_data, node_id_from_encoded
 from .policy import WritePolicy
+from .related import shared_length
 from .revisions import REMOTES, SESSIONS, TAGS, resolve, session_name_of, steps_suffix
 from .store.base import (
     PROVENANCE_KEY,
@@ -62,7 +63,8 @@ class SessionInfo(msgspec.Struct, frozen=True):
 
 
 class Diff(msgspec.Struct, frozen=True):
-    """Two revisions, their last common node and what each added after it (oldest first)."""
+    """Two revisions, where they part (the last node of the history they share, see
+    :mod:`sesstree.related`) and what each added after it (oldest first)."""
 
     base: NodeId | None
     only_a: list[Node]
@@ -205,8 +207,24 @@ class Store:
         target = self.resolve(start if start is not None else "HEAD")
         if self.has_session(new):
             raise RefExistsError(f"session {new!r} already exists")
-        self.move_ref(SESSIONS + new, None, target, f"branch: created from {start or 'HEAD'}")
+        self.move_ref(SESSIONS + new, None, target, f"branch: created from {self._named(start)}")
         return self.session(new)
+
+    def _named(self, rev: str | None) -> str:
+        """``rev`` (default HEAD) as a reflog entry keeps it: a revision that starts at an
+        attached HEAD names HEAD's session instead (``HEAD~2`` on ``quest-1`` is
+        ``quest-1~2``), so the entry still says where it came from once HEAD has moved."""
+        rev = rev or "HEAD"
+        if rev.startswith("HEAD"):
+            rest = rev[4:]
+        elif rev.startswith("@"):
+            rest = rev if rev.startswith("@{") else rev[1:]
+        else:
+            return rev
+        if rest and not rest.startswith(("~", "^", "@{")):
+            return rev
+        name, _ = self.head()
+        return name + rest if name is not None else rev
 
     def delete_session(self, name: str) -> NodeId:
         """Delete session ``name``; its reflog stays, so ``sess branch NAME ID`` restores it.
@@ -459,13 +477,17 @@ class Store:
         return self.derive(rev).messages
 
     def diff(self, a: str | NodeId, b: str | NodeId) -> Diff:
-        """The last common node of two revisions and what each added since."""
+        """Where two revisions part and what each added since: the last node of the history
+        they share as :mod:`sesstree.related` reads it (None when they share none). Records of
+        the run that both repeat after their last shared message or turn end (the next
+        turn's ``turn/start``) are listed on each side; an ancestor is shared whole."""
         ca, cb = self.chain(a), self.chain(b)
         k = 0
         for x, y in zip(ca.ids, cb.ids, strict=False):
             if x != y:
                 break
             k += 1
+        k = shared_length(ca.types, k, len(ca.ids), len(cb.ids))
         return Diff(
             ca.ids[k - 1] if k else None,
             _nodes_of(ca)[k:],

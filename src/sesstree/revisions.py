@@ -2,6 +2,9 @@
 ``origin/quest-1``, a tag or an id prefix names.
 
 - ``NAME~N`` and ``NAME^`` (any mix, read from the right) go back N events along the path;
+- ``NAME~Nm`` is the message N messages back from the newest one at ``NAME`` (a line of
+  ``sess log``, never a record of the run), ``NAME~Nt`` where the session ended N turns ago
+  (before its last N turns started); steps of different kinds apply left to right;
 - ``NAME@{N}`` is where a ref was N moves ago, from its reflog (deleted refs included);
 - a session wins over a tag, and both over a remote-tracking ref of the same spelling (a
   session may be called ``origin/x``), as git's refs/heads come before refs/remotes;
@@ -14,6 +17,7 @@ parsing, step counts take at most 9 digits, and the steps are split in one scan.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from .errors import AmbiguousPrefixError, UnknownRevisionError
@@ -23,8 +27,8 @@ from .node import NodeId
 if TYPE_CHECKING:
     from .repo import Store
 
-__all__ = ["MAX_REVISION", "REMOTES", "SESSIONS", "TAGS", "resolve", "session_name_of",
-           "split_steps", "steps_suffix"]
+__all__ = ["MAX_REVISION", "MESSAGE_STEP_TYPES", "REMOTES", "SESSIONS", "TAGS", "parse_steps",
+           "resolve", "session_name_of", "split_steps", "steps_suffix"]
 
 SESSIONS = "sessions/"
 TAGS = "tags/"
@@ -32,13 +36,21 @@ TAGS = "tags/"
 REMOTES = "remotes/"
 # \Z, not $: `$` also matches before a final line break, which a hostile revision may hold.
 _HEX = re.compile(r"^[0-9a-f]{4,64}\Z")
-_SUFFIX = re.compile(r"(~[0-9]*|\^+)\Z")
+_SUFFIX = re.compile(r"(~[0-9]*[mt]?|\^+)\Z")
 _REFLOG_REV = re.compile(r"^(.*)@\{([0-9]+)\}\Z", re.DOTALL)
 #: Longer revisions are refused before any parsing: no real one comes near (an id is 64
 #: characters, a name at most 200 bytes), and a bound keeps hostile input cheap.
 MAX_REVISION = 1024
 #: ``~N`` and ``@{N}`` take at most this many digits (a billion events or moves back).
 _MAX_DIGITS = 9
+#: What ``~Nm`` counts: the events that are messages of the conversation (``sess log`` shows
+#: them on lines of their own), not the records of the run around them.
+MESSAGE_STEP_TYPES = frozenset({
+    "system/message", "user/message", "assistant/message", "tool/result", "message",
+    "context/message", "steering/message", "compaction/marker",
+})
+#: Events read back per window while counting messages or turns (it doubles each time).
+_STEP_WINDOW = 64
 
 
 def resolve(store: Store, rev: str | NodeId) -> NodeId:
@@ -54,17 +66,69 @@ def resolve(store: Store, rev: str | NodeId) -> NodeId:
             f"a revision of {len(rev)} characters is not one (at most {MAX_REVISION})")
     if not rev.isascii():
         _check_utf8(rev)
-    base, back = split_steps(rev)
+    base, steps = parse_steps(rev)
     node = _resolve_base(store, base, rev)
-    if back == 0:
+    for i, (count, unit) in enumerate(steps):
+        if unit == "m":
+            node = _messages_back(store, node, count, rev)
+        elif unit == "t":
+            node = _turns_back(store, node, count, rev)
+        elif count:
+            chain = store.backend.chain(node, count + 1)
+            if len(chain.ids) <= count:
+                start = _shown(base) if i == 0 else f"its step to {node[:10]}"
+                raise UnknownRevisionError(
+                    f"{_shown(rev)}: {start} has only {plural(len(chain.ids), 'event')}, "
+                    f"cannot go back {count}")
+            node = chain.ids[0]
+    return node
+
+
+def _back_from(store: Store, node: NodeId) -> Iterator[tuple[NodeId, str, NodeId | None]]:
+    """The events from ``node`` back to the root, newest first: id, type and parent; read in
+    growing windows, so a step that lands near ``node`` reads little."""
+    window = _STEP_WINDOW
+    head: NodeId | None = node
+    while head is not None:
+        chain = store.backend.chain(head, window)
+        parents = [chain.base, *chain.ids[:-1]]
+        for i in range(len(chain.ids) - 1, -1, -1):
+            yield chain.ids[i], chain.types[i], parents[i]
+        head = chain.base
+        window *= 2
+
+
+def _messages_back(store: Store, node: NodeId, count: int, rev: str) -> NodeId:
+    """``~Nm``: the message ``count`` messages before the newest one at or before ``node``."""
+    seen = 0
+    for id, type, _ in _back_from(store, node):
+        if type in MESSAGE_STEP_TYPES:
+            if seen == count:
+                return id
+            seen += 1
+    most = f" (at most {seen - 1})" if seen else ""
+    raise UnknownRevisionError(
+        f"{_shown(rev)}: only {plural(seen, 'message')} lead there, cannot go back "
+        f"{count}{most}")
+
+
+def _turns_back(store: Store, node: NodeId, count: int, rev: str) -> NodeId:
+    """``~Nt``: the session before its last ``count`` turns (those that start at or before
+    ``node``) started: the end of the turn ``count`` turns back."""
+    if count == 0:
         return node
-    chain = store.backend.chain(node, back + 1)
-    if len(chain.ids) <= back:
-        raise UnknownRevisionError(
-            f"{_shown(rev)}: {_shown(base)} has only {plural(len(chain.ids), 'event')}, "
-            f"cannot go back {back}"
-        )
-    return chain.ids[0]
+    seen = 0
+    for _, type, parent in _back_from(store, node):
+        if type == "turn/start":
+            seen += 1
+            if seen == count:
+                if parent is None:
+                    raise UnknownRevisionError(
+                        f"{_shown(rev)}: the history starts with its first turn, so nothing "
+                        f"is {plural(count, 'turn')} back (at most {count - 1})")
+                return parent
+    raise UnknownRevisionError(
+        f"{_shown(rev)}: only {plural(seen, 'turn')} lead there, cannot go back {count}")
 
 
 def session_name_of(store: Store, rev: str) -> str:
@@ -73,7 +137,7 @@ def session_name_of(store: Store, rev: str) -> str:
     if rev in ("HEAD", "@"):
         head_name, _ = store.head()
         return head_name or rev
-    base, _ = split_steps(rev)
+    base, _ = parse_steps(rev)
     if (m := _REFLOG_REV.match(base)) is not None:
         base = m.group(1)
     if base in ("HEAD", "@", ""):
@@ -140,30 +204,54 @@ def _from_reflog(store: Store, name: str, n: int, rev: str) -> NodeId:
 def split_steps(rev: str) -> tuple[str, int]:
     """``quest-1@{2}~3^`` -> ``("quest-1@{2}", 4)``: the base and how many events back.
 
+    For a revision with message or turn steps (``~2t``), use :func:`parse_steps`: they are not
+    a number of events.
+    """
+    base, steps = parse_steps(rev)
+    if any(unit for _, unit in steps):
+        raise UnknownRevisionError(f"{_shown(rev)} steps back by messages or turns, not events")
+    return base, sum(count for count, _ in steps)
+
+
+def parse_steps(rev: str) -> tuple[str, list[tuple[int, str]]]:
+    """``quest-1@{2}~2t^`` -> ``("quest-1@{2}", [(2, "t"), (1, "")])``: the base and its
+    steps back, in the order they apply (left to right); the unit is ``""`` for events,
+    ``"m"`` for messages and ``"t"`` for turns. Runs of event steps are added up.
+
     One scan from the end, so a long run of steps costs linear time.
     """
-    back = 0
+    steps: list[tuple[int, str]] = []  # newest step first while scanning
     end = len(rev)
     while end > 1:
         start = end
+        unit = ""
         if rev[end - 1] == "^":
             while start > 0 and rev[start - 1] == "^":
                 start -= 1
             if start == 0:
                 break  # a base is never empty
-            back += end - start
+            count = end - start
         else:
+            if rev[end - 1] in "mt":
+                unit = rev[end - 1]
+                start -= 1
+            digits_end = start
             while start > 0 and "0" <= rev[start - 1] <= "9":
                 start -= 1
             if start < 2 or rev[start - 1] != "~":
                 break
-            digits = rev[start:end]
+            digits = rev[start:digits_end]
             if len(digits) > _MAX_DIGITS:
                 raise UnknownRevisionError(f"{_shown(rev)}: ~{_shown(digits, 12)} is too far back")
-            back += int(digits) if digits else 1
+            count = int(digits) if digits else 1
             start -= 1
+        if steps and not unit and not steps[-1][1]:
+            steps[-1] = (steps[-1][0] + count, "")
+        else:
+            steps.append((count, unit))
         end = start
-    return rev[:end], back
+    steps.reverse()
+    return rev[:end], steps
 
 
 def _shown(text: str, width: int = 80) -> str:

@@ -269,3 +269,57 @@ def test_a_live_turn_shown_unfinished_is_replaced_by_its_row(
         assert page.locator(f"#n-{answer.id}").count() == 1
         assert page.locator("#conversation .type >> text=assistant/chunk").count() == 0
         _shot(page, "session-live-turn.png", tmp_path)
+
+
+def _agent_turn(store: Store, name: str, prompt: str, answer: str) -> None:
+    s = store.session(name)
+    s.append("turn/start", {"trigger": {"kind": "user"}})
+    s.add_message({"role": "user", "content": prompt})
+    s.append("step/start", {"step": 1})
+    s.add_message({"role": "assistant", "content": answer})
+    s.append("step/end", {"step": 1, "finish_reason": "stop"})
+    s.append("turn/end", {"reason": {"kind": "answer"}, "steps": 1})
+
+
+def test_forks_are_drawn_where_sessions_part_and_marked_on_the_session_page(
+        page: Any, tmp_path: Path) -> None:
+    from sesstree import open_store
+
+    with open_store(tmp_path / "store") as store:
+        _agent_turn(store, "chat", "Hello there.", "Hi! How can I help?")
+        _agent_turn(store, "weather", "Will it rain today?", "No, clear skies.")
+        _agent_turn(store, "quest-1", "Find the Silver Key.", "The mayor has it.")
+        end = store.session_head("quest-1")
+        assert end is not None
+        _agent_turn(store, "quest-1", "Ask the mayor.", "He wants a favour.")
+        store.fork("trunk", "quest-1~3")  # a head on quest-1's trunk
+        store.fork("quest-2", "quest-1~6")
+        _agent_turn(store, "quest-2", "Look under the mat instead.", "Found it!")
+        with serve(store) as url:
+            page.goto(url + "/")
+            # Three trees (chat, weather and the quest) though all begin with one turn/start.
+            assert page.locator(".row.separate").count() == 2
+            assert page.locator(".row .meta >> text=root").count() == 3
+            # The quest forks at the end of its first turn, and trunk sits on quest-1's line.
+            forks = page.locator(".row.is-fork")
+            assert forks.count() == 1 and forks.get_attribute("id") == f"n-{end[:12]}"
+            lanes = page.evaluate("""() => Object.fromEntries([...document.querySelectorAll(
+                '.row.is-head')].map(r => [r.querySelector('.badge.session').textContent,
+                r.querySelector('circle').getAttribute('cx')]))""")
+            assert lanes["trunk"] == lanes["quest-1"] != lanes["quest-2"]
+            _shot(page, "forest-forks.png", tmp_path)
+            page.goto(url + "/session/quest-2")
+            mark = page.locator("#fork-mark")
+            assert mark.count() == 1
+            assert "forked from quest-1 at " + end[:12] in mark.inner_text()
+            # The mark sits right after the last event the two share.
+            before = page.evaluate(
+                "() => document.getElementById('fork-mark').previousElementSibling.dataset.id")
+            assert before == end
+            assert "forked from quest-1" in page.locator("#forked").inner_text()
+            _shot(page, "session-fork.png", tmp_path)
+            mark.locator("a >> text=quest-1").click()
+            page.wait_for_url(url + f"/session/quest-1?end={end}#n-{end}")
+            assert page.locator("#fork-mark").count() == 0  # quest-1 forked from nothing
+            page.goto(url + "/session/chat")
+            assert page.locator("#fork-mark, #forked").count() == 0

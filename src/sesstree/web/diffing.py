@@ -9,6 +9,7 @@ is then *cut*, says how many events each side added at least, and shows the newe
 from __future__ import annotations
 
 from ..node import Node
+from ..related import is_mark
 from ..repo import Store
 from ..store.base import Chain
 
@@ -44,6 +45,30 @@ def _nodes(chain: Chain, start: int, stop: int) -> list[Node]:
             for i in range(max(0, start), min(stop, len(ids)))]
 
 
+def _shared(store: Store, ca: Chain, cb: Chain, common: int) -> tuple[int, Chain, Chain]:
+    """The depth of the last node two histories that part after depth ``common`` share (see
+    :mod:`sesstree.related`), and both windows grown back far enough to hold the node after
+    it (rarely needed: only a long run of records of the run before the parting does)."""
+    depth = common
+    while depth:
+        at = depth - ca.start_depth
+        if at < 0:
+            ca = _grown(store, ca)
+            continue
+        if is_mark(ca.types[at]):
+            break
+        depth -= 1
+    while max(depth, 1) < ca.start_depth:
+        ca = _grown(store, ca)
+    while depth + 1 < cb.start_depth:
+        cb = _grown(store, cb)
+    return depth, ca, cb
+
+
+def _grown(store: Store, chain: Chain) -> Chain:
+    return store.chain(chain.ids[-1], 2 * len(chain.ids) + FIRST_WINDOW)
+
+
 def bounded_diff(store: Store, a: str, b: str, *, shown: int,
                  most: int | None = None) -> BoundedDiff:
     """The diff of revisions ``a`` and ``b``, reading at most ``most`` (default ``DIFF_READ``)
@@ -73,6 +98,8 @@ def bounded_diff(store: Store, a: str, b: str, *, shown: int,
                     common = depth
                     break
             if common or lo == 1:  # found, or both windows reach the roots: none in common
+                if common < da and common < db:
+                    common, ca, cb = _shared(store, ca, cb, common)
                 base = _nodes(ca, common - ca.start_depth, common - ca.start_depth + 1)
                 first_a, first_b = common + 1 - ca.start_depth, common + 1 - cb.start_depth
                 return BoundedDiff(base[0] if base else None, da - common, db - common,

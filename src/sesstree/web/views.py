@@ -12,7 +12,7 @@ from typing import Any
 
 import msgspec
 
-from ..errors import UnknownRevisionError
+from ..errors import StoreCorruptError, UnknownRevisionError
 from ..folding import turn_start_index
 from ..node import Node, NodeId
 from ..recorded import reflog_dates
@@ -22,6 +22,7 @@ from ..store.base import Chain
 from .catalog import Filter, list_sessions, newest_sessions, source_of
 from .diffing import bounded_diff
 from .forest import Forest, build_forest
+from .forks import Fork, fork_of
 from .paths import ID_BYTES, PathCache, id_at, node_of
 from .render import Item, conversation, pretty_json, snippet
 
@@ -81,7 +82,8 @@ class Views:
                 if t.name.startswith(TAGS):
                     tags.setdefault(t.target, []).append(t.name[len(TAGS):])
             version = _version(store)
-            forest: Forest = build_forest(self.paths, listing.sessions, tags)
+            forest: Forest = build_forest(self.paths, listing.sessions, tags,
+                                          lambda raw: _type_of(store, raw))
             nodes = {r.id: node_of(store, r.id) for r in forest.rows}
             sources = {s.name: source_of(store, s.name, s.head) for s in listing.sessions}
         rows = []
@@ -142,20 +144,25 @@ class Views:
             source = source_of(store, name, head)
             tags = sorted(t.name for t in store.tags() if t.target == head)
             moved = store.backend.get_ref("sessions/" + name)
+            fork = fork_of(store, name, head)
+        items = conversation(nodes, times, folded=not all_events)
+        first = depth - len(nodes) + 1
         return {
+            "fork": msgspec.to_builtins(fork) if fork is not None else None,
+            "fork_at": _fork_at(fork, items, [n.id for n in nodes], first, depth),
             "name": name,
             "head": head,
             "end": last,
             "at_head": last == head,
             "depth": depth,
-            "first": depth - len(nodes) + 1,
+            "first": first,
             "older": older,
             "moved": moved.moved if moved is not None else None,
             "source": source,
             "tags": tags,
             "meta": meta,
             "all_events": all_events,
-            "items": conversation(nodes, times, folded=not all_events),
+            "items": items,
         }
 
     def tail(self, name: str, after: str, limit: int = 500,
@@ -317,6 +324,28 @@ def _recorded(store: Store, name: str, nodes: list[Node]) -> dict[NodeId, float]
     if missing:
         times.update(reflog_times(store.backend, SESSIONS + name, missing))
     return times
+
+
+def _fork_at(fork: Fork | None, items: list[Item], ids: list[NodeId], first: int,
+             depth: int) -> str | None:
+    """Where on a page of events (depths ``first`` to ``depth``) the fork mark goes: after the
+    item with this id, ``""`` for the top of the page, None when the fork is not on it."""
+    if fork is None or fork.depth > depth:
+        return None
+    if fork.depth < first:
+        return ""
+    at = fork.depth - first  # the fork node's index in ``ids``
+    index = {id: i for i, id in enumerate(ids)}
+    before = [it.id for it in items if index.get(it.id, len(ids)) <= at]
+    return before[-1] if before else ""
+
+
+def _type_of(store: Store, raw: bytes) -> str:
+    """The type of the stored node with raw id ``raw``."""
+    stored = store.backend.get(NodeId(raw.hex()))
+    if stored is None:
+        raise StoreCorruptError(f"node {raw.hex()[:12]} cannot be found: the store is damaged")
+    return stored.type
 
 
 def _version(store: Store) -> str:
