@@ -229,6 +229,26 @@ def test_every_kind_of_wal_damage_is_found_on_open(tmp_path: Path, kind: str, sh
     assert len(kept_copies(folder)) == 1
 
 
+def test_damage_is_found_through_a_symbolic_link(tmp_path: Path) -> None:
+    """A store opened through a symbolic link to its file (or to its folder): SQLite keeps
+    the log beside the file the link leads to, and that is where the check must look."""
+    folder = tmp_path / "s"
+    acked = damaged_store(folder, zero_frame)
+    damaged = (folder / "store.db-wal").read_bytes()
+    (tmp_path / "link").mkdir()
+    (tmp_path / "link" / "store.db").symlink_to(folder / "store.db")
+    (tmp_path / "folder-link").symlink_to(folder, target_is_directory=True)
+    for via in (tmp_path / "link" / "store.db", tmp_path / "folder-link" / "store.db"):
+        for _ in range(2):
+            with pytest.raises(WalDamagedError, match=r"store\.db-wal\.damaged-"):
+                open_store(via, create=False)
+    assert (folder / "store.db-wal").read_bytes() == damaged  # nothing was folded
+    assert len(kept_copies(folder)) == 1
+    assert accept_wal_loss(tmp_path / "link" / "store.db") is not None
+    with open_store(tmp_path / "link" / "store.db", create=False) as store:
+        assert 0 < len(store.messages("q")) < acked
+
+
 def test_accepting_the_loss_keeps_what_sqlite_recovers(tmp_path: Path) -> None:
     folder = tmp_path / "s"
     acked = damaged_store(folder, flip_page_bit)

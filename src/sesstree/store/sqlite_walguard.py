@@ -50,11 +50,18 @@ from .sqlite_wal import (
     walk_log,
 )
 
-__all__ = ["accept_wal_loss", "damage_marker", "guard_wal"]
+__all__ = ["accept_wal_loss", "beside_sqlite", "damage_marker", "guard_wal"]
 
 # What to do, said at the end of every report.
 _ADVICE = ("The store was not changed. 'sess fsck' shows it; 'sess fsck --accept-wal-loss' opens the "
            "store without those commits (the copy stays; see docs/storage.md)")
+
+
+def beside_sqlite(path: Path) -> Path:
+    """The store file ``path`` with every symbolic link resolved: SQLite resolves them to name
+    its ``-wal`` and ``-shm`` files, so a store opened through a link has its log beside the
+    file the link leads to, and a check of the files beside the link would find none."""
+    return Path(os.path.realpath(path))
 
 
 def damage_marker(path: Path) -> Path:
@@ -66,6 +73,7 @@ def guard_wal(path: Path) -> None:
     """Raise :class:`WalDamagedError` if the store file ``path`` has a damaged WAL on record,
     or one SQLite would now cut short (then keep it and record it first). Cheap when there is
     nothing to look at: a store closed cleanly has no WAL, and one in use is not read."""
+    given, path = path, beside_sqlite(path)
     recorded = _recorded(path)
     if recorded is not None:
         raise WalDamagedError(recorded.splitlines()[0])
@@ -76,7 +84,7 @@ def guard_wal(path: Path) -> None:
     # Look again with sesstree's writers held off: a process that opened the store meanwhile
     # may be writing (its own open looked at the log first).
     try:
-        with locked(path):
+        with locked(given):  # (the lock file writers of this path take: sqlite_lock)
             if _in_use(path):
                 return
             report = find_damage(path)
@@ -98,6 +106,7 @@ def accept_wal_loss(path: Path, timeout: float = 10.0) -> str | None:
     """Open the store file ``path`` as SQLite recovers it, dropping the commits its damaged
     WAL hides, and fold the rest into the store file; return the report accepted, or None if
     there was nothing to accept. The copy of the damaged log stays beside the store."""
+    path = beside_sqlite(path)
     marker = damage_marker(path)
     report = _recorded(path)
     if report is None:
