@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import os
 import random
+import shutil
 import signal
 import sqlite3
 import struct
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -247,6 +248,63 @@ def test_damage_is_found_through_a_symbolic_link(tmp_path: Path) -> None:
     assert accept_wal_loss(tmp_path / "link" / "store.db") is not None
     with open_store(tmp_path / "link" / "store.db", create=False) as store:
         assert 0 < len(store.messages("q")) < acked
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    """An 8 MB file system of its own (a real tmpfs: needs root and mount permission)."""
+    where = tmp_path / "disk"
+    where.mkdir()
+    if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs",
+                                            str(where)], capture_output=True).returncode:
+        pytest.skip("cannot mount a tmpfs here (needs root and mount permission)")
+    try:
+        yield where
+    finally:
+        subprocess.run(["umount", "-l", str(where)], capture_output=True, check=False)
+
+
+def leave_free(disk: Path, free: int) -> None:
+    """Fill ``disk`` with a ballast file until at most ``free`` bytes are left."""
+    stat = os.statvfs(disk)
+    with open(disk / "ballast", "ab") as f:
+        f.write(bytes(max(0, stat.f_bavail * stat.f_frsize - free)))
+
+
+def files(folder: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(folder.iterdir())}
+
+
+def test_a_damaged_wal_on_a_full_disk_is_refused_in_one_line(tmp_path: Path,
+                                                              small_disk: Path) -> None:
+    """On a full disk nothing can be kept, and on one with room for the copy only, no record:
+    every open still refuses in one line that says what was and was not kept, no partial file
+    is left, and accepting the loss refuses too (naming the store and the full disk) rather
+    than drop the commits without a copy of the log."""
+    damaged_store(tmp_path / "s", zero_frame)
+    folder = small_disk / "s"
+    shutil.copytree(tmp_path / "s", folder)
+    before = files(folder)
+    leave_free(small_disk, 0)
+    assert "No copy could be kept (No space left" in refused(sess(folder, "messages", "q"))
+    accept = sess(folder, "fsck", "--accept-wal-loss")
+    assert accept.returncode == 1 and "Traceback" not in accept.stderr, accept
+    assert accept.stderr.count("\n") == 1 and f"store {folder / 'store.db'}" in accept.stderr
+    assert "disk is full" in accept.stderr and "no loss was accepted" in accept.stderr
+    assert files(folder) == before
+    (small_disk / "ballast").unlink()
+    wal = (folder / "store.db-wal").stat().st_size
+    leave_free(small_disk, wal + 4096 - wal % 4096)  # the copy fits, its record does not
+    line = refused(sess(folder, "log"))
+    assert "The log is kept as store.db-wal.damaged-" in line and "no record" in line, line
+    assert kept_copies(folder) and kept_copies(folder)[0].read_bytes() == before["store.db-wal"]
+    assert set(files(folder)) == {*before, kept_copies(folder)[0].name}  # no partial file
+    assert "no record" in refused(sess(folder, "log"))  # (the copy is not written again)
+    (small_disk / "ballast").unlink()
+    line = refused(sess(folder, "messages", "q"))
+    assert refused(sess(folder, "messages", "q")) == line and "no record" not in line
+    assert (folder / "store.db.wal-damage").is_file() and len(kept_copies(folder)) == 1
+    assert (folder / "store.db-wal").read_bytes() == before["store.db-wal"]
 
 
 def test_accepting_the_loss_keeps_what_sqlite_recovers(tmp_path: Path) -> None:

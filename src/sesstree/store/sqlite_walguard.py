@@ -39,7 +39,7 @@ from blake3 import blake3
 
 from ..errors import StoreLockedError, WalDamagedError
 from .sqlite_create import FILE_MODE, locked
-from .sqlite_media import translating
+from .sqlite_media import media_error, translating
 from .sqlite_wal import (
     FRAME_HEADER,
     WAL_HEADER,
@@ -95,8 +95,14 @@ def guard_wal(path: Path) -> None:
         report = find_damage(path)
         if report is None:
             return
+        try:
+            kept: Path | None = _copy_name(path, Path(str(path) + "-wal").read_bytes())
+        except OSError:
+            kept = None
+        what = (f"The log is kept as {kept.name}, but no record of it could be written"
+                if kept is not None and kept.is_file() else "No copy could be kept")
         raise WalDamagedError(
-            f"store {path} has a damaged write-ahead log: {report}. No copy could be kept "
+            f"store {path} has a damaged write-ahead log: {report}. {what} "
             f"({exc.strerror or exc}): copy the folder before the store is opened by anything "
             "else. " + _ADVICE) from None
     raise WalDamagedError(line)
@@ -109,18 +115,22 @@ def accept_wal_loss(path: Path, timeout: float = 10.0) -> str | None:
     path = beside_sqlite(path)
     marker = damage_marker(path)
     report = _recorded(path)
-    if report is None:
-        if _wal_size(path) > WAL_HEADER and not _in_use(path):
+    try:
+        if report is None and _wal_size(path) > WAL_HEADER and not _in_use(path):
             found = find_damage(path)
             report = _keep(path, found) if found is not None else None
-    if report is None:
-        return None
-    with translating(path):
-        db = sqlite3.connect(path, isolation_level=None, timeout=timeout)
-        try:
-            busy = db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0]
-        finally:
-            db.close()
+        if report is None:
+            return None
+        with translating(path):
+            db = sqlite3.connect(path, isolation_level=None, timeout=timeout)
+            try:
+                busy = db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0]
+            finally:
+                db.close()
+    except OSError as exc:  # a full disk, read-only media: the log must be kept before
+        error = media_error(path, exc)
+        raise type(error)(f"{error}: the damaged write-ahead log could not be copied aside, "
+                          "so no loss was accepted and nothing was changed") from None
     if busy:
         raise StoreLockedError(f"store {path} is in use by another process: close it and retry")
     marker.unlink(missing_ok=True)
@@ -270,12 +280,20 @@ def _stale_index(path: Path) -> tuple[int, int, bytes] | None:
 def _keep(path: Path, report: str) -> str:
     """Copy the WAL aside and record the report; return the line every open now raises."""
     data = Path(str(path) + "-wal").read_bytes()
-    kept = path.with_name(f"{path.name}-wal.damaged-{blake3(data).hexdigest()[:12]}")
+    kept = _copy_name(path, data)
     line = (f"store {path} has a damaged write-ahead log: {report}. The log is kept as "
             f"{kept.name}. {_ADVICE}")
-    _write_atomically(kept, data)
+    if not (kept.is_file() and kept.stat().st_size == len(data)):
+        # (named by its hash and only ever renamed into place whole: one that is there is
+        # this log, kept by an earlier open whose record did not fit on the disk)
+        _write_atomically(kept, data)
     _write_atomically(damage_marker(path), (line + "\n").encode())
     return line
+
+
+def _copy_name(path: Path, data: bytes) -> Path:
+    """Where the WAL ``data`` of store file ``path`` is kept: named by its hash."""
+    return path.with_name(f"{path.name}-wal.damaged-{blake3(data).hexdigest()[:12]}")
 
 
 def _write_atomically(target: Path, data: bytes) -> None:
