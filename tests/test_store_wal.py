@@ -307,6 +307,27 @@ def test_a_damaged_wal_on_a_full_disk_is_refused_in_one_line(tmp_path: Path,
     assert (folder / "store.db-wal").read_bytes() == before["store.db-wal"]
 
 
+def test_a_store_open_in_another_pid_namespace_is_not_read(tmp_path: Path) -> None:
+    """A process in a PID namespace of its own (a container sharing the folder) does not see
+    the other processes' locks in /proc/locks: the store it opens is in use all the same, so
+    its open must leave the live log alone rather than read it as a crashed one."""
+    folder = tmp_path / "s"
+    code = ("import sys; from sesstree import open_store; "
+            "from sesstree.store import sqlite_walguard as g; "
+            "g.find_damage = lambda path: sys.exit('the live log was read'); "
+            "print(len(open_store(sys.argv[1], create=False).messages('q')))")
+    with open_store(folder) as store:
+        for i in range(50):
+            store.session("q").add_message({"role": "user", "content": f"m:{i}"})
+        assert (folder / "store.db-wal").stat().st_size > 32
+        run = subprocess.run(["unshare", "--pid", "--fork", "--mount-proc", sys.executable,
+                              "-c", code, str(folder)], capture_output=True, text=True,
+                             timeout=120)
+        if run.returncode and "unshare" in run.stderr:
+            pytest.skip(f"no PID namespace here: {run.stderr.strip()}")
+        assert run.returncode == 0 and run.stdout.split() == ["50"], run
+
+
 def test_accepting_the_loss_keeps_what_sqlite_recovers(tmp_path: Path) -> None:
     folder = tmp_path / "s"
     acked = damaged_store(folder, flip_page_bit)

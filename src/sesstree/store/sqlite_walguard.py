@@ -30,6 +30,7 @@ it. The copy stays.
 
 from __future__ import annotations
 
+import fcntl
 import os
 import sqlite3
 import struct
@@ -239,24 +240,49 @@ def _in_use(path: Path) -> bool:
     """True if some process may have the store open: it holds a lock on ``store.db-shm``
     (each connection holds one as long as it is open), or that cannot be told.
 
-    Read from the kernel's list of locks (Linux): opening ``store.db-shm`` here and closing it
-    again would drop every POSIX lock this process holds on it, another connection's too."""
+    First from the kernel's list of locks (Linux), which shows this process's own: opening
+    ``store.db-shm`` and closing it again would drop every POSIX lock this process holds on
+    it, another connection's too. That list leaves out the locks of processes outside this
+    one's PID namespace (a container sharing the folder, or the host seen from one), so when
+    it shows none, and so none of this process's, the kernel is asked about the file itself."""
+    shm = str(path) + "-shm"
     try:
-        inode = os.stat(str(path) + "-shm").st_ino
+        inode = os.stat(shm).st_ino
     except FileNotFoundError:
         return False
     except OSError:
         return True
     try:
-        with open("/proc/locks", encoding="ascii", errors="replace") as f:
+        with open("/proc/locks", "rb") as f:
             table = f.read()
     except OSError:
         return True  # no way to tell without touching the file: leave it to SQLite
-    for line in table.splitlines():
-        for field in line.split():
-            if field.count(":") == 2 and field.rpartition(":")[2] == str(inode):
-                return True
-    return False
+    # Each line names the file as MAJOR:MINOR:INODE followed by a space (found as bytes:
+    # splitting the lines of a machine with 20,000 locks took ~0.3 s).
+    if b":%d " % inode in table:
+        return True
+    return _locked_elsewhere(shm)
+
+
+def _locked_elsewhere(shm: str) -> bool:
+    """True if the kernel reports a lock on ``shm`` (or cannot be asked); called only when this
+    process holds none on it, so that opening and closing the file here drops nothing."""
+    try:
+        fd = os.open(shm, os.O_RDONLY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return False
+    except OSError:
+        return True
+    try:
+        # An open file description's lock query sees every process's locks on the file
+        # (struct flock: type, whence, start, length 0 = to the end, pid 0, padding).
+        query = struct.pack("hhqqi4x", fcntl.F_WRLCK, os.SEEK_SET, 0, 0, 0)
+        answer = fcntl.fcntl(fd, getattr(fcntl, "F_OFD_GETLK", fcntl.F_GETLK), query)
+    except OSError:
+        return True
+    finally:
+        os.close(fd)
+    return int(struct.unpack("hhqqi4x", answer)[0]) != fcntl.F_UNLCK
 
 
 def _stale_index(path: Path) -> tuple[int, int, bytes] | None:
