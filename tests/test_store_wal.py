@@ -328,6 +328,52 @@ def test_a_store_open_in_another_pid_namespace_is_not_read(tmp_path: Path) -> No
         assert run.returncode == 0 and run.stdout.split() == ["50"], run
 
 
+def shm_locked_here(folder: Path) -> bool:
+    """Whether this process holds a lock on the store's ``store.db-shm`` (an open store)."""
+    inode = (folder / "store.db-shm").stat().st_ino
+    return any(f":{inode} " in line and f" {os.getpid()} " in line
+               for line in Path("/proc/locks").read_text().splitlines())
+
+
+def test_a_check_in_one_thread_keeps_the_lock_another_thread_connects_with(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two threads open a store a killed writer left: the first one's check reads the index
+    (opening and closing store.db-shm, which drops every POSIX lock this process holds on
+    it) while the second connects. The second connection must keep the lock that tells other
+    processes the store is open, or one of them would rebuild the index under it."""
+    import threading
+
+    from sesstree.store import sqlite_walguard
+
+    folder = tmp_path / "s"
+    killed_writer(folder, 100)
+    reading, connected = threading.Event(), threading.Event()
+    real_index = sqlite_walguard._stale_index
+
+    def slow_index(path: Path) -> tuple[int, int, bytes] | None:
+        if threading.current_thread().name == "first":
+            reading.set()
+            connected.wait(5)  # (never set while the threads take turns: then 5 s pass)
+        return real_index(path)
+
+    monkeypatch.setattr(sqlite_walguard, "_stale_index", slow_index)
+    stores = []
+    first = threading.Thread(target=lambda: stores.append(open_store(folder, create=False)),
+                             name="first")
+    first.start()
+    assert reading.wait(60)
+    second = open_store(folder, create=False)
+    connected.set()
+    first.join(60)
+    try:
+        assert len(stores) == 1 and len(second.messages("q")) >= 100
+        assert shm_locked_here(folder)
+    finally:
+        second.close()
+        for store in stores:
+            store.close()
+
+
 def test_accepting_the_loss_keeps_what_sqlite_recovers(tmp_path: Path) -> None:
     folder = tmp_path / "s"
     acked = damaged_store(folder, flip_page_bit)

@@ -34,6 +34,7 @@ import fcntl
 import os
 import sqlite3
 import struct
+import threading
 from pathlib import Path
 
 from blake3 import blake3
@@ -51,7 +52,14 @@ from .sqlite_wal import (
     walk_log,
 )
 
-__all__ = ["accept_wal_loss", "beside_sqlite", "damage_marker", "guard_wal"]
+__all__ = ["OPENING", "accept_wal_loss", "beside_sqlite", "damage_marker", "guard_wal"]
+
+#: Held from the check to the end of SQLite's connect, in every thread of the process. The
+#: check opens and closes ``store.db-shm`` when it sees no lock on it, and closing any
+#: descriptor of a file drops all of this process's POSIX locks on it: a connection another
+#: thread made in between would lose the lock that tells other processes the store is open
+#: (one of them would then rebuild the index under it).
+OPENING = threading.Lock()
 
 # What to do, said at the end of every report.
 _ADVICE = ("The store was not changed. 'sess fsck' shows it; 'sess fsck --accept-wal-loss' opens the "
@@ -114,6 +122,11 @@ def accept_wal_loss(path: Path, timeout: float = 10.0) -> str | None:
     WAL hides, and fold the rest into the store file; return the report accepted, or None if
     there was nothing to accept. The copy of the damaged log stays beside the store."""
     path = beside_sqlite(path)
+    with OPENING:
+        return _accept(path, timeout)
+
+
+def _accept(path: Path, timeout: float) -> str | None:
     marker = damage_marker(path)
     report = _recorded(path)
     try:
