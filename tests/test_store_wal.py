@@ -374,6 +374,27 @@ def test_a_check_in_one_thread_keeps_the_lock_another_thread_connects_with(
             store.close()
 
 
+def test_damage_past_an_older_index_is_found(tmp_path: Path) -> None:
+    """An index older than its log (a folder copied while a writer ran: cp and rsync copy
+    store.db-shm before store.db-wal) covers only the first commits; a damaged frame past
+    what it covers hides the later ones as surely as one without an index does."""
+    folder = tmp_path / "s"
+    killed_writer(folder, 100)
+    older = (folder / "store.db-shm").read_bytes()
+    covered = committed_frames(folder)
+    acked = killed_writer(folder, 200)
+    (folder / "store.db-shm").write_bytes(older)
+    wal = folder / "store.db-wal"
+    data = bytearray(wal.read_bytes())
+    frames = (len(data) - 32) // (24 + page_of(data))
+    assert frames > covered + 20
+    zero_frame(data, (covered + frames) // 2, random.Random(1))
+    wal.write_bytes(bytes(data))
+    with pytest.raises(WalDamagedError, match=r"store\.db-wal\.damaged-"):
+        open_store(folder, create=False)
+    assert len(kept_copies(folder)) == 1 and acked >= 200
+
+
 def test_accepting_the_loss_keeps_what_sqlite_recovers(tmp_path: Path) -> None:
     folder = tmp_path / "s"
     acked = damaged_store(folder, flip_page_bit)

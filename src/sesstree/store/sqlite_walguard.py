@@ -13,7 +13,9 @@ looks for commits it would drop:
 
 - the index the last writer left (``store.db-shm``), when it is intact and of this log, says
   which frames were committed: every acknowledged commit is in it. Fewer frames kept than that
-  is loss (a file cut short, a zeroed or flipped frame anywhere before the end);
+  is loss (a file cut short, a zeroed or flipped frame anywhere before the end); past what
+  it covers (an index older than the log, from a folder copied while a writer ran), the
+  next rule;
 - without a usable index: a commit frame of the same log past the end whose checksum chains
   from the frame before it (sqlite_wal.hidden_commit): damage followed by later commits.
 
@@ -185,7 +187,10 @@ def find_damage(path: Path) -> str | None:
                 return (f"SQLite would keep its frames up to {keep}, but its index says frames "
                         f"up to {index[0]} were committed ({where}): the commits in frames "
                         f"{keep + 1} to {index[0]} would be lost")
-            return None
+        # An index that covers no more than SQLite keeps may be older than the log (a folder
+        # copied while a writer ran: the index is copied first): what it does not cover is
+        # looked at as if there were none. (Past the end of a current index there are only
+        # frames of a torn or rolled-back transaction: no commit frame.)
         later = hidden_commit(data, frame, log_order(data), salts, WAL_HEADER + keep * frame)
         if later is None:
             return None
@@ -195,13 +200,16 @@ def find_damage(path: Path) -> str | None:
     salts = data[40:48]
     if not any(salts):
         return None
+    start = WAL_HEADER
     if index is not None and index[2] == salts:
         committed, copied = index[0], index[1]
-        if committed <= copied:
-            return None  # everything the log held is in the store file already
-        return (f"the log's header is damaged, so SQLite ignores it, and the commits in frames "
-                f"{copied + 1} to {committed} would be lost")
-    later = hidden_commit(data, frame, log_order(data), salts, WAL_HEADER)
+        if committed > copied:
+            return (f"the log's header is damaged, so SQLite ignores it, and the commits in "
+                    f"frames {copied + 1} to {committed} would be lost")
+        # Everything the index covers is in the store file already; past it (an index older
+        # than the log), as if there were none.
+        start = WAL_HEADER + committed * frame
+    later = hidden_commit(data, frame, log_order(data), salts, start)
     if later is None:
         return None
     return (f"the log's header is damaged, so SQLite ignores it, and the commits it holds up "
