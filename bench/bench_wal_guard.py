@@ -5,7 +5,7 @@ and without it (the check replaced by a no-op), in the same run:
 
 - a store closed cleanly (no WAL: the usual case);
 - a store another process has open, with commits in its WAL (an agent at work): the check
-  reads the kernel's lock table and leaves the log alone;
+  asks the kernel whether store.db-shm is locked and leaves the log alone;
 - the same with 20,000 other locks held on the machine (each open reads the whole table);
 - a store whose writer was killed (the first open after a crash reads the whole log once).
 
