@@ -5,7 +5,8 @@ and without it (the check replaced by a no-op), in the same run:
 
 - a store closed cleanly (no WAL: the usual case);
 - a store another process has open, with commits in its WAL (an agent at work): the check
-  reads the kernel's lock table and leaves the log alone;
+  asks the kernel whether store.db-shm is locked and leaves the log alone;
+- the same with 20,000 other locks held on the machine (each open reads the whole table);
 - a store whose writer was killed (the first open after a crash reads the whole log once).
 
     python bench/bench_wal_guard.py [--quick]
@@ -49,6 +50,15 @@ for i in range(int(sys.argv[2])):
     q.add_message({"role": "user", "content": f"killed {i} " + "x" * 200})
 print("READY", flush=True)
 import time; time.sleep(600)
+"""
+
+LOCKS = """
+import fcntl, os, sys, time
+fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT)
+for i in range(int(sys.argv[2])):
+    fcntl.lockf(fd, fcntl.LOCK_SH, 1, 2 * i)  # (every other byte: the locks do not merge)
+print("READY", flush=True)
+time.sleep(600)
 """
 
 
@@ -103,6 +113,13 @@ def main() -> int:
         try:
             checked, bare = with_and_without(folder, repeat)
             rows.append(("open in another process (WAL in use)", checked, bare))
+            locks = child(LOCKS, Path(tmp) / "locked", 20_000)
+            try:
+                checked, bare = with_and_without(folder, repeat)
+                rows.append(("the same, 20,000 other locks held", checked, bare))
+            finally:
+                locks.kill()
+                locks.communicate()
         finally:
             holder.kill()
             holder.communicate()

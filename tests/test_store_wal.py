@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import os
 import random
+import shutil
 import signal
 import sqlite3
 import struct
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -227,6 +228,171 @@ def test_every_kind_of_wal_damage_is_found_on_open(tmp_path: Path, kind: str, sh
         with pytest.raises(WalDamagedError, match=r"store\.db-wal\.damaged-"):
             open_store(folder, create=False)
     assert len(kept_copies(folder)) == 1
+
+
+def test_damage_is_found_through_a_symbolic_link(tmp_path: Path) -> None:
+    """A store opened through a symbolic link to its file (or to its folder): SQLite keeps
+    the log beside the file the link leads to, and that is where the check must look."""
+    folder = tmp_path / "s"
+    acked = damaged_store(folder, zero_frame)
+    damaged = (folder / "store.db-wal").read_bytes()
+    (tmp_path / "link").mkdir()
+    (tmp_path / "link" / "store.db").symlink_to(folder / "store.db")
+    (tmp_path / "folder-link").symlink_to(folder, target_is_directory=True)
+    for via in (tmp_path / "link" / "store.db", tmp_path / "folder-link" / "store.db"):
+        for _ in range(2):
+            with pytest.raises(WalDamagedError, match=r"store\.db-wal\.damaged-"):
+                open_store(via, create=False)
+    assert (folder / "store.db-wal").read_bytes() == damaged  # nothing was folded
+    assert len(kept_copies(folder)) == 1
+    assert accept_wal_loss(tmp_path / "link" / "store.db") is not None
+    with open_store(tmp_path / "link" / "store.db", create=False) as store:
+        assert 0 < len(store.messages("q")) < acked
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    """An 8 MB file system of its own (a real tmpfs: needs root and mount permission)."""
+    where = tmp_path / "disk"
+    where.mkdir()
+    if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs",
+                                            str(where)], capture_output=True).returncode:
+        pytest.skip("cannot mount a tmpfs here (needs root and mount permission)")
+    try:
+        yield where
+    finally:
+        subprocess.run(["umount", "-l", str(where)], capture_output=True, check=False)
+
+
+def leave_free(disk: Path, free: int) -> None:
+    """Fill ``disk`` with a ballast file until at most ``free`` bytes are left."""
+    stat = os.statvfs(disk)
+    with open(disk / "ballast", "ab") as f:
+        f.write(bytes(max(0, stat.f_bavail * stat.f_frsize - free)))
+
+
+def files(folder: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(folder.iterdir())}
+
+
+def test_a_damaged_wal_on_a_full_disk_is_refused_in_one_line(tmp_path: Path,
+                                                              small_disk: Path) -> None:
+    """On a full disk nothing can be kept, and on one with room for the copy only, no record:
+    every open still refuses in one line that says what was and was not kept, no partial file
+    is left, and accepting the loss refuses too (naming the store and the full disk) rather
+    than drop the commits without a copy of the log."""
+    damaged_store(tmp_path / "s", zero_frame)
+    folder = small_disk / "s"
+    shutil.copytree(tmp_path / "s", folder)
+    before = files(folder)
+    leave_free(small_disk, 0)
+    assert "No copy could be kept (No space left" in refused(sess(folder, "messages", "q"))
+    accept = sess(folder, "fsck", "--accept-wal-loss")
+    assert accept.returncode == 1 and "Traceback" not in accept.stderr, accept
+    assert accept.stderr.count("\n") == 1 and f"store {folder / 'store.db'}" in accept.stderr
+    assert "disk is full" in accept.stderr and "no loss was accepted" in accept.stderr
+    assert files(folder) == before
+    (small_disk / "ballast").unlink()
+    wal = (folder / "store.db-wal").stat().st_size
+    leave_free(small_disk, wal + 4096 - wal % 4096)  # the copy fits, its record does not
+    line = refused(sess(folder, "log"))
+    assert "The log is kept as store.db-wal.damaged-" in line and "no record" in line, line
+    assert kept_copies(folder) and kept_copies(folder)[0].read_bytes() == before["store.db-wal"]
+    assert set(files(folder)) == {*before, kept_copies(folder)[0].name}  # no partial file
+    assert "no record" in refused(sess(folder, "log"))  # (the copy is not written again)
+    (small_disk / "ballast").unlink()
+    line = refused(sess(folder, "messages", "q"))
+    assert refused(sess(folder, "messages", "q")) == line and "no record" not in line
+    assert (folder / "store.db.wal-damage").is_file() and len(kept_copies(folder)) == 1
+    assert (folder / "store.db-wal").read_bytes() == before["store.db-wal"]
+
+
+def test_a_store_open_in_another_pid_namespace_is_not_read(tmp_path: Path) -> None:
+    """A process in a PID namespace of its own (a container sharing the folder) does not see
+    the other processes' locks in /proc/locks: the store it opens is in use all the same, so
+    its open must leave the live log alone rather than read it as a crashed one."""
+    folder = tmp_path / "s"
+    code = ("import sys; from sesstree import open_store; "
+            "from sesstree.store import sqlite_walguard as g; "
+            "g.find_damage = lambda path: sys.exit('the live log was read'); "
+            "print(len(open_store(sys.argv[1], create=False).messages('q')))")
+    with open_store(folder) as store:
+        for i in range(50):
+            store.session("q").add_message({"role": "user", "content": f"m:{i}"})
+        assert (folder / "store.db-wal").stat().st_size > 32
+        run = subprocess.run(["unshare", "--pid", "--fork", "--mount-proc", sys.executable,
+                              "-c", code, str(folder)], capture_output=True, text=True,
+                             timeout=120)
+        if run.returncode and "unshare" in run.stderr:
+            pytest.skip(f"no PID namespace here: {run.stderr.strip()}")
+        assert run.returncode == 0 and run.stdout.split() == ["50"], run
+
+
+def shm_locked_here(folder: Path) -> bool:
+    """Whether this process holds a lock on the store's ``store.db-shm`` (an open store)."""
+    inode = (folder / "store.db-shm").stat().st_ino
+    return any(f":{inode} " in line and f" {os.getpid()} " in line
+               for line in Path("/proc/locks").read_text().splitlines())
+
+
+def test_a_check_in_one_thread_keeps_the_lock_another_thread_connects_with(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two threads open a store a killed writer left: the first one's check reads the index
+    (opening and closing store.db-shm, which drops every POSIX lock this process holds on
+    it) while the second connects. The second connection must keep the lock that tells other
+    processes the store is open, or one of them would rebuild the index under it."""
+    import threading
+
+    from sesstree.store import sqlite_walguard
+
+    folder = tmp_path / "s"
+    killed_writer(folder, 100)
+    reading, connected = threading.Event(), threading.Event()
+    real_index = sqlite_walguard._stale_index
+
+    def slow_index(path: Path) -> tuple[int, int, bytes] | None:
+        if threading.current_thread().name == "first":
+            reading.set()
+            connected.wait(5)  # (never set while the threads take turns: then 5 s pass)
+        return real_index(path)
+
+    monkeypatch.setattr(sqlite_walguard, "_stale_index", slow_index)
+    stores = []
+    first = threading.Thread(target=lambda: stores.append(open_store(folder, create=False)),
+                             name="first")
+    first.start()
+    assert reading.wait(60)
+    second = open_store(folder, create=False)
+    connected.set()
+    first.join(60)
+    try:
+        assert len(stores) == 1 and len(second.messages("q")) >= 100
+        assert shm_locked_here(folder)
+    finally:
+        second.close()
+        for store in stores:
+            store.close()
+
+
+def test_damage_past_an_older_index_is_found(tmp_path: Path) -> None:
+    """An index older than its log (a folder copied while a writer ran: cp and rsync copy
+    store.db-shm before store.db-wal) covers only the first commits; a damaged frame past
+    what it covers hides the later ones as surely as one without an index does."""
+    folder = tmp_path / "s"
+    killed_writer(folder, 100)
+    older = (folder / "store.db-shm").read_bytes()
+    covered = committed_frames(folder)
+    acked = killed_writer(folder, 200)
+    (folder / "store.db-shm").write_bytes(older)
+    wal = folder / "store.db-wal"
+    data = bytearray(wal.read_bytes())
+    frames = (len(data) - 32) // (24 + page_of(data))
+    assert frames > covered + 20
+    zero_frame(data, (covered + frames) // 2, random.Random(1))
+    wal.write_bytes(bytes(data))
+    with pytest.raises(WalDamagedError, match=r"store\.db-wal\.damaged-"):
+        open_store(folder, create=False)
+    assert len(kept_copies(folder)) == 1 and acked >= 200
 
 
 def test_accepting_the_loss_keeps_what_sqlite_recovers(tmp_path: Path) -> None:

@@ -24,7 +24,7 @@ from .sqlite_media import (
 )
 from .sqlite_sql import APPEND_TEMP, SCHEMA, SCHEMA_2, add_codec, without_started
 from .sqlite_wal import preallocate_wal
-from .sqlite_walguard import guard_wal
+from .sqlite_walguard import OPENING, guard_wal
 
 __all__ = [
     "DURABLE_WAL_PAGES", "FORMAT_VERSION", "PAGE_SIZE", "WAL_PAGES", "has_codec",
@@ -76,9 +76,10 @@ def open_connection(
         raise StoreCorruptError(f"{path} is an empty file, not a sesstree store")
     if create and size == 0:
         _create(path, durable)
-    else:
-        guard_wal(path)  # before SQLite can drop what a damaged WAL hides (sqlite_walguard)
-    db, read_only = _connect(path, timeout)
+    with OPENING:  # (no other thread's check may close store.db-shm during the connect)
+        if not (create and size == 0):
+            guard_wal(path)  # before SQLite can drop what a damaged WAL hides (sqlite_walguard)
+        db, read_only = _connect(path, timeout)
     try:
         try:
             _prepare(db, path, durable, read_only)
@@ -90,7 +91,8 @@ def open_connection(
             # A first open killed before its schema landed (an older sesstree): finish it.
             db.close()
             _create(path, durable)
-            db, read_only = _connect(path, timeout)
+            with OPENING:
+                db, read_only = _connect(path, timeout)
             _prepare(db, path, durable, read_only)
     except BaseException:
         db.close()

@@ -134,6 +134,7 @@ def scan_wal(path: Path, tries: int = 3) -> str | None:
     file is read, so a finding counts only if it is the same on ``tries`` readings in a row.
     (The check before SQLite opens a store at rest is in sqlite_walguard.)
     """
+    path = Path(os.path.realpath(path))  # SQLite's log is beside the file a link leads to
     first = _scan_once(path)
     for _ in range(tries - 1):
         if first is None:

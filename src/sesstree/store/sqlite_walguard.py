@@ -13,7 +13,9 @@ looks for commits it would drop:
 
 - the index the last writer left (``store.db-shm``), when it is intact and of this log, says
   which frames were committed: every acknowledged commit is in it. Fewer frames kept than that
-  is loss (a file cut short, a zeroed or flipped frame anywhere before the end);
+  is loss (a file cut short, a zeroed or flipped frame anywhere before the end); past what
+  it covers (an index older than the log, from a folder copied while a writer ran), the
+  next rule;
 - without a usable index: a commit frame of the same log past the end whose checksum chains
   from the frame before it (sqlite_wal.hidden_commit): damage followed by later commits.
 
@@ -30,16 +32,18 @@ it. The copy stays.
 
 from __future__ import annotations
 
+import fcntl
 import os
 import sqlite3
 import struct
+import threading
 from pathlib import Path
 
 from blake3 import blake3
 
 from ..errors import StoreLockedError, WalDamagedError
 from .sqlite_create import FILE_MODE, locked
-from .sqlite_media import translating
+from .sqlite_media import media_error, translating
 from .sqlite_wal import (
     FRAME_HEADER,
     WAL_HEADER,
@@ -50,11 +54,25 @@ from .sqlite_wal import (
     walk_log,
 )
 
-__all__ = ["accept_wal_loss", "damage_marker", "guard_wal"]
+__all__ = ["OPENING", "accept_wal_loss", "beside_sqlite", "damage_marker", "guard_wal"]
+
+#: Held from the check to the end of SQLite's connect, in every thread of the process. The
+#: check opens and closes ``store.db-shm`` when it sees no lock on it, and closing any
+#: descriptor of a file drops all of this process's POSIX locks on it: a connection another
+#: thread made in between would lose the lock that tells other processes the store is open
+#: (one of them would then rebuild the index under it).
+OPENING = threading.Lock()
 
 # What to do, said at the end of every report.
 _ADVICE = ("The store was not changed. 'sess fsck' shows it; 'sess fsck --accept-wal-loss' opens the "
            "store without those commits (the copy stays; see docs/storage.md)")
+
+
+def beside_sqlite(path: Path) -> Path:
+    """The store file ``path`` with every symbolic link resolved: SQLite resolves them to name
+    its ``-wal`` and ``-shm`` files, so a store opened through a link has its log beside the
+    file the link leads to, and a check of the files beside the link would find none."""
+    return Path(os.path.realpath(path))
 
 
 def damage_marker(path: Path) -> Path:
@@ -66,6 +84,7 @@ def guard_wal(path: Path) -> None:
     """Raise :class:`WalDamagedError` if the store file ``path`` has a damaged WAL on record,
     or one SQLite would now cut short (then keep it and record it first). Cheap when there is
     nothing to look at: a store closed cleanly has no WAL, and one in use is not read."""
+    given, path = path, beside_sqlite(path)
     recorded = _recorded(path)
     if recorded is not None:
         raise WalDamagedError(recorded.splitlines()[0])
@@ -76,7 +95,7 @@ def guard_wal(path: Path) -> None:
     # Look again with sesstree's writers held off: a process that opened the store meanwhile
     # may be writing (its own open looked at the log first).
     try:
-        with locked(path):
+        with locked(given):  # (the lock file writers of this path take: sqlite_lock)
             if _in_use(path):
                 return
             report = find_damage(path)
@@ -87,8 +106,14 @@ def guard_wal(path: Path) -> None:
         report = find_damage(path)
         if report is None:
             return
+        try:
+            kept: Path | None = _copy_name(path, Path(str(path) + "-wal").read_bytes())
+        except OSError:
+            kept = None
+        what = (f"The log is kept as {kept.name}, but no record of it could be written"
+                if kept is not None and kept.is_file() else "No copy could be kept")
         raise WalDamagedError(
-            f"store {path} has a damaged write-ahead log: {report}. No copy could be kept "
+            f"store {path} has a damaged write-ahead log: {report}. {what} "
             f"({exc.strerror or exc}): copy the folder before the store is opened by anything "
             "else. " + _ADVICE) from None
     raise WalDamagedError(line)
@@ -98,20 +123,30 @@ def accept_wal_loss(path: Path, timeout: float = 10.0) -> str | None:
     """Open the store file ``path`` as SQLite recovers it, dropping the commits its damaged
     WAL hides, and fold the rest into the store file; return the report accepted, or None if
     there was nothing to accept. The copy of the damaged log stays beside the store."""
+    path = beside_sqlite(path)
+    with OPENING:
+        return _accept(path, timeout)
+
+
+def _accept(path: Path, timeout: float) -> str | None:
     marker = damage_marker(path)
     report = _recorded(path)
-    if report is None:
-        if _wal_size(path) > WAL_HEADER and not _in_use(path):
+    try:
+        if report is None and _wal_size(path) > WAL_HEADER and not _in_use(path):
             found = find_damage(path)
             report = _keep(path, found) if found is not None else None
-    if report is None:
-        return None
-    with translating(path):
-        db = sqlite3.connect(path, isolation_level=None, timeout=timeout)
-        try:
-            busy = db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0]
-        finally:
-            db.close()
+        if report is None:
+            return None
+        with translating(path):
+            db = sqlite3.connect(path, isolation_level=None, timeout=timeout)
+            try:
+                busy = db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0]
+            finally:
+                db.close()
+    except OSError as exc:  # a full disk, read-only media: the log must be kept before
+        error = media_error(path, exc)
+        raise type(error)(f"{error}: the damaged write-ahead log could not be copied aside, "
+                          "so no loss was accepted and nothing was changed") from None
     if busy:
         raise StoreLockedError(f"store {path} is in use by another process: close it and retry")
     marker.unlink(missing_ok=True)
@@ -152,7 +187,10 @@ def find_damage(path: Path) -> str | None:
                 return (f"SQLite would keep its frames up to {keep}, but its index says frames "
                         f"up to {index[0]} were committed ({where}): the commits in frames "
                         f"{keep + 1} to {index[0]} would be lost")
-            return None
+        # An index that covers no more than SQLite keeps may be older than the log (a folder
+        # copied while a writer ran: the index is copied first): what it does not cover is
+        # looked at as if there were none. (Past the end of a current index there are only
+        # frames of a torn or rolled-back transaction: no commit frame.)
         later = hidden_commit(data, frame, log_order(data), salts, WAL_HEADER + keep * frame)
         if later is None:
             return None
@@ -162,13 +200,16 @@ def find_damage(path: Path) -> str | None:
     salts = data[40:48]
     if not any(salts):
         return None
+    start = WAL_HEADER
     if index is not None and index[2] == salts:
         committed, copied = index[0], index[1]
-        if committed <= copied:
-            return None  # everything the log held is in the store file already
-        return (f"the log's header is damaged, so SQLite ignores it, and the commits in frames "
-                f"{copied + 1} to {committed} would be lost")
-    later = hidden_commit(data, frame, log_order(data), salts, WAL_HEADER)
+        if committed > copied:
+            return (f"the log's header is damaged, so SQLite ignores it, and the commits in "
+                    f"frames {copied + 1} to {committed} would be lost")
+        # Everything the index covers is in the store file already; past it (an index older
+        # than the log), as if there were none.
+        start = WAL_HEADER + committed * frame
+    later = hidden_commit(data, frame, log_order(data), salts, start)
     if later is None:
         return None
     return (f"the log's header is damaged, so SQLite ignores it, and the commits it holds up "
@@ -220,24 +261,62 @@ def _in_use(path: Path) -> bool:
     """True if some process may have the store open: it holds a lock on ``store.db-shm``
     (each connection holds one as long as it is open), or that cannot be told.
 
-    Read from the kernel's list of locks (Linux): opening ``store.db-shm`` here and closing it
-    again would drop every POSIX lock this process holds on it, another connection's too."""
+    Opening ``store.db-shm`` and closing it again drops every POSIX lock this process holds
+    on it, another connection's too. So first this process's own descriptors are looked at:
+    one on that file means a connection here has the store open (SQLite keeps it open as long
+    as one does), and without one this process holds no lock on the file and it can be opened
+    to ask the kernel. (Not /proc/locks: it leaves out processes in other PID namespaces, a
+    container sharing the folder, and reading it took 0.05 to 0.8 s with 20,000 locks held.)
+    """
+    shm = str(path) + "-shm"
     try:
-        inode = os.stat(str(path) + "-shm").st_ino
+        target = os.stat(shm)
+    except FileNotFoundError:
+        return False
+    except OSError:
+        return True
+    mine = _open_here(target)
+    return True if mine is None or mine else _locked_elsewhere(shm)
+
+
+def _open_here(target: os.stat_result) -> bool | None:
+    """Whether a descriptor of this process is open on the file ``target``; None if the
+    descriptors cannot be listed."""
+    for folder in ("/proc/self/fd", "/dev/fd"):
+        try:
+            fds = os.listdir(folder)
+        except OSError:
+            continue
+        for name in fds:
+            try:
+                st = os.fstat(int(name))
+            except (OSError, ValueError):
+                continue  # (the listing's own descriptor, closed by now)
+            if st.st_ino == target.st_ino and st.st_dev == target.st_dev:
+                return True
+        return False
+    return None
+
+
+def _locked_elsewhere(shm: str) -> bool:
+    """True if the kernel reports a lock on ``shm`` (or cannot be asked); called only when this
+    process has no descriptor of it, so that opening and closing the file here drops nothing."""
+    try:
+        fd = os.open(shm, os.O_RDONLY | os.O_CLOEXEC)
     except FileNotFoundError:
         return False
     except OSError:
         return True
     try:
-        with open("/proc/locks", encoding="ascii", errors="replace") as f:
-            table = f.read()
+        # An open file description's lock query sees every process's locks on the file
+        # (struct flock: type, whence, start, length 0 = to the end, pid 0, padding).
+        query = struct.pack("hhqqi4x", fcntl.F_WRLCK, os.SEEK_SET, 0, 0, 0)
+        answer = fcntl.fcntl(fd, getattr(fcntl, "F_OFD_GETLK", fcntl.F_GETLK), query)
     except OSError:
-        return True  # no way to tell without touching the file: leave it to SQLite
-    for line in table.splitlines():
-        for field in line.split():
-            if field.count(":") == 2 and field.rpartition(":")[2] == str(inode):
-                return True
-    return False
+        return True
+    finally:
+        os.close(fd)
+    return int(struct.unpack("hhqqi4x", answer)[0]) != fcntl.F_UNLCK
 
 
 def _stale_index(path: Path) -> tuple[int, int, bytes] | None:
@@ -261,12 +340,20 @@ def _stale_index(path: Path) -> tuple[int, int, bytes] | None:
 def _keep(path: Path, report: str) -> str:
     """Copy the WAL aside and record the report; return the line every open now raises."""
     data = Path(str(path) + "-wal").read_bytes()
-    kept = path.with_name(f"{path.name}-wal.damaged-{blake3(data).hexdigest()[:12]}")
+    kept = _copy_name(path, data)
     line = (f"store {path} has a damaged write-ahead log: {report}. The log is kept as "
             f"{kept.name}. {_ADVICE}")
-    _write_atomically(kept, data)
+    if not (kept.is_file() and kept.stat().st_size == len(data)):
+        # (named by its hash and only ever renamed into place whole: one that is there is
+        # this log, kept by an earlier open whose record did not fit on the disk)
+        _write_atomically(kept, data)
     _write_atomically(damage_marker(path), (line + "\n").encode())
     return line
+
+
+def _copy_name(path: Path, data: bytes) -> Path:
+    """Where the WAL ``data`` of store file ``path`` is kept: named by its hash."""
+    return path.with_name(f"{path.name}-wal.damaged-{blake3(data).hexdigest()[:12]}")
 
 
 def _write_atomically(target: Path, data: bytes) -> None:
