@@ -146,3 +146,27 @@ def test_renames_killed_at_random_moments_leave_head_on_a_session(store_at: str)
 def test_renames_killed_at_random_moments_many_rounds(store_at: str) -> None:
     seen = rename_rounds(store_at, rounds=60, seed=2)
     assert seen == {"old", "new"}  # the kills landed on both sides of the commit
+
+
+def test_a_note_of_a_killed_rename_never_moves_head_onto_an_unrelated_session(
+        postgres_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Session b's reflog already logs "renamed a to b", from a rename long done (b was
+    # deleted since); the user is on a fresh session a.
+    prepare(postgres_url)
+    sess(postgres_url, "branch", "-m", "a", "b")
+    sess(postgres_url, "branch", "-d", "b")
+    sess(postgres_url, "append", "a", "user/message", json.dumps(user("mine")))
+    sess(postgres_url, "checkout", "a")
+    # This rename is killed before its commit: the note of the move stays beside HEAD.
+    killed([sys.executable, str(KILLED_AT), "before-commit", "--store", postgres_url,
+            "branch", "-m", "a", "b"], None)
+    assert status(postgres_url)["session"] == "a"
+    # Another user of the store deletes a, and starts a b of their own.
+    monkeypatch.setenv("SESS_HOME", str(tmp_path / "other-user"))
+    sess(postgres_url, "branch", "-d", "a")
+    sess(postgres_url, "append", "b", "user/message", json.dumps(user("theirs")))
+    monkeypatch.setenv("SESS_HOME", str(tmp_path / "sess-home"))
+    # The old entry is not the noted move, which never committed: HEAD stays on a (gone,
+    # as that user left it), never on their b.
+    assert status(postgres_url) == {"session": "a", "detached": False, "head": None,
+                                    "length": 0}

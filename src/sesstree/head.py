@@ -32,6 +32,7 @@ from blake3 import blake3
 from .errors import StoreError
 from .files import write_private
 from .revisions import SESSIONS
+from .scan import reflog_page
 from .store.base import Backend
 
 __all__ = ["Checkout", "FileHead", "HeadKeeper", "HeadMove", "MetaHead", "head_file_for",
@@ -43,12 +44,16 @@ class HeadMove(msgspec.Struct, frozen=True):
 
     ``before``: HEAD's raw value when the move began (``ref: sessions/OLD``); ``ref``: the ref
     whose reflog shows the move committed (a rename's new name, a deleted session's own);
-    ``reason``: that reflog entry's reason.
+    ``reason``: that reflog entry's reason; ``since``: how many entries that reflog had when
+    the move was noted. The move's entry comes after them: an older entry with the same
+    reason (the same rename, done and undone long ago) is not this move, which may never
+    have committed. (A note without ``since``, from an older sesstree, reads as 0.)
     """
 
     before: str
     ref: str
     reason: str
+    since: int = 0
 
 
 class HeadKeeper(Protocol):
@@ -163,7 +168,9 @@ def settle(keeper: HeadKeeper, backend: Backend, raw: str) -> str | None:
         return None
     entries = backend.reflog(move.ref)
     value: str | None = None
-    for entry in reversed(entries):
+    # Only entries logged since the note can be its move (an expiry since only shortens the
+    # log, so this never reaches back past the note).
+    for entry in reversed(entries[move.since:]):
         if entry.reason == move.reason or entry.reason.startswith(move.reason + " ("):
             if entry.new is not None:
                 value = "ref: " + move.ref  # the rename into ref
@@ -220,7 +227,8 @@ class Checkout:
         the store that names it: note the move (:class:`HeadMove`) for :func:`settle`."""
         raw = "ref: " + SESSIONS + name
         if not self.keeper.in_store and self.raw() == raw:
-            self.keeper.intend(HeadMove(raw, ref, reason))
+            since = reflog_page(self._backend, ref, 0)[1]  # a count, not a read of the log
+            self.keeper.intend(HeadMove(raw, ref, reason, since))
 
     def batch_ended(self, committed: bool) -> None:
         """The outermost batch committed (HEAD waiting for it is written now), or rolled back
