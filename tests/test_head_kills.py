@@ -170,3 +170,17 @@ def test_a_note_of_a_killed_rename_never_moves_head_onto_an_unrelated_session(
     # as that user left it), never on their b.
     assert status(postgres_url) == {"session": "a", "detached": False, "head": None,
                                     "length": 0}
+
+
+def test_a_checkout_made_in_another_terminal_during_a_rename_is_kept(postgres_url: str) -> None:
+    # Two terminals of one user share the HEAD file. While the rename's transaction is open
+    # in one, the other checks out c: that newer checkout must survive the rename's commit.
+    prepare(postgres_url)
+    with open_store(postgres_url) as setup:
+        setup.session("c").add_message(user("c"))
+    with open_store(postgres_url) as renaming, open_store(postgres_url) as other:
+        with renaming.batch():
+            renaming.rename_session("a", "b")
+            assert other.checkout("c")[0] == "c"
+        assert renaming.head()[0] == other.head()[0] == "c"
+    assert status(postgres_url)["session"] == "c"

@@ -212,6 +212,11 @@ class Checkout:
         """Move HEAD: in the store's transaction when it is kept there; when it is kept
         outside, at once, or (inside a batch) once the batch commits."""
         if not self.keeper.in_store and self._batch_depth():
+            if self._waiting() is None:
+                # What the file said when this batch first moved HEAD: if another process
+                # of this user (another terminal) moves it before the batch commits, that
+                # newer move is kept (see batch_ended).
+                self._pending.seen = self.keeper.get()
             self._pending.value = value
         else:
             self.keeper.set(value)
@@ -231,10 +236,11 @@ class Checkout:
             self.keeper.intend(HeadMove(raw, ref, reason, since))
 
     def batch_ended(self, committed: bool) -> None:
-        """The outermost batch committed (HEAD waiting for it is written now), or rolled back
-        (HEAD stays where it was)."""
+        """The outermost batch committed (HEAD waiting for it is written now, unless another
+        process moved HEAD meanwhile: its move is the newer), or rolled back (HEAD stays
+        where it was)."""
         pending, self._pending.value = self._waiting(), None
-        if committed and pending is not None:
+        if committed and pending is not None and self.keeper.get() == self._pending.seen:
             self.keeper.set(pending)
 
     def settle(self, raw: str) -> str | None:
