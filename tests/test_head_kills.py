@@ -12,17 +12,21 @@ continues that session instead of starting a new one.
 from __future__ import annotations
 
 import json
+import os
 import random
 import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from core_testkit import HELPERS
 
 from sesstree import open_store
+from sesstree.head import head_file_for
+from sesstree.store.postgres import PostgresBackend
 from sesstree.testing import user
 
 SESS = str(Path(sys.executable).with_name("sess"))  # the console script, as a user runs it
@@ -184,3 +188,39 @@ def test_a_checkout_made_in_another_terminal_during_a_rename_is_kept(postgres_ur
             assert other.checkout("c")[0] == "c"
         assert renaming.head()[0] == other.head()[0] == "c"
     assert status(postgres_url)["session"] == "c"
+
+
+def test_the_note_is_on_disk_before_the_transaction_and_head_before_the_note_goes(
+        postgres_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A power loss is a kill that also loses what was not synced: the note must be synced
+    # (the file, then its folder's entry for it) before the store's transaction can commit,
+    # and the new HEAD synced before the note is removed, or a reboot finds HEAD on a session
+    # that is gone with no note to finish the move.
+    prepare(postgres_url)
+    done: list[str] = []
+    real_fsync, real_rename, real_unlink = os.fsync, PostgresBackend.rename_ref, Path.unlink
+
+    def fsync(fd: int) -> None:
+        real_fsync(fd)
+        name = Path(os.readlink(f"/proc/self/fd/{fd}")).name
+        # (a file's data is synced under its temporary name, .NAME.RANDOM, before the rename)
+        done.append("sync " + (name[1:].rsplit(".", 1)[0] if name.startswith(".") else name))
+
+    def rename_ref(self: PostgresBackend, *args: Any) -> None:
+        done.append("rename")
+        real_rename(self, *args)
+
+    def unlink(self: Path, missing_ok: bool = False) -> None:
+        done.append("unlink " + self.name)
+        real_unlink(self, missing_ok=missing_ok)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    monkeypatch.setattr(PostgresBackend, "rename_ref", rename_ref)
+    monkeypatch.setattr(Path, "unlink", unlink)
+    with open_store(postgres_url) as store:
+        head = head_file_for(postgres_url)
+        store.rename_session("a", "b")
+    note, folder = head.name + ".moving", head.parent.name
+    assert done == [f"sync {note}", f"sync {folder}", "rename",
+                    f"sync {head.name}", f"sync {folder}", f"unlink {note}"], done
+    assert head.read_text() == "ref: sessions/b\n" and not head.with_name(note).exists()
