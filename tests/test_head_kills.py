@@ -7,6 +7,11 @@ random moment or at a chosen point (right before the store's transaction commits
 after it), then checks what the user sees: ``sess status`` names the session as it was
 before the command or as it is after, with all its events, and the next ``sess append``
 continues that session instead of starting a new one.
+
+Around the kills: a note left by a killed rename never moves HEAD onto a session made later
+under the same name; a checkout in another terminal during a rename is kept; the note and HEAD
+are synced before what follows them (a power loss); a damaged note is ignored or named, and a
+damaged HEAD file is one error naming it.
 """
 
 from __future__ import annotations
@@ -224,3 +229,47 @@ def test_the_note_is_on_disk_before_the_transaction_and_head_before_the_note_goe
     assert done == [f"sync {note}", f"sync {folder}", "rename",
                     f"sync {head.name}", f"sync {folder}", f"unlink {note}"], done
     assert head.read_text() == "ref: sessions/b\n" and not head.with_name(note).exists()
+
+
+def sess_fails(url: str, *args: str) -> str:
+    """Run a command that must fail with one clear line (exit 1, no internal error)."""
+    done = subprocess.run([SESS, "--store", url, *args], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 1 and done.stderr.count("\n") == 1, (args, done.stderr)
+    return done.stderr
+
+
+@pytest.mark.parametrize("damage", ["truncated", "not UTF-8", "wrong fields", "a folder"])
+def test_a_damaged_note_beside_head_is_ignored_or_named(postgres_url: str, damage: str) -> None:
+    prepare(postgres_url)
+    head = head_file_for(postgres_url)
+    note = head.with_name(head.name + ".moving")
+    if damage == "a folder":
+        note.mkdir()
+    else:
+        note.write_bytes({"truncated": b'{"before": "ref: sessions/a", "ref', "not UTF-8":
+                          b"\xff\xfe\x00", "wrong fields": b'{"before": 1, "ref": []}'}[damage])
+    sess(postgres_url, "checkout", "-b", "c")  # HEAD moves; what is beside it does not matter
+    assert status(postgres_url)["session"] == "c"
+    sess(postgres_url, "checkout", "a")
+    if damage == "a folder":  # no note can be written: the rename is refused, naming it
+        assert str(note) in sess_fails(postgres_url, "branch", "-m", "a", "b")
+        assert status(postgres_url) == {"session": "a", "detached": False,
+                                        "head": status(postgres_url)["head"], "length": 3}
+    else:
+        sess(postgres_url, "branch", "-m", "a", "b")
+        assert status(postgres_url)["session"] == "b" and not note.exists()
+
+
+def test_a_head_file_that_is_not_text_is_one_error_naming_it(postgres_url: str) -> None:
+    prepare(postgres_url)
+    head = head_file_for(postgres_url)
+    head.write_bytes(b"\xff\xfe ref: sessions/a\n")
+    for args in (["status"], ["append", "user/message", json.dumps(user("m3"))],
+                 ["checkout", "a"]):
+        said = sess_fails(postgres_url, *args)
+        assert str(head) in said and "remove it" in said, said
+    head.unlink()  # as the error says: HEAD is then the default, and nothing else changed
+    assert status(postgres_url)["session"] == "main"
+    sess(postgres_url, "checkout", "a")
+    assert status(postgres_url)["length"] == 3

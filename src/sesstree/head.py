@@ -112,20 +112,24 @@ class FileHead:
     def get(self) -> str | None:
         """The raw value, or None."""
         try:
-            return self.path.read_text().strip() or None
+            return self.path.read_text(encoding="utf-8").strip() or None
         except FileNotFoundError:
             return None
         except OSError as exc:
             raise StoreError(f"cannot read HEAD at {self.path}: {exc.strerror}") from None
+        except UnicodeDecodeError:  # damaged: sesstree writes it as UTF-8 text only
+            raise StoreError(f"cannot read HEAD at {self.path}: it is not UTF-8 text, so not "
+                             "a HEAD sesstree wrote (remove it: HEAD is then session main)"
+                             ) from None
 
     def set(self, value: str) -> None:
         """Write the raw value, atomically (a temporary file renamed over the old one), then
         forget the move noted, which this write finishes or overrides."""
         try:
             write_private(self.path, (value + "\n").encode())
-            self.intent_path.unlink(missing_ok=True)
         except OSError as exc:
             raise StoreError(f"cannot write HEAD at {self.path}: {exc.strerror}") from None
+        self.forget_intent()
 
     def intend(self, move: HeadMove) -> None:
         """Note ``move`` beside HEAD (atomically), before the store's transaction."""
@@ -147,7 +151,9 @@ class FileHead:
         try:
             self.intent_path.unlink(missing_ok=True)
         except OSError:
-            pass  # read-only: the note stays harmless, as settle() checks it each time
+            # Read-only, or something else in its place (a folder): a note left is harmless,
+            # as settle() checks it against HEAD and the reflog each time.
+            pass
 
 
 def settle(keeper: HeadKeeper, backend: Backend, raw: str) -> str | None:
