@@ -45,15 +45,19 @@ class HeadMove(msgspec.Struct, frozen=True):
     ``before``: HEAD's raw value when the move began (``ref: sessions/OLD``); ``ref``: the ref
     whose reflog shows the move committed (a rename's new name, a deleted session's own);
     ``reason``: that reflog entry's reason; ``since``: how many entries that reflog had when
-    the move was noted. The move's entry comes after them: an older entry with the same
+    the move was noted. A rename's entry comes after them: an older entry with the same
     reason (the same rename, done and undone long ago) is not this move, which may never
-    have committed. (A note without ``since``, from an older sesstree, reads as 0.)
+    have committed. (A deletion is proved by being the ref's newest entry.) ``node``: where
+    the session was when the move was noted, what a deletion leaves HEAD on if its entry was
+    folded into its batch's (whose ``old`` is where the batch began). A note without
+    ``since`` or ``node``, from an older sesstree, reads as 0 and None.
     """
 
     before: str
     ref: str
     reason: str
     since: int = 0
+    node: str | None = None
 
 
 class HeadKeeper(Protocol):
@@ -174,14 +178,21 @@ def settle(keeper: HeadKeeper, backend: Backend, raw: str) -> str | None:
         return None
     entries = backend.reflog(move.ref)
     value: str | None = None
-    # Only entries logged since the note can be its move (an expiry since only shortens the
-    # log, so this never reaches back past the note).
-    for entry in reversed(entries[move.since:]):
+    for i in range(len(entries) - 1, -1, -1):
+        entry = entries[i]
         if entry.reason == move.reason or entry.reason.startswith(move.reason + " ("):
             if entry.new is not None:
-                value = "ref: " + move.ref  # the rename into ref
-            elif entry is entries[-1] and entry.old is not None:
-                value = entry.old  # the deletion, not undone since: detached where it was
+                # The rename into ref, if logged since the note: an older one is the same
+                # rename done long ago. (An expiry only shortens the log, so this never
+                # reaches back past the note; a rename's entry is its own, never folded.)
+                if i >= move.since:
+                    value = "ref: " + move.ref
+            elif i == len(entries) - 1 and entry.old is not None:
+                # The deletion, not undone since: detached where it was. Folded into the
+                # entry its batch's appends began (older than the note, perhaps), the entry's
+                # old is where the batch began; the batch held the session from its first
+                # move, so where the note saw it is where it was deleted.
+                value = move.node if entry.started is not None and move.node else entry.old
             break
     if value is None:
         return None
@@ -239,7 +250,9 @@ class Checkout:
         raw = "ref: " + SESSIONS + name
         if not self.keeper.in_store and self.raw() == raw:
             since = reflog_page(self._backend, ref, 0)[1]  # a count, not a read of the log
-            self.keeper.intend(HeadMove(raw, ref, reason, since))
+            tip = self._backend.get_ref(SESSIONS + name)
+            self.keeper.intend(HeadMove(raw, ref, reason, since,
+                                        tip.target if tip is not None else None))
 
     def batch_ended(self, committed: bool) -> None:
         """The outermost batch committed (HEAD waiting for it is written now, unless another
