@@ -8,10 +8,11 @@ after it), then checks what the user sees: ``sess status`` names the session as 
 before the command or as it is after, with all its events, and the next ``sess append``
 continues that session instead of starting a new one.
 
-Around the kills: a note left by a killed rename never moves HEAD onto a session made later
-under the same name; a checkout in another terminal during a rename is kept; the note and HEAD
-are synced before what follows them (a power loss); a damaged note is ignored or named, and a
-damaged HEAD file is one error naming it.
+Around the kills: a move retried after a kill finishes the first; a note left by a killed
+rename never moves HEAD onto a session made later under the same name; a checkout in another
+terminal during a rename is kept; the note and HEAD are synced before what follows them (a
+power loss); a damaged note is ignored or named, and a damaged HEAD file is one error naming
+it.
 """
 
 from __future__ import annotations
@@ -155,6 +156,21 @@ def test_renames_killed_at_random_moments_leave_head_on_a_session(store_at: str)
 def test_renames_killed_at_random_moments_many_rounds(store_at: str) -> None:
     seen = rename_rounds(store_at, rounds=60, seed=2)
     assert seen == {"old", "new"}  # the kills landed on both sides of the commit
+
+
+@pytest.mark.parametrize("retry", [["branch", "-m", "a", "b"], ["branch", "-m", "a", "c"],
+                                   ["branch", "-d", "a"]],
+                         ids=["the same rename", "another rename", "a delete"])
+def test_a_move_retried_after_a_kill_past_its_commit_still_finishes_the_first(
+        postgres_url: str, retry: list[str]) -> None:
+    # Killed after its commit, the rename left HEAD on a (gone) and its note. The user runs
+    # the command again (or another move of a): that fails, as a is gone, and must not
+    # replace the note that finishes the first rename.
+    length = prepare(postgres_url)
+    killed([sys.executable, str(KILLED_AT), "after-commit", "--store", postgres_url,
+            "branch", "-m", "a", "b"], None)
+    assert "no session named 'a'" in sess_fails(postgres_url, *retry)
+    assert check_after_kill(postgres_url, "a", "b", length) == "b"
 
 
 def test_a_note_of_a_killed_rename_never_moves_head_onto_an_unrelated_session(

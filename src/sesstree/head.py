@@ -248,11 +248,17 @@ class Checkout:
         """Before the batch that renames or deletes session ``name``, on a HEAD kept outside
         the store that names it: note the move (:class:`HeadMove`) for :func:`settle`."""
         raw = "ref: " + SESSIONS + name
-        if not self.keeper.in_store and self.raw() == raw:
-            since = reflog_page(self._backend, ref, 0)[1]  # a count, not a read of the log
-            tip = self._backend.get_ref(SESSIONS + name)
-            self.keeper.intend(HeadMove(raw, ref, reason, since,
-                                        tip.target if tip is not None else None))
+        if self.keeper.in_store or self.raw() != raw:
+            return
+        tip = self._backend.get_ref(SESSIONS + name)
+        if tip is None:
+            # Gone already, so this move will fail; HEAD may be left on it by a move killed
+            # after its commit (a retry of that very command, often): finish that move by
+            # its note rather than replace the note.
+            self.settle(raw)
+            return
+        since = reflog_page(self._backend, ref, 0)[1]  # a count, not a read of the log
+        self.keeper.intend(HeadMove(raw, ref, reason, since, tip.target))
 
     def batch_ended(self, committed: bool) -> None:
         """The outermost batch committed (HEAD waiting for it is written now, unless another
