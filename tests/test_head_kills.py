@@ -8,7 +8,8 @@ after it), then checks what the user sees: ``sess status`` names the session as 
 before the command or as it is after, with all its events, and the next ``sess append``
 continues that session instead of starting a new one.
 
-Around the kills: a move retried after a kill finishes the first; a note left by a killed
+Around the kills: a move retried after a kill finishes the first, and one that fails puts
+back the note it replaced (another terminal's); a note left by a killed
 rename never moves HEAD onto a session made later under the same name; a checkout in another
 terminal during a rename is kept; the note and HEAD are synced before what follows them (a
 power loss); a damaged note is ignored or named, and a damaged HEAD file is one error naming
@@ -23,6 +24,7 @@ import random
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -31,6 +33,7 @@ import pytest
 from core_testkit import HELPERS
 
 from sesstree import open_store
+from sesstree.errors import StoreError
 from sesstree.head import head_file_for
 from sesstree.store.postgres import PostgresBackend
 from sesstree.testing import user
@@ -289,3 +292,39 @@ def test_a_head_file_that_is_not_text_is_one_error_naming_it(postgres_url: str) 
     assert status(postgres_url)["session"] == "main"
     sess(postgres_url, "checkout", "a")
     assert status(postgres_url)["length"] == 3
+
+
+def test_a_move_that_fails_puts_back_the_note_it_replaced(
+        postgres_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Two terminals: one renames a to b, the other (a still there) starts renaming a to c,
+    # replacing the note beside HEAD, and waits on the first's transaction. The first commits
+    # and dies before writing HEAD; the second then fails (a is gone). The first's note must
+    # be back for the next read to finish its rename.
+    length = prepare(postgres_url)
+    head = head_file_for(postgres_url)
+    note = head.with_name(head.name + ".moving")
+    with open_store(postgres_url) as first, open_store(postgres_url) as second:
+        def killed_before_head(value: str) -> None:
+            raise StoreError("killed: HEAD not written")
+
+        monkeypatch.setattr(first._head, "set", killed_before_head)
+        failed: list[BaseException] = []
+
+        def rename_to_c() -> None:
+            try:
+                second.rename_session("a", "c")
+            except BaseException as exc:  # (reported below)
+                failed.append(exc)
+
+        with pytest.raises(StoreError, match="killed"):
+            with first.batch():
+                first.rename_session("a", "b")
+                mine = note.read_bytes()
+                racing = threading.Thread(target=rename_to_c)
+                racing.start()
+                while racing.is_alive() and note.read_bytes() == mine:
+                    racing.join(0.01)  # until the second's note replaces the first's
+                assert note.read_bytes() != mine and racing.is_alive()  # waiting on our lock
+        racing.join()
+        assert failed and "a" in str(failed[0]), failed
+    assert check_after_kill(postgres_url, "a", "b", length) == "b"

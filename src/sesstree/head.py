@@ -22,7 +22,8 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Protocol
 
@@ -36,7 +37,7 @@ from .scan import reflog_page
 from .store.base import Backend
 
 __all__ = ["Checkout", "FileHead", "HeadKeeper", "HeadMove", "MetaHead", "head_file_for",
-           "settle"]
+           "moved_to", "settle"]
 
 
 class HeadMove(msgspec.Struct, frozen=True):
@@ -176,6 +177,19 @@ def settle(keeper: HeadKeeper, backend: Backend, raw: str) -> str | None:
         if isinstance(keeper, FileHead):
             keeper.forget_intent()  # HEAD moved on since: the note is stale
         return None
+    value = moved_to(backend, move)
+    if value is None:
+        return None
+    try:
+        keeper.set(value)
+    except StoreError:
+        pass  # cannot write HEAD here: this read still sees where it went
+    return value
+
+
+def moved_to(backend: Backend, move: HeadMove) -> str | None:
+    """Where HEAD goes if the store's reflog shows ``move`` committed (the rename into its
+    ``ref`` logged since the note; the deletion as the ref's newest entry), else None."""
     entries = backend.reflog(move.ref)
     value: str | None = None
     for i in range(len(entries) - 1, -1, -1):
@@ -194,12 +208,6 @@ def settle(keeper: HeadKeeper, backend: Backend, raw: str) -> str | None:
                 # move, so where the note saw it is where it was deleted.
                 value = move.node if entry.started is not None and move.node else entry.old
             break
-    if value is None:
-        return None
-    try:
-        keeper.set(value)
-    except StoreError:
-        pass  # cannot write HEAD here: this read still sees where it went
     return value
 
 
@@ -244,21 +252,46 @@ class Checkout:
         if self.raw() == "ref: " + SESSIONS + name:
             self.set(value)
 
-    def note_move(self, name: str, ref: str, reason: str) -> None:
+    @contextmanager
+    def moving(self, name: str, ref: str, reason: str) -> Iterator[None]:
+        """Around the batch that renames or deletes session ``name``: on a HEAD kept outside
+        the store that names it, note the move first (:meth:`note_move`); if the batch fails,
+        put back the note this one replaced (another terminal's move, which may have
+        committed and died before writing HEAD: its note is what finishes it), or none. A
+        failure once the move committed (HEAD could not be written) keeps this note."""
+        replaced = self.note_move(name, ref, reason)
+        try:
+            yield
+        except BaseException:
+            if replaced is not None and isinstance(self.keeper, FileHead):
+                ours, before = replaced
+                # (Another move noted since is theirs to keep; a committed one is ours.)
+                if self.keeper.intent() == ours and moved_to(self._backend, ours) is None:
+                    if before is not None:
+                        self.keeper.intend(before)
+                    else:
+                        self.keeper.forget_intent()
+            raise
+
+    def note_move(self, name: str, ref: str, reason: str
+                  ) -> tuple[HeadMove, HeadMove | None] | None:
         """Before the batch that renames or deletes session ``name``, on a HEAD kept outside
-        the store that names it: note the move (:class:`HeadMove`) for :func:`settle`."""
+        the store that names it: note the move (:class:`HeadMove`) for :func:`settle`.
+        Returns the note written and the one it replaced (None: none written)."""
         raw = "ref: " + SESSIONS + name
         if self.keeper.in_store or self.raw() != raw:
-            return
+            return None
         tip = self._backend.get_ref(SESSIONS + name)
         if tip is None:
             # Gone already, so this move will fail; HEAD may be left on it by a move killed
             # after its commit (a retry of that very command, often): finish that move by
             # its note rather than replace the note.
             self.settle(raw)
-            return
+            return None
         since = reflog_page(self._backend, ref, 0)[1]  # a count, not a read of the log
-        self.keeper.intend(HeadMove(raw, ref, reason, since, tip.target))
+        move, before = HeadMove(raw, ref, reason, since, tip.target), self.keeper.intent()
+        self.keeper.intend(move)
+        return move, before
 
     def batch_ended(self, committed: bool) -> None:
         """The outermost batch committed (HEAD waiting for it is written now, unless another
