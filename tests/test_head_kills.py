@@ -7,22 +7,35 @@ random moment or at a chosen point (right before the store's transaction commits
 after it), then checks what the user sees: ``sess status`` names the session as it was
 before the command or as it is after, with all its events, and the next ``sess append``
 continues that session instead of starting a new one.
+
+Around the kills: a move retried after a kill finishes the first, and one that fails puts
+back the note it replaced (another terminal's); a note left by a killed
+rename never moves HEAD onto a session made later under the same name; a checkout in another
+terminal during a rename is kept; the note and HEAD are synced before what follows them (a
+power loss); a damaged note is ignored or named, and a damaged HEAD file is one error naming
+it.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import random
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from core_testkit import HELPERS
 
 from sesstree import open_store
+from sesstree.errors import StoreError
+from sesstree.head import head_file_for
+from sesstree.store.postgres import PostgresBackend
 from sesstree.testing import user
 
 SESS = str(Path(sys.executable).with_name("sess"))  # the console script, as a user runs it
@@ -146,3 +159,172 @@ def test_renames_killed_at_random_moments_leave_head_on_a_session(store_at: str)
 def test_renames_killed_at_random_moments_many_rounds(store_at: str) -> None:
     seen = rename_rounds(store_at, rounds=60, seed=2)
     assert seen == {"old", "new"}  # the kills landed on both sides of the commit
+
+
+@pytest.mark.parametrize("retry", [["branch", "-m", "a", "b"], ["branch", "-m", "a", "c"],
+                                   ["branch", "-d", "a"]],
+                         ids=["the same rename", "another rename", "a delete"])
+def test_a_move_retried_after_a_kill_past_its_commit_still_finishes_the_first(
+        postgres_url: str, retry: list[str]) -> None:
+    # Killed after its commit, the rename left HEAD on a (gone) and its note. The user runs
+    # the command again (or another move of a): that fails, as a is gone, and must not
+    # replace the note that finishes the first rename.
+    length = prepare(postgres_url)
+    killed([sys.executable, str(KILLED_AT), "after-commit", "--store", postgres_url,
+            "branch", "-m", "a", "b"], None)
+    assert "no session named 'a'" in sess_fails(postgres_url, *retry)
+    assert check_after_kill(postgres_url, "a", "b", length) == "b"
+
+
+def test_a_note_of_a_killed_rename_never_moves_head_onto_an_unrelated_session(
+        postgres_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Session b's reflog already logs "renamed a to b", from a rename long done (b was
+    # deleted since); the user is on a fresh session a.
+    prepare(postgres_url)
+    sess(postgres_url, "branch", "-m", "a", "b")
+    sess(postgres_url, "branch", "-d", "b")
+    sess(postgres_url, "append", "a", "user/message", json.dumps(user("mine")))
+    sess(postgres_url, "checkout", "a")
+    # This rename is killed before its commit: the note of the move stays beside HEAD.
+    killed([sys.executable, str(KILLED_AT), "before-commit", "--store", postgres_url,
+            "branch", "-m", "a", "b"], None)
+    assert status(postgres_url)["session"] == "a"
+    # Another user of the store deletes a, and starts a b of their own.
+    monkeypatch.setenv("SESS_HOME", str(tmp_path / "other-user"))
+    sess(postgres_url, "branch", "-d", "a")
+    sess(postgres_url, "append", "b", "user/message", json.dumps(user("theirs")))
+    monkeypatch.setenv("SESS_HOME", str(tmp_path / "sess-home"))
+    # The old entry is not the noted move, which never committed: HEAD stays on a (gone,
+    # as that user left it), never on their b.
+    assert status(postgres_url) == {"session": "a", "detached": False, "head": None,
+                                    "length": 0}
+
+
+def test_a_checkout_made_in_another_terminal_during_a_rename_is_kept(postgres_url: str) -> None:
+    # Two terminals of one user share the HEAD file. While the rename's transaction is open
+    # in one, the other checks out c: that newer checkout must survive the rename's commit.
+    prepare(postgres_url)
+    with open_store(postgres_url) as setup:
+        setup.session("c").add_message(user("c"))
+    with open_store(postgres_url) as renaming, open_store(postgres_url) as other:
+        with renaming.batch():
+            renaming.rename_session("a", "b")
+            assert other.checkout("c")[0] == "c"
+        assert renaming.head()[0] == other.head()[0] == "c"
+    assert status(postgres_url)["session"] == "c"
+
+
+def test_the_note_is_on_disk_before_the_transaction_and_head_before_the_note_goes(
+        postgres_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A power loss is a kill that also loses what was not synced: the note must be synced
+    # (the file, then its folder's entry for it) before the store's transaction can commit,
+    # and the new HEAD synced before the note is removed, or a reboot finds HEAD on a session
+    # that is gone with no note to finish the move.
+    prepare(postgres_url)
+    done: list[str] = []
+    real_fsync, real_rename, real_unlink = os.fsync, PostgresBackend.rename_ref, Path.unlink
+
+    def fsync(fd: int) -> None:
+        real_fsync(fd)
+        name = Path(os.readlink(f"/proc/self/fd/{fd}")).name
+        # (a file's data is synced under its temporary name, .NAME.RANDOM, before the rename)
+        done.append("sync " + (name[1:].rsplit(".", 1)[0] if name.startswith(".") else name))
+
+    def rename_ref(self: PostgresBackend, *args: Any) -> None:
+        done.append("rename")
+        real_rename(self, *args)
+
+    def unlink(self: Path, missing_ok: bool = False) -> None:
+        done.append("unlink " + self.name)
+        real_unlink(self, missing_ok=missing_ok)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    monkeypatch.setattr(PostgresBackend, "rename_ref", rename_ref)
+    monkeypatch.setattr(Path, "unlink", unlink)
+    with open_store(postgres_url) as store:
+        head = head_file_for(postgres_url)
+        store.rename_session("a", "b")
+    note, folder = head.name + ".moving", head.parent.name
+    assert done == [f"sync {note}", f"sync {folder}", "rename",
+                    f"sync {head.name}", f"sync {folder}", f"unlink {note}"], done
+    assert head.read_text() == "ref: sessions/b\n" and not head.with_name(note).exists()
+
+
+def sess_fails(url: str, *args: str) -> str:
+    """Run a command that must fail with one clear line (exit 1, no internal error)."""
+    done = subprocess.run([SESS, "--store", url, *args], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 1 and done.stderr.count("\n") == 1, (args, done.stderr)
+    return done.stderr
+
+
+@pytest.mark.parametrize("damage", ["truncated", "not UTF-8", "wrong fields", "a folder"])
+def test_a_damaged_note_beside_head_is_ignored_or_named(postgres_url: str, damage: str) -> None:
+    prepare(postgres_url)
+    head = head_file_for(postgres_url)
+    note = head.with_name(head.name + ".moving")
+    if damage == "a folder":
+        note.mkdir()
+    else:
+        note.write_bytes({"truncated": b'{"before": "ref: sessions/a", "ref', "not UTF-8":
+                          b"\xff\xfe\x00", "wrong fields": b'{"before": 1, "ref": []}'}[damage])
+    sess(postgres_url, "checkout", "-b", "c")  # HEAD moves; what is beside it does not matter
+    assert status(postgres_url)["session"] == "c"
+    sess(postgres_url, "checkout", "a")
+    if damage == "a folder":  # no note can be written: the rename is refused, naming it
+        assert str(note) in sess_fails(postgres_url, "branch", "-m", "a", "b")
+        assert status(postgres_url) == {"session": "a", "detached": False,
+                                        "head": status(postgres_url)["head"], "length": 3}
+    else:
+        sess(postgres_url, "branch", "-m", "a", "b")
+        assert status(postgres_url)["session"] == "b" and not note.exists()
+
+
+def test_a_head_file_that_is_not_text_is_one_error_naming_it(postgres_url: str) -> None:
+    prepare(postgres_url)
+    head = head_file_for(postgres_url)
+    head.write_bytes(b"\xff\xfe ref: sessions/a\n")
+    for args in (["status"], ["append", "user/message", json.dumps(user("m3"))],
+                 ["checkout", "a"]):
+        said = sess_fails(postgres_url, *args)
+        assert str(head) in said and "remove it" in said, said
+    head.unlink()  # as the error says: HEAD is then the default, and nothing else changed
+    assert status(postgres_url)["session"] == "main"
+    sess(postgres_url, "checkout", "a")
+    assert status(postgres_url)["length"] == 3
+
+
+def test_a_move_that_fails_puts_back_the_note_it_replaced(
+        postgres_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Two terminals: one renames a to b, the other (a still there) starts renaming a to c,
+    # replacing the note beside HEAD, and waits on the first's transaction. The first commits
+    # and dies before writing HEAD; the second then fails (a is gone). The first's note must
+    # be back for the next read to finish its rename.
+    length = prepare(postgres_url)
+    head = head_file_for(postgres_url)
+    note = head.with_name(head.name + ".moving")
+    with open_store(postgres_url) as first, open_store(postgres_url) as second:
+        def killed_before_head(value: str) -> None:
+            raise StoreError("killed: HEAD not written")
+
+        monkeypatch.setattr(first._head, "set", killed_before_head)
+        failed: list[BaseException] = []
+
+        def rename_to_c() -> None:
+            try:
+                second.rename_session("a", "c")
+            except BaseException as exc:  # (reported below)
+                failed.append(exc)
+
+        with pytest.raises(StoreError, match="killed"):
+            with first.batch():
+                first.rename_session("a", "b")
+                mine = note.read_bytes()
+                racing = threading.Thread(target=rename_to_c)
+                racing.start()
+                while racing.is_alive() and note.read_bytes() == mine:
+                    racing.join(0.01)  # until the second's note replaces the first's
+                assert note.read_bytes() != mine and racing.is_alive()  # waiting on our lock
+        racing.join()
+        assert failed and "a" in str(failed[0]), failed
+    assert check_after_kill(postgres_url, "a", "b", length) == "b"

@@ -106,6 +106,25 @@ def test_a_head_outside_the_store_that_cannot_be_written_follows_once_it_can(
             {"source": "import"} if op == "rename" else None)
 
 
+@pytest.mark.parametrize("op", ["rename", "delete"])
+def test_a_head_outside_that_cannot_be_written_follows_a_move_batched_with_appends(
+        postgres_url: str, monkeypatch: pytest.MonkeyPatch, op: str) -> None:
+    # In one batch the session grows, then moves: the move's reflog entry may be the one
+    # its appends started (a deletion folds into it), logged before the note was written.
+    with open_store(postgres_url) as store:
+        prepare(store)
+        fail_on_meta(store, monkeypatch, "HEAD")
+        with pytest.raises(StoreError, match="injected"):
+            with store.batch():
+                node = store.session("a").add_message({"role": "user", "content": "more"}).id
+                if op == "rename":
+                    store.rename_session("a", "b")
+                else:
+                    store.delete_session("a")
+    with open_store(postgres_url) as store:  # as the next command finds it (HEAD unpatched)
+        assert store.head() == (("b", node) if op == "rename" else (None, node))
+
+
 @pytest.mark.parametrize("failing", ["session:a", "HEAD"])
 def test_a_delete_that_fails_part_way_changes_nothing(
         store: Store, monkeypatch: pytest.MonkeyPatch, failing: str) -> None:

@@ -12,7 +12,10 @@ __all__ = ["write_private"]
 def write_private(path: Path, data: bytes) -> None:
     """Replace ``path`` with ``data`` atomically: a private temporary file beside it (mode
     0600, as ``mkstemp`` makes it), renamed over it, so a reader sees the old file or the new
-    one and two writers never mix. Creates the folder (0700) if needed.
+    one and two writers never mix. Creates the folder (0700) if needed. Durable when it
+    returns: the data is synced before the rename (or a power loss could leave the new name
+    on an empty file) and the folder after it (or the rename itself could be lost), so what
+    is written next (a store's transaction, the removal of a note) comes after it on disk.
 
     Raises:
         OSError: the folder or the file cannot be written.
@@ -24,7 +27,24 @@ def write_private(path: Path, data: bytes) -> None:
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+    _sync_folder(path.parent)
+
+
+def _sync_folder(folder: Path) -> None:
+    """Sync ``folder``'s entries (a rename in it) to disk, where the platform can."""
+    try:
+        fd = os.open(folder, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    except OSError:
+        return  # (Windows cannot open a folder: its renames are durable by other means)
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass  # a file system that cannot sync a folder (EINVAL) syncs its entries itself
+    finally:
+        os.close(fd)

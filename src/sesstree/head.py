@@ -22,7 +22,8 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Protocol
 
@@ -32,10 +33,11 @@ from blake3 import blake3
 from .errors import StoreError
 from .files import write_private
 from .revisions import SESSIONS
+from .scan import reflog_page
 from .store.base import Backend
 
 __all__ = ["Checkout", "FileHead", "HeadKeeper", "HeadMove", "MetaHead", "head_file_for",
-           "settle"]
+           "moved_to", "settle"]
 
 
 class HeadMove(msgspec.Struct, frozen=True):
@@ -43,12 +45,20 @@ class HeadMove(msgspec.Struct, frozen=True):
 
     ``before``: HEAD's raw value when the move began (``ref: sessions/OLD``); ``ref``: the ref
     whose reflog shows the move committed (a rename's new name, a deleted session's own);
-    ``reason``: that reflog entry's reason.
+    ``reason``: that reflog entry's reason; ``since``: how many entries that reflog had when
+    the move was noted. A rename's entry comes after them: an older entry with the same
+    reason (the same rename, done and undone long ago) is not this move, which may never
+    have committed. (A deletion is proved by being the ref's newest entry.) ``node``: where
+    the session was when the move was noted, what a deletion leaves HEAD on if its entry was
+    folded into its batch's (whose ``old`` is where the batch began). A note without
+    ``since`` or ``node``, from an older sesstree, reads as 0 and None.
     """
 
     before: str
     ref: str
     reason: str
+    since: int = 0
+    node: str | None = None
 
 
 class HeadKeeper(Protocol):
@@ -107,20 +117,24 @@ class FileHead:
     def get(self) -> str | None:
         """The raw value, or None."""
         try:
-            return self.path.read_text().strip() or None
+            return self.path.read_text(encoding="utf-8").strip() or None
         except FileNotFoundError:
             return None
         except OSError as exc:
             raise StoreError(f"cannot read HEAD at {self.path}: {exc.strerror}") from None
+        except UnicodeDecodeError:  # damaged: sesstree writes it as UTF-8 text only
+            raise StoreError(f"cannot read HEAD at {self.path}: it is not UTF-8 text, so not "
+                             "a HEAD sesstree wrote (remove it: HEAD is then session main)"
+                             ) from None
 
     def set(self, value: str) -> None:
         """Write the raw value, atomically (a temporary file renamed over the old one), then
         forget the move noted, which this write finishes or overrides."""
         try:
             write_private(self.path, (value + "\n").encode())
-            self.intent_path.unlink(missing_ok=True)
         except OSError as exc:
             raise StoreError(f"cannot write HEAD at {self.path}: {exc.strerror}") from None
+        self.forget_intent()
 
     def intend(self, move: HeadMove) -> None:
         """Note ``move`` beside HEAD (atomically), before the store's transaction."""
@@ -142,7 +156,9 @@ class FileHead:
         try:
             self.intent_path.unlink(missing_ok=True)
         except OSError:
-            pass  # read-only: the note stays harmless, as settle() checks it each time
+            # Read-only, or something else in its place (a folder): a note left is harmless,
+            # as settle() checks it against HEAD and the reflog each time.
+            pass
 
 
 def settle(keeper: HeadKeeper, backend: Backend, raw: str) -> str | None:
@@ -161,21 +177,37 @@ def settle(keeper: HeadKeeper, backend: Backend, raw: str) -> str | None:
         if isinstance(keeper, FileHead):
             keeper.forget_intent()  # HEAD moved on since: the note is stale
         return None
-    entries = backend.reflog(move.ref)
-    value: str | None = None
-    for entry in reversed(entries):
-        if entry.reason == move.reason or entry.reason.startswith(move.reason + " ("):
-            if entry.new is not None:
-                value = "ref: " + move.ref  # the rename into ref
-            elif entry is entries[-1] and entry.old is not None:
-                value = entry.old  # the deletion, not undone since: detached where it was
-            break
+    value = moved_to(backend, move)
     if value is None:
         return None
     try:
         keeper.set(value)
     except StoreError:
         pass  # cannot write HEAD here: this read still sees where it went
+    return value
+
+
+def moved_to(backend: Backend, move: HeadMove) -> str | None:
+    """Where HEAD goes if the store's reflog shows ``move`` committed (the rename into its
+    ``ref`` logged since the note; the deletion as the ref's newest entry), else None."""
+    entries = backend.reflog(move.ref)
+    value: str | None = None
+    for i in range(len(entries) - 1, -1, -1):
+        entry = entries[i]
+        if entry.reason == move.reason or entry.reason.startswith(move.reason + " ("):
+            if entry.new is not None:
+                # The rename into ref, if logged since the note: an older one is the same
+                # rename done long ago. (An expiry only shortens the log, so this never
+                # reaches back past the note; a rename's entry is its own, never folded.)
+                if i >= move.since:
+                    value = "ref: " + move.ref
+            elif i == len(entries) - 1 and entry.old is not None:
+                # The deletion, not undone since: detached where it was. Folded into the
+                # entry its batch's appends began (older than the note, perhaps), the entry's
+                # old is where the batch began; the batch held the session from its first
+                # move, so where the note saw it is where it was deleted.
+                value = move.node if entry.started is not None and move.node else entry.old
+            break
     return value
 
 
@@ -205,6 +237,11 @@ class Checkout:
         """Move HEAD: in the store's transaction when it is kept there; when it is kept
         outside, at once, or (inside a batch) once the batch commits."""
         if not self.keeper.in_store and self._batch_depth():
+            if self._waiting() is None:
+                # What the file said when this batch first moved HEAD: if another process
+                # of this user (another terminal) moves it before the batch commits, that
+                # newer move is kept (see batch_ended).
+                self._pending.seen = self.keeper.get()
             self._pending.value = value
         else:
             self.keeper.set(value)
@@ -215,18 +252,53 @@ class Checkout:
         if self.raw() == "ref: " + SESSIONS + name:
             self.set(value)
 
-    def note_move(self, name: str, ref: str, reason: str) -> None:
+    @contextmanager
+    def moving(self, name: str, ref: str, reason: str) -> Iterator[None]:
+        """Around the batch that renames or deletes session ``name``: on a HEAD kept outside
+        the store that names it, note the move first (:meth:`note_move`); if the batch fails,
+        put back the note this one replaced (another terminal's move, which may have
+        committed and died before writing HEAD: its note is what finishes it), or none. A
+        failure once the move committed (HEAD could not be written) keeps this note."""
+        replaced = self.note_move(name, ref, reason)
+        try:
+            yield
+        except BaseException:
+            if replaced is not None and isinstance(self.keeper, FileHead):
+                ours, before = replaced
+                # (Another move noted since is theirs to keep; a committed one is ours.)
+                if self.keeper.intent() == ours and moved_to(self._backend, ours) is None:
+                    if before is not None:
+                        self.keeper.intend(before)
+                    else:
+                        self.keeper.forget_intent()
+            raise
+
+    def note_move(self, name: str, ref: str, reason: str
+                  ) -> tuple[HeadMove, HeadMove | None] | None:
         """Before the batch that renames or deletes session ``name``, on a HEAD kept outside
-        the store that names it: note the move (:class:`HeadMove`) for :func:`settle`."""
+        the store that names it: note the move (:class:`HeadMove`) for :func:`settle`.
+        Returns the note written and the one it replaced (None: none written)."""
         raw = "ref: " + SESSIONS + name
-        if not self.keeper.in_store and self.raw() == raw:
-            self.keeper.intend(HeadMove(raw, ref, reason))
+        if self.keeper.in_store or self.raw() != raw:
+            return None
+        tip = self._backend.get_ref(SESSIONS + name)
+        if tip is None:
+            # Gone already, so this move will fail; HEAD may be left on it by a move killed
+            # after its commit (a retry of that very command, often): finish that move by
+            # its note rather than replace the note.
+            self.settle(raw)
+            return None
+        since = reflog_page(self._backend, ref, 0)[1]  # a count, not a read of the log
+        move, before = HeadMove(raw, ref, reason, since, tip.target), self.keeper.intent()
+        self.keeper.intend(move)
+        return move, before
 
     def batch_ended(self, committed: bool) -> None:
-        """The outermost batch committed (HEAD waiting for it is written now), or rolled back
-        (HEAD stays where it was)."""
+        """The outermost batch committed (HEAD waiting for it is written now, unless another
+        process moved HEAD meanwhile: its move is the newer), or rolled back (HEAD stays
+        where it was)."""
         pending, self._pending.value = self._waiting(), None
-        if committed and pending is not None:
+        if committed and pending is not None and self.keeper.get() == self._pending.seen:
             self.keeper.set(pending)
 
     def settle(self, raw: str) -> str | None:

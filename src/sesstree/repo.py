@@ -233,8 +233,7 @@ class Store:
         metadata change in one transaction: a crash leaves all of it or none.
         """
         target = self._require_session(name)
-        self._checkout.note_move(name, SESSIONS + name, "branch: deleted")
-        with self.batch():
+        with self._checkout.moving(name, SESSIONS + name, "branch: deleted"), self.batch():
             target = self._require_session(name)
             self.move_ref(SESSIONS + name, target, None, "branch: deleted")
             self._checkout.follow(name, target)
@@ -247,8 +246,7 @@ class Store:
         shared store's HEAD, outside the transaction, see :mod:`sesstree.head`)."""
         check_ref_name(new)
         reason = f"branch: renamed {old} to {new}"
-        self._checkout.note_move(old, SESSIONS + new, reason)
-        with self.batch():
+        with self._checkout.moving(old, SESSIONS + new, reason), self.batch():
             target = self._require_session(old)
             if self.has_session(new):
                 raise RefExistsError(f"session {new!r} already exists")

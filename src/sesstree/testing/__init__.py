@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from ..node import NodeId
 from ..repo import Store
 
-__all__ = ["Engine", "assistant", "user"]
+__all__ = ["Engine", "assistant", "grow", "user"]
 
 
 @dataclass(frozen=True)
@@ -38,3 +38,9 @@ def user(text: str, **extra: object) -> dict[str, object]:
 def assistant(text: str | None, **extra: object) -> dict[str, object]:
     """An assistant chat message."""
     return {"role": "assistant", "content": text, **extra}
+
+
+def grow(store: Store, name: str, n: int, tag: str = "") -> list[str]:
+    """Append ``n`` user messages to session ``name``; return their ids."""
+    s = store.session(name)
+    return [s.add_message(user(f"{name}{tag}-{i}")).id for i in range(n)]
