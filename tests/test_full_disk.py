@@ -205,3 +205,27 @@ def test_full_disk_campaign(disk: Path, work: Sess) -> None:
     assert work.ok("fsck").startswith("ok")
     with open_store(work.root / ".sess") as store:
         assert store.fsck() == []
+
+
+def test_a_shared_stores_head_on_a_full_disk(
+    disk: Path, postgres_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A PostgreSQL store keeps this user's HEAD in a file on this machine: with no room for
+    it, a checkout says the disk is full (naming the folder), HEAD stays, and no debris."""
+    monkeypatch.setenv("SESS_HOME", str(disk / "home"))
+    monkeypatch.chdir(disk)
+    with open_store(postgres_url) as store:
+        for name in ("one", "two"):
+            store.session(name).add_message({"role": "user", "content": name})
+    s = Sess(disk)
+    s.ok("--store", postgres_url, "checkout", "one")
+    heads = disk / "home" / "heads"
+    before = {p.name: p.read_bytes() for p in heads.iterdir()}
+    leave_free(disk, 0)
+    line = s.fail("--store", postgres_url, "checkout", "two")
+    check_full_line(line, heads)
+    assert {p.name: p.read_bytes() for p in heads.iterdir()} == before  # no temporary file
+    assert "one" in s.ok("--store", postgres_url, "status")
+    make_room(disk)
+    s.ok("--store", postgres_url, "checkout", "two")
+    assert "two" in s.ok("--store", postgres_url, "status")

@@ -12,13 +12,14 @@ Its value is ``ref: sessions/NAME`` or a node id (detached), as in git.
 
 from __future__ import annotations
 
+import errno
 import os
 from pathlib import Path
 from typing import Protocol
 
 from blake3 import blake3
 
-from .errors import StoreError
+from .errors import StoreError, StoreFullError
 from .files import write_private
 from .store.base import Backend
 
@@ -77,6 +78,11 @@ class FileHead:
         try:
             write_private(self.path, (value + "\n").encode())
         except OSError as exc:
+            if exc.errno in (errno.ENOSPC, errno.EDQUOT):  # as the store's own writes say it
+                raise StoreFullError(
+                    f"cannot write HEAD in {self.path.parent}: the disk is full; HEAD did not "
+                    "move, free space there and retry"
+                ) from None
             raise StoreError(f"cannot write HEAD at {self.path}: {exc.strerror}") from None
 
 
