@@ -154,24 +154,45 @@ def test_a_disk_io_error_on_a_full_disk_is_the_full_disk(disk: Path, tmp_path: P
     assert type(other.value) is StoreError and "disk I/O error" in str(other.value)
 
 
-def test_a_store_opened_without_room_is_held_by_one_process(disk: Path) -> None:
-    """Read without its index, the store is this connection's alone until it closes: another
-    waits its timeout and says the store is locked (not damaged)."""
+def _program(*args: str) -> subprocess.CompletedProcess[str]:
+    """``sess ARGS`` as a process of its own (this sesstree, wherever it starts)."""
+    env = {**os.environ, "PYTHONPATH": str(Path(sesstree.__file__).parents[1])}
+    return subprocess.run([sys.executable, "-c", "from sesstree.cli import main; main()",
+                           *args], env=env, capture_output=True, text=True, timeout=60)
+
+
+def test_a_store_held_open_on_a_full_disk_lets_others_in(disk: Path) -> None:
+    """Read without its index, the store is one connection's alone, but only while it is in
+    use: a process that keeps it open (``sess serve``, a program) lets go of it when idle, so
+    other processes read it meanwhile, and once there is room again it writes, shared as
+    usual. While a transaction keeps it, another waits its timeout and says locked."""
     folder = disk / "s"
     with open_store(folder) as store:
         store.session("q").add_message({"role": "user", "content": "kept"})
     leave_free(disk, 8 * 1024)
-    with open_store(folder) as first:
-        with pytest.raises(StoreLockedError, match="locked"):
-            open_store(folder, timeout=0.2)
-        assert [m["content"] for m in first.messages("q")] == ["kept"]
-    with open_store(folder) as again:
-        assert [m["content"] for m in again.messages("q")] == ["kept"]
+    with open_store(folder) as held:
+        assert [m["content"] for m in held.messages("q")] == ["kept"]
+        with held.backend.snapshot():  # a read in progress: the store is its alone
+            with pytest.raises(StoreLockedError, match="locked"):
+                open_store(folder, timeout=0.2)
+        for _ in range(2):  # idle now: another process reads, and is refused a write
+            done = _program("--store", str(folder), "messages", "q")
+            assert (done.returncode, done.stderr) == (0, ""), done.stderr
+            assert "kept" in done.stdout
+            assert [m["content"] for m in held.messages("q")] == ["kept"]
+        done = _program("--store", str(folder), "append", "q", "user/message",
+                        msg("user", "lost?"))
+        check_full_line(done.stderr, folder)
         with pytest.raises(StoreFullError):
-            again.session("q").add_message({"role": "user", "content": "lost?"})
-    make_room(disk)
+            held.session("q").add_message({"role": "user", "content": "lost?"})
+        make_room(disk)
+        held.session("q").add_message({"role": "user", "content": "mine"})
+        done = _program("--store", str(folder), "append", "q", "user/message",
+                        msg("user", "theirs"))
+        assert done.returncode == 0, done.stderr
+        assert [m["content"] for m in held.messages("q")] == ["kept", "mine", "theirs"]
     with open_store(folder) as store:
-        assert [m["content"] for m in store.messages("q")] == ["kept"]
+        assert [m["content"] for m in store.messages("q")] == ["kept", "mine", "theirs"]
         assert store.fsck() == []
 
 
