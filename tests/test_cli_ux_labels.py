@@ -167,3 +167,22 @@ def test_no_store_found_names_the_store_beside(tmp_path: Path,
     assert "sessions/ here holds one: pass --store sessions" in line, line
     assert "SESS_STORE=sessions" in line and "sess init" in line and "notes" not in line
     assert "hi" in s.ok("--store", "sessions", "log", "quest-1")  # the hint works
+
+
+def test_the_store_hint_passes_over_what_is_no_store(tmp_path: Path) -> None:
+    """Looking for a store beside, the hint opens regular files only: a ``store.db`` that is
+    a named pipe (reading it would wait for a writer for ever), a folder or a symlink loop is
+    passed over, and the command still ends at once with its one line."""
+    with open_store(tmp_path / "sessions") as store:
+        store.session("quest-1").add_message({"role": "user", "content": "hi"})
+    (tmp_path / "pipe").mkdir()
+    os.mkfifo(tmp_path / "pipe" / "store.db")
+    (tmp_path / "dir" / "store.db").mkdir(parents=True)
+    (tmp_path / "loop").symlink_to(tmp_path / "loop")
+    env = {k: v for k, v in os.environ.items() if k != "SESS_STORE"}
+    env["PYTHONPATH"] = str(Path(__file__).parents[1] / "src")
+    done = subprocess.run([sys.executable, "-c", "from sesstree.cli import main; main()", "log"],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1 and done.stdout == ""
+    line, = done.stderr.splitlines()
+    assert "pass --store sessions" in line and "pipe" not in line and "loop" not in line, line
