@@ -35,6 +35,9 @@ def test_cells_count_wide_characters_twice_and_marks_not_at_all() -> None:
     assert fit("e\u0301e\u0301e\u0301", 2) == "e\u0301…"  # the mark stays with its letter
     assert fit_left("/a/洞穴/x.jsonl", 11) == "…穴/x.jsonl"
     assert fit_left("/a/洞穴/x.jsonl", 10) == "…/x.jsonl"  # (no half of a wide one)
+    # An emoji selector makes its letter two cells wide, as terminals draw "⚠️" and "❤️".
+    assert cells("\u26a0\ufe0f") == 2 and cells("\u2764\ufe0f ok") == 5
+    assert cells(fit("\u26a0\ufe0f" * 5, 5)) <= 5
 
 
 def _on_terminal(args: list[str], columns: int) -> str:
