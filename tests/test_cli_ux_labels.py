@@ -113,10 +113,14 @@ def test_branch_verbose_gives_the_title_room_and_keeps_the_model(sess: Sess, tmp
     assert f"{title}  [run: qwen2.5-0.5b-instruct-q4_k_m at http://127.0.0.1:8080/v1]" in wide
 
 
-def test_every_import_of_a_file_keeps_its_source(sess: Sess, tmp_path: Path) -> None:
+# (A folder named like the words an import's reflog line puts after the path.)
+@pytest.mark.parametrize("folder", ["", "how it grew", "x extends this session; y"])
+def test_every_import_of_a_file_keeps_its_source(sess: Sess, tmp_path: Path,
+                                                 folder: str) -> None:
     """The file's main line is held by one session (the one a re-import updates); a second
     import under another name takes it over, and the first still says where it came from."""
-    seed = tmp_path / "quest-notes.jsonl"
+    (tmp_path / folder).mkdir(exist_ok=True)
+    seed = tmp_path / folder / "quest-notes.jsonl"
     seed.write_text(msg("user", "Where is the key?") + "\n")
     sess.ok("import", str(seed))
     sess.ok("import", str(seed), "--as", "imported")
