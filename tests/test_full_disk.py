@@ -250,3 +250,36 @@ def test_a_shared_stores_head_on_a_full_disk(
     make_room(disk)
     s.ok("--store", postgres_url, "checkout", "two")
     assert "two" in s.ok("--store", postgres_url, "status")
+
+
+def test_init_on_a_full_disk_makes_a_whole_store_or_none(
+    disk: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With too little room for a new store, ``sess init`` says the disk is full and leaves
+    nothing behind; never a store file that every later command would call damaged. (Room
+    for the schema's log but not for folding it into the file once failed that way.)"""
+    monkeypatch.delenv("SESS_STORE", raising=False)
+    outcomes = set()
+    for kb in range(0, 136, 8):
+        make_room(disk)
+        folder = disk / f"init-{kb}"
+        folder.mkdir()
+        monkeypatch.chdir(folder)
+        s = Sess(folder)
+        leave_free(disk, kb * 1024)
+        result = s("init")
+        if result.exit_code == 0:
+            outcomes.add("made")
+            make_room(disk)
+            s.ok("append", "user/message", msg("user", "first"))
+            assert s.ok("fsck").startswith("ok")
+            continue
+        outcomes.add("refused")
+        check_full_line(user_error(result), folder / ".sess")
+        assert not (folder / ".sess").exists(), sorted((folder / ".sess").iterdir())
+        make_room(disk)
+        assert "no store found" in s.fail("log")
+        s.ok("init")
+        s.ok("append", "user/message", msg("user", "first"))
+        assert s.ok("fsck").startswith("ok")
+    assert outcomes == {"made", "refused"}
