@@ -157,6 +157,17 @@ def test_stats_says_which_way_the_ratio_goes(sess: Sess, forks: int, way: str) -
     assert (ratio > 1) == (way == "smaller")
 
 
+def test_stats_ratio_of_a_tiny_store_is_a_number(sess: Sess) -> None:
+    """One short message in a store of fixed pages: far below 0.1, shown as what it is."""
+    sess.ok("append", "user/message", msg("user", "hi"))
+    data = sess.json("stats")
+    ratio = data["logical_bytes"] / data["physical_bytes"]
+    assert ratio < 0.05
+    line = sess.lines("stats")[6]
+    assert line.startswith(f"ratio           {ratio:.2g}x  (") and "0.0x" not in line, line
+    assert f"the store is {1 / ratio:.1f}x larger)" in line
+
+
 def test_no_store_found_names_the_store_beside(tmp_path: Path,
                                               monkeypatch: pytest.MonkeyPatch) -> None:
     """After the README's quest (a store in ./sessions), a plain command in that folder."""
