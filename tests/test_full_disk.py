@@ -30,11 +30,12 @@ READS = [("messages",), ("log",), ("log", "--all", "--graph"), ("fsck",), ("show
          ("show", "b"), ("status",), ("branch", "--json"), ("messages", "--json", "b"),
          ("reflog", "--json"), ("diff", "main", "b"), ("tag", "-l"), ("export", "b", "-o", "-")]
 # Writes of every kind: an append, a fork, a tag, a HEAD move, a reset, a rename, a delete,
-# an import.
+# an import, a remote (a file of the store folder's own).
 WRITES = [("append", "user/message", msg("user", "one more")), ("branch", "c"),
           ("tag", "t2"), ("checkout", "b"), ("reset", "--hard", "main~1"),
           ("branch", "-m", "b", "b2"), ("branch", "-d", "b"),
-          ("import", "--as", "imp", "../../seed.jsonl")]  # (written beside the disk)
+          ("import", "--as", "imp", "../../seed.jsonl"),  # (written beside the disk)
+          ("remote", "add", "up", "../elsewhere")]
 
 
 @pytest.fixture

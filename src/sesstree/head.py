@@ -12,15 +12,14 @@ Its value is ``ref: sessions/NAME`` or a node id (detached), as in git.
 
 from __future__ import annotations
 
-import errno
 import os
 from pathlib import Path
 from typing import Protocol
 
 from blake3 import blake3
 
-from .errors import StoreError, StoreFullError
-from .files import write_private
+from .errors import StoreError
+from .files import unwritable, write_private
 from .store.base import Backend
 
 __all__ = ["FileHead", "HeadKeeper", "MetaHead", "head_file_for"]
@@ -78,12 +77,7 @@ class FileHead:
         try:
             write_private(self.path, (value + "\n").encode())
         except OSError as exc:
-            if exc.errno in (errno.ENOSPC, errno.EDQUOT):  # as the store's own writes say it
-                raise StoreFullError(
-                    f"cannot write HEAD in {self.path.parent}: the disk is full; HEAD did not "
-                    "move, free space there and retry"
-                ) from None
-            raise StoreError(f"cannot write HEAD at {self.path}: {exc.strerror}") from None
+            raise unwritable("HEAD", self.path, exc) from None
 
 
 def head_file_for(url: str) -> Path:
