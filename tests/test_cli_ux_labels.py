@@ -15,7 +15,7 @@ import termios
 from pathlib import Path
 
 import pytest
-from cli_kit import Sess, msg
+from cli_kit import Sess, drain, msg
 
 from sesstree import open_store
 from sesstree.cli.titles import RUN_KEY
@@ -49,16 +49,7 @@ def _on_terminal(args: list[str], columns: int) -> str:
         [sys.executable, "-c", "from sesstree.cli import main; main()", "--no-pager", *args],
         stdin=slave, stdout=slave, stderr=slave, env={**env, "TERM": "xterm"}, close_fds=True)
     os.close(slave)
-    out = b""
-    while True:
-        try:
-            chunk = os.read(master, 65536)
-        except OSError:  # EIO: the other side is closed
-            break
-        if not chunk:
-            break
-        out += chunk
-    os.close(master)
+    out = drain(master)
     assert proc.wait(timeout=60) == 0, out
     return ANSI.sub("", out.decode().replace("\r\n", "\n"))
 

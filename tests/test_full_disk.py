@@ -70,6 +70,13 @@ def check_full_line(line: str, folder: Path) -> None:
     assert "damaged" not in line, line
 
 
+def _program(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    """``sess ARGS`` as a process of its own (this sesstree, wherever it starts)."""
+    env = {**os.environ, "PYTHONPATH": str(Path(sesstree.__file__).parents[1])}
+    return subprocess.run([sys.executable, "-c", "from sesstree.cli import main; main()",
+                           *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=60)
+
+
 @pytest.mark.parametrize("left", [0, 8 * 1024, 24 * 1024])
 def test_reads_work_on_a_full_disk_and_writes_say_it_is_full(
     disk: Path, work: Sess, left: int
@@ -93,13 +100,8 @@ def test_reads_work_on_a_full_disk_and_writes_say_it_is_full(
 
 def test_the_program_on_a_full_disk(disk: Path, work: Sess) -> None:
     """The same, as a user runs it: a process of its own, exit codes, no traceback."""
-    # This sesstree, wherever the subprocess starts.
-    env = {**os.environ, "PYTHONPATH": str(Path(sesstree.__file__).parents[1])}
-
     def run(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-c", "from sesstree.cli import main; main()",
-                               *args], cwd=work.root, env=env, capture_output=True, text=True,
-                              timeout=60)
+        return _program(*args, cwd=work.root)
 
     before = {args: run(*args).stdout for args in READS}
     leave_free(disk, 8 * 1024)
@@ -153,13 +155,6 @@ def test_a_disk_io_error_on_a_full_disk_is_the_full_disk(disk: Path, tmp_path: P
     with pytest.raises(StoreError) as other:
         translate(store_file, ioerr)
     assert type(other.value) is StoreError and "disk I/O error" in str(other.value)
-
-
-def _program(*args: str) -> subprocess.CompletedProcess[str]:
-    """``sess ARGS`` as a process of its own (this sesstree, wherever it starts)."""
-    env = {**os.environ, "PYTHONPATH": str(Path(sesstree.__file__).parents[1])}
-    return subprocess.run([sys.executable, "-c", "from sesstree.cli import main; main()",
-                           *args], env=env, capture_output=True, text=True, timeout=60)
 
 
 def test_a_store_held_open_on_a_full_disk_lets_others_in(disk: Path) -> None:
