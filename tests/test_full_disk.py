@@ -9,6 +9,7 @@ are the tests of reading without it (docs/storage.md, "On a full disk").
 
 from __future__ import annotations
 
+import json
 import os
 import sqlite3
 import subprocess
@@ -279,3 +280,36 @@ def test_init_on_a_full_disk_makes_a_whole_store_or_none(
         s.ok("append", "user/message", msg("user", "first"))
         assert s.ok("fsck").startswith("ok")
     assert outcomes == {"made", "refused"}
+
+
+@pytest.mark.parametrize("index", ["kept", "gone"])
+def test_a_crash_left_log_is_read_on_a_full_disk(disk: Path, index: str) -> None:
+    """A writer killed before its commits were folded into the store file leaves them in
+    store.db-wal (and its index, store.db-shm, which may be gone too, as after a reboot that
+    cleared it): on a full disk every read shows them all the same, and loses none."""
+    folder = disk / "s"
+    with open_store(folder) as store:
+        store.session("q").add_message({"role": "user", "content": "folded"})
+    writer = ("import os, signal, sys\nfrom sesstree import open_store\n"
+              "store = open_store(sys.argv[1])\n"
+              "for i in range(40):\n"
+              "    store.session('q').add_message({'role': 'user', 'content': f'logged {i}'})\n"
+              "os.kill(os.getpid(), signal.SIGKILL)\n")
+    env = {**os.environ, "PYTHONPATH": str(Path(sesstree.__file__).parents[1])}
+    done = subprocess.run([sys.executable, "-c", writer, str(folder)], env=env, timeout=60)
+    assert done.returncode == -9
+    wal = folder / "store.db-wal"
+    assert wal.stat().st_size > 0
+    if index == "gone":
+        (folder / "store.db-shm").unlink()
+    expected = ["folded"] + [f"logged {i}" for i in range(40)]
+    leave_free(disk, 8 * 1024)
+    for _ in range(2):
+        done = _program("--store", str(folder), "messages", "q", "--json")
+        assert (done.returncode, done.stderr) == (0, ""), done.stderr
+        assert [m["content"] for m in json.loads(done.stdout)] == expected
+        assert _program("--store", str(folder), "fsck").stdout.startswith("ok")
+    make_room(disk)
+    with open_store(folder) as store:
+        assert [m["content"] for m in store.messages("q")] == expected
+        assert store.fsck() == []
