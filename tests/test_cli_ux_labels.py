@@ -15,7 +15,7 @@ import termios
 from pathlib import Path
 
 import pytest
-from cli_kit import Sess, msg
+from cli_kit import Sess, drain, msg
 
 from sesstree import open_store
 from sesstree.cli.titles import RUN_KEY
@@ -35,6 +35,9 @@ def test_cells_count_wide_characters_twice_and_marks_not_at_all() -> None:
     assert fit("e\u0301e\u0301e\u0301", 2) == "e\u0301…"  # the mark stays with its letter
     assert fit_left("/a/洞穴/x.jsonl", 11) == "…穴/x.jsonl"
     assert fit_left("/a/洞穴/x.jsonl", 10) == "…/x.jsonl"  # (no half of a wide one)
+    # An emoji selector makes its letter two cells wide, as terminals draw "⚠️" and "❤️".
+    assert cells("\u26a0\ufe0f") == 2 and cells("\u2764\ufe0f ok") == 5
+    assert cells(fit("\u26a0\ufe0f" * 5, 5)) <= 5
 
 
 def _on_terminal(args: list[str], columns: int) -> str:
@@ -46,16 +49,7 @@ def _on_terminal(args: list[str], columns: int) -> str:
         [sys.executable, "-c", "from sesstree.cli import main; main()", "--no-pager", *args],
         stdin=slave, stdout=slave, stderr=slave, env={**env, "TERM": "xterm"}, close_fds=True)
     os.close(slave)
-    out = b""
-    while True:
-        try:
-            chunk = os.read(master, 65536)
-        except OSError:  # EIO: the other side is closed
-            break
-        if not chunk:
-            break
-        out += chunk
-    os.close(master)
+    out = drain(master)
     assert proc.wait(timeout=60) == 0, out
     return ANSI.sub("", out.decode().replace("\r\n", "\n"))
 
@@ -110,10 +104,14 @@ def test_branch_verbose_gives_the_title_room_and_keeps_the_model(sess: Sess, tmp
     assert f"{title}  [run: qwen2.5-0.5b-instruct-q4_k_m at http://127.0.0.1:8080/v1]" in wide
 
 
-def test_every_import_of_a_file_keeps_its_source(sess: Sess, tmp_path: Path) -> None:
+# (A folder named like the words an import's reflog line puts after the path.)
+@pytest.mark.parametrize("folder", ["", "how it grew", "x extends this session; y"])
+def test_every_import_of_a_file_keeps_its_source(sess: Sess, tmp_path: Path,
+                                                 folder: str) -> None:
     """The file's main line is held by one session (the one a re-import updates); a second
     import under another name takes it over, and the first still says where it came from."""
-    seed = tmp_path / "quest-notes.jsonl"
+    (tmp_path / folder).mkdir(exist_ok=True)
+    seed = tmp_path / folder / "quest-notes.jsonl"
     seed.write_text(msg("user", "Where is the key?") + "\n")
     sess.ok("import", str(seed))
     sess.ok("import", str(seed), "--as", "imported")
@@ -150,6 +148,17 @@ def test_stats_says_which_way_the_ratio_goes(sess: Sess, forks: int, way: str) -
     assert (ratio > 1) == (way == "smaller")
 
 
+def test_stats_ratio_of_a_tiny_store_is_a_number(sess: Sess) -> None:
+    """One short message in a store of fixed pages: far below 0.1, shown as what it is."""
+    sess.ok("append", "user/message", msg("user", "hi"))
+    data = sess.json("stats")
+    ratio = data["logical_bytes"] / data["physical_bytes"]
+    assert ratio < 0.05
+    line = sess.lines("stats")[6]
+    assert line.startswith(f"ratio           {ratio:.2g}x  (") and "0.0x" not in line, line
+    assert f"the store is {1 / ratio:.1f}x larger)" in line
+
+
 def test_no_store_found_names_the_store_beside(tmp_path: Path,
                                               monkeypatch: pytest.MonkeyPatch) -> None:
     """After the README's quest (a store in ./sessions), a plain command in that folder."""
@@ -167,3 +176,22 @@ def test_no_store_found_names_the_store_beside(tmp_path: Path,
     assert "sessions/ here holds one: pass --store sessions" in line, line
     assert "SESS_STORE=sessions" in line and "sess init" in line and "notes" not in line
     assert "hi" in s.ok("--store", "sessions", "log", "quest-1")  # the hint works
+
+
+def test_the_store_hint_passes_over_what_is_no_store(tmp_path: Path) -> None:
+    """Looking for a store beside, the hint opens regular files only: a ``store.db`` that is
+    a named pipe (reading it would wait for a writer for ever), a folder or a symlink loop is
+    passed over, and the command still ends at once with its one line."""
+    with open_store(tmp_path / "sessions") as store:
+        store.session("quest-1").add_message({"role": "user", "content": "hi"})
+    (tmp_path / "pipe").mkdir()
+    os.mkfifo(tmp_path / "pipe" / "store.db")
+    (tmp_path / "dir" / "store.db").mkdir(parents=True)
+    (tmp_path / "loop").symlink_to(tmp_path / "loop")
+    env = {k: v for k, v in os.environ.items() if k != "SESS_STORE"}
+    env["PYTHONPATH"] = str(Path(__file__).parents[1] / "src")
+    done = subprocess.run([sys.executable, "-c", "from sesstree.cli import main; main()", "log"],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1 and done.stdout == ""
+    line, = done.stderr.splitlines()
+    assert "pass --store sessions" in line and "pipe" not in line and "loop" not in line, line

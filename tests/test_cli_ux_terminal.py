@@ -14,6 +14,7 @@ import termios
 from pathlib import Path
 
 import pytest
+from cli_kit import drain
 
 from sesstree import open_store
 
@@ -83,16 +84,7 @@ def _on_terminal(runs: list[tuple[list[str], dict[str, str | None]]], env: dict[
     proc = subprocess.Popen([sys.executable, "-c", DRIVER, json.dumps(runs)], stdin=slave,
                             stdout=slave, stderr=slave, env=env, close_fds=True)
     os.close(slave)
-    out = b""
-    while True:
-        try:
-            chunk = os.read(master, 65536)
-        except OSError:  # EIO: the terminal's other side is closed
-            break
-        if not chunk:
-            break
-        out += chunk
-    os.close(master)
+    out = drain(master)
     assert proc.wait(timeout=60) == 0, out
     parts = re.split(r"\n=== exit (\S+)\n", out.decode().replace("\r\n", "\n"))
     shown, codes = parts[0:-1:2], parts[1::2]

@@ -3,10 +3,13 @@ HEAD for ``sess checkout -``): written whole or not at all, readable by this use
 
 from __future__ import annotations
 
+import errno
 import os
 from pathlib import Path
 
-__all__ = ["write_private"]
+from .errors import StoreError, StoreFullError
+
+__all__ = ["unwritable", "write_private"]
 
 
 def write_private(path: Path, data: bytes) -> None:
@@ -48,3 +51,14 @@ def _sync_folder(folder: Path) -> None:
         pass  # a file system that cannot sync a folder (EINVAL) syncs its entries itself
     finally:
         os.close(fd)
+
+
+def unwritable(what: str, path: Path, exc: OSError) -> StoreError:
+    """The error for ``what`` (``HEAD``, ``the remotes``) not written to ``path``: on a full
+    disk the full-disk error naming the folder, as the store's own writes give it."""
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        return StoreFullError(
+            f"cannot write {what} in {path.parent}: the disk is full; nothing was changed, "
+            "free space there and retry"
+        )
+    return StoreError(f"cannot write {what} at {path}: {exc.strerror}")

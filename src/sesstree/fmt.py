@@ -76,6 +76,10 @@ _ZERO_WIDTH = frozenset("\u200b\u200c\u200d\u2060\ufeff")
 
 
 def _cell_width(ch: str) -> int:
+    if ch == "\ufe0f":
+        # The emoji selector: "⚠️" is drawn two cells wide where "⚠" alone takes one. Counted
+        # as one more for any letter (a line a cell short is fine; a cell too long wraps).
+        return 1
     if ch in _ZERO_WIDTH or unicodedata.category(ch) in ("Mn", "Me"):
         return 0
     return 2 if unicodedata.east_asian_width(ch) in ("W", "F") else 1
@@ -83,9 +87,10 @@ def _cell_width(ch: str) -> int:
 
 def cells(text: str) -> int:
     """The screen cells ``text`` takes on a terminal: two for each wide or fullwidth
-    character (CJK ideographs, kana, hangul, fullwidth forms, most emoji), none for a combining
-    mark or a zero-width character, one for any other. (Lines are fitted in these, not in
-    characters: a line of Chinese is twice as wide as its length.)"""
+    character (CJK ideographs, kana, hangul, fullwidth forms, most emoji, a letter with the
+    emoji selector), none for a combining mark or a zero-width character, one for any other.
+    (Lines are fitted in these, not in characters: a line of Chinese is twice as wide as its
+    length.)"""
     if text.isascii():
         return len(text)
     return sum(_cell_width(ch) for ch in text)

@@ -31,7 +31,7 @@ import msgspec
 from blake3 import blake3
 
 from .errors import StoreError
-from .files import write_private
+from .files import unwritable, write_private
 from .revisions import SESSIONS
 from .scan import reflog_page
 from .store.base import Backend
@@ -133,7 +133,7 @@ class FileHead:
         try:
             write_private(self.path, (value + "\n").encode())
         except OSError as exc:
-            raise StoreError(f"cannot write HEAD at {self.path}: {exc.strerror}") from None
+            raise unwritable("HEAD", self.path, exc) from None
         self.forget_intent()
 
     def intend(self, move: HeadMove) -> None:
@@ -141,8 +141,7 @@ class FileHead:
         try:
             write_private(self.intent_path, msgspec.json.encode(move) + b"\n")
         except OSError as exc:
-            raise StoreError(f"cannot write beside HEAD at {self.intent_path}: "
-                             f"{exc.strerror}") from None
+            raise unwritable("the note beside HEAD", self.intent_path, exc) from None
 
     def intent(self) -> HeadMove | None:
         """The move noted, or None (none, or a note that cannot be read: HEAD then stays)."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -78,3 +79,18 @@ class Sess:
         self.ok("append", "assistant/message", msg("assistant", "Go west past the old mill."))
         self.ok("append", "user/message", msg("user", "I go west."))
         return [n["id"] for n in reversed(self.json("log"))]
+
+
+def drain(master: int) -> bytes:
+    """All a pseudo-terminal's other side wrote until it closed; closes ``master``."""
+    out = b""
+    while True:
+        try:
+            chunk = os.read(master, 65536)
+        except OSError:  # EIO: the other side is closed
+            break
+        if not chunk:
+            break
+        out += chunk
+    os.close(master)
+    return out

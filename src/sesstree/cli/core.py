@@ -119,10 +119,11 @@ def _stores_below(here: Path) -> list[str]:
     try:
         with os.scandir(here) as entries:
             for entry in itertools.islice(entries, _LOOK_AT):
-                if entry.name.startswith(".") or not entry.is_dir():
-                    continue
+                # (Not entry.is_dir(): it raises on a symlink loop; a path through a file or a
+                # loop is no regular file either.)
                 folder = Path(entry.path)
-                if any(_is_database(f / _STORE_FILE) for f in (folder, folder / STORE_DIR)):
+                if not entry.name.startswith(".") and any(
+                        _is_database(f / _STORE_FILE) for f in (folder, folder / STORE_DIR)):
                     found.append(entry.name)
     except OSError:
         return []
@@ -131,6 +132,8 @@ def _stores_below(here: Path) -> list[str]:
 
 def _is_database(path: Path) -> bool:
     try:
+        if not path.is_file():  # (a named pipe would block the read until a writer came)
+            return False
         with path.open("rb") as f:
             return f.read(len(_SQLITE_MAGIC)) == _SQLITE_MAGIC
     except OSError:

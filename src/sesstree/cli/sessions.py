@@ -3,6 +3,7 @@ reset."""
 
 from __future__ import annotations
 
+import contextlib
 import fnmatch
 from pathlib import Path
 from typing import Any
@@ -12,6 +13,7 @@ import click
 from ..errors import (
     InvalidRefNameError,
     SesstreeError,
+    StoreError,
     UnknownRevisionError,
 )
 from ..files import write_private
@@ -42,8 +44,16 @@ def init(ctx: click.Context, path: str | None) -> None:
     explicit = locator.explicit() if locator else None
     folder = (explicit if explicit is not None and path is None
               else (Path(path) if path else Path.cwd()) / STORE_DIR)
-    existed = (folder / STORE_FILE).exists()
-    open_store(folder).close()
+    existed, made = (folder / STORE_FILE).exists(), not folder.exists()
+    try:
+        open_store(folder).close()
+    except StoreError:
+        if made:  # (a full disk, say): the folder this made, and its lock file, go again
+            for leftover in (STORE_FILE + ".lock", STORE_FILE + ".turn"):
+                (folder / leftover).unlink(missing_ok=True)
+            with contextlib.suppress(OSError):
+                folder.rmdir()  # only if nothing else is in it
+        raise
     state = "Reinitialized existing" if existed else "Initialized empty"
     click.echo(f"{state} sesstree store in {folder.resolve()}")
 

@@ -125,11 +125,14 @@ def _ratio(logical: int, physical: int) -> str:
     if not logical or not physical:
         return "-  (nothing stored yet)" if not logical else "-"
     r = logical / physical
+    # Two significant digits below 0.1: a small store is mostly its fixed pages, "0.0x" is
+    # no ratio.
+    shown = f"{r:.1f}x" if r >= 0.1 else f"{r:.2g}x"
     if 0.95 <= r < 1.05:
-        return f"{r:.1f}x  (JSONL bytes per byte on disk: the store is about their size)"
+        return f"{shown}  (JSONL bytes per byte on disk: the store is about their size)"
     if r >= 1:
-        return f"{r:.1f}x  (JSONL bytes per byte on disk: the store is {r:.1f}x smaller)"
-    return f"{r:.1f}x  (JSONL bytes per byte on disk: the store is {1 / r:.1f}x larger)"
+        return f"{shown}  (JSONL bytes per byte on disk: the store is {r:.1f}x smaller)"
+    return f"{shown}  (JSONL bytes per byte on disk: the store is {1 / r:.1f}x larger)"
 
 
 @cli.command()

@@ -142,9 +142,12 @@ def _first_line(text: str, width: int = 100) -> str:
     return line if len(line) <= width else line[: width - 1] + "…"
 
 
-# The reasons an import gives the moves it makes (interop/common.py), after its file's path.
-_IMPORT_TAILS = (" grew", " extends this session", " was edited since its last import;",
-                 " went on from an earlier point;", " replaced this session's history")
+# What an import's reflog reasons say after its file's path (interop/common.py): whole, as
+# the end of the reason, since a path may hold these words too ("how it grew/x.jsonl").
+_KEPT = "; previous head kept in this reflog"
+_IMPORT_TAILS = (" grew", " extends this session", " was edited since its last import" + _KEPT,
+                 " went on from an earlier point" + _KEPT,
+                 " replaced this session's history (--force)" + _KEPT)
 
 
 def _import_path(reason: str) -> str | None:
@@ -153,9 +156,8 @@ def _import_path(reason: str) -> str | None:
         return None
     rest = reason[len("import: "):]
     for tail in _IMPORT_TAILS:
-        at = rest.find(tail)
-        if at > 0:
-            return rest[:at]
+        if rest.endswith(tail) and len(rest) > len(tail):
+            return rest[:-len(tail)]
     return rest or None
 
 

@@ -48,18 +48,18 @@ from .sqlite_check import check_store
 from .sqlite_commit import BLOB_MIN, SIZE_WAL_AFTER, CommitWrites
 from .sqlite_dicts import DictWrites
 from .sqlite_lock import WriteLock
-from .sqlite_media import full_error, translate, translating, without_index
+from .sqlite_media import translate, translating
 from .sqlite_open import (
     DURABLE_WAL_PAGES,
     FORMAT_VERSION,
     PAGE_SIZE,
     WAL_PAGES,
     has_codec,
-    open_connection,
     reflog_has_started,
 )
 from .sqlite_paths import PathReader, verify_node
 from .sqlite_refs import RefReads
+from .sqlite_release import LooseHold
 from .sqlite_scan import SLICE, ScanReads
 from .sqlite_sql import (
     FOLD,
@@ -86,7 +86,7 @@ IDLE_CHECKPOINT = 1.0
 _CLOSE_WAIT = 1.0
 
 
-class SqliteBackend(CommitWrites, RefReads, ScanReads, DictWrites):
+class SqliteBackend(LooseHold, CommitWrites, RefReads, ScanReads, DictWrites):
     """A store in one SQLite file. See the module docstring for the layout."""
 
     def __init__(
@@ -94,40 +94,23 @@ class SqliteBackend(CommitWrites, RefReads, ScanReads, DictWrites):
         timeout: float = 10.0,
     ) -> None:
         self.path = Path(path)
-        self._db, read_only = open_connection(
-            self.path, create=create, durable=durable, timeout=timeout
-        )
-        #: True when the store could only be opened for reading (read-only media, or a full disk).
-        self.read_only = read_only
-        #: True on a disk too full for ``store.db-shm`` (sqlite_media.open_without_index): reads
-        #: work, every write raises StoreFullError (and query_only refuses any that would not).
-        self.full = read_only and without_index(self._db)
-        if self.full:
-            self._db.execute("PRAGMA query_only=1")
-        self._timeout = timeout
+        self._timeout, self._durable = timeout, durable
+        self._lock = threading.RLock()
+        self._batch_depth = 0
+        self._data_version = -1
+        self._connect(create)  # (sets read_only and full: see sqlite_release)
         self._queue = WriteLock(self.path)
         self._queue_depth = 0
-        self._lock = threading.RLock()
         self._idle = IdleCheckpointer(self._checkpoint_idle, IDLE_CHECKPOINT)
-        # Format 4's codec columns (a format-3 store opened read-only has none).
-        self._codec_columns = has_codec(self._db)
-        self._paths = PathReader(self._db, self.path, self._codec_columns)
         # The dictionary: looked for at the first write; trained at a pause or close when the
         # store passed TRAIN_AFTER more rows (see sqlite_dicts).
         self._plain_writes = 0
         self._dict_looked = False
         self._seq_checked = 0
-        # The statements that write and read a folded entry's `started`, or (a store made
-        # before it was kept) their forms without it.
-        started = reflog_has_started(self._db)
-        self._fold_sql = FOLD if started else without_started(FOLD)
-        self._fold_newest_sql = FOLD_NEWEST if started else without_started(FOLD_NEWEST)
-        self._reflog_sql = REFLOG_ROWS if started else without_started(REFLOG_ROWS)
         # Appends committed by this connection, until the WAL is given its size (a long
         # writer's appends then stop growing the file; see sqlite_wal). A durable store's WAL
         # was sized when it was opened.
         self._appends_to_size_wal = -1 if durable else SIZE_WAL_AFTER
-        self._batch_depth = 0
         # Inside a batch, where each ref it moved is now (row number, or None): the batch holds
         # the write lock, so no one else moves them meanwhile, and a CAS needs no read.
         self._heads: dict[str, int | None] = {}
@@ -138,20 +121,26 @@ class SqliteBackend(CommitWrites, RefReads, ScanReads, DictWrites):
         self._txn_new: list[NodeId] = []
         # id -> (seq, depth) of nodes known to be stored: saves a lookup per append.
         self._known: dict[NodeId, tuple[int, int]] = {}
-        # PRAGMA data_version when the cache was last known good: it changes when another
-        # connection commits (a gc there may have removed rows the cache still names).
-        self._data_version = -1
+        # (self._data_version: PRAGMA data_version when the cache was last known good: it
+        # changes when another connection commits, and a gc there may remove rows it names.)
+
+    def _setup(self) -> None:
+        """What depends on the store's format, read when it is opened (again)."""
+        # Format 4's codec columns (a format-3 store opened read-only has none).
+        self._codec_columns = has_codec(self._db)
+        self._paths = PathReader(self._db, self.path, self._codec_columns)
+        # The statements that write and read a folded entry's `started`, or (a store made
+        # before it was kept) their forms without it.
+        started = reflog_has_started(self._db)
+        self._fold_sql = FOLD if started else without_started(FOLD)
+        self._fold_newest_sql = FOLD_NEWEST if started else without_started(FOLD_NEWEST)
+        self._reflog_sql = REFLOG_ROWS if started else without_started(REFLOG_ROWS)
 
     def _errors(self) -> AbstractContextManager[None]:
         return translating(self.path, full=self.full)
 
     def _translate(self, exc: sqlite3.Error) -> NoReturn:
         translate(self.path, exc, full=self.full)
-
-    def _refuse_if_full(self) -> None:
-        """Before a write: on a store opened without room for its WAL index, refuse it."""
-        if self.full:
-            raise full_error(self.path)
 
     # -- writing -----------------------------------------------------------------------------
 

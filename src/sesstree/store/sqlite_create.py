@@ -15,6 +15,7 @@ SQLite gives the ``-wal`` and ``-shm`` files the mode of the database file.
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import os
 import sqlite3
@@ -89,8 +90,14 @@ def create_store_file(
             db = sqlite3.connect(tmp, isolation_level=None)
             try:
                 build(db)
+                # The schema lives in the WAL until a checkpoint copies it into the file: one
+                # that found no room (a full disk) must fail the creation, not leave it a file
+                # of one empty page to rename into place, which every open calls damaged.
+                busy, log, copied = db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+                if busy or copied != log:
+                    raise OSError(errno.ENOSPC, f"the new store's log was not folded into {tmp}")
             finally:
-                db.close()  # the last connection checkpoints its WAL into the file
+                db.close()
             if sync:
                 fd = os.open(tmp, os.O_RDONLY | os.O_CLOEXEC)
                 try:

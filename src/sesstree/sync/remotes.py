@@ -15,7 +15,7 @@ from pathlib import Path
 import msgspec
 
 from ..errors import RemoteError, StoreError
-from ..files import write_private
+from ..files import unwritable, write_private
 from ..head import head_file_for
 from ..repo import Store
 from ..store.urls import is_store_url
@@ -85,7 +85,7 @@ def _save(store: Store, remotes: dict[str, Remote]) -> None:
     try:
         write_private(path, data + b"\n")
     except OSError as exc:
-        raise StoreError(f"cannot write the remotes at {path}: {exc.strerror}") from None
+        raise unwritable("the remotes", path, exc) from None
 
 
 def check_remote_name(name: str) -> str:
