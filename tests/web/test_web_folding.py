@@ -155,3 +155,25 @@ def test_search_snippets_keep_the_spaces_beside_the_match(tmp_path: Path) -> Non
     assert cut["before"].startswith("…") and cut["before"].endswith("the ")
     assert cut["after"].startswith(" is here") and cut["after"].endswith("…")
     assert "Suppose the <mark>key</mark> doesn" in html
+
+
+@pytest.mark.parametrize("bogus", [1e30, -1e12, 2**63, "0001-01-01T00:00:00+14:00",
+                                   "2999-01-01T00:00:00Z", "yesterday", [2025]])
+def test_a_time_no_clock_could_have_written_is_the_stores(tmp_path: Path, bogus: object) -> None:
+    # An imported record's timestamp is whatever the file said: out of range, before 1970,
+    # later than now. The page neither fails nor shows it: the event is dated by the store.
+    with open_store(tmp_path / "s") as store:
+        s = store.session("t")
+        s.append("claude/user", {"type": "user", "timestamp": bogus})
+        message = s.add_message({"role": "user", "content": "from a transcript"})
+        recorded = {e.new: e.time for e in store.reflog("t")}
+        with serve(store) as url, httpx.Client(base_url=url, timeout=10) as client:
+            page = client.get("/session/t")
+            every = client.get("/session/t", params={"all-events": "1"})
+            items = {i["id"]: i for i in client.get("/api/v1/web/sessions/t").json()["items"]}
+            raw = client.get("/api/v1/web/sessions/t", params={"all-events": "1"}).json()
+    assert page.status_code == 200 and every.status_code == 200
+    assert "from a transcript" in page.text and "the event's own time" not in every.text
+    assert [i["time_from"] for i in raw["items"]] == ["reflog", "reflog"]
+    assert items[message.id]["time_from"] == "reflog"
+    assert items[message.id]["time"] == recorded[message.id]
