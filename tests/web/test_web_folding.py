@@ -177,3 +177,30 @@ def test_a_time_no_clock_could_have_written_is_the_stores(tmp_path: Path, bogus:
     assert [i["time_from"] for i in raw["items"]] == ["reflog", "reflog"]
     assert items[message.id]["time_from"] == "reflog"
     assert items[message.id]["time"] == recorded[message.id]
+
+
+def test_a_snippet_marks_the_match_where_case_folding_changes_lengths(tmp_path: Path) -> None:
+    # "ß" folds to "ss" and "İ" to two code points: the match is found in the folded text
+    # but marked in the text as written. An accent written as a combining mark stays on its
+    # letter; what the message holds of HTML is text, inside the match and beside it.
+    messages = {
+        "a": "Straße, große Maße: the Key <b>opens</b> it",
+        "b": "İİİ the KEY",  # the match at the very end
+        "c": "STRASSE first",  # the query folds to what a longer text folds to
+        "d": "cafe\u0301 <script>x</script> café",  # a combining acute accent
+    }
+    with open_store(tmp_path / "s") as store:
+        for name, text in messages.items():
+            store.session(name).add_message({"role": "user", "content": text})
+        with serve(store) as url, httpx.Client(base_url=url, timeout=10) as client:
+            def hits(q: str) -> dict[str, tuple[str, str, str]]:
+                return {h["session"]: (h["before"], h["match"], h["after"]) for h in client.get(
+                    "/api/v1/web/search", params={"q": q}).json()["hits"]}
+            key, strasse, cafe = hits("key"), hits("straße"), hits("cafe")
+            html = client.get("/search", params={"q": "key"}).text
+    assert key["a"] == ("Straße, große Maße: the ", "Key", " <b>opens</b> it")
+    assert key["b"] == ("İİİ the ", "KEY", "")
+    assert strasse["a"] == ("", "Straße", ", große Maße: the Key <b>opens</b> it")
+    assert strasse["c"] == ("", "STRASSE", " first")
+    assert cafe["d"] == ("", "cafe\u0301", " <script>x</script> café")
+    assert "the <mark>Key</mark> &lt;b&gt;opens&lt;/b&gt; it" in html
