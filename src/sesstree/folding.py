@@ -144,7 +144,8 @@ def turn_start_index(nodes: Sequence[Node]) -> int | None:
     """Where to begin showing ``nodes`` (a window of a path, oldest first, that may begin
     mid-turn) so that it begins with a whole turn: the index of its first ``turn/start``, 0
     when what comes before that is messages standing alone (no bookkeeping of a turn begun
-    further back), None when the whole window lies inside one turn."""
+    further back), None when it holds no ``turn/start`` and more than messages (it may lie
+    inside one turn: what lies behind it says)."""
     for i, n in enumerate(nodes):
         if n.type == "turn/start":
             return 0 if all(is_shown(m) for m in nodes[:i]) else i

@@ -8,6 +8,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -204,3 +205,32 @@ def test_a_snippet_marks_the_match_where_case_folding_changes_lengths(tmp_path: 
     assert strasse["c"] == ("", "STRASSE", " first")
     assert cafe["d"] == ("", "cafe\u0301", " <script>x</script> café")
     assert "the <mark>Key</mark> &lt;b&gt;opens&lt;/b&gt; it" in html
+
+
+@pytest.mark.parametrize("kind", ["imported", "proxy"])
+def test_a_session_with_no_turns_is_paged_as_unfolded(
+        tmp_path: Path, kind: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # An import holds the tool's raw records beside the messages, a proxy's session a
+    # step/start and step/end around each call: bookkeeping, but of no turn. A page of one is
+    # the newest events, not the whole session read back for a turn's start that is not there.
+    with open_store(tmp_path / "s") as store:
+        events: list[tuple[str, Any]] = []
+        for i in range(1500):
+            if kind == "imported":
+                events += [("claude/user", {"type": "user", "timestamp": "2025-06-02T18:51:00Z"}),
+                           ("user/message", {"role": "user", "content": f"message {i}"})]
+            else:
+                events += [("step/start", {"step": 1}),
+                           ("user/message", {"role": "user", "content": f"message {i}"}),
+                           ("step/end", {"step": 1, "finish_reason": "stop"})]
+        store.session("s").extend(events)
+        with serve(store) as url, httpx.Client(base_url=url, timeout=30) as client:
+            folded = client.get("/api/v1/web/sessions/s", params={"limit": "200"}).json()
+            every = client.get("/api/v1/web/sessions/s",
+                               params={"limit": "200", "all-events": "1"}).json()
+    assert folded["first"] == every["first"] == len(events) - 199
+    assert folded["older"] == every["older"]
+    texts = [i["html"] for i in folded["items"] if i["kind"] == "message"]
+    assert "message 1499" in texts[-1] and 60 <= len(texts) <= 100
+    assert not any(i["kind"] == "turn" for i in folded["items"])
+

@@ -273,19 +273,41 @@ def _window(store: Store, last: NodeId, limit: int, *,
     """The newest ``limit`` events of the path down to ``last`` (oldest first) and the node
     before them (None at the root). Folded, the window begins at a turn's start: the part of
     a turn begun further back is left to the page before; a window inside one turn (a reply
-    streamed as thousands of chunks) reads back to its start, at most ``TURN_READ`` events."""
-    want = limit
-    while True:
-        chain = store.chain(last, want)
+    streamed as thousands of chunks) reads back to its start, at most ``TURN_READ`` events.
+    A window in no turn (a session recorded by ``sess proxy`` or imported holds none) is
+    the newest ``limit`` events, as unfolded."""
+    chain = store.chain(last, limit)
+    nodes = _nodes(chain)
+    if not folded or chain.base is None:
+        return nodes, chain.base
+    at = turn_start_index(nodes)
+    if at is not None:
+        return nodes[at:], nodes[at - 1].id if at else chain.base
+    back = _turn_behind(store, chain.base)
+    if back is None:  # no turn began behind it, as far as was read: shown as it is
+        return nodes, chain.base
+    return back + nodes, back[0].parent
+
+
+def _turn_behind(store: Store, top: NodeId | None) -> list[Node] | None:
+    """The events from the ``turn/start`` nearest behind ``top`` up to ``top`` (oldest first)
+    when reading back from ``top`` finds a turn's start before a turn's end; None when it
+    finds an end first, or the root or ``TURN_READ`` events come first. Each slice is read
+    once (from the base of the one before), larger each time."""
+    read: list[list[Node]] = []
+    want, total = 64, 0
+    while top is not None and total < TURN_READ:
+        chain = store.chain(top, min(want, TURN_READ - total))
         nodes = _nodes(chain)
-        if not folded or chain.base is None:
-            return nodes, chain.base
-        at = turn_start_index(nodes)
-        if at is not None:
-            return nodes[at:], nodes[at - 1].id if at else chain.base
-        if want >= TURN_READ:
-            return nodes, chain.base  # longer than a page reads back: shown as it is
-        want = min(4 * want, TURN_READ)
+        total += len(nodes)
+        for i in range(len(nodes) - 1, -1, -1):
+            if nodes[i].type == "turn/end":
+                return None
+            if nodes[i].type == "turn/start":
+                return [n for piece in (nodes[i:], *reversed(read)) for n in piece]
+        read.append(nodes)
+        top, want = chain.base, 4 * want
+    return None
 
 
 def _open_turn(store: Store, after: NodeId) -> list[Node]:
