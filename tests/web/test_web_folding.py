@@ -207,6 +207,20 @@ def test_a_snippet_marks_the_match_where_case_folding_changes_lengths(tmp_path: 
     assert "the <mark>Key</mark> &lt;b&gt;opens&lt;/b&gt; it" in html
 
 
+def _counting_chain(store: Store, monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The number of nodes each ``store.chain`` call reads, in order."""
+    reads: list[int] = []
+    chain = store.chain
+
+    def counted(rev: Any, limit: int | None = None) -> Any:
+        out = chain(rev, limit)
+        reads.append(len(out))
+        return out
+
+    monkeypatch.setattr(store, "chain", counted)
+    return reads
+
+
 @pytest.mark.parametrize("kind", ["imported", "proxy"])
 def test_a_session_with_no_turns_is_paged_as_unfolded(
         tmp_path: Path, kind: str, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -234,3 +248,30 @@ def test_a_session_with_no_turns_is_paged_as_unfolded(
     assert "message 1499" in texts[-1] and 60 <= len(texts) <= 100
     assert not any(i["kind"] == "turn" for i in folded["items"])
 
+
+def test_a_live_poll_inside_a_long_turn_reads_only_what_is_new(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from sesstree.web.views import Views
+
+    with open_store(tmp_path / "s") as store:
+        s = store.session("chat")
+        s.append("turn/start", {"trigger": {"kind": "user"}})
+        s.add_message({"role": "user", "content": "write a long story"})
+        s.extend([("assistant/chunk", {"delta": f"word {i} "}) for i in range(3000)])
+        seen = store.session_head("chat")
+        assert seen is not None
+        s.extend([("assistant/chunk", {"delta": "more "}) for _ in range(3)])
+        views = Views(store)
+        reads = _counting_chain(store, monkeypatch)
+        running = views.tail("chat", seen)
+        assert running["items"] == [] and not running["reset"]
+        assert sum(reads) <= 10, reads  # the three new events, not the turn read back
+        seen = running["head"]
+        s.add_message({"role": "assistant", "content": "Once upon a time."})
+        s.append("usage", {"model": "m", "usage": {"prompt_tokens": 7, "completion_tokens": 3003}})
+        s.append("turn/end", {"reason": {"kind": "answer"}})
+        ended = views.tail("chat", seen)["items"]
+        start = store.log("chat")[-1].id
+    assert [i.kind for i in ended] == ["message", "turn"]
+    assert "7 in/3003 out tokens" in ended[-1].text  # summed with the part read before
+    assert ended[-1].turn == start

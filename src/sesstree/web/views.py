@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Sequence
 from typing import Any
 
 import msgspec
@@ -179,8 +180,10 @@ class Views:
                 return {"head": head, "items": [], "reset": True}
             nodes = _nodes(chain)
             context: list[Node] = []
-            if not all_events:  # the part of the open turn the page already shows
-                context = _open_turn(store, NodeId(after))
+            if not all_events and _closes_turn(nodes):
+                # The part of the ending turn the page already shows, to sum it (read once,
+                # when the turn ends: a poll while it runs reads only what is new).
+                context = _turn_behind(store, NodeId(after)) or []
             times = _recorded(store, name, context + nodes)
         items = conversation(context + nodes, times, folded=not all_events,
                              context=len(context))
@@ -310,22 +313,11 @@ def _turn_behind(store: Store, top: NodeId | None) -> list[Node] | None:
     return None
 
 
-def _open_turn(store: Store, after: NodeId) -> list[Node]:
-    """The events of the turn still open at ``after`` (oldest first, from its turn/start):
-    what a folded live page needs to sum that turn when its end arrives; none when the last
-    turn before ``after`` ended."""
-    want = 64
-    while True:
-        chain = store.chain(after, want)
-        nodes = _nodes(chain)
-        for i in range(len(nodes) - 1, -1, -1):
-            if nodes[i].type == "turn/end":
-                return []
-            if nodes[i].type == "turn/start":
-                return nodes[i:]
-        if chain.base is None or want >= TURN_READ:
-            return nodes
-        want = min(4 * want, TURN_READ)
+def _closes_turn(nodes: Sequence[Node]) -> bool:
+    """Whether ``nodes`` (oldest first) end a turn begun before them: a ``turn/end`` comes
+    before any ``turn/start``."""
+    return next((n.type == "turn/end" for n in nodes if n.type in ("turn/start", "turn/end")),
+                False)
 
 
 def _recorded(store: Store, name: str, nodes: list[Node]) -> dict[NodeId, float]:
