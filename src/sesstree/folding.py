@@ -193,18 +193,20 @@ class PathFolder:
             out.append(row)
         return out
 
-    def _ended(self, end: Node, below: Sequence[Node]) -> Row:
+    def _ended(self, end: Node, below: Sequence[Node]) -> Row | None:
         """The row of ``end``: its turn summed down to its turn/start (read on when the slice
-        ends first)."""
+        ends first); None for an end that ends no turn (another end comes first below it:
+        ``fold_turns`` gives it no row either)."""
         turn = [end]
         rest: Sequence[Node] = below
         last = end
         want = 64
         while True:
             for n in rest:
-                if n.type in ("turn/start", "turn/end"):
-                    if n.type == "turn/start":
-                        turn.append(n)
+                if n.type == "turn/end":
+                    return None
+                if n.type == "turn/start":
+                    turn.append(n)
                     return fold_turns(turn[::-1], {})[-1]
                 if n.type in _COUNTED:
                     turn.append(n)  # (only what the row sums: a streamed turn is long)
