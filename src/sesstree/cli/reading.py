@@ -321,7 +321,7 @@ def _log_graph(store: Store, rev: str, all_refs: bool, limit: int | None, *,
     def path_label(top: NodeId) -> Label:
         if not folded:
             return lambda nodes: texts([Row(n) for n in nodes])
-        folder = PathFolder(top in keep, keep, lambda id, n: _path_down(store, id, n))
+        folder = PathFolder(top in keep, keep, store.log)
         return lambda nodes: texts(folder.rows(nodes))
 
     lines = stream_graph(store, tips, path_label=path_label, lines=limit)
@@ -339,15 +339,6 @@ def _log_graph(store: Store, rev: str, all_refs: bool, limit: int | None, *,
             shown.clear()
     if shown:
         click.echo("\n".join(shown))
-
-
-def _path_down(store: Store, top: NodeId, count: int) -> list[Node]:
-    """``count`` nodes of the path down from ``top``, newest first (a turn's older part)."""
-    chain = store.chain(top, count)
-    ids = chain.ids
-    parents: list[NodeId | None] = [chain.base, *ids[:-1]]
-    return [Node(ids[i], parents[i], chain.types[i], chain.datas[i])
-            for i in range(len(ids) - 1, -1, -1)]
 
 
 # -- diff ------------------------------------------------------------------------------------
