@@ -275,3 +275,23 @@ def test_a_live_poll_inside_a_long_turn_reads_only_what_is_new(
     assert [i.kind for i in ended] == ["message", "turn"]
     assert "7 in/3003 out tokens" in ended[-1].text  # summed with the part read before
     assert ended[-1].turn == start
+
+
+def test_a_page_inside_a_turn_begun_beyond_reach_is_not_empty(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A reply streamed as more chunks than a page reads back for the turn's start: each of
+    # its pages folds to nothing, and shows its events as they are rather than a blank page.
+    from sesstree.web import views
+
+    monkeypatch.setattr(views, "TURN_READ", 300)
+    with open_store(tmp_path / "s") as store:
+        s = store.session("chat")
+        s.append("turn/start", {"trigger": {"kind": "user"}})
+        s.add_message({"role": "user", "content": "write a long story"})
+        s.extend([("assistant/chunk", {"delta": f"word {i} "}) for i in range(1000)])
+        page = views.Views(store).session("chat", None, 100)
+        first = views.Views(store).session("chat", "chat~950", 100)
+    assert [i.type for i in page["items"]] == ["assistant/chunk"] * 100
+    assert page["first"] == 1002 - 99
+    assert [i.kind for i in first["items"]] == ["turn", "message"]  # its start in reach
+    assert first["items"][0].marked == "unfinished"

@@ -156,7 +156,7 @@ class Views:
             "tags": tags,
             "meta": meta,
             "all_events": all_events,
-            "items": conversation(nodes, times, folded=not all_events),
+            "items": _page_items(nodes, times, folded=not all_events),
         }
 
     def tail(self, name: str, after: str, limit: int = 500,
@@ -264,6 +264,14 @@ class Views:
             "cut": d.cut,
             "read": d.most,
         }
+
+
+def _page_items(nodes: list[Node], times: dict[NodeId, float], *, folded: bool) -> list[Item]:
+    """The items of a session page: folded, unless every event of the page folds away (a
+    page inside one turn begun further back than ``TURN_READ``: a long stream's chunks),
+    where a page showing nothing would say nothing: then every event, as it is."""
+    items = conversation(nodes, times, folded=folded)
+    return items if items or not folded else conversation(nodes, times, folded=False)
 
 
 def _nodes(chain: Chain) -> list[Node]:
