@@ -18,8 +18,8 @@ import msgspec
 
 from .node import Node, NodeId
 
-__all__ = ["CONVERSATION_TYPES", "PathFolder", "Row", "TurnStats", "fold_turns", "is_shown",
-           "turn_start_index"]
+__all__ = ["CONVERSATION_TYPES", "PathFolder", "Row", "TurnStats", "fold_or_every", "fold_turns",
+           "is_shown", "turn_start_index"]
 
 #: The events shown folded; the rest is the loop's bookkeeping, summed into its turn's row.
 CONVERSATION_TYPES = frozenset({
@@ -134,6 +134,13 @@ def fold_turns(nodes: Sequence[Node], times: Mapping[NodeId, float]) -> list[Row
         rows.append(Row(start, turn))
     rows.sort(key=lambda r: index[r.node.id])  # an unfinished turn's row was added late
     return rows
+
+
+def fold_or_every(nodes: Sequence[Node], times: Mapping[NodeId, float]) -> list[Row]:
+    """:func:`fold_turns`, or every event where all of ``nodes`` fold away (a range, a side
+    of a diff, a page inside one turn begun before it): a view that holds events never
+    comes out empty."""
+    return fold_turns(nodes, times) or [Row(n) for n in nodes]
 
 
 def _int(value: Any) -> int:

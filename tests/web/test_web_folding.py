@@ -295,3 +295,19 @@ def test_a_page_inside_a_turn_begun_beyond_reach_is_not_empty(
     assert page["first"] == 1002 - 99
     assert [i.kind for i in first["items"]] == ["turn", "message"]  # its start in reach
     assert first["items"][0].marked == "unfinished"
+
+
+def test_a_diff_whose_sides_part_inside_one_turn_shows_their_events(tmp_path: Path) -> None:
+    with open_store(tmp_path / "s") as store:
+        s = store.session("a")
+        s.append("turn/start", {"trigger": {"kind": "user"}})
+        s.add_message({"role": "user", "content": "write a story"})
+        store.fork("b", "a")
+        s.extend([("assistant/chunk", {"delta": "a-side "}) for _ in range(2)])
+        store.session("b").extend([("assistant/chunk", {"delta": "b-side "}) for _ in range(3)])
+        with serve(store) as url, httpx.Client(base_url=url, timeout=10) as client:
+            d = client.get("/api/v1/web/diff", params={"a": "a", "b": "b"}).json()
+            html = client.get("/diff", params={"a": "a", "b": "b"}).text
+    assert [i["type"] for i in d["items_a"]] == ["assistant/chunk"] * 2
+    assert [i["type"] for i in d["items_b"]] == ["assistant/chunk"] * 3
+    assert html.count("b-side") >= 3

@@ -15,7 +15,7 @@ from typing import Any
 import click
 
 from ..fmt import short, summary, to_jsonable
-from ..folding import PathFolder
+from ..folding import PathFolder, fold_or_every
 from ..node import Node, NodeId
 from ..repo import SESSIONS, TAGS, Store
 from ..scan import refs_at
@@ -203,7 +203,7 @@ def log(locator: StoreLocator, rev: str, limit: int | None, oneline: bool, rever
     elif filters.active:
         rows = [Row(n) for n in oldest_first if n.type in CONVERSATION_TYPES]
     else:
-        rows = fold_turns(oldest_first, times)
+        rows = fold_or_every(oldest_first, times)
     rows = [r for r in rows if r.turn is not None or filters.keep(r.node, times)]
     rows.reverse()  # newest first
     rows = rows[:limit]
@@ -395,7 +395,7 @@ def diff(locator: StoreLocator, a: str, b: str | None, stat: bool, all_events: b
             click.echo(f" {rev:<{namew}} | {term.paint('+' + events(len(nodes)), 'added')}"
                        f"{': ' + kinds if kinds else ''}; {counts['chars']} characters of text")
         return
-    shown = [(rev, nodes, [Row(n) for n in nodes] if all_events else fold_turns(nodes, {}))
+    shown = [(rev, nodes, [Row(n) for n in nodes] if all_events else fold_or_every(nodes, {}))
              for rev, nodes in sides]
     typew = max((len(r.node.type) for _, _, rows in shown for r in rows), default=0)
     typew = max(typew, 18)  # the column as it always was, wider only for long types

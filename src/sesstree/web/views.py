@@ -257,8 +257,8 @@ class Views:
             "base_type": base.type if base else None,
             "base_snippet": snippet(base) if base else "",
             "only_a": d.only_a, "only_b": d.only_b,
-            "items_a": conversation(d.shown_a, {}, folded=not all_events),
-            "items_b": conversation(d.shown_b, {}, folded=not all_events),
+            "items_a": _page_items(d.shown_a, {}, folded=not all_events),
+            "items_b": _page_items(d.shown_b, {}, folded=not all_events),
             "all_events": all_events,
             "shown": DIFF_SHOWN,
             "cut": d.cut,
@@ -267,9 +267,10 @@ class Views:
 
 
 def _page_items(nodes: list[Node], times: dict[NodeId, float], *, folded: bool) -> list[Item]:
-    """The items of a session page: folded, unless every event of the page folds away (a
-    page inside one turn begun further back than ``TURN_READ``: a long stream's chunks),
-    where a page showing nothing would say nothing: then every event, as it is."""
+    """The items of a session page or a diff's side: folded, unless every event folds away
+    (a page inside one turn begun further back than ``TURN_READ``, a side that parts inside
+    a turn: a long stream's chunks), where showing nothing would say nothing: then every
+    event, as it is (:func:`sesstree.folding.fold_or_every`, the rule of ``sess log``)."""
     items = conversation(nodes, times, folded=folded)
     return items if items or not folded else conversation(nodes, times, folded=False)
 
