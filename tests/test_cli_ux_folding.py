@@ -166,3 +166,53 @@ def test_a_range_that_begins_inside_a_turn_keeps_its_row(sess: Sess, quest_store
     whole = sess.lines(*s, "log", "quest-2")
     assert [line[:10] for line in ranged] == [line[:10] for line in whole[:len(ranged)]]
     assert "turn: answer (stop), 2 steps, 335 in/35 out tokens" in ranged[0]
+
+
+def test_the_graph_folds_malformed_turns_as_log_does(sess: Sess, tmp_path: Path) -> None:
+    # Turn records that say nothing usable (not a dict, no reason, a second end with no
+    # start): no failure, and the graph draws the rows the log shows, the tip's besides.
+    from sesstree import open_store
+
+    where = tmp_path / "s"
+    with open_store(where) as store:
+        s = store.session("m")
+        s.append("turn/start", {"trigger": [1, 2]})
+        s.add_message({"role": "user", "content": "hi"})
+        s.append("usage", {"usage": {"prompt_tokens": "many"}})
+        s.append("turn/end", "garbage")
+        s.append("turn/end", {"reason": {"kind": "answer"}})  # ends no turn
+        s.append("turn/start", None)
+        s.append("turn/end", {"reason": "x"})
+        s.append("turn/end", {"reason": {"kind": 5}})  # ends no turn either
+        s.add_message({"role": "assistant", "content": "bye"})
+        store.set_head_session("m")
+    rows = _log_ids(sess, "--store", str(where), "log", "m")
+    assert len(rows) == 4  # the two messages and the two turns that were begun
+    for extra in ((), ("--oneline",), ("-n", "3")):
+        lines = sess.lines("--store", str(where), "log", "--graph", "m", *extra)
+        drawn = [re.search(r"\* ([0-9a-f]{10})", line) for line in lines]
+        assert [m[1] for m in drawn if m] == rows[:len(lines)], (extra, lines)
+
+
+def test_a_range_or_a_diff_inside_one_turn_lists_its_events(sess: Sess, tmp_path: Path) -> None:
+    # Both sides of the fork go on streaming the same turn: what each added is chunks only,
+    # which fold away. Listing nothing under "only in b (3)" would say nothing: every event.
+    from sesstree import open_store
+
+    where = tmp_path / "s"
+    with open_store(where) as store:
+        s = store.session("a")
+        s.append("turn/start", {"trigger": {"kind": "user"}})
+        s.add_message({"role": "user", "content": "write a story"})
+        s.extend([("assistant/chunk", {"delta": f"word {i} "}) for i in range(5)])
+        store.fork("b", "a")
+        s.extend([("assistant/chunk", {"delta": "a-side "}) for _ in range(2)])
+        store.session("b").extend([("assistant/chunk", {"delta": "b-side "}) for _ in range(3)])
+        added_b = [n.id[:10] for n in store.log("b", 3)]
+    st = ("--store", str(where))
+    assert _log_ids(sess, *st, "log", "a~2..b") == added_b
+    out = sess.ok(*st, "diff", "a", "b").splitlines()
+    at = out.index("only in b (3):")
+    assert [line.split()[0] for line in out[at + 1:]] == added_b[::-1]
+    assert sum("assistant/chunk" in line for line in out) == 5
+    assert len(_log_ids(sess, *st, "log", "b")) == 2  # a whole turn still folds

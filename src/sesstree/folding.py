@@ -18,8 +18,8 @@ import msgspec
 
 from .node import Node, NodeId
 
-__all__ = ["CONVERSATION_TYPES", "PathFolder", "Row", "TurnStats", "fold_turns", "is_shown",
-           "turn_start_index"]
+__all__ = ["CONVERSATION_TYPES", "PathFolder", "Row", "TurnStats", "fold_or_every", "fold_turns",
+           "is_shown", "turn_start_index"]
 
 #: The events shown folded; the rest is the loop's bookkeeping, summed into its turn's row.
 CONVERSATION_TYPES = frozenset({
@@ -136,6 +136,13 @@ def fold_turns(nodes: Sequence[Node], times: Mapping[NodeId, float]) -> list[Row
     return rows
 
 
+def fold_or_every(nodes: Sequence[Node], times: Mapping[NodeId, float]) -> list[Row]:
+    """:func:`fold_turns`, or every event where all of ``nodes`` fold away (a range, a side
+    of a diff, a page inside one turn begun before it): a view that holds events never
+    comes out empty."""
+    return fold_turns(nodes, times) or [Row(n) for n in nodes]
+
+
 def _int(value: Any) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
@@ -144,7 +151,8 @@ def turn_start_index(nodes: Sequence[Node]) -> int | None:
     """Where to begin showing ``nodes`` (a window of a path, oldest first, that may begin
     mid-turn) so that it begins with a whole turn: the index of its first ``turn/start``, 0
     when what comes before that is messages standing alone (no bookkeeping of a turn begun
-    further back), None when the whole window lies inside one turn."""
+    further back), None when it holds no ``turn/start`` and more than messages (it may lie
+    inside one turn: what lies behind it says)."""
     for i, n in enumerate(nodes):
         if n.type == "turn/start":
             return 0 if all(is_shown(m) for m in nodes[:i]) else i
@@ -192,18 +200,20 @@ class PathFolder:
             out.append(row)
         return out
 
-    def _ended(self, end: Node, below: Sequence[Node]) -> Row:
+    def _ended(self, end: Node, below: Sequence[Node]) -> Row | None:
         """The row of ``end``: its turn summed down to its turn/start (read on when the slice
-        ends first)."""
+        ends first); None for an end that ends no turn (another end comes first below it:
+        ``fold_turns`` gives it no row either)."""
         turn = [end]
         rest: Sequence[Node] = below
         last = end
         want = 64
         while True:
             for n in rest:
-                if n.type in ("turn/start", "turn/end"):
-                    if n.type == "turn/start":
-                        turn.append(n)
+                if n.type == "turn/end":
+                    return None
+                if n.type == "turn/start":
+                    turn.append(n)
                     return fold_turns(turn[::-1], {})[-1]
                 if n.type in _COUNTED:
                     turn.append(n)  # (only what the row sums: a streamed turn is long)

@@ -10,6 +10,8 @@ the event's, and a view says so.
 
 from __future__ import annotations
 
+import math
+import time
 from collections.abc import Iterable, Sequence
 from datetime import datetime, timezone
 
@@ -22,6 +24,9 @@ __all__ = ["MOVES_ONLY", "event_time", "events_times", "reflog_dates"]
 MOVES_ONLY = ("branch:", "reset:", "tag:")
 #: How the store names a batch's reflog entry (see sesstree.policy).
 _BATCH = "(batch of "
+#: How far past the clock an event's own time may lie (clocks differ a little) and still be
+#: believed: an event cannot have happened after the store recorded it.
+_SKEW = 86_400.0
 #: Derived events that take the time of the timed record just before them.
 _DERIVED = frozenset({"system/message", "user/message", "assistant/message", "tool/result",
                       "message", "compaction/marker", "context/message"})
@@ -29,23 +34,29 @@ _DERIVED = frozenset({"system/message", "user/message", "assistant/message", "to
 
 def event_time(node: Node) -> float | None:
     """The time ``node`` itself carries (Unix seconds): a ``timestamp`` as ISO 8601 text or as
-    seconds (milliseconds past the year 5138 are read as such); None when it has none."""
+    seconds (milliseconds past the year 5138 are read as such); None when it has none, or one
+    no clock could have written (not a number, before 1970, later than now): such a record
+    is dated as one that carries none, by the store."""
     data = node.data
     raw = data.get("timestamp") if isinstance(data, dict) else None
+    seconds: float | None = None
     if isinstance(raw, bool):
         return None
     if isinstance(raw, int | float):
         seconds = float(raw)
-        return seconds / 1000 if seconds > 1e11 else seconds
-    if isinstance(raw, str) and raw:
+        if seconds > 1e11:
+            seconds /= 1000
+    elif isinstance(raw, str) and raw:
         try:
             when = datetime.fromisoformat(raw.strip().replace("Z", "+00:00"))
-        except ValueError:
+            if when.tzinfo is None:
+                when = when.replace(tzinfo=timezone.utc)
+            seconds = when.timestamp()
+        except (ValueError, OverflowError):
             return None
-        if when.tzinfo is None:
-            when = when.replace(tzinfo=timezone.utc)
-        return when.timestamp()
-    return None
+    if seconds is None or not math.isfinite(seconds) or not 0 <= seconds <= time.time() + _SKEW:
+        return None
+    return seconds
 
 
 def events_times(nodes: Sequence[Node]) -> dict[NodeId, float]:

@@ -323,3 +323,51 @@ def test_forks_are_drawn_where_sessions_part_and_marked_on_the_session_page(
             assert page.locator("#fork-mark").count() == 0  # quest-1 forked from nothing
             page.goto(url + "/session/chat")
             assert page.locator("#fork-mark, #forked").count() == 0
+
+
+def test_the_live_tail_when_two_turns_end_between_polls_and_unfolded(
+        page: Any, forest_store: Store, tmp_path: Path) -> None:
+    from forest_kit import HOSTILE
+
+    def turn(prompt: str) -> tuple[str, str]:
+        start = s.append("turn/start", {"trigger": {"kind": "user"}})
+        s.add_message({"role": "user", "content": prompt})
+        s.append("step/start", {"step": 1})
+        s.append("assistant/chunk", {"content": "…"})
+        s.add_message({"role": "assistant", "content": f"{prompt}: done"})
+        s.append("step/end", {"step": 1, "finish_reason": "stop"})
+        return start.id, s.append("turn/end", {"reason": {"kind": "answer"}}).id
+
+    s = forest_store.session("quest-1")
+    open_start = s.append("turn/start", {"trigger": {"kind": "user"}})
+    s.add_message({"role": "user", "content": "first"})
+    with serve(forest_store) as url:
+        page.goto(url + "/session/quest-1")  # opened mid-turn
+        page.evaluate("window.__same_page = true")
+        with forest_store.batch():  # that turn ends, and two more start and end, in one poll
+            s.append("turn/end", {"reason": {"kind": "answer"}})
+            second, third = turn("second"), turn(HOSTILE)
+        page.wait_for_selector(f"#n-{third[1]}", timeout=10_000)
+        rows = page.locator("#conversation .item[data-turn]")
+        turns = [rows.nth(i).get_attribute("data-turn") for i in range(rows.count())]
+        # One row each, in order, the unfinished one replaced (the store's older turns above).
+        assert turns[-3:] == [open_start.id, second[0], third[0]] and len(set(turns)) == len(turns)
+        assert "turn: unfinished" not in page.locator("#conversation").inner_text()
+        assert page.locator(".conversation img, .conversation script").count() == 0
+        assert HOSTILE.split(" and ")[0] in page.locator("#conversation").inner_text()
+        assert page.evaluate("typeof window.__pwned") == "undefined"
+        assert page.evaluate("window.__same_page") is True
+        # Unfolded, a turn that ends adds its events and no row of its own.
+        page.goto(url + "/session/quest-1?all-events=1")
+        fourth = turn("fourth")
+        page.wait_for_selector(f"#n-{fourth[1]}", timeout=10_000)
+        assert page.locator("#conversation .item[data-turn]").count() == 0
+        assert page.locator(f"#n-{fourth[0]}").count() == 1
+        assert page.locator("#conversation .type >> text=assistant/chunk").count() >= 1
+        # A search for the hostile text shows it as text, marked, and runs nothing.
+        page.goto(url + "/search?q=onerror")
+        hit = page.locator("#hits li .hit-text").first
+        assert 'onerror="window.__pwned = 2"' in hit.inner_text()
+        assert page.locator("#hits mark").first.inner_text() == "onerror"
+        assert page.locator("#hits img, #hits script").count() == 0
+        assert page.evaluate("typeof window.__pwned") == "undefined"

@@ -8,6 +8,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -155,3 +156,158 @@ def test_search_snippets_keep_the_spaces_beside_the_match(tmp_path: Path) -> Non
     assert cut["before"].startswith("…") and cut["before"].endswith("the ")
     assert cut["after"].startswith(" is here") and cut["after"].endswith("…")
     assert "Suppose the <mark>key</mark> doesn" in html
+
+
+@pytest.mark.parametrize("bogus", [1e30, -1e12, 2**63, "0001-01-01T00:00:00+14:00",
+                                   "2999-01-01T00:00:00Z", "yesterday", [2025]])
+def test_a_time_no_clock_could_have_written_is_the_stores(tmp_path: Path, bogus: object) -> None:
+    # An imported record's timestamp is whatever the file said: out of range, before 1970,
+    # later than now. The page neither fails nor shows it: the event is dated by the store.
+    with open_store(tmp_path / "s") as store:
+        s = store.session("t")
+        s.append("claude/user", {"type": "user", "timestamp": bogus})
+        message = s.add_message({"role": "user", "content": "from a transcript"})
+        recorded = {e.new: e.time for e in store.reflog("t")}
+        with serve(store) as url, httpx.Client(base_url=url, timeout=10) as client:
+            page = client.get("/session/t")
+            every = client.get("/session/t", params={"all-events": "1"})
+            items = {i["id"]: i for i in client.get("/api/v1/web/sessions/t").json()["items"]}
+            raw = client.get("/api/v1/web/sessions/t", params={"all-events": "1"}).json()
+    assert page.status_code == 200 and every.status_code == 200
+    assert "from a transcript" in page.text and "the event's own time" not in every.text
+    assert [i["time_from"] for i in raw["items"]] == ["reflog", "reflog"]
+    assert items[message.id]["time_from"] == "reflog"
+    assert items[message.id]["time"] == recorded[message.id]
+
+
+def test_a_snippet_marks_the_match_where_case_folding_changes_lengths(tmp_path: Path) -> None:
+    # "ß" folds to "ss" and "İ" to two code points: the match is found in the folded text
+    # but marked in the text as written. An accent written as a combining mark stays on its
+    # letter; what the message holds of HTML is text, inside the match and beside it.
+    messages = {
+        "a": "Straße, große Maße: the Key <b>opens</b> it",
+        "b": "İİİ the KEY",  # the match at the very end
+        "c": "STRASSE first",  # the query folds to what a longer text folds to
+        "d": "cafe\u0301 <script>x</script> café",  # a combining acute accent
+    }
+    with open_store(tmp_path / "s") as store:
+        for name, text in messages.items():
+            store.session(name).add_message({"role": "user", "content": text})
+        with serve(store) as url, httpx.Client(base_url=url, timeout=10) as client:
+            def hits(q: str) -> dict[str, tuple[str, str, str]]:
+                return {h["session"]: (h["before"], h["match"], h["after"]) for h in client.get(
+                    "/api/v1/web/search", params={"q": q}).json()["hits"]}
+            key, strasse, cafe = hits("key"), hits("straße"), hits("cafe")
+            html = client.get("/search", params={"q": "key"}).text
+    assert key["a"] == ("Straße, große Maße: the ", "Key", " <b>opens</b> it")
+    assert key["b"] == ("İİİ the ", "KEY", "")
+    assert strasse["a"] == ("", "Straße", ", große Maße: the Key <b>opens</b> it")
+    assert strasse["c"] == ("", "STRASSE", " first")
+    assert cafe["d"] == ("", "cafe\u0301", " <script>x</script> café")
+    assert "the <mark>Key</mark> &lt;b&gt;opens&lt;/b&gt; it" in html
+
+
+def _counting_chain(store: Store, monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The number of nodes each ``store.chain`` call reads, in order."""
+    reads: list[int] = []
+    chain = store.chain
+
+    def counted(rev: Any, limit: int | None = None) -> Any:
+        out = chain(rev, limit)
+        reads.append(len(out))
+        return out
+
+    monkeypatch.setattr(store, "chain", counted)
+    return reads
+
+
+@pytest.mark.parametrize("kind", ["imported", "proxy"])
+def test_a_session_with_no_turns_is_paged_as_unfolded(
+        tmp_path: Path, kind: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # An import holds the tool's raw records beside the messages, a proxy's session a
+    # step/start and step/end around each call: bookkeeping, but of no turn. A page of one is
+    # the newest events, not the whole session read back for a turn's start that is not there.
+    with open_store(tmp_path / "s") as store:
+        events: list[tuple[str, Any]] = []
+        for i in range(1500):
+            if kind == "imported":
+                events += [("claude/user", {"type": "user", "timestamp": "2025-06-02T18:51:00Z"}),
+                           ("user/message", {"role": "user", "content": f"message {i}"})]
+            else:
+                events += [("step/start", {"step": 1}),
+                           ("user/message", {"role": "user", "content": f"message {i}"}),
+                           ("step/end", {"step": 1, "finish_reason": "stop"})]
+        store.session("s").extend(events)
+        with serve(store) as url, httpx.Client(base_url=url, timeout=30) as client:
+            folded = client.get("/api/v1/web/sessions/s", params={"limit": "200"}).json()
+            every = client.get("/api/v1/web/sessions/s",
+                               params={"limit": "200", "all-events": "1"}).json()
+    assert folded["first"] == every["first"] == len(events) - 199
+    assert folded["older"] == every["older"]
+    texts = [i["html"] for i in folded["items"] if i["kind"] == "message"]
+    assert "message 1499" in texts[-1] and 60 <= len(texts) <= 100
+    assert not any(i["kind"] == "turn" for i in folded["items"])
+
+
+def test_a_live_poll_inside_a_long_turn_reads_only_what_is_new(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from sesstree.web.views import Views
+
+    with open_store(tmp_path / "s") as store:
+        s = store.session("chat")
+        s.append("turn/start", {"trigger": {"kind": "user"}})
+        s.add_message({"role": "user", "content": "write a long story"})
+        s.extend([("assistant/chunk", {"delta": f"word {i} "}) for i in range(3000)])
+        seen = store.session_head("chat")
+        assert seen is not None
+        s.extend([("assistant/chunk", {"delta": "more "}) for _ in range(3)])
+        views = Views(store)
+        reads = _counting_chain(store, monkeypatch)
+        running = views.tail("chat", seen)
+        assert running["items"] == [] and not running["reset"]
+        assert sum(reads) <= 10, reads  # the three new events, not the turn read back
+        seen = running["head"]
+        s.add_message({"role": "assistant", "content": "Once upon a time."})
+        s.append("usage", {"model": "m", "usage": {"prompt_tokens": 7, "completion_tokens": 3003}})
+        s.append("turn/end", {"reason": {"kind": "answer"}})
+        ended = views.tail("chat", seen)["items"]
+        start = store.log("chat")[-1].id
+    assert [i.kind for i in ended] == ["message", "turn"]
+    assert "7 in/3003 out tokens" in ended[-1].text  # summed with the part read before
+    assert ended[-1].turn == start
+
+
+def test_a_page_inside_a_turn_begun_beyond_reach_is_not_empty(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A reply streamed as more chunks than a page reads back for the turn's start: each of
+    # its pages folds to nothing, and shows its events as they are rather than a blank page.
+    from sesstree.web import views
+
+    monkeypatch.setattr(views, "TURN_READ", 300)
+    with open_store(tmp_path / "s") as store:
+        s = store.session("chat")
+        s.append("turn/start", {"trigger": {"kind": "user"}})
+        s.add_message({"role": "user", "content": "write a long story"})
+        s.extend([("assistant/chunk", {"delta": f"word {i} "}) for i in range(1000)])
+        page = views.Views(store).session("chat", None, 100)
+        first = views.Views(store).session("chat", "chat~950", 100)
+    assert [i.type for i in page["items"]] == ["assistant/chunk"] * 100
+    assert page["first"] == 1002 - 99
+    assert [i.kind for i in first["items"]] == ["turn", "message"]  # its start in reach
+    assert first["items"][0].marked == "unfinished"
+
+
+def test_a_diff_whose_sides_part_inside_one_turn_shows_their_events(tmp_path: Path) -> None:
+    with open_store(tmp_path / "s") as store:
+        s = store.session("a")
+        s.append("turn/start", {"trigger": {"kind": "user"}})
+        s.add_message({"role": "user", "content": "write a story"})
+        store.fork("b", "a")
+        s.extend([("assistant/chunk", {"delta": "a-side "}) for _ in range(2)])
+        store.session("b").extend([("assistant/chunk", {"delta": "b-side "}) for _ in range(3)])
+        with serve(store) as url, httpx.Client(base_url=url, timeout=10) as client:
+            d = client.get("/api/v1/web/diff", params={"a": "a", "b": "b"}).json()
+            html = client.get("/diff", params={"a": "a", "b": "b"}).text
+    assert [i["type"] for i in d["items_a"]] == ["assistant/chunk"] * 2
+    assert [i["type"] for i in d["items_b"]] == ["assistant/chunk"] * 3
+    assert html.count("b-side") >= 3

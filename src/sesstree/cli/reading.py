@@ -15,7 +15,7 @@ from typing import Any
 import click
 
 from ..fmt import cells, fit, short, summary, to_jsonable
-from ..folding import PathFolder
+from ..folding import PathFolder, fold_or_every
 from ..node import Node, NodeId
 from ..repo import SESSIONS, TAGS, Store
 from ..scan import refs_at
@@ -208,7 +208,7 @@ def log(locator: StoreLocator, rev: str, limit: int | None, oneline: bool, rever
     elif span is not None:
         rows = _range_rows(store, span, oldest_first)
     else:
-        rows = fold_turns(oldest_first, times)
+        rows = fold_or_every(oldest_first, times)
     rows = [r for r in rows if r.turn is not None or filters.keep(r.node, times)]
     rows.reverse()  # newest first
     rows = rows[:limit]
@@ -273,6 +273,8 @@ def _range_rows(store: Store, span: Range, oldest_first: Sequence[Node]) -> list
         for row in fold_turns(path[::-1], times):
             if row.node.id in wanted:
                 kept.setdefault(row.node.id, row)
+    if not kept:  # all of it inside one turn that goes on: every event, as fold_or_every
+        return [Row(n) for n in oldest_first]
     return sorted(kept.values(), key=lambda r: wanted[r.node.id])
 
 
@@ -344,7 +346,7 @@ def _log_graph(store: Store, rev: str, all_refs: bool, limit: int | None, *,
     def path_label(top: NodeId) -> Label:
         if not folded:
             return lambda nodes: texts([Row(n) for n in nodes])
-        folder = PathFolder(top in keep, keep, lambda id, n: _path_down(store, id, n))
+        folder = PathFolder(top in keep, keep, store.log)
         return lambda nodes: texts(folder.rows(nodes))
 
     lines = stream_graph(store, tips, path_label=path_label, lines=limit)
@@ -362,15 +364,6 @@ def _log_graph(store: Store, rev: str, all_refs: bool, limit: int | None, *,
             shown.clear()
     if shown:
         click.echo("\n".join(shown))
-
-
-def _path_down(store: Store, top: NodeId, count: int) -> list[Node]:
-    """``count`` nodes of the path down from ``top``, newest first (a turn's older part)."""
-    chain = store.chain(top, count)
-    ids = chain.ids
-    parents: list[NodeId | None] = [chain.base, *ids[:-1]]
-    return [Node(ids[i], parents[i], chain.types[i], chain.datas[i])
-            for i in range(len(ids) - 1, -1, -1)]
 
 
 # -- diff ------------------------------------------------------------------------------------
@@ -432,7 +425,7 @@ def diff(locator: StoreLocator, a: str, b: str | None, stat: bool, all_events: b
             click.echo(f" {rev:<{namew}} | {term.paint('+' + events(len(nodes)), 'added')}"
                        f"{': ' + kinds if kinds else ''}; {counts['chars']} characters of text")
         return
-    shown = [(rev, nodes, [Row(n) for n in nodes] if all_events else fold_turns(nodes, {}))
+    shown = [(rev, nodes, [Row(n) for n in nodes] if all_events else fold_or_every(nodes, {}))
              for rev, nodes in sides]
     typew = max((len(r.node.type) for _, _, rows in shown for r in rows), default=0)
     typew = max(typew, 18)  # the column as it always was, wider only for long types

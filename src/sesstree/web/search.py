@@ -10,6 +10,7 @@ slower than its budget, and on a large store the first page answers about recent
 from __future__ import annotations
 
 import re
+import unicodedata
 
 import msgspec
 
@@ -112,12 +113,12 @@ def search(store: Store, query: str, *, cursor: str = "", limit: int = 50,
                 break  # the rest of this path was searched through another session
             seen.add(nid)
             text = _text(chain.types[i], chain.datas[i])
-            at = text.casefold().find(needle)
-            if at >= 0:
+            found = _find(text, needle)
+            if found is not None:
                 if len(hits) >= limit:
                     clipped = True
                     continue
-                end = at + len(query)
+                at, end = found
                 hits.append(Hit(entry.name, nid, chain.types[i],
                                 _clip(text[max(0, at - 80):at], cut=at > 80, left=True),
                                 text[at:end], _clip(text[end:end + 120], cut=end + 120 < len(text))))
@@ -131,6 +132,25 @@ def search(store: Store, query: str, *, cursor: str = "", limit: int = 50,
     done = (index >= len(sessions) and partial is None) or not needle
     next_cursor = None if done else f"{index}.{partial}" if partial is not None else str(index)
     return SearchPage(query, hits, index - start, len(sessions), events, next_cursor, clipped)
+
+
+def _find(text: str, needle: str) -> tuple[int, int] | None:
+    """Where ``needle`` (case-folded) first occurs in ``text`` ignoring case: the start and
+    end in ``text`` itself. Folding can lengthen a character ("ß" is "ss", "İ" two code
+    points), so a place in the folded text is mapped back to the character it came from; the
+    match ends after any combining marks on its last letter (an accent is not cut off)."""
+    folded = text.casefold()
+    at = folded.find(needle)
+    if at < 0:
+        return None
+    if len(folded) == len(text):  # (no character changed length: the places are the same)
+        start, end = at, at + len(needle)
+    else:
+        origin = [i for i, c in enumerate(text) for _ in c.casefold()]
+        start, end = origin[at], origin[at + len(needle) - 1] + 1
+    while end < len(text) and unicodedata.combining(text[end]):
+        end += 1
+    return start, end
 
 
 def _clip(text: str, *, cut: bool, left: bool = False) -> str:

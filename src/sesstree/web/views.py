@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Sequence
 from typing import Any
 
 import msgspec
@@ -145,7 +146,7 @@ class Views:
             tags = sorted(t.name for t in store.tags() if t.target == head)
             moved = store.backend.get_ref("sessions/" + name)
             fork = fork_of(store, name, head)
-        items = conversation(nodes, times, folded=not all_events)
+        items = _page_items(nodes, times, folded=not all_events)
         first = depth - len(nodes) + 1
         return {
             "fork": msgspec.to_builtins(fork) if fork is not None else None,
@@ -186,8 +187,10 @@ class Views:
                 return {"head": head, "items": [], "reset": True}
             nodes = _nodes(chain)
             context: list[Node] = []
-            if not all_events:  # the part of the open turn the page already shows
-                context = _open_turn(store, NodeId(after))
+            if not all_events and _closes_turn(nodes):
+                # The part of the ending turn the page already shows, to sum it (read once,
+                # when the turn ends: a poll while it runs reads only what is new).
+                context = _turn_behind(store, NodeId(after)) or []
             times = _recorded(store, name, context + nodes)
         items = conversation(context + nodes, times, folded=not all_events,
                              context=len(context))
@@ -261,13 +264,22 @@ class Views:
             "base_type": base.type if base else None,
             "base_snippet": snippet(base) if base else "",
             "only_a": d.only_a, "only_b": d.only_b,
-            "items_a": conversation(d.shown_a, {}, folded=not all_events),
-            "items_b": conversation(d.shown_b, {}, folded=not all_events),
+            "items_a": _page_items(d.shown_a, {}, folded=not all_events),
+            "items_b": _page_items(d.shown_b, {}, folded=not all_events),
             "all_events": all_events,
             "shown": DIFF_SHOWN,
             "cut": d.cut,
             "read": d.most,
         }
+
+
+def _page_items(nodes: list[Node], times: dict[NodeId, float], *, folded: bool) -> list[Item]:
+    """The items of a session page or a diff's side: folded, unless every event folds away
+    (a page inside one turn begun further back than ``TURN_READ``, a side that parts inside
+    a turn: a long stream's chunks), where showing nothing would say nothing: then every
+    event, as it is (:func:`sesstree.folding.fold_or_every`, the rule of ``sess log``)."""
+    items = conversation(nodes, times, folded=folded)
+    return items if items or not folded else conversation(nodes, times, folded=False)
 
 
 def _nodes(chain: Chain) -> list[Node]:
@@ -280,37 +292,48 @@ def _window(store: Store, last: NodeId, limit: int, *,
     """The newest ``limit`` events of the path down to ``last`` (oldest first) and the node
     before them (None at the root). Folded, the window begins at a turn's start: the part of
     a turn begun further back is left to the page before; a window inside one turn (a reply
-    streamed as thousands of chunks) reads back to its start, at most ``TURN_READ`` events."""
-    want = limit
-    while True:
-        chain = store.chain(last, want)
-        nodes = _nodes(chain)
-        if not folded or chain.base is None:
-            return nodes, chain.base
-        at = turn_start_index(nodes)
-        if at is not None:
-            return nodes[at:], nodes[at - 1].id if at else chain.base
-        if want >= TURN_READ:
-            return nodes, chain.base  # longer than a page reads back: shown as it is
-        want = min(4 * want, TURN_READ)
+    streamed as thousands of chunks) reads back to its start, at most ``TURN_READ`` events.
+    A window in no turn (a session recorded by ``sess proxy`` or imported holds none) is
+    the newest ``limit`` events, as unfolded."""
+    chain = store.chain(last, limit)
+    nodes = _nodes(chain)
+    if not folded or chain.base is None:
+        return nodes, chain.base
+    at = turn_start_index(nodes)
+    if at is not None:
+        return nodes[at:], nodes[at - 1].id if at else chain.base
+    back = _turn_behind(store, chain.base)
+    if back is None:  # no turn began behind it, as far as was read: shown as it is
+        return nodes, chain.base
+    return back + nodes, back[0].parent
 
 
-def _open_turn(store: Store, after: NodeId) -> list[Node]:
-    """The events of the turn still open at ``after`` (oldest first, from its turn/start):
-    what a folded live page needs to sum that turn when its end arrives; none when the last
-    turn before ``after`` ended."""
-    want = 64
-    while True:
-        chain = store.chain(after, want)
+def _turn_behind(store: Store, top: NodeId | None) -> list[Node] | None:
+    """The events from the ``turn/start`` nearest behind ``top`` up to ``top`` (oldest first)
+    when reading back from ``top`` finds a turn's start before a turn's end; None when it
+    finds an end first, or the root or ``TURN_READ`` events come first. Each slice is read
+    once (from the base of the one before), larger each time."""
+    read: list[list[Node]] = []
+    want, total = 64, 0
+    while top is not None and total < TURN_READ:
+        chain = store.chain(top, min(want, TURN_READ - total))
         nodes = _nodes(chain)
+        total += len(nodes)
         for i in range(len(nodes) - 1, -1, -1):
             if nodes[i].type == "turn/end":
-                return []
+                return None
             if nodes[i].type == "turn/start":
-                return nodes[i:]
-        if chain.base is None or want >= TURN_READ:
-            return nodes
-        want = min(4 * want, TURN_READ)
+                return [n for piece in (nodes[i:], *reversed(read)) for n in piece]
+        read.append(nodes)
+        top, want = chain.base, 4 * want
+    return None
+
+
+def _closes_turn(nodes: Sequence[Node]) -> bool:
+    """Whether ``nodes`` (oldest first) end a turn begun before them: a ``turn/end`` comes
+    before any ``turn/start``."""
+    return next((n.type == "turn/end" for n in nodes if n.type in ("turn/start", "turn/end")),
+                False)
 
 
 def _recorded(store: Store, name: str, nodes: list[Node]) -> dict[NodeId, float]:
