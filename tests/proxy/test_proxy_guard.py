@@ -192,3 +192,47 @@ def test_a_real_browser_page_cannot_plant_a_conversation(
         else:
             assert upstream.requests == [] and list(store.sessions()) == []
             assert httpx.get(proxy.url + "/_sess/stats").json()["refused"] == 1
+
+
+HOST_FORMS = ["localhost", "LOCALHOST.:8787", "127.0.0.1:8787", "[::1]:8787", "[::1]", "::1",
+              "127.0.0.2", "0.0.0.0:8787", "0x7f.1", "2130706433", "evil.example",
+              "localhost.evil.example", "", "llm.box:443", "a:b:c"]
+
+
+@pytest.mark.parametrize("host", HOST_FORMS)
+def test_the_proxy_and_the_web_view_answer_the_same_host_names(host: str) -> None:
+    import asyncio
+
+    from sesstree.hosts import served_names
+    from sesstree.web.guard import HostCheck
+
+    served: list[bool] = []
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        served.append(True)
+
+    async def send(message: Any) -> None:
+        pass
+
+    async def receive() -> dict[str, Any]:
+        return {"type": "http.request", "body": b""}
+
+    scope: dict[str, Any] = {"type": "http", "scheme": "http", "method": "GET", "path": "/",
+                             "server": ("127.0.0.1", 8787), "headers": [(b"host", host.encode())]}
+    asyncio.run(HostCheck(app, served_names("127.0.0.1", ["llm.box"]))(scope, receive, send))
+    proxy_serves = Guard("127.0.0.1", ["llm.box"]).refusal(scope) is None
+    assert proxy_serves == bool(served)
+    assert proxy_serves == (host in ("localhost", "LOCALHOST.:8787", "127.0.0.1:8787",
+                                     "[::1]:8787", "[::1]", "llm.box:443"))
+
+
+def test_the_proxys_host_check_loads_no_web_application() -> None:
+    import subprocess
+    import sys
+
+    code = ("import sys, sesstree.proxy.app\n"
+            "print(sorted(m for m in sys.modules if m.split('.')[0] == 'starlette' "
+            "or m.startswith('sesstree.web')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    assert out.stdout.strip() == "[]"

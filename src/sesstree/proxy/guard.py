@@ -18,43 +18,15 @@ the same rules as ``sess serve`` (:mod:`sesstree.web.guard`):
 
 from __future__ import annotations
 
-import ipaddress
-import os
 from collections.abc import Iterable
 from typing import Any
 from urllib.parse import urlsplit
 
+from ..hosts import HOSTS_ENV, LOOPBACK_NAMES, header_host, host_name, served_names
+
 __all__ = ["HOSTS_ENV", "LOOPBACK_NAMES", "Guard", "origin_of"]
 
-#: The environment variable naming more host names to answer (comma- or space-separated),
-#: as for ``sess serve``.
-HOSTS_ENV = "SESS_ALLOWED_HOSTS"
-#: Names the proxy answers to wherever it is bound.
-LOOPBACK_NAMES = ("localhost", "127.0.0.1", "[::1]")
-_WILDCARDS = ("0.0.0.0", "::", "")
 _BROWSER_SITES = (b"cross-site", b"same-site")
-
-
-def _host_name(host: str) -> str:
-    """``host`` as a ``Host`` header names it, without the port: lowercase, an IPv6 address
-    in brackets, no trailing dot."""
-    host = host.strip().lower().rstrip(".")
-    if host.startswith("["):
-        return host
-    try:
-        if ipaddress.ip_address(host).version == 6:
-            return f"[{host}]"
-    except ValueError:
-        pass
-    return host
-
-
-def _header_host(value: str) -> str:
-    value = value.strip().lower()
-    if value.startswith("["):  # [::1]:8787
-        end = value.find("]")
-        return value[:end + 1] if end > 0 else value
-    return value.rsplit(":", 1)[0].rstrip(".") if value.count(":") == 1 else value.rstrip(".")
 
 
 def origin_of(value: str) -> str:
@@ -84,11 +56,7 @@ class Guard:
         """Raises:
             ValueError: an allowed origin is not an origin (see :func:`origin_of`).
         """
-        extra = [h for h in os.environ.get(HOSTS_ENV, "").replace(",", " ").split() if h]
-        names = [*LOOPBACK_NAMES, *allowed_hosts, *extra]
-        if host not in _WILDCARDS:
-            names.append(host)
-        self.hosts = frozenset(_host_name(h) for h in names)
+        self.hosts = served_names(host, allowed_hosts)
         self.origins = frozenset(origin_of(o) for o in allowed_origins)
 
     def refusal(self, scope: dict[str, Any]) -> tuple[int, str] | None:
@@ -102,9 +70,9 @@ class Guard:
                 origin = value.decode("latin-1")
             elif key == b"sec-fetch-site":
                 site = value.strip().lower()
-        given = _header_host(host_value or "")
+        given = header_host(host_value or "")
         server = scope.get("server")
-        local = _host_name(str(server[0])) if server else None
+        local = host_name(str(server[0])) if server else None
         if not given or (given not in self.hosts and given != local):
             shown = given[:80] or "(none)"
             return 400, (

@@ -1,0 +1,56 @@
+"""The host names a local server answers to, shared by ``sess serve`` (:mod:`sesstree.web.guard`)
+and ``sess proxy`` (:mod:`sesstree.proxy.guard`): both refuse a ``Host`` that is not one of
+their names, against DNS rebinding. Standard library only, so that the proxy does not load the
+web application to check a header.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+from collections.abc import Iterable
+
+__all__ = ["HOSTS_ENV", "LOOPBACK_NAMES", "WILDCARDS", "header_host", "host_name", "served_names"]
+
+#: The environment variable naming more host names to answer (comma- or space-separated), for
+#: a server behind a reverse proxy (which cannot pass options).
+HOSTS_ENV = "SESS_ALLOWED_HOSTS"
+#: Names a server answers to wherever it is bound.
+LOOPBACK_NAMES = ("localhost", "127.0.0.1", "[::1]")
+#: Addresses that bind every interface: not a name a request is sent to.
+WILDCARDS = ("0.0.0.0", "::", "")
+
+
+def host_name(host: str) -> str:
+    """``host`` as it appears in a ``Host`` header without the port: lowercase, an IPv6
+    address in brackets, no trailing dot."""
+    host = host.strip().lower().rstrip(".")
+    if host.startswith("["):
+        return host
+    try:
+        if ipaddress.ip_address(host).version == 6:
+            return f"[{host}]"
+    except ValueError:
+        pass
+    return host
+
+
+def header_host(value: str) -> str:
+    """The host name of a ``Host`` header's ``value``, without its port, as :func:`host_name`
+    writes it (``[::1]:8787`` gives ``[::1]``, ``Localhost.:80`` gives ``localhost``)."""
+    value = value.strip().lower()
+    if value.startswith("["):  # [::1]:8787
+        end = value.find("]")
+        return value[:end + 1] if end > 0 else value
+    return value.rsplit(":", 1)[0].rstrip(".") if value.count(":") == 1 else value.rstrip(".")
+
+
+def served_names(host: str, allowed: Iterable[str] = ()) -> frozenset[str]:
+    """The names (as :func:`host_name` writes them) of a server bound to ``host``: the
+    loopback names, ``host`` unless it is a wildcard, ``allowed``, and the names in
+    ``$SESS_ALLOWED_HOSTS``."""
+    extra = [h for h in os.environ.get(HOSTS_ENV, "").replace(",", " ").split() if h]
+    names = [*LOOPBACK_NAMES, *allowed, *extra]
+    if host not in WILDCARDS:
+        names.append(host)
+    return frozenset(host_name(h) for h in names)
