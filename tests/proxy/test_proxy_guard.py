@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import socket
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -13,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import msgspec
 import pytest
 from click.testing import CliRunner
 from fake_upstream import FakeUpstream
@@ -60,6 +62,39 @@ def test_a_foreign_host_is_refused_and_nothing_is_forwarded(
         assert httpx.get(proxy.url + "/_sess/stats").json()["refused"] == 4
 
 
+
+def raw_request(port: int, request_line: bytes, host: bytes) -> tuple[int, bytes]:
+    """The status and body of one request sent as written (httpx always sends a path)."""
+    body = httpx.Request("POST", "/", json=BODY).content
+    with socket.create_connection(("127.0.0.1", port)) as sock:
+        sock.sendall(request_line + b"\r\nHost: " + host + b"\r\nContent-Type: "
+                     b"application/json\r\nConnection: close\r\nContent-Length: "
+                     + str(len(body)).encode() + b"\r\n\r\n" + body)
+        answer = b""
+        while chunk := sock.recv(65536):
+            answer += chunk
+    head, _, rest = answer.partition(b"\r\n\r\n")
+    return int(head.split(b" ", 2)[1]), rest
+
+
+def test_an_absolute_form_target_is_refused(upstream: FakeUpstream, store: Store) -> None:
+    # HTTP has the host of an absolute-form target override the Host header: it is not
+    # served whatever the Host says, nor forwarded as it came (an upstream that routes by
+    # target would send the call, and the upstream URL's credentials, to evil.example).
+    secret_url = upstream.url.replace("http://", "http://user:hunter2secret@")
+    with RunningProxy(store, secret_url) as proxy:
+        for line in (b"POST http://evil.example/v1/chat/completions HTTP/1.1",
+                     b"POST http://127.0.0.1/v1/chat/completions HTTP/1.1",
+                     b"OPTIONS * HTTP/1.1"):
+            status, body = raw_request(proxy.port, line, f"127.0.0.1:{proxy.port}".encode())
+            assert status == 400, line
+            message = msgspec.json.decode(body)["error"]["message"]
+            assert "is not a path" in message and "OPENAI_BASE_URL" in message, message
+        nothing_passed(upstream, store, proxy)
+        # an ordinary request on the same proxy is served
+        assert raw_request(proxy.port, b"POST /v1/chat/completions HTTP/1.1",
+                           b"localhost")[0] == 200
+
 def test_a_page_of_another_origin_is_refused(upstream: FakeUpstream, store: Store) -> None:
     with RunningProxy(store, upstream.url) as proxy:
         # the Host is right (the page posts to http://127.0.0.1:PORT), the Origin is not
@@ -106,7 +141,8 @@ def test_hosts_and_origins_the_user_allows(monkeypatch: pytest.MonkeyPatch,
 
 def test_a_proxy_on_every_address_answers_the_address_it_is_reached_by() -> None:
     guard = Guard("0.0.0.0")
-    scope: dict[str, Any] = {"type": "http", "scheme": "http", "server": ("192.168.1.5", 8787)}
+    scope: dict[str, Any] = {"type": "http", "scheme": "http", "path": "/v1/models",
+                             "server": ("192.168.1.5", 8787)}
     assert guard.refusal({**scope, "headers": [(b"host", b"192.168.1.5:8787")]}) is None
     assert guard.refusal({**scope, "headers": [(b"host", b"0.0.0.0:8787")]}) is not None
     refused = guard.refusal({**scope, "headers": [(b"host", b"evil.example")]})

@@ -62,6 +62,17 @@ class Guard:
     def refusal(self, scope: dict[str, Any]) -> tuple[int, str] | None:
         """Why the request of ``scope`` is not served (an HTTP status and a message a
         developer can act on), or None to serve it."""
+        target = scope.get("raw_path") or str(scope.get("path", "")).encode("utf-8", "replace")
+        if not target.startswith(b"/"):
+            # An absolute-form target (``POST http://evil.example/v1/...``) names its host
+            # itself, and HTTP has it override the Host header (RFC 9112, 3.2.2): checking the
+            # Host alone would let it through, and forwarded as it came it would send the
+            # call, credentials included, wherever an upstream that routes by target says.
+            shown = target.decode("latin-1")[:100]
+            return 400, (
+                f"sess proxy: refused: the request target {shown!r} is not a path: the proxy "
+                "is not an HTTP forward proxy; point the client's base URL at it (e.g. "
+                "OPENAI_BASE_URL=http://127.0.0.1:8787/v1) instead of HTTP_PROXY")
         host_value = origin = site = None
         for key, value in scope.get("headers", ()):
             if key == b"host" and host_value is None:
