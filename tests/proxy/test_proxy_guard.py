@@ -104,7 +104,9 @@ def test_a_page_of_another_origin_is_refused(upstream: FakeUpstream, store: Stor
             assert reply.status_code == 403, origin
             message = reply.json()["error"]["message"]
             assert f"refused a request from the web page at {origin!r}" in message
-            assert f"--allow-origin {origin}" in message
+            # the way to allow it, and no advice to allow what cannot be (see below)
+            allowable = origin.startswith("http")
+            assert (f"--allow-origin {origin}" in message) == allowable, message
         # no Origin, but the browser says the request comes from another site's page
         reply = httpx.get(proxy.url + "/v1/models", headers={"Sec-Fetch-Site": "cross-site"})
         assert reply.status_code == 403 and "Origin" in reply.json()["error"]["message"]
@@ -158,6 +160,28 @@ def test_a_bad_allowed_origin_is_one_error_line(tmp_path: Path) -> None:
     assert "--allow-origin: 'localhost:3000' is not an origin" in result.output
     assert "Traceback" not in result.output
     assert not (tmp_path / "s").exists()
+
+
+def test_the_null_origin_cannot_be_allowed(tmp_path: Path, upstream: FakeUpstream,
+                                           store: Store) -> None:
+    # 'null' is the Origin of a local file, but also of a sandboxed frame that any site can
+    # open (<iframe sandbox="allow-scripts" srcdoc=...>): allowing it allows every web page.
+    result = CliRunner().invoke(cli, ["--store", str(tmp_path / "other"), "proxy", "--upstream",
+                                       "http://127.0.0.1:9", "--allow-origin", "NULL"],
+                                prog_name="sess")
+    assert result.exit_code != 0 and "Traceback" not in result.output
+    assert "--allow-origin: the origin 'null' cannot be allowed" in result.output
+    assert "sandboxed frame of any web site" in result.output
+    assert not (tmp_path / "other").exists()
+    with pytest.raises(ValueError, match="cannot be allowed"):
+        Guard(allowed_origins=["null"])
+    # and a page sending it is not told to allow it
+    with RunningProxy(store, upstream.url) as proxy:
+        reply = post(proxy, Origin="null")
+        assert reply.status_code == 403
+        message = reply.json()["error"]["message"]
+        assert "--allow-origin null" not in message and "cannot be allowed" in message
+        nothing_passed(upstream, store, proxy)
 
 
 class _Page(BaseHTTPRequestHandler):

@@ -27,19 +27,25 @@ from ..hosts import HOSTS_ENV, LOOPBACK_NAMES, header_host, host_name, served_na
 __all__ = ["HOSTS_ENV", "LOOPBACK_NAMES", "Guard", "origin_of"]
 
 _BROWSER_SITES = (b"cross-site", b"same-site")
+_NULL = ("the origin 'null' cannot be allowed: it is the origin of local files, but also of "
+         "every sandboxed frame of any web site; serve the page from an http:// origin "
+         "(e.g. python -m http.server 3000) and allow that (--allow-origin "
+         "http://localhost:3000)")
 
 
 def origin_of(value: str) -> str:
     """``value`` as an origin is compared: ``scheme://host[:port]``, lowercase, without a
-    trailing ``/`` (or ``null``, the origin of sandboxed frames and local files).
+    trailing ``/``.
 
     Raises:
         ValueError: ``value`` is not an origin (no http(s) scheme or host, or a path, query
-            or user name in it).
+            or user name in it), or is ``null``: the origin of local files, but also of every
+            sandboxed frame of any site (``<iframe sandbox srcdoc=...>``), so that allowing it
+            would allow every web page.
     """
     text = value.strip().lower()
     if text == "null":
-        return text
+        raise ValueError(_NULL)
     parts = urlsplit(text.rstrip("/"))
     if parts.scheme not in ("http", "https") or not parts.hostname or parts.path or \
             parts.query or parts.fragment or "@" in parts.netloc:
@@ -93,8 +99,10 @@ class Guard:
         if origin is not None:
             try:
                 normalized = origin_of(origin)
-            except ValueError:
-                normalized = origin.strip().lower()
+            except ValueError as exc:
+                normalized, how = origin.strip().lower(), str(exc)
+            else:
+                how = f"to allow this origin, start the proxy with --allow-origin {normalized}"
             own = f"{scope.get('scheme', 'http')}://{(host_value or '').strip().lower()}"
             if normalized in self.origins or normalized == own:
                 return None
@@ -102,8 +110,7 @@ class Guard:
             return 403, (
                 f"sess proxy: refused a request from the web page at {shown!r}: the proxy "
                 "forwards no browser's cross-origin request (a page could spend your API key "
-                "and plant conversations in your store); to allow this origin, start the "
-                f"proxy with --allow-origin {shown}")
+                f"and plant conversations in your store); {how[:200]}")
         if site in _BROWSER_SITES:
             return 403, (
                 f"sess proxy: refused a request a web page made ({site.decode('latin-1')}, "
