@@ -10,7 +10,8 @@ import ipaddress
 import os
 from collections.abc import Iterable
 
-__all__ = ["HOSTS_ENV", "LOOPBACK_NAMES", "WILDCARDS", "header_host", "host_name", "served_names"]
+__all__ = ["HOSTS_ENV", "LOOPBACK_NAMES", "WILDCARDS", "header_host", "host_name", "local_name",
+           "served_names"]
 
 #: The environment variable naming more host names to answer (comma- or space-separated), for
 #: a server behind a reverse proxy (which cannot pass options).
@@ -33,6 +34,23 @@ def host_name(host: str) -> str:
     except ValueError:
         pass
     return host
+
+
+def local_name(server: object) -> str | None:
+    """The name, as :func:`host_name` writes it, of the local address a connection came in
+    on (an ASGI scope's ``server``: ``(host, port)``, or None). A server bound to ``::``
+    takes IPv4 connections too, and sees their address mapped (``::ffff:192.168.1.5``);
+    the client sent ``Host: 192.168.1.5``, so the address is unmapped."""
+    if not isinstance(server, (tuple, list)) or not server:
+        return None
+    address = str(server[0])
+    try:
+        mapped = ipaddress.ip_address(address.strip("[]"))
+    except ValueError:
+        return host_name(address)
+    if isinstance(mapped, ipaddress.IPv6Address) and mapped.ipv4_mapped is not None:
+        return str(mapped.ipv4_mapped)
+    return host_name(address)
 
 
 def header_host(value: str) -> str:

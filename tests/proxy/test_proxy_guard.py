@@ -259,8 +259,8 @@ HOST_FORMS = ["localhost", "LOCALHOST.:8787", "127.0.0.1:8787", "[::1]:8787", "[
               "localhost.evil.example", "", "llm.box:443", "a:b:c"]
 
 
-@pytest.mark.parametrize("host", HOST_FORMS)
-def test_the_proxy_and_the_web_view_answer_the_same_host_names(host: str) -> None:
+def web_serves(scope: dict[str, Any], bound: str, allowed: list[str] | None = None) -> bool:
+    """Whether ``sess serve``'s Host check, bound to ``bound``, lets ``scope`` through."""
     import asyncio
 
     from sesstree.hosts import served_names
@@ -277,13 +277,34 @@ def test_the_proxy_and_the_web_view_answer_the_same_host_names(host: str) -> Non
     async def receive() -> dict[str, Any]:
         return {"type": "http.request", "body": b""}
 
+    asyncio.run(HostCheck(app, served_names(bound, allowed or []))(scope, receive, send))
+    return bool(served)
+
+
+@pytest.mark.parametrize("host", HOST_FORMS)
+def test_the_proxy_and_the_web_view_answer_the_same_host_names(host: str) -> None:
     scope: dict[str, Any] = {"type": "http", "scheme": "http", "method": "GET", "path": "/",
                              "server": ("127.0.0.1", 8787), "headers": [(b"host", host.encode())]}
-    asyncio.run(HostCheck(app, served_names("127.0.0.1", ["llm.box"]))(scope, receive, send))
     proxy_serves = Guard("127.0.0.1", ["llm.box"]).refusal(scope) is None
-    assert proxy_serves == bool(served)
+    assert proxy_serves == web_serves(scope, "127.0.0.1", ["llm.box"])
     assert proxy_serves == (host in ("localhost", "LOCALHOST.:8787", "127.0.0.1:8787",
                                      "[::1]:8787", "[::1]", "llm.box:443"))
+
+
+def test_a_server_on_every_ipv6_address_answers_the_ipv4_address_it_is_reached_by() -> None:
+    # Bound to "::", the socket takes IPv4 connections too, and the local address of one is
+    # IPv4-mapped (::ffff:192.168.1.5) while the client's Host says 192.168.1.5: refused, on
+    # the proxy and on the web view, for the machine's own address.
+    scope: dict[str, Any] = {"type": "http", "scheme": "http", "method": "GET",
+                             "path": "/v1/models", "server": ("::ffff:192.168.1.5", 8787)}
+    for host, served in ((b"192.168.1.5:8787", True), (b"192.168.1.6:8787", False),
+                         (b"evil.example", False)):
+        asked = {**scope, "headers": [(b"host", host)]}
+        assert (Guard("::").refusal(asked) is None) == served, host
+        assert web_serves(asked, "::") == served, host
+    # an IPv6 local address is still named as a Host names it
+    six = {**scope, "server": ("fe80::1", 8787), "headers": [(b"host", b"[fe80::1]:8787")]}
+    assert Guard("::").refusal(six) is None and web_serves(six, "::")
 
 
 def test_the_proxys_host_check_loads_no_web_application() -> None:

@@ -22,7 +22,7 @@ from collections.abc import Iterable
 from typing import Any
 from urllib.parse import urlsplit
 
-from ..hosts import HOSTS_ENV, LOOPBACK_NAMES, header_host, host_name, served_names
+from ..hosts import HOSTS_ENV, LOOPBACK_NAMES, header_host, local_name, served_names
 
 __all__ = ["HOSTS_ENV", "LOOPBACK_NAMES", "Guard", "origin_of"]
 
@@ -88,8 +88,7 @@ class Guard:
             elif key == b"sec-fetch-site":
                 site = value.strip().lower()
         given = header_host(host_value or "")
-        server = scope.get("server")
-        local = host_name(str(server[0])) if server else None
+        local = local_name(scope.get("server"))
         if not given or (given not in self.hosts and given != local):
             shown = given[:80] or "(none)"
             return 400, (

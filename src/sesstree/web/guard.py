@@ -24,7 +24,7 @@ from starlette.responses import PlainTextResponse, Response
 from starlette.routing import BaseRoute
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from ..hosts import HOSTS_ENV, LOOPBACK_NAMES, header_host, host_name, served_names
+from ..hosts import HOSTS_ENV, LOOPBACK_NAMES, header_host, host_name, local_name, served_names
 from ..repo import Store
 from .api import api_routes
 from .app import Web, json_error
@@ -107,8 +107,7 @@ class HostCheck:
             if key == b"host":
                 given = header_host(value.decode("latin-1"))
                 break
-        server = scope.get("server")
-        local = host_name(str(server[0])) if server else None
+        local = local_name(scope.get("server"))
         if given and (given in self.allowed or given == local):
             await self.app(scope, receive, send)
             return
