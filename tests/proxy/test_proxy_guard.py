@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import socket
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -13,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import msgspec
 import pytest
 from click.testing import CliRunner
 from fake_upstream import FakeUpstream
@@ -60,6 +62,39 @@ def test_a_foreign_host_is_refused_and_nothing_is_forwarded(
         assert httpx.get(proxy.url + "/_sess/stats").json()["refused"] == 4
 
 
+
+def raw_request(port: int, request_line: bytes, host: bytes) -> tuple[int, bytes]:
+    """The status and body of one request sent as written (httpx always sends a path)."""
+    body = httpx.Request("POST", "/", json=BODY).content
+    with socket.create_connection(("127.0.0.1", port)) as sock:
+        sock.sendall(request_line + b"\r\nHost: " + host + b"\r\nContent-Type: "
+                     b"application/json\r\nConnection: close\r\nContent-Length: "
+                     + str(len(body)).encode() + b"\r\n\r\n" + body)
+        answer = b""
+        while chunk := sock.recv(65536):
+            answer += chunk
+    head, _, rest = answer.partition(b"\r\n\r\n")
+    return int(head.split(b" ", 2)[1]), rest
+
+
+def test_an_absolute_form_target_is_refused(upstream: FakeUpstream, store: Store) -> None:
+    # HTTP has the host of an absolute-form target override the Host header: it is not
+    # served whatever the Host says, nor forwarded as it came (an upstream that routes by
+    # target would send the call, and the upstream URL's credentials, to evil.example).
+    secret_url = upstream.url.replace("http://", "http://user:hunter2secret@")
+    with RunningProxy(store, secret_url) as proxy:
+        for line in (b"POST http://evil.example/v1/chat/completions HTTP/1.1",
+                     b"POST http://127.0.0.1/v1/chat/completions HTTP/1.1",
+                     b"OPTIONS * HTTP/1.1"):
+            status, body = raw_request(proxy.port, line, f"127.0.0.1:{proxy.port}".encode())
+            assert status == 400, line
+            message = msgspec.json.decode(body)["error"]["message"]
+            assert "is not a path" in message and "OPENAI_BASE_URL" in message, message
+        nothing_passed(upstream, store, proxy)
+        # an ordinary request on the same proxy is served
+        assert raw_request(proxy.port, b"POST /v1/chat/completions HTTP/1.1",
+                           b"localhost")[0] == 200
+
 def test_a_page_of_another_origin_is_refused(upstream: FakeUpstream, store: Store) -> None:
     with RunningProxy(store, upstream.url) as proxy:
         # the Host is right (the page posts to http://127.0.0.1:PORT), the Origin is not
@@ -69,7 +104,9 @@ def test_a_page_of_another_origin_is_refused(upstream: FakeUpstream, store: Stor
             assert reply.status_code == 403, origin
             message = reply.json()["error"]["message"]
             assert f"refused a request from the web page at {origin!r}" in message
-            assert f"--allow-origin {origin}" in message
+            # the way to allow it, and no advice to allow what cannot be (see below)
+            allowable = origin.startswith("http")
+            assert (f"--allow-origin {origin}" in message) == allowable, message
         # no Origin, but the browser says the request comes from another site's page
         reply = httpx.get(proxy.url + "/v1/models", headers={"Sec-Fetch-Site": "cross-site"})
         assert reply.status_code == 403 and "Origin" in reply.json()["error"]["message"]
@@ -106,7 +143,8 @@ def test_hosts_and_origins_the_user_allows(monkeypatch: pytest.MonkeyPatch,
 
 def test_a_proxy_on_every_address_answers_the_address_it_is_reached_by() -> None:
     guard = Guard("0.0.0.0")
-    scope: dict[str, Any] = {"type": "http", "scheme": "http", "server": ("192.168.1.5", 8787)}
+    scope: dict[str, Any] = {"type": "http", "scheme": "http", "path": "/v1/models",
+                             "server": ("192.168.1.5", 8787)}
     assert guard.refusal({**scope, "headers": [(b"host", b"192.168.1.5:8787")]}) is None
     assert guard.refusal({**scope, "headers": [(b"host", b"0.0.0.0:8787")]}) is not None
     refused = guard.refusal({**scope, "headers": [(b"host", b"evil.example")]})
@@ -122,6 +160,28 @@ def test_a_bad_allowed_origin_is_one_error_line(tmp_path: Path) -> None:
     assert "--allow-origin: 'localhost:3000' is not an origin" in result.output
     assert "Traceback" not in result.output
     assert not (tmp_path / "s").exists()
+
+
+def test_the_null_origin_cannot_be_allowed(tmp_path: Path, upstream: FakeUpstream,
+                                           store: Store) -> None:
+    # 'null' is the Origin of a local file, but also of a sandboxed frame that any site can
+    # open (<iframe sandbox="allow-scripts" srcdoc=...>): allowing it allows every web page.
+    result = CliRunner().invoke(cli, ["--store", str(tmp_path / "other"), "proxy", "--upstream",
+                                       "http://127.0.0.1:9", "--allow-origin", "NULL"],
+                                prog_name="sess")
+    assert result.exit_code != 0 and "Traceback" not in result.output
+    assert "--allow-origin: the origin 'null' cannot be allowed" in result.output
+    assert "sandboxed frame of any web site" in result.output
+    assert not (tmp_path / "other").exists()
+    with pytest.raises(ValueError, match="cannot be allowed"):
+        Guard(allowed_origins=["null"])
+    # and a page sending it is not told to allow it
+    with RunningProxy(store, upstream.url) as proxy:
+        reply = post(proxy, Origin="null")
+        assert reply.status_code == 403
+        message = reply.json()["error"]["message"]
+        assert "--allow-origin null" not in message and "cannot be allowed" in message
+        nothing_passed(upstream, store, proxy)
 
 
 class _Page(BaseHTTPRequestHandler):
@@ -192,3 +252,68 @@ def test_a_real_browser_page_cannot_plant_a_conversation(
         else:
             assert upstream.requests == [] and list(store.sessions()) == []
             assert httpx.get(proxy.url + "/_sess/stats").json()["refused"] == 1
+
+
+HOST_FORMS = ["localhost", "LOCALHOST.:8787", "127.0.0.1:8787", "[::1]:8787", "[::1]", "::1",
+              "127.0.0.2", "0.0.0.0:8787", "0x7f.1", "2130706433", "evil.example",
+              "localhost.evil.example", "", "llm.box:443", "a:b:c"]
+
+
+def web_serves(scope: dict[str, Any], bound: str, allowed: list[str] | None = None) -> bool:
+    """Whether ``sess serve``'s Host check, bound to ``bound``, lets ``scope`` through."""
+    import asyncio
+
+    from sesstree.hosts import served_names
+    from sesstree.web.guard import HostCheck
+
+    served: list[bool] = []
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        served.append(True)
+
+    async def send(message: Any) -> None:
+        pass
+
+    async def receive() -> dict[str, Any]:
+        return {"type": "http.request", "body": b""}
+
+    asyncio.run(HostCheck(app, served_names(bound, allowed or []))(scope, receive, send))
+    return bool(served)
+
+
+@pytest.mark.parametrize("host", HOST_FORMS)
+def test_the_proxy_and_the_web_view_answer_the_same_host_names(host: str) -> None:
+    scope: dict[str, Any] = {"type": "http", "scheme": "http", "method": "GET", "path": "/",
+                             "server": ("127.0.0.1", 8787), "headers": [(b"host", host.encode())]}
+    proxy_serves = Guard("127.0.0.1", ["llm.box"]).refusal(scope) is None
+    assert proxy_serves == web_serves(scope, "127.0.0.1", ["llm.box"])
+    assert proxy_serves == (host in ("localhost", "LOCALHOST.:8787", "127.0.0.1:8787",
+                                     "[::1]:8787", "[::1]", "llm.box:443"))
+
+
+def test_a_server_on_every_ipv6_address_answers_the_ipv4_address_it_is_reached_by() -> None:
+    # Bound to "::", the socket takes IPv4 connections too, and the local address of one is
+    # IPv4-mapped (::ffff:192.168.1.5) while the client's Host says 192.168.1.5: refused, on
+    # the proxy and on the web view, for the machine's own address.
+    scope: dict[str, Any] = {"type": "http", "scheme": "http", "method": "GET",
+                             "path": "/v1/models", "server": ("::ffff:192.168.1.5", 8787)}
+    for host, served in ((b"192.168.1.5:8787", True), (b"192.168.1.6:8787", False),
+                         (b"evil.example", False)):
+        asked = {**scope, "headers": [(b"host", host)]}
+        assert (Guard("::").refusal(asked) is None) == served, host
+        assert web_serves(asked, "::") == served, host
+    # an IPv6 local address is still named as a Host names it
+    six = {**scope, "server": ("fe80::1", 8787), "headers": [(b"host", b"[fe80::1]:8787")]}
+    assert Guard("::").refusal(six) is None and web_serves(six, "::")
+
+
+def test_the_proxys_host_check_loads_no_web_application() -> None:
+    import subprocess
+    import sys
+
+    code = ("import sys, sesstree.proxy.app\n"
+            "print(sorted(m for m in sys.modules if m.split('.')[0] == 'starlette' "
+            "or m.startswith('sesstree.web')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    assert out.stdout.strip() == "[]"

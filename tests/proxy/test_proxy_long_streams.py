@@ -4,7 +4,9 @@ buffer after every line, and one recorder thread parsed one call at a time)."""
 
 from __future__ import annotations
 
+import signal
 import threading
+from pathlib import Path
 from typing import Any, ClassVar, SupportsIndex
 
 import httpx
@@ -203,3 +205,40 @@ def test_a_stopping_proxy_waits_a_bounded_time_and_names_what_it_did_not_record(
     assert said.count("not recorded: the proxy stopped before its turn came") == 2
     assert "3 calls received were not recorded: the proxy stopped first" in said
     assert "record failures 3" in proxy.lines[-1]
+
+
+def test_a_second_ctrl_c_gives_up_the_recording_wait(tmp_path: Path,
+                                                     upstream: FakeUpstream) -> None:
+    # A real `sess proxy`, whose store another process holds locked: each recording waits
+    # the store's 10 s for the lock, so 4 calls would take 40 s, beyond the 30 s wait. The
+    # proxy says "Ctrl-C to give up"; a Ctrl-C then must give up at once, naming the 4 calls
+    # (the server's own handler took it and the wait went on: 30 s, with 3 of them tried).
+    from test_proxy_cli import start
+
+    from sesstree import open_store
+
+    open_store(tmp_path / "s").close()
+    proc, url = start(tmp_path / "s", "--upstream", upstream.url, "--port", "0")
+    holder = open_store(tmp_path / "s")
+    try:
+        assert holder.backend._queue.acquire(10)  # type: ignore[attr-defined]
+        for i in range(4):
+            assert ask(url, f"call {i}").status_code == 200
+        proc.send_signal(signal.SIGINT)
+        assert proc.stderr is not None
+        said = []
+        while not said or "Ctrl-C to give up" not in said[-1]:
+            said.append(proc.stderr.readline())
+            assert said[-1], said
+        assert "recording the 4 calls received" in said[-1]
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=120)  # a hang guard, not a measure
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        holder.close()
+    assert proc.returncode == 0 and "Traceback" not in err, err
+    assert err.count("not recorded: the proxy stopped while it was being recorded") == 1, err
+    assert err.count("not recorded: the proxy stopped before its turn came") == 3, err
+    assert "4 calls received were not recorded: the proxy stopped first" in err
+    assert err.count("recording failed") <= 1, err  # the one being recorded, at most

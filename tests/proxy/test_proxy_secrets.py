@@ -205,3 +205,25 @@ def test_a_basic_password_echoed_decoded_is_not_stored(
     assert error["message"]["error"]["message"] == \
         "user alice with password [redacted] may not call this"
     assert b"correct-horse" not in store_bytes(store, store_path)
+
+
+def test_a_header_that_merely_starts_with_a_scheme_word_is_no_secret(
+        proxy: RunningProxy, store: Store, upstream: FakeUpstream) -> None:
+    # OpenRouter's X-Title names the app: "Token Counter App" starts with the word of a
+    # scheme but is no credential, and blanking "Counter App" everywhere corrupts the record.
+    title = {"X-Title": "Token Counter App", "X-Note": "Key Lime Pie recipes"}
+    assert header_secrets([(k.lower().encode(), v.encode()) for k, v in title.items()]) == []
+    upstream.add(Scripted(events=[(None, {"choices": [{"index": 0, "delta": {
+        "role": "assistant", "content": "Counter App shows Lime Pie recipes"},
+        "finish_reason": "stop"}]}), (None, "[DONE]")]))
+    reply = httpx.post(proxy.url + "/v1/chat/completions", headers=title, json={
+        "model": "m", "stream": True,
+        "messages": [{"role": "user", "content": "what does Counter App show"}]})
+    assert reply.status_code == 200
+    proxy.flush()
+    [session] = [s.name for s in store.sessions()]
+    assert [m["content"] for m in store.messages(session)] == [
+        "what does Counter App show", "Counter App shows Lime Pie recipes"]
+    # a one-token credential in any header is still a secret, by its value
+    assert header_secrets([(b"x-title", b"Token tok-0123456789abcdef")]) == \
+        ["tok-0123456789abcdef"]

@@ -22,6 +22,7 @@ import asyncio
 import itertools
 import socket
 import sys
+import threading
 import time
 from collections.abc import AsyncIterable, Callable, Iterable, Iterator
 from typing import Any
@@ -41,7 +42,7 @@ from .protocols import protocol_of
 from .recorder import Outcome, Recorder, Stats, redact
 from .relay import UPSTREAM_ERRORS, ClientWatch, ProxyStopping, relay
 from .upstream import Upstream, header_secrets, query_secrets
-from .worker import Job, RecordWorker
+from .worker import Job, RecordWorker, ctrl_c_sets
 
 __all__ = ["RECORD_WAIT", "STOP_WAIT", "Proxy", "ProxyApp", "create_app", "safe_url"]
 
@@ -220,12 +221,15 @@ class Proxy:
                         f"{'were' if n > 1 else 'was'} cut and not recorded")
         worker, self._worker = self._worker, None
         if worker is not None:
-            waiting = worker.pending()
-            if waiting:
-                self.report(f"sess proxy: stopping: recording the {waiting} call"
-                            f"{'s' if waiting > 1 else ''} received (at most "
-                            f"{self._record_wait:g} s; Ctrl-C to give up)")
-            left, busy = worker.close(self._record_wait)
+            give_up = threading.Event()
+            # Taken before the line that offers it is printed: a Ctrl-C right after it counts.
+            with ctrl_c_sets(give_up):
+                waiting = worker.pending()
+                if waiting:
+                    self.report(f"sess proxy: stopping: recording the {waiting} call"
+                                f"{'s' if waiting > 1 else ''} received (at most "
+                                f"{self._record_wait:g} s; Ctrl-C to give up)")
+                left, busy = worker.close(self._record_wait, give_up)
             if busy is not None:
                 busy.abandon(True)
             for job in left:

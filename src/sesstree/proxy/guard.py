@@ -18,56 +18,34 @@ the same rules as ``sess serve`` (:mod:`sesstree.web.guard`):
 
 from __future__ import annotations
 
-import ipaddress
-import os
 from collections.abc import Iterable
 from typing import Any
 from urllib.parse import urlsplit
 
+from ..hosts import HOSTS_ENV, LOOPBACK_NAMES, header_host, local_name, served_names
+
 __all__ = ["HOSTS_ENV", "LOOPBACK_NAMES", "Guard", "origin_of"]
 
-#: The environment variable naming more host names to answer (comma- or space-separated),
-#: as for ``sess serve``.
-HOSTS_ENV = "SESS_ALLOWED_HOSTS"
-#: Names the proxy answers to wherever it is bound.
-LOOPBACK_NAMES = ("localhost", "127.0.0.1", "[::1]")
-_WILDCARDS = ("0.0.0.0", "::", "")
 _BROWSER_SITES = (b"cross-site", b"same-site")
-
-
-def _host_name(host: str) -> str:
-    """``host`` as a ``Host`` header names it, without the port: lowercase, an IPv6 address
-    in brackets, no trailing dot."""
-    host = host.strip().lower().rstrip(".")
-    if host.startswith("["):
-        return host
-    try:
-        if ipaddress.ip_address(host).version == 6:
-            return f"[{host}]"
-    except ValueError:
-        pass
-    return host
-
-
-def _header_host(value: str) -> str:
-    value = value.strip().lower()
-    if value.startswith("["):  # [::1]:8787
-        end = value.find("]")
-        return value[:end + 1] if end > 0 else value
-    return value.rsplit(":", 1)[0].rstrip(".") if value.count(":") == 1 else value.rstrip(".")
+_NULL = ("the origin 'null' cannot be allowed: it is the origin of local files, but also of "
+         "every sandboxed frame of any web site; serve the page from an http:// origin "
+         "(e.g. python -m http.server 3000) and allow that (--allow-origin "
+         "http://localhost:3000)")
 
 
 def origin_of(value: str) -> str:
     """``value`` as an origin is compared: ``scheme://host[:port]``, lowercase, without a
-    trailing ``/`` (or ``null``, the origin of sandboxed frames and local files).
+    trailing ``/``.
 
     Raises:
         ValueError: ``value`` is not an origin (no http(s) scheme or host, or a path, query
-            or user name in it).
+            or user name in it), or is ``null``: the origin of local files, but also of every
+            sandboxed frame of any site (``<iframe sandbox srcdoc=...>``), so that allowing it
+            would allow every web page.
     """
     text = value.strip().lower()
     if text == "null":
-        return text
+        raise ValueError(_NULL)
     parts = urlsplit(text.rstrip("/"))
     if parts.scheme not in ("http", "https") or not parts.hostname or parts.path or \
             parts.query or parts.fragment or "@" in parts.netloc:
@@ -84,16 +62,23 @@ class Guard:
         """Raises:
             ValueError: an allowed origin is not an origin (see :func:`origin_of`).
         """
-        extra = [h for h in os.environ.get(HOSTS_ENV, "").replace(",", " ").split() if h]
-        names = [*LOOPBACK_NAMES, *allowed_hosts, *extra]
-        if host not in _WILDCARDS:
-            names.append(host)
-        self.hosts = frozenset(_host_name(h) for h in names)
+        self.hosts = served_names(host, allowed_hosts)
         self.origins = frozenset(origin_of(o) for o in allowed_origins)
 
     def refusal(self, scope: dict[str, Any]) -> tuple[int, str] | None:
         """Why the request of ``scope`` is not served (an HTTP status and a message a
         developer can act on), or None to serve it."""
+        target = scope.get("raw_path") or str(scope.get("path", "")).encode("utf-8", "replace")
+        if not target.startswith(b"/"):
+            # An absolute-form target (``POST http://evil.example/v1/...``) names its host
+            # itself, and HTTP has it override the Host header (RFC 9112, 3.2.2): checking the
+            # Host alone would let it through, and forwarded as it came it would send the
+            # call, credentials included, wherever an upstream that routes by target says.
+            shown = target.decode("latin-1")[:100]
+            return 400, (
+                f"sess proxy: refused: the request target {shown!r} is not a path: the proxy "
+                "is not an HTTP forward proxy; point the client's base URL at it (e.g. "
+                "OPENAI_BASE_URL=http://127.0.0.1:8787/v1) instead of HTTP_PROXY")
         host_value = origin = site = None
         for key, value in scope.get("headers", ()):
             if key == b"host" and host_value is None:
@@ -102,9 +87,8 @@ class Guard:
                 origin = value.decode("latin-1")
             elif key == b"sec-fetch-site":
                 site = value.strip().lower()
-        given = _header_host(host_value or "")
-        server = scope.get("server")
-        local = _host_name(str(server[0])) if server else None
+        given = header_host(host_value or "")
+        local = local_name(scope.get("server"))
         if not given or (given not in self.hosts and given != local):
             shown = given[:80] or "(none)"
             return 400, (
@@ -114,8 +98,10 @@ class Guard:
         if origin is not None:
             try:
                 normalized = origin_of(origin)
-            except ValueError:
-                normalized = origin.strip().lower()
+            except ValueError as exc:
+                normalized, how = origin.strip().lower(), str(exc)
+            else:
+                how = f"to allow this origin, start the proxy with --allow-origin {normalized}"
             own = f"{scope.get('scheme', 'http')}://{(host_value or '').strip().lower()}"
             if normalized in self.origins or normalized == own:
                 return None
@@ -123,8 +109,7 @@ class Guard:
             return 403, (
                 f"sess proxy: refused a request from the web page at {shown!r}: the proxy "
                 "forwards no browser's cross-origin request (a page could spend your API key "
-                "and plant conversations in your store); to allow this origin, start the "
-                f"proxy with --allow-origin {shown}")
+                f"and plant conversations in your store); {how[:200]}")
         if site in _BROWSER_SITES:
             return 403, (
                 f"sess proxy: refused a request a web page made ({site.decode('latin-1')}, "

@@ -10,8 +10,8 @@ password that is at least :data:`MIN_SECRET_LENGTH` characters long. A credentia
 one whose name says so (it contains ``auth``, ``token``, ``key``, ``secret``, ``passw``,
 ``pwd``, ``signature``, ``cookie`` or ``credential``: ``Authorization``, ``X-Auth-Token``,
 ``Ocp-Apim-Subscription-Key``, ``Cookie``, ...) or whose value does (``Bearer ...``,
-``Basic ...``), whatever the provider; a fixed list of names let every other provider's key
-through. A shorter value is taken
+``Basic ...`` followed by one token), whatever the provider; a fixed list of names let
+every other provider's key through. A shorter value is taken
 for a placeholder (Ollama's ``ollama``, vLLM's ``EMPTY``, a test's ``x``): replacing it
 wherever it appears would corrupt the recording (every ``x`` of every message), and it
 protects nothing.
@@ -44,6 +44,7 @@ _SCHEMES = ("bearer", "basic", "token", "apikey", "api-key", "key", "sso-key", "
 _PUBLIC_PARAMS = frozenset({"signedheaders", "realm", "uri", "qop", "algorithm", "nc"})
 _PARAM = re.compile(r"""([A-Za-z0-9_.-]+)[ \t]*=[ \t]*("(?:[^"\\]|\\.)*"|[^,; \t]*)""")
 _BLANK = b" \t"
+_ONE_TOKEN = re.compile(r"[^\s,]+")
 
 
 def _meaningful(values: Iterable[str]) -> list[str]:
@@ -64,7 +65,12 @@ def header_secrets(headers: Iterable[tuple[bytes, bytes]]) -> list[str]:
         if not text:
             continue
         scheme = _SCHEMED.fullmatch(text)
-        schemed = scheme is not None and scheme.group(1).lower() in _SCHEMES
+        # By its value, a header is a credential only if that value is a scheme and ONE
+        # token ("Bearer abc..."): text that merely starts with the word ("X-Title: Token
+        # Counter App", an app's name) is no key, and blanking "Counter App" in every
+        # message of the recording would only corrupt it.
+        schemed = scheme is not None and scheme.group(1).lower() in _SCHEMES and \
+            _ONE_TOKEN.fullmatch(scheme.group(2).strip(" \t")) is not None
         if not schemed and _CREDENTIAL_NAME.search(key) is None:
             continue
         found += _credential_parts(key.lower(), text)

@@ -14,13 +14,16 @@ bounded time to finish, and hands back those that did not, for the proxy to repo
 
 from __future__ import annotations
 
+import signal
 import threading
+import time
 from collections import deque
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future
+from contextlib import contextmanager
 from typing import TypeVar
 
-__all__ = ["Job", "RecordWorker"]
+__all__ = ["Job", "RecordWorker", "ctrl_c_sets"]
 
 T = TypeVar("T")
 
@@ -39,6 +42,22 @@ class Job:
 
 def _nothing(started: bool) -> None:
     pass
+
+
+@contextmanager
+def ctrl_c_sets(event: threading.Event) -> Iterator[None]:
+    """A Ctrl-C sets ``event`` in the block, on the main thread (elsewhere no signal
+    arrives, and nothing changes). A server stopping for a first Ctrl-C (uvicorn) takes the
+    next ones with a handler that only sets a flag of its own, which a wait inside its
+    shutdown never looks at: the user's "give up" waited out the whole bound."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, lambda sig, frame: event.set())
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, signal.SIG_DFL if previous is None else previous)
 
 
 class RecordWorker:
@@ -93,8 +112,10 @@ class RecordWorker:
         with self._cond:
             return self._cond.wait_for(lambda: not self._jobs and self._busy is None, timeout)
 
-    def close(self, timeout: float) -> tuple[list[Job], Job | None]:
-        """Take no more jobs, and let the queued ones run for up to ``timeout`` seconds.
+    def close(self, timeout: float, give_up: threading.Event | None = None
+              ) -> tuple[list[Job], Job | None]:
+        """Take no more jobs, and let the queued ones run for up to ``timeout`` seconds, or
+        until ``give_up`` is set (see :func:`ctrl_c_sets`).
 
         Returns the jobs that had not ended by then (their steps will not run), and the one
         whose step was still running, if any (it may end yet, or not). A Ctrl-C while it
@@ -103,8 +124,13 @@ class RecordWorker:
         with self._cond:
             self._closed = True
             self._cond.notify_all()
+        deadline = time.monotonic() + timeout
         try:
-            self.wait_idle(timeout)
+            # In slices: a signal handler that sets give_up cannot wake a condition.
+            while not (give_up is not None and give_up.is_set()):
+                remaining = deadline - time.monotonic()
+                if remaining <= 0 or self.wait_idle(min(remaining, 0.1)):
+                    break
         except KeyboardInterrupt:
             pass  # asked to stop now: what is left is reported
         with self._cond:

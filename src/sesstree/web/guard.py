@@ -13,9 +13,7 @@ on (a server bound to ``0.0.0.0`` is reached by the machine's own IP) and any na
 
 from __future__ import annotations
 
-import ipaddress
 import logging
-import os
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 
 from starlette.applications import Starlette
@@ -26,6 +24,7 @@ from starlette.responses import PlainTextResponse, Response
 from starlette.routing import BaseRoute
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from ..hosts import HOSTS_ENV, LOOPBACK_NAMES, header_host, host_name, local_name, served_names
 from ..repo import Store
 from .api import api_routes
 from .app import Web, json_error
@@ -36,40 +35,8 @@ from .throttle import Throttle
 __all__ = ["HOSTS_ENV", "LOOPBACK_NAMES", "CatchErrors", "HostCheck", "SecurityHeaders", "build_app",
            "host_name"]
 
-#: The environment variable naming more host names to answer (comma- or space-separated).
-HOSTS_ENV = "SESS_ALLOWED_HOSTS"
-#: Names a server answers to wherever it is bound.
-LOOPBACK_NAMES = ("localhost", "127.0.0.1", "[::1]")
-
 _log = logging.getLogger("sesstree.web")
 _RAW_HEADERS = [(k.encode(), v.encode()) for k, v in SECURITY_HEADERS.items()]
-
-
-def host_name(host: str) -> str:
-    """``host`` as it appears in a ``Host`` header without the port: lowercase, no trailing
-    dot, an IP address in its shortest form (an IPv6 one in brackets, an IPv4-mapped one as
-    the IPv4 address it is)."""
-    host = host.strip().lower().rstrip(".")
-    bare = host[1:-1] if host.startswith("[") and host.endswith("]") else host
-    try:
-        address = ipaddress.ip_address(bare)
-    except ValueError:
-        return host
-    if isinstance(address, ipaddress.IPv6Address):
-        # A dual-stack socket (--host ::) sees an IPv4 client's connection arrive on
-        # ::ffff:A.B.C.D, while the client's Host says A.B.C.D.
-        if address.ipv4_mapped is None:
-            return f"[{address}]"
-        address = address.ipv4_mapped
-    return str(address)
-
-
-def _header_host(value: str) -> str:
-    value = value.strip().lower()
-    if value.startswith("["):  # [::1]:8765
-        end = value.find("]")
-        return value[:end + 1] if end > 0 else value
-    return value.rsplit(":", 1)[0].rstrip(".") if value.count(":") == 1 else value.rstrip(".")
 
 
 class SecurityHeaders:
@@ -146,10 +113,9 @@ class HostCheck:
         given = ""
         for key, value in scope.get("headers", []):
             if key == b"host":
-                given = host_name(_header_host(value.decode("latin-1")))
+                given = header_host(value.decode("latin-1"))
                 break
-        server = scope.get("server")
-        local = host_name(str(server[0])) if server else None
+        local = local_name(scope.get("server"))
         if given and (given in self.allowed or given == local):
             await self.app(scope, receive, send)
             return
@@ -173,11 +139,7 @@ def build_app(store: Store, *, token: str | None, routes: Sequence[BaseRoute] = 
     are counted by ``throttle`` (a new :class:`Throttle` if None): pass the one ``routes``
     count theirs with, so every route shares one count per client."""
     web = Web(store, token, throttle)
-    # Names a reverse proxy in front of `sess serve` forwards (it cannot pass options).
-    extra = [h for h in os.environ.get(HOSTS_ENV, "").replace(",", " ").split() if h]
-    allowed = [*LOOPBACK_NAMES, *allowed_hosts, *extra]
-    if host not in ("0.0.0.0", "::", ""):
-        allowed.append(host)
+    allowed = served_names(host, allowed_hosts)
 
     async def http_error(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, HTTPException)
