@@ -122,6 +122,30 @@ def test_a_branch_made_at_head_names_the_session_head_was_on(tmp_path: Path) -> 
         assert views.session("quest-6", None, 200)["fork"] is None
 
 
+def test_a_fork_right_after_the_system_prompt_is_marked_where_it_was_made(
+        tmp_path: Path) -> None:
+    with open_store(tmp_path / "s") as store:
+        for name in ("app-1", "app-2"):
+            store.session(name).add_message({"role": "system", "content": "Be terse."})
+        prompt = store.session_head("app-1")
+        assert prompt is not None
+        _agent_turn(store, "app-1", "find the key")
+        store.fork("retry", "app-1~2m")  # the system prompt, before the first question
+        _agent_turn(store, "retry", "find the door")
+        _agent_turn(store, "app-2", "hello")  # the same prompt, another conversation
+        # By the rule the two share nothing a reader knows, but the user forked there.
+        assert store.diff("retry", "app-1").base is None
+        views = Views(store)
+        page = views.session("retry", None, 200)
+        assert page["fork"] == {"session": "app-1", "id": prompt, "depth": 1, "exists": True}
+        assert page["fork_at"] == prompt
+        assert views.session("app-2", None, 200)["fork"] is None
+        # The source reset to an unrelated history no longer holds the node: no mark.
+        _agent_turn(store, "other", "no prompt")
+        store.reset("app-1", "other")
+        assert views.session("retry", None, 200)["fork"] is None
+
+
 def test_the_fork_mark_reads_a_bounded_part_of_a_long_session(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from sesstree.web import diffing, forks

@@ -64,7 +64,14 @@ def fork_of(store: Store, name: str, head: NodeId) -> Fork | None:
     other = store.session_head(source)
     if other is not None:
         d = bounded_diff(store, head, other, shown=0)
-        return Fork(source, d.base.id, depth_of(store, d.base.id)) if d.base is not None else None
+        if d.base is not None:
+            return Fork(source, d.base.id, depth_of(store, d.base.id))
+        # Nothing shared that a reader knows, by the rule; but the entry says the user forked
+        # here, at a node both still hold (after a shared system prompt, before any message).
+        if created.new is not None and _on_path(store, other, created.new) \
+                and _on_path(store, head, created.new):
+            return Fork(source, created.new, depth_of(store, created.new))
+        return None
     if created.new is None or not store.reflog_page(source, 1, 0)[1]:
         return None  # a tag, an id: no session to name
     # Deleted (its reflog remains): the node it was created at, if still on this path.
