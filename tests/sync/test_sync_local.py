@@ -269,8 +269,11 @@ def test_sync_decides_by_the_graph_not_by_what_the_views_call_shared(tmp_path: P
         with pytest.raises(PushRejectedError):
             here.push(there, ["chat"])
         assert there.session_head("chat") == theirs
-        with pytest.raises(RemoteError, match=r"session chat and \S+ diverged at .*nothing changed"):
+        with pytest.raises(RemoteError, match=r"session chat and \S+ diverged at .*nothing changed") \
+                as info:
             here.pull(there, ["chat"])
+        # What is shown follows the sharing rule (the two hold one event, not one history).
+        assert "diverged at their start (no history in common)" in str(info.value)
         assert here.session_head("chat") == ours
         _agent_turn(there, "chat", "and tomorrow?")
         assert here.pull(there, ["solo"]).sessions[0][1] == "up-to-date"
