@@ -32,7 +32,7 @@ class Fork(msgspec.Struct, frozen=True):
     session: str
     id: NodeId
     depth: int
-    exists: bool = True  # False: the source session has since been deleted or renamed
+    exists: bool = True  # False: the source session has since been deleted (its reflog remains)
 
 
 def source_in(store: Store, reason: str) -> str | None:
