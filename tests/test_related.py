@@ -7,6 +7,7 @@ from __future__ import annotations
 from cli_kit import Sess
 
 from sesstree import Store
+from sesstree.store.base import Chain
 from sesstree.web.diffing import bounded_diff
 
 
@@ -163,3 +164,30 @@ def test_log_graph_draws_unrelated_sessions_apart_and_forks_at_the_turn_end(sess
     # inside's head is on quest-1's line, not a branch of its own.
     assert any(line.startswith("| * ") and "(inside)" in line for line in above)
     assert sum(line.count("|/") for line in quest) == 1
+
+
+def test_the_web_diff_reads_within_its_bound_past_a_long_run_of_openers(store: Store) -> None:
+    store.session("a").add_message({"role": "user", "content": "hi"})
+    with store.batch():
+        for i in range(300):  # a long run of records with no mark among them
+            store.session("a").append("step/start", {"step": i})
+    store.fork("b", "a")
+    store.session("a").add_message({"role": "user", "content": "left"})
+    store.session("b").add_message({"role": "user", "content": "right"})
+    # Unbounded, the two part at the prompt, each with the whole run of its own.
+    full = bounded_diff(store, "a", "b", shown=0, most=1000)
+    assert full.base is not None and full.base.type == "user/message" and not full.cut
+    assert (full.only_a, full.only_b) == (301, 301)
+    read: list[int] = []
+    chain = store.chain
+
+    def counted(rev: str, limit: int | None = None) -> Chain:
+        out = chain(rev, limit)
+        read.append(len(out.ids))
+        return out
+
+    store.chain = counted  # type: ignore[method-assign]
+    cut = bounded_diff(store, "a", "b", shown=5, most=50)
+    assert max(read) <= 50, read  # each read within the bound, not back to the prompt
+    assert cut.cut and cut.base is None and cut.only_a >= 1 and cut.only_b >= 1
+    assert [n.data for n in cut.shown_b][-1] == {"content": "right", "role": "user"}

@@ -241,3 +241,44 @@ def test_progress_is_drawn_only_on_a_terminal(monkeypatch: pytest.MonkeyPatch,
     shown.done()
     err = capsys.readouterr().err
     assert "\rSending 10 nodes, 4.0 KiB, " in err and err.endswith("/s   \n")
+
+
+def _agent_turn(store: Store, name: str, prompt: str) -> None:
+    s = store.session(name)
+    s.append("turn/start", {"trigger": {"kind": "user"}})
+    s.add_message({"role": "user", "content": prompt})
+    s.append("step/start", {"step": 1})
+    s.add_message({"role": "assistant", "content": f"about {prompt}"})
+    s.append("turn/end", {"reason": {"kind": "answer"}, "steps": 1})
+
+
+def test_sync_decides_by_the_graph_not_by_what_the_views_call_shared(tmp_path: Path) -> None:
+    # Two stores whose sessions share only the agent's turn/start root: by the sharing rule
+    # they are unrelated, yet what sync sends, accepts and refuses follows the stored graph.
+    here, there = open_store(tmp_path / "here"), open_store(tmp_path / "there")
+    try:
+        _agent_turn(here, "chat", "hello")
+        _agent_turn(here, "solo", "only here")
+        _agent_turn(there, "chat", "will it rain?")
+        root = here.chain("chat").ids[0]
+        assert there.chain("chat").ids[0] == root
+        theirs, ours = there.session_head("chat"), here.session_head("chat")
+        created = here.push(there, ["solo"])
+        assert [r.status for r in created.results] == ["ok"]
+        assert created.nodes == 4  # the shared turn/start is there already, and not sent
+        with pytest.raises(PushRejectedError):
+            here.push(there, ["chat"])
+        assert there.session_head("chat") == theirs
+        with pytest.raises(RemoteError, match=r"session chat and \S+ diverged at .*nothing changed") \
+                as info:
+            here.pull(there, ["chat"])
+        # What is shown follows the sharing rule (the two hold one event, not one history).
+        assert "diverged at their start (no history in common)" in str(info.value)
+        assert here.session_head("chat") == ours
+        _agent_turn(there, "chat", "and tomorrow?")
+        assert here.pull(there, ["solo"]).sessions[0][1] == "up-to-date"
+        here.push(there, ["chat"], force=True)
+        assert there.session_head("chat") == ours and there.fsck() == []
+    finally:
+        here.close()
+        there.close()

@@ -4,7 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from sesstree import Store, open_store
+from sesstree.node import NodeId
+from sesstree.store.base import Chain
 from sesstree.web.views import Views
 
 
@@ -117,3 +121,57 @@ def test_a_branch_made_at_head_names_the_session_head_was_on(tmp_path: Path) -> 
         assert store.reflog("quest-6")[0].reason == "branch: created from HEAD~1"
         assert views.session("quest-5", None, 200)["fork"] is None
         assert views.session("quest-6", None, 200)["fork"] is None
+
+
+def test_a_fork_right_after_the_system_prompt_is_marked_where_it_was_made(
+        tmp_path: Path) -> None:
+    with open_store(tmp_path / "s") as store:
+        for name in ("app-1", "app-2"):
+            store.session(name).add_message({"role": "system", "content": "Be terse."})
+        prompt = store.session_head("app-1")
+        assert prompt is not None
+        _agent_turn(store, "app-1", "find the key")
+        store.fork("retry", "app-1~2m")  # the system prompt, before the first question
+        _agent_turn(store, "retry", "find the door")
+        _agent_turn(store, "app-2", "hello")  # the same prompt, another conversation
+        # By the rule the two share nothing a reader knows, but the user forked there.
+        assert store.diff("retry", "app-1").base is None
+        views = Views(store)
+        page = views.session("retry", None, 200)
+        assert page["fork"] == {"session": "app-1", "id": prompt, "depth": 1, "exists": True}
+        assert page["fork_at"] == prompt
+        assert views.session("app-2", None, 200)["fork"] is None
+        # The source reset to an unrelated history no longer holds the node: no mark.
+        _agent_turn(store, "other", "no prompt")
+        store.reset("app-1", "other")
+        assert views.session("retry", None, 200)["fork"] is None
+
+
+def test_the_fork_mark_reads_a_bounded_part_of_a_long_session(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from sesstree.web import diffing, forks
+
+    monkeypatch.setattr(diffing, "DIFF_READ", 50)
+    monkeypatch.setattr(forks, "DIFF_READ", 50, raising=False)
+    with open_store(tmp_path / "s") as store:
+        for name in ("app", "gone"):
+            store.session(name).add_message({"role": "system", "content": "Be terse."})
+        store.fork("copy", "app")
+        store.fork("left", "gone")
+        store.delete_session("gone")
+        _agent_turn(store, "app", "hello")
+        for i in range(40):  # 200 events past the fork, more than the page reads
+            _agent_turn(store, "copy", f"q{i}")
+            _agent_turn(store, "left", f"r{i}")
+        reads: list[int | None] = []
+        chain = store.backend.chain
+
+        def counted(head: NodeId, limit: int | None = None) -> Chain:
+            reads.append(limit)
+            return chain(head, limit)
+
+        monkeypatch.setattr(store.backend, "chain", counted)
+        views = Views(store)
+        assert views.session("copy", None, 10)["fork"] is None  # too far back to look
+        assert views.session("left", None, 10)["fork"] is None
+        assert reads and all(n is not None and n <= 2 * 50 + 10 for n in reads), reads

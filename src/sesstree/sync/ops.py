@@ -250,7 +250,9 @@ def pull(store: Store, remote: str | os.PathLike[str] | Store = "origin",
             out.append((name, "ahead", mine, theirs))
         else:
             diff = store.diff(mine, theirs)
-            at = diff.base[:12] if diff.base else "the root (no common event)"
+            # No base: no history in common as sesstree.related reads it, though the two may
+            # hold the same first turn/start.
+            at = diff.base[:12] if diff.base else "their start (no history in common)"
             other = f"{label}/{name}" if get_remote(store, label) is not None else theirs[:12]
             problems.append(
                 f"session {name} and {other} diverged at {at} ({name} has {len(diff.only_a)} "

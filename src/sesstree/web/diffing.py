@@ -3,7 +3,9 @@
 Both paths are read backwards from their ends in growing windows (``Store.chain(head, n)``
 reads only the newest ``n`` events) until the windows overlap at a node both hold: the last
 common node. A side that added more than ``most`` events since then stops the search: the diff
-is then *cut*, says how many events each side added at least, and shows the newest of each.
+is then *cut*, says how many events each side added at least, and shows the newest of each;
+so is a diff whose parting follows a run of openers (see :mod:`sesstree.related`) that goes
+back further than that.
 """
 
 from __future__ import annotations
@@ -45,28 +47,35 @@ def _nodes(chain: Chain, start: int, stop: int) -> list[Node]:
             for i in range(max(0, start), min(stop, len(ids)))]
 
 
-def _shared(store: Store, ca: Chain, cb: Chain, common: int) -> tuple[int, Chain, Chain]:
+def _shared(store: Store, ca: Chain, cb: Chain, common: int,
+            most: int) -> tuple[int, Chain, Chain] | None:
     """The depth of the last node two histories that part after depth ``common`` share (see
     :mod:`sesstree.related`), and both windows grown back far enough to hold the node after
-    it (rarely needed: only a long run of records of the run before the parting does)."""
+    it (rarely needed: only a long run of records of the run before the parting does).
+    None when that needs more than ``most`` events of a side (a run of openers that long)."""
     depth = common
-    while depth:
-        at = depth - ca.start_depth
+    wa: Chain | None = ca
+    while depth and wa is not None:
+        at = depth - wa.start_depth
         if at < 0:
-            ca = _grown(store, ca)
+            wa = _grown(store, wa, most)
             continue
-        if is_mark(ca.types[at]):
+        if is_mark(wa.types[at]):
             break
         depth -= 1
-    while max(depth, 1) < ca.start_depth:
-        ca = _grown(store, ca)
-    while depth + 1 < cb.start_depth:
-        cb = _grown(store, cb)
-    return depth, ca, cb
+    while wa is not None and max(depth, 1) < wa.start_depth:
+        wa = _grown(store, wa, most)
+    wb: Chain | None = cb
+    while wb is not None and depth + 1 < wb.start_depth:
+        wb = _grown(store, wb, most)
+    return (depth, wa, wb) if wa is not None and wb is not None else None
 
 
-def _grown(store: Store, chain: Chain) -> Chain:
-    return store.chain(chain.ids[-1], 2 * len(chain.ids) + FIRST_WINDOW)
+def _grown(store: Store, chain: Chain, most: int) -> Chain | None:
+    """The window read further back, within ``most`` events (None: it holds that many)."""
+    if len(chain.ids) >= most:
+        return None
+    return store.chain(chain.ids[-1], min(2 * len(chain.ids) + FIRST_WINDOW, most))
 
 
 def bounded_diff(store: Store, a: str, b: str, *, shown: int,
@@ -99,7 +108,13 @@ def bounded_diff(store: Store, a: str, b: str, *, shown: int,
                     break
             if common or lo == 1:  # found, or both windows reach the roots: none in common
                 if common < da and common < db:
-                    common, ca, cb = _shared(store, ca, cb, common)
+                    shared = _shared(store, ca, cb, common, most)
+                    if shared is None:  # openers back past the bound: each added as many
+                        return BoundedDiff(None, da - common, db - common,
+                                           _nodes(ca, len(ca.ids) - shown, len(ca.ids)),
+                                           _nodes(cb, len(cb.ids) - shown, len(cb.ids)),
+                                           cut=True, most=most)
+                    common, ca, cb = shared
                 base = _nodes(ca, common - ca.start_depth, common - ca.start_depth + 1)
                 first_a, first_b = common + 1 - ca.start_depth, common + 1 - cb.start_depth
                 return BoundedDiff(base[0] if base else None, da - common, db - common,

@@ -17,7 +17,7 @@ import msgspec
 from ..node import NodeId
 from ..repo import Store
 from ..revisions import parse_steps, session_name_of
-from .diffing import bounded_diff
+from .diffing import DIFF_READ, bounded_diff
 from .paths import depth_of
 
 __all__ = ["Fork", "fork_of", "source_in"]
@@ -32,7 +32,7 @@ class Fork(msgspec.Struct, frozen=True):
     session: str
     id: NodeId
     depth: int
-    exists: bool = True  # False: the source session has since been deleted or renamed
+    exists: bool = True  # False: the source session has since been deleted (its reflog remains)
 
 
 def source_in(store: Store, reason: str) -> str | None:
@@ -64,12 +64,24 @@ def fork_of(store: Store, name: str, head: NodeId) -> Fork | None:
     other = store.session_head(source)
     if other is not None:
         d = bounded_diff(store, head, other, shown=0)
-        return Fork(source, d.base.id, depth_of(store, d.base.id)) if d.base is not None else None
+        if d.base is not None:
+            return Fork(source, d.base.id, depth_of(store, d.base.id))
+        # Nothing shared that a reader knows, by the rule; but the entry says the user forked
+        # here, at a node both still hold (after a shared system prompt, before any message).
+        if created.new is not None and _on_path(store, other, created.new) \
+                and _on_path(store, head, created.new):
+            return Fork(source, created.new, depth_of(store, created.new))
+        return None
     if created.new is None or not store.reflog_page(source, 1, 0)[1]:
         return None  # a tag, an id: no session to name
     # Deleted (its reflog remains): the node it was created at, if still on this path.
-    depth = depth_of(store, created.new)
-    back = depth_of(store, head) - depth
-    if back >= 0 and store.backend.chain(head, back + 1).ids[0] == created.new:
-        return Fork(source, created.new, depth, exists=False)
+    if _on_path(store, head, created.new):
+        return Fork(source, created.new, depth_of(store, created.new), exists=False)
     return None
+
+
+def _on_path(store: Store, head: NodeId, node: NodeId) -> bool:
+    """True if ``node`` is on the path to ``head`` and at most ``DIFF_READ`` events back (so
+    the page reads no more than the diff does; a node further back is not looked for)."""
+    back = depth_of(store, head) - depth_of(store, node)
+    return 0 <= back < DIFF_READ and store.backend.chain(head, back + 1).ids[0] == node
