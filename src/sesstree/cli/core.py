@@ -241,6 +241,16 @@ class _Group(click.Group):
         return super().get_command(ctx, cmd_name)
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        for arg in args:
+            # Bytes that are not UTF-8 arrive as lone surrogates (Python's surrogateescape):
+            # no store holds such text, so say so here, before any command looks a name up
+            # (and finds nothing, or a confusing "no session named '\udcff'").
+            if not arg.isascii():
+                try:
+                    arg.encode()
+                except UnicodeEncodeError:
+                    raise click.ClickException(
+                        f"argument {arg[:80]!a} is not valid UTF-8 text") from None
         try:
             return super().parse_args(ctx, args)
         except click.UsageError as exc:  # `sess --bogus`: one line, as every usage error
