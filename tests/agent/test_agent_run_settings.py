@@ -213,3 +213,40 @@ def test_errors_name_options_not_python_parameters(sess: Run, server: FakeOpenAI
     for result in (cut, turns, not_sync):
         assert "Traceback" not in result.output
         assert "()" not in json.dumps(result.stderr)
+
+
+def test_a_fork_finds_its_settings_without_reading_every_session(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The lookup reads the fork's own history only, never each other session's: on a store
+    of many sessions it stays one metadata read and one walk of node keys."""
+    from sesstree import open_store
+    from sesstree.agent.settings import remembered
+
+    def turn(prompt: str) -> list[tuple[str, object]]:
+        return [("turn/start", {"trigger": {"kind": "user"}}),
+                ("user/message", {"role": "user", "content": prompt}),
+                ("assistant/message", {"role": "assistant", "content": prompt.upper()}),
+                ("turn/end", {})]
+
+    with open_store(tmp_path / "store") as store:
+        with store.batch():
+            for i in range(40):
+                store.session(f"s{i}").extend(turn(f"q{i}"))
+                store.set_session_meta(f"s{i}", {RUN_KEY: {"model": f"m{i}"}})
+            store.session("s7").extend(turn("deeper"))
+            store.fork("near", "s7~4")  # shares s7's first turn and more with no one
+            store.session("near").extend(turn("mine"))
+        chains: list[object] = []
+        real = store.backend.chain
+        monkeypatch.setattr(store.backend, "chain",
+                            lambda head, limit=None: chains.append(head) or real(head, limit))
+        assert remembered(store, "near")["model"] == "m7"
+        assert chains == [store.session_head("near")]
+        # Of two sharing as much, the one moved last; more shared history beats that.
+        store.fork("twin", "s7")
+        store.set_session_meta("twin", {RUN_KEY: {"model": "twin"}})
+        store.fork("late", "s7~4")
+        assert remembered(store, "late")["model"] == "twin"
+        store.session("s7").extend(turn("moved"))
+        assert remembered(store, "late")["model"] == "m7"
+        assert remembered(store, "s0")["model"] == "m0"
