@@ -162,8 +162,13 @@ def test_request_fields_are_sent_and_remembered(sess: Run, server: FakeOpenAI) -
     (["--param", "X-Auth-Token=sk-live-abcdefgh12345678"], "X-Auth-Token"),
     (["--extra-body", '{"accessToken": "sk-live-abcdefgh12345678"}'], "accessToken"),
     # Under an innocent name, the key itself (from the variable that holds it).
-    (["--extra-body", '{"user": {"id": "sk-live-abcdefgh12345678"}}'], "user"),
+    (["--extra-body", '{"user": {"id": "sk-live-abcdefgh12345678"}}'], "user.id"),
     (["--param", "extra=Bearer sk-live-abcdefgh12345678"], "extra"),
+    # Nested under innocent names, with the key from elsewhere (not the variable's).
+    (["--extra-body", '{"metadata": {"api_key": "sk-other-abcdefgh"}}'], "metadata.api_key"),
+    (["--param", 'extra_headers={"Authorization": "x abcdefgh"}'],
+     "extra_headers.Authorization"),
+    (["--param", 'hints=[{"note": "Bearer abcdefgh"}]'], "hints[0].note"),
 ])
 def test_a_credential_in_a_request_field_is_refused_and_never_stored(
         sess: Run, server: FakeOpenAI, tmp_path: Path, args: list[str], named: str) -> None:

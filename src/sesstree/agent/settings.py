@@ -173,17 +173,40 @@ def parse_params(extra_body: str | None, params: Iterable[str]) -> dict[str, Any
 
 def secret_field(fields: Mapping[str, Any], key_value: str | None) -> str | None:
     """The name of a request field that holds a credential, or None: one named like one
-    (``api_key``, ``auth_token``), or one whose value holds the API key ``key_value``."""
+    (``api_key``, ``auth_token``), one whose text is the API key ``key_value`` or a
+    ``Bearer`` header, at any depth (``metadata.api_key``, ``headers.Authorization``)."""
     for name, value in fields.items():
-        words = re.findall(r"[a-z0-9]+", re.sub(r"([a-z0-9])([A-Z])", r"\1_\2", name).lower())
-        if _SECRET_WORDS.intersection(words) or "apikey" in "".join(words):
-            return name
-        if key_value and len(key_value) >= 8 and key_value in json.dumps(value,
-                                                                         ensure_ascii=False):
-            return name
-        if isinstance(value, str) and value.lower().startswith("bearer "):
-            return name
+        found = _secret_in(str(name), value, key_value)
+        if found is not None:
+            return found
     return None
+
+
+def _secret_in(path: str, value: Any, key_value: str | None) -> str | None:
+    # Each field's own name is judged by its last part: "metadata.api_key" by "api_key".
+    if _secret_name(path.rpartition(".")[2]):
+        return path
+    if isinstance(value, str):
+        if key_value and len(key_value) >= 8 and key_value in value:
+            return path
+        return path if value.strip().lower().startswith("bearer ") else None
+    items: Iterable[tuple[str, Any]] = ()
+    if isinstance(value, Mapping):
+        items = ((f"{path}.{k}", v) for k, v in value.items())
+    elif isinstance(value, list | tuple):
+        items = ((f"{path}[{n}]", v) for n, v in enumerate(value))
+    for inner, item in items:
+        if key_value and len(key_value) >= 8 and key_value in inner:
+            return path  # the key as a name: show only where it is, not the name
+        found = _secret_in(inner, item, key_value)
+        if found is not None:
+            return found
+    return None
+
+
+def _secret_name(name: str) -> bool:
+    words = re.findall(r"[a-z0-9]+", re.sub(r"([a-z0-9])([A-Z])", r"\1_\2", name).lower())
+    return bool(_SECRET_WORDS.intersection(words)) or "apikey" in "".join(words)
 
 
 def _own(store: Store, name: str) -> dict[str, Any] | None:
