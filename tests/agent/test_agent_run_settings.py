@@ -182,6 +182,17 @@ def test_a_credential_in_a_request_field_is_refused_and_never_stored(
         assert b"abcdefgh" not in path.read_bytes(), path
 
 
+@pytest.mark.parametrize("item", ["Authorization: Bearer sk-live-abcdefgh",
+                                  "api_key sk-live-abcdefgh"])
+def test_a_malformed_param_that_looks_like_a_credential_is_not_echoed(
+        sess: Run, server: FakeOpenAI, item: str) -> None:
+    result = sess("run", "s", "hi", *_flags(server), "--param", item)
+    assert result.exit_code == 2 and "expected KEY=VALUE" in result.stderr
+    assert "abcdefgh" not in result.output and server.requests == []
+    typo = sess("run", "s", "hi", *_flags(server), "--param", "top_p:0.9")
+    assert typo.exit_code == 2 and "'top_p:0.9'" in typo.stderr  # a plain typo is shown
+
+
 def test_max_tokens_is_no_credential_and_fields_sess_sets_are_refused(
         sess: Run, server: FakeOpenAI) -> None:
     server.add(message("Short."))

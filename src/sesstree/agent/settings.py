@@ -160,7 +160,11 @@ def parse_params(extra_body: str | None, params: Iterable[str]) -> dict[str, Any
         key, sep, text = item.partition("=")
         key = key.strip()
         if not sep or not key:
-            raise ValueError(f"--param {item!r}: expected KEY=VALUE, as top_p=0.9")
+            # Not echoed when it looks like a credential ("Authorization: Bearer sk-…").
+            shown = ("(not shown: it looks like a credential)"
+                     if secret_field({item: ""}, None) or "bearer" in item.lower()
+                     else repr(item))
+            raise ValueError(f"--param {shown}: expected KEY=VALUE, as top_p=0.9")
         if not text:
             fields[key] = None
             continue
