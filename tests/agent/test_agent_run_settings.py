@@ -193,6 +193,21 @@ def test_a_malformed_param_that_looks_like_a_credential_is_not_echoed(
     assert typo.exit_code == 2 and "'top_p:0.9'" in typo.stderr  # a plain typo is shown
 
 
+def test_a_refused_request_field_is_named_with_how_to_forget_it(
+        sess: Run, server: FakeOpenAI) -> None:
+    server.add(error(400, {"error": {"message": "temperature must be a number"}}),
+               error(400, {"error": {"message": "temperature must be a number"}}),
+               message("Fine."))
+    first = sess("run", "s", "hi", *_flags(server), "--param", "temperature=abc")
+    assert first.exit_code == 1 and "temperature must be a number" in first.stderr
+    assert "request fields temperature are sent again" in first.stderr
+    assert "sess run s --param KEY=" in first.stderr
+    assert sess("run", "s").exit_code == 1  # remembered: refused again, as it said
+    forgot = sess("run", "s", "--param", "temperature=")
+    assert forgot.exit_code == 0, forgot.output
+    assert "temperature" not in server.requests[-1]
+
+
 def test_max_tokens_is_no_credential_and_fields_sess_sets_are_refused(
         sess: Run, server: FakeOpenAI) -> None:
     server.add(message("Short."))
