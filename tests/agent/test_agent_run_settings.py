@@ -162,8 +162,13 @@ def test_request_fields_are_sent_and_remembered(sess: Run, server: FakeOpenAI) -
     (["--param", "X-Auth-Token=sk-live-abcdefgh12345678"], "X-Auth-Token"),
     (["--extra-body", '{"accessToken": "sk-live-abcdefgh12345678"}'], "accessToken"),
     # Under an innocent name, the key itself (from the variable that holds it).
-    (["--extra-body", '{"user": {"id": "sk-live-abcdefgh12345678"}}'], "user"),
+    (["--extra-body", '{"user": {"id": "sk-live-abcdefgh12345678"}}'], "user.id"),
     (["--param", "extra=Bearer sk-live-abcdefgh12345678"], "extra"),
+    # Nested under innocent names, with the key from elsewhere (not the variable's).
+    (["--extra-body", '{"metadata": {"api_key": "sk-other-abcdefgh"}}'], "metadata.api_key"),
+    (["--param", 'extra_headers={"Authorization": "x abcdefgh"}'],
+     "extra_headers.Authorization"),
+    (["--param", 'hints=[{"note": "Bearer abcdefgh"}]'], "hints[0].note"),
 ])
 def test_a_credential_in_a_request_field_is_refused_and_never_stored(
         sess: Run, server: FakeOpenAI, tmp_path: Path, args: list[str], named: str) -> None:
@@ -175,6 +180,32 @@ def test_a_credential_in_a_request_field_is_refused_and_never_stored(
     assert server.requests == []
     for path in (tmp_path / ".sess").iterdir():
         assert b"abcdefgh" not in path.read_bytes(), path
+
+
+@pytest.mark.parametrize("item", ["Authorization: Bearer sk-live-abcdefgh",
+                                  "api_key sk-live-abcdefgh"])
+def test_a_malformed_param_that_looks_like_a_credential_is_not_echoed(
+        sess: Run, server: FakeOpenAI, item: str) -> None:
+    result = sess("run", "s", "hi", *_flags(server), "--param", item)
+    assert result.exit_code == 2 and "expected KEY=VALUE" in result.stderr
+    assert "abcdefgh" not in result.output and server.requests == []
+    typo = sess("run", "s", "hi", *_flags(server), "--param", "top_p:0.9")
+    assert typo.exit_code == 2 and "'top_p:0.9'" in typo.stderr  # a plain typo is shown
+
+
+def test_a_refused_request_field_is_named_with_how_to_forget_it(
+        sess: Run, server: FakeOpenAI) -> None:
+    server.add(error(400, {"error": {"message": "temperature must be a number"}}),
+               error(400, {"error": {"message": "temperature must be a number"}}),
+               message("Fine."))
+    first = sess("run", "s", "hi", *_flags(server), "--param", "temperature=abc")
+    assert first.exit_code == 1 and "temperature must be a number" in first.stderr
+    assert "request fields temperature are sent again" in first.stderr
+    assert "sess run s --param KEY=" in first.stderr
+    assert sess("run", "s").exit_code == 1  # remembered: refused again, as it said
+    forgot = sess("run", "s", "--param", "temperature=")
+    assert forgot.exit_code == 0, forgot.output
+    assert "temperature" not in server.requests[-1]
 
 
 def test_max_tokens_is_no_credential_and_fields_sess_sets_are_refused(
@@ -213,3 +244,40 @@ def test_errors_name_options_not_python_parameters(sess: Run, server: FakeOpenAI
     for result in (cut, turns, not_sync):
         assert "Traceback" not in result.output
         assert "()" not in json.dumps(result.stderr)
+
+
+def test_a_fork_finds_its_settings_without_reading_every_session(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The lookup reads the fork's own history only, never each other session's: on a store
+    of many sessions it stays one metadata read and one walk of node keys."""
+    from sesstree import open_store
+    from sesstree.agent.settings import remembered
+
+    def turn(prompt: str) -> list[tuple[str, object]]:
+        return [("turn/start", {"trigger": {"kind": "user"}}),
+                ("user/message", {"role": "user", "content": prompt}),
+                ("assistant/message", {"role": "assistant", "content": prompt.upper()}),
+                ("turn/end", {})]
+
+    with open_store(tmp_path / "store") as store:
+        with store.batch():
+            for i in range(40):
+                store.session(f"s{i}").extend(turn(f"q{i}"))
+                store.set_session_meta(f"s{i}", {RUN_KEY: {"model": f"m{i}"}})
+            store.session("s7").extend(turn("deeper"))
+            store.fork("near", "s7~4")  # shares s7's first turn and more with no one
+            store.session("near").extend(turn("mine"))
+        chains: list[object] = []
+        real = store.backend.chain
+        monkeypatch.setattr(store.backend, "chain",
+                            lambda head, limit=None: chains.append(head) or real(head, limit))
+        assert remembered(store, "near")["model"] == "m7"
+        assert chains == [store.session_head("near")]
+        # Of two sharing as much, the one moved last; more shared history beats that.
+        store.fork("twin", "s7")
+        store.set_session_meta("twin", {RUN_KEY: {"model": "twin"}})
+        store.fork("late", "s7~4")
+        assert remembered(store, "late")["model"] == "twin"
+        store.session("s7").extend(turn("moved"))
+        assert remembered(store, "late")["model"] == "m7"
+        assert remembered(store, "s0")["model"] == "m0"

@@ -13,7 +13,13 @@ from typing import Any, Protocol
 import click
 from click.core import ParameterSource
 
-from ..errors import AgentError, IncompleteReplyError, InvalidRefNameError, MaxTurnsExceeded
+from ..errors import (
+    AgentError,
+    IncompleteReplyError,
+    InvalidRefNameError,
+    MaxTurnsExceeded,
+    ProviderError,
+)
 from ..fmt import printable
 from ..node import Node, check_ref_name
 from ..repo import Store
@@ -287,6 +293,11 @@ def _one_turn(agent: Agent, screen: _Screen, name: str, prompt: str | None) -> N
     except AgentError as exc:
         screen.end_line()
         pending = f" (the turn is recorded: `sess run {name}` retries it)"
+        fields = sorted(getattr(agent.provider, "extra_body", None) or {})
+        if isinstance(exc, ProviderError) and exc.status == 400 and fields:
+            # A refused request field is remembered, so a plain retry is refused again.
+            pending = (f" (the turn is recorded; the request fields {', '.join(fields)} are "
+                       f"sent again on retry: `sess run {name} --param KEY=` forgets one)")
         raise click.ClickException(
             f"{exc}{pending if has_pending_turn(agent.session) else ''}") from None
     except BaseException:

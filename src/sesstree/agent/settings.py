@@ -27,7 +27,9 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from ..cli.titles import RUN_KEY
+from ..node import NodeId
 from ..repo import Store
+from ..scan import Links
 
 __all__ = ["RESERVED_FIELDS", "parse_params", "remember", "remembered", "secret_field"]
 
@@ -57,15 +59,67 @@ def remembered(store: Store, name: str) -> dict[str, Any]:
     first_user = next((i for i, kind in enumerate(mine.types) if kind == "user/message"), None)
     if first_user is None:
         return {}
-    best: tuple[int, float, dict[str, Any]] | None = None
+    # One read of the metadata and one of the heads, not one of each per session; a
+    # candidate's history is then followed by node keys alone (see _shared).
+    metas = store.backend.list_session_meta()
+    candidates: dict[str, tuple[NodeId, float, dict[str, Any]]] = {}
     for info in store.sessions():
-        settings = _own(store, info.name) if info.name != name else None
-        if settings is None:
-            continue
-        shared = _common_prefix(ids, store.chain(info.head).ids)
-        if shared > first_user and (best is None or (shared, info.moved) > best[:2]):
-            best = (shared, info.moved, settings)
+        found = metas.get(info.name)
+        settings = found.fields.get(RUN_KEY) if found is not None else None
+        if info.name != name and isinstance(settings, dict):
+            candidates[info.name] = (info.head, info.moved, settings)
+    shared = _shared(store, ids, first_user, {n: c[0] for n, c in candidates.items()})
+    best: tuple[int, float, dict[str, Any]] | None = None
+    for other, length in shared.items():
+        _, moved, settings = candidates[other]
+        if best is None or (length, moved) > best[:2]:
+            best = (length, moved, settings)
     return best[2] if best is not None else {}
+
+
+def _shared(store: Store, ids: Sequence[NodeId], first_user: int,
+            heads: Mapping[str, NodeId]) -> dict[str, int]:
+    """How many nodes each session of ``heads`` shares with the history ``ids``, for those
+    that share its node ``first_user`` (and so all before it).
+
+    A session whose head lies on ``ids`` needs no read. For the others, only the links
+    (integer keys, no payload) of nodes written after ``ids[first_user]`` are read: keys grow
+    in write order, so a session that shares that node forks from ``ids`` above it.
+    """
+    at = {node: n for n, node in enumerate(ids)}
+    out: dict[str, int] = {}
+    rest: dict[str, NodeId] = {}
+    for other, head in heads.items():
+        if head in at:
+            if at[head] >= first_user:
+                out[other] = at[head] + 1
+        else:
+            rest[other] = head
+    if not rest:
+        return out
+    links = Links(store.backend)
+    mine = links.keys(list(ids[first_user:]))
+    floor = mine.get(ids[first_user])
+    if floor is None:
+        return out
+    position = {key: at[node] for node, key in mine.items()}
+    keys = links.keys(list(rest.values()))
+    tips = {other: keys[head] for other, head in rest.items()
+            if head in keys and keys[head] > floor}
+    if not tips:
+        return out
+    parent: dict[int, int | None] = {}
+    for key, up in links.newest_first():
+        if key < floor:
+            break
+        parent[key] = up
+    for other, key in tips.items():
+        walk: int | None = key
+        while walk is not None and walk >= floor and walk not in position:
+            walk = parent.get(walk)
+        if walk is not None and walk in position:
+            out[other] = position[walk] + 1
+    return out
 
 
 def remember(store: Store, name: str, settings: Mapping[str, Any]) -> None:
@@ -106,7 +160,11 @@ def parse_params(extra_body: str | None, params: Iterable[str]) -> dict[str, Any
         key, sep, text = item.partition("=")
         key = key.strip()
         if not sep or not key:
-            raise ValueError(f"--param {item!r}: expected KEY=VALUE, as top_p=0.9")
+            # Not echoed when it looks like a credential ("Authorization: Bearer sk-…").
+            shown = ("(not shown: it looks like a credential)"
+                     if secret_field({item: ""}, None) or "bearer" in item.lower()
+                     else repr(item))
+            raise ValueError(f"--param {shown}: expected KEY=VALUE, as top_p=0.9")
         if not text:
             fields[key] = None
             continue
@@ -119,17 +177,40 @@ def parse_params(extra_body: str | None, params: Iterable[str]) -> dict[str, Any
 
 def secret_field(fields: Mapping[str, Any], key_value: str | None) -> str | None:
     """The name of a request field that holds a credential, or None: one named like one
-    (``api_key``, ``auth_token``), or one whose value holds the API key ``key_value``."""
+    (``api_key``, ``auth_token``), one whose text is the API key ``key_value`` or a
+    ``Bearer`` header, at any depth (``metadata.api_key``, ``headers.Authorization``)."""
     for name, value in fields.items():
-        words = re.findall(r"[a-z0-9]+", re.sub(r"([a-z0-9])([A-Z])", r"\1_\2", name).lower())
-        if _SECRET_WORDS.intersection(words) or "apikey" in "".join(words):
-            return name
-        if key_value and len(key_value) >= 8 and key_value in json.dumps(value,
-                                                                         ensure_ascii=False):
-            return name
-        if isinstance(value, str) and value.lower().startswith("bearer "):
-            return name
+        found = _secret_in(str(name), value, key_value)
+        if found is not None:
+            return found
     return None
+
+
+def _secret_in(path: str, value: Any, key_value: str | None) -> str | None:
+    # Each field's own name is judged by its last part: "metadata.api_key" by "api_key".
+    if _secret_name(path.rpartition(".")[2]):
+        return path
+    if isinstance(value, str):
+        if key_value and len(key_value) >= 8 and key_value in value:
+            return path
+        return path if value.strip().lower().startswith("bearer ") else None
+    items: Iterable[tuple[str, Any]] = ()
+    if isinstance(value, Mapping):
+        items = ((f"{path}.{k}", v) for k, v in value.items())
+    elif isinstance(value, list | tuple):
+        items = ((f"{path}[{n}]", v) for n, v in enumerate(value))
+    for inner, item in items:
+        if key_value and len(key_value) >= 8 and key_value in inner:
+            return path  # the key as a name: show only where it is, not the name
+        found = _secret_in(inner, item, key_value)
+        if found is not None:
+            return found
+    return None
+
+
+def _secret_name(name: str) -> bool:
+    words = re.findall(r"[a-z0-9]+", re.sub(r"([a-z0-9])([A-Z])", r"\1_\2", name).lower())
+    return bool(_SECRET_WORDS.intersection(words)) or "apikey" in "".join(words)
 
 
 def _own(store: Store, name: str) -> dict[str, Any] | None:
