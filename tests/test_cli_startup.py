@@ -14,7 +14,8 @@ import pytest
 
 from sesstree import open_store
 from sesstree.cli import cli
-from sesstree.cli.core import _STORE_FILE, _Group
+from sesstree.cli.core import _Group
+from sesstree.cli.locate import _STORE_FILE
 
 PROBE = """
 import json, sys
@@ -48,8 +49,8 @@ def test_help_loads_no_command_and_no_store_module() -> None:
     assert loaded(modules, SERVERS) == []
     assert loaded(modules, ("sqlite3", "msgspec", "blake3")) == []
     assert sorted(m for m in modules if m.startswith("sesstree.")) == [
-        "sesstree.cli", "sesstree.cli.core", "sesstree.cli.term", "sesstree.errors",
-        "sesstree.store", "sesstree.store.urls"]
+        "sesstree.cli", "sesstree.cli.core", "sesstree.cli.locate", "sesstree.cli.term",
+        "sesstree.errors", "sesstree.store", "sesstree.store.urls"]
 
 
 def test_log_loads_what_reading_a_store_needs_only(tmp_path: Path) -> None:

@@ -1,7 +1,8 @@
 """The ``sess`` command line: git-shaped, thin over the Python API.
 
-This module holds what every command shares: finding the store, turning errors into one line,
-and the entry point. The commands live beside it, one module per kind of work.
+This module holds what every command shares: the group and its store option (the store is
+found by :mod:`.locate`), turning errors into one line, and the entry point. The commands
+live beside it, one module per kind of work.
 
 Output is for people by default; ``--json`` gives stable machine output. A user error prints
 one line (``Error: ...``) and exits 1; it never shows a traceback.
@@ -11,24 +12,15 @@ from __future__ import annotations
 
 import importlib
 import io
-import itertools
 import os
-import shlex
 import sys
-from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, NoReturn
+from typing import Any, ClassVar, NoReturn
 
 import click
 
-from ..errors import (
-    SesstreeError,
-    StoreNotFoundError,
-)
-from ..store.urls import is_store_url
+from ..errors import SesstreeError
+from .locate import STORE_DIR, StoreLocator
 from .term import install, terminal
-
-if TYPE_CHECKING:
-    from ..repo import Store
 
 # What every command shares is imported here; the store modules, msgspec and the commands
 # themselves load only when a command needs them, so that `sess --help` and a command that
@@ -36,119 +28,6 @@ if TYPE_CHECKING:
 
 __all__ = ["CONTEXT_SETTINGS", "STORE_DIR", "CountCommand", "StoreLocator", "cli", "complete_rev",
            "completion", "emit_json", "events", "fail", "main", "one_line", "page", "pass_store"]
-
-STORE_DIR = ".sess"
-#: The database file inside a store folder (as :data:`sesstree.repo.STORE_FILE`).
-_STORE_FILE = "store.db"
-
-
-class StoreLocator:
-    """Finds the store as git finds ``.git``: ``--store``, then ``SESS_STORE``, then ``.sess/``
-    in this folder or a parent."""
-
-    def __init__(self, option: str | None) -> None:
-        self.option = option
-        self._store: Store | None = None
-
-    def find(self) -> Path:
-        """The store folder. Raises StoreNotFoundError."""
-        explicit = self.explicit()
-        if explicit is not None:
-            # The store folder itself (what open_store made), or a folder holding .sess/.
-            for folder in (explicit, explicit / STORE_DIR):
-                if (folder / _STORE_FILE).exists():
-                    return folder
-            if explicit.is_file():
-                _check_is_database(explicit)
-                return explicit
-            raise StoreNotFoundError(
-                f"no store at {explicit} (create one with 'sess --store {explicit} init')"
-            )
-        here = Path.cwd().resolve()
-        for folder in (here, *here.parents):
-            if (folder / STORE_DIR / _STORE_FILE).exists():
-                return folder / STORE_DIR
-        nearby = _stores_below(here)
-        if nearby:
-            shown = " or ".join(f"--store {shlex.quote(n)}" for n in nearby)
-            raise StoreNotFoundError(
-                f"no store found in this folder or any parent, but {nearby[0]}/ here holds "
-                f"one: pass {shown} (or set SESS_STORE={shlex.quote(nearby[0])}), or run "
-                "'sess init' to make a new one here"
-            )
-        raise StoreNotFoundError(
-            "no store found in this folder or any parent: run 'sess init' to make one here, "
-            "or pass --store PATH or set SESS_STORE=PATH to use one elsewhere"
-        )
-
-    def explicit(self) -> Path | None:
-        """The store path given by ``--store`` or ``SESS_STORE``, if any."""
-        given = self.option or os.environ.get("SESS_STORE")
-        return Path(given) if given else None
-
-    def url(self) -> str | None:
-        """The store URL (``postgresql://...``) given by ``--store`` or ``SESS_STORE``, if any:
-        a URL is not a path."""
-        given = self.option or os.environ.get("SESS_STORE")
-        return given if is_store_url(given) else None
-
-    def open(self) -> Store:
-        """Open the store once per command."""
-        if self._store is None:
-            from ..repo import open_store
-
-            self._store = open_store(self.url() or self.find(), create=False)
-        return self._store
-
-    def close(self) -> None:
-        """Close the store if it was opened."""
-        if self._store is not None:
-            self._store.close()
-            self._store = None
-
-
-_SQLITE_MAGIC = b"SQLite format 3\x00"
-# How many entries of the current folder are looked at for a store a user may have meant.
-_LOOK_AT = 500
-
-
-def _stores_below(here: Path) -> list[str]:
-    """Folders right inside ``here`` that hold a store (one ``open_store("sessions")`` made,
-    or a ``.sess/`` of their own), for the hint when none was found: at most three, by name."""
-    found = []
-    try:
-        with os.scandir(here) as entries:
-            for entry in itertools.islice(entries, _LOOK_AT):
-                # (Not entry.is_dir(): it raises on a symlink loop; a path through a file or a
-                # loop is no regular file either.)
-                folder = Path(entry.path)
-                if not entry.name.startswith(".") and any(
-                        _is_database(f / _STORE_FILE) for f in (folder, folder / STORE_DIR)):
-                    found.append(entry.name)
-    except OSError:
-        return []
-    return sorted(found)[:3]
-
-
-def _is_database(path: Path) -> bool:
-    try:
-        if not path.is_file():  # (a named pipe would block the read until a writer came)
-            return False
-        with path.open("rb") as f:
-            return f.read(len(_SQLITE_MAGIC)) == _SQLITE_MAGIC
-    except OSError:
-        return False
-
-
-def _check_is_database(path: Path) -> None:
-    """A file given as the store must at least be an SQLite database: a text file (a
-    transcript passed by mistake) is not a damaged store, it is no store at all."""
-    with path.open("rb") as f:
-        magic = f.read(len(_SQLITE_MAGIC))
-    if magic != _SQLITE_MAGIC:
-        what = "an empty file" if not magic else "a file that is not an SQLite database"
-        raise StoreNotFoundError(f"{path} is not a sesstree store ({what})")
-
 
 class _OneLineUsage(click.ClickException):
     exit_code = 2
