@@ -205,9 +205,15 @@ class Store:
         """
         check_ref_name(new)
         target = self.resolve(start if start is not None else "HEAD")
+        return self._fork_at(new, target, self._named(start))
+
+    def _fork_at(self, new: str, target: NodeId, source: str) -> Session:
+        """Create session ``new`` at node ``target``; its reflog says it came from ``source``
+        (a revision, or the session a handle forked: what the web view's fork mark names)."""
+        check_ref_name(new)
         if self.has_session(new):
             raise RefExistsError(f"session {new!r} already exists")
-        self.move_ref(SESSIONS + new, None, target, f"branch: created from {self._named(start)}")
+        self.move_ref(SESSIONS + new, None, target, f"branch: created from {source}")
         return self.session(new)
 
     def _named(self, rev: str | None) -> str:

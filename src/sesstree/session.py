@@ -217,7 +217,9 @@ class Session:
         """
         if self._head is None:
             raise UnknownRevisionError(f"session {self.name!r} has no events to fork")
-        return self.store.fork(name, self._head)
+        # At this handle's head (not wherever the ref is now), logged as forked from this
+        # session, so the fork can say where it came from.
+        return self.store._fork_at(name, self._head, self.name)
 
     def rewind(self, n: int = 1) -> NodeId | None:
         """Move the session back ``n`` events; the reflog keeps where it was, so it is undoable.

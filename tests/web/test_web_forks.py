@@ -175,3 +175,19 @@ def test_the_fork_mark_reads_a_bounded_part_of_a_long_session(
         assert views.session("copy", None, 10)["fork"] is None  # too far back to look
         assert views.session("left", None, 10)["fork"] is None
         assert reads and all(n is not None and n <= 2 * 50 + 10 for n in reads), reads
+
+
+def test_a_fork_of_a_session_handle_names_that_session(tmp_path: Path) -> None:
+    # `quest.fork("quest-2")`, as the README and examples/quest.py fork: at the handle's head,
+    # even after another handle moved the session on, and logged as forked from the session.
+    with open_store(tmp_path / "s") as store:
+        _agent_turn(store, "quest-1", "find the key")
+        quest = store.session("quest-1")
+        end = quest.head
+        _agent_turn(store, "quest-1", "go in")  # through another handle: `quest` is behind
+        west = quest.fork("quest-2")
+        assert west.head == end
+        assert store.reflog("quest-2")[0].reason == "branch: created from quest-1"
+        _agent_turn(store, "quest-2", "ask the mayor")
+        fork = Views(store).session("quest-2", None, 200)["fork"]
+        assert fork is not None and (fork["session"], fork["id"]) == ("quest-1", end)
