@@ -200,7 +200,7 @@ def test_a_refused_request_field_is_named_with_how_to_forget_it(
                message("Fine."))
     first = sess("run", "s", "hi", *_flags(server), "--param", "temperature=abc")
     assert first.exit_code == 1 and "temperature must be a number" in first.stderr
-    assert "request fields temperature are sent again" in first.stderr
+    assert "sending the request fields temperature again" in first.stderr
     assert "sess run s --param KEY=" in first.stderr
     assert sess("run", "s").exit_code == 1  # remembered: refused again, as it said
     forgot = sess("run", "s", "--param", "temperature=")

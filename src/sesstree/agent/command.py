@@ -296,8 +296,9 @@ def _one_turn(agent: Agent, screen: _Screen, name: str, prompt: str | None) -> N
         fields = sorted(getattr(agent.provider, "extra_body", None) or {})
         if isinstance(exc, ProviderError) and exc.status == 400 and fields:
             # A refused request field is remembered, so a plain retry is refused again.
-            pending = (f" (the turn is recorded; the request fields {', '.join(fields)} are "
-                       f"sent again on retry: `sess run {name} --param KEY=` forgets one)")
+            pending = (f" (the turn is recorded: `sess run {name}` retries it, sending the "
+                       f"request fields {', '.join(fields)} again; `sess run {name} --param "
+                       "KEY=` forgets one)")
         raise click.ClickException(
             f"{exc}{pending if has_pending_turn(agent.session) else ''}") from None
     except BaseException:
