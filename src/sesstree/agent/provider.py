@@ -27,6 +27,8 @@ if TYPE_CHECKING:
     # than the rest of the package to import, and most ``sess`` commands never use it.
     import httpx
 
+    from .transport import Borrowed
+
 __all__ = ["NullContent", "OpenAIProvider", "Provider", "RetryNotice"]
 
 #: Statuses worth another try: a timeout or conflict, rate limited, or the server (or a
@@ -104,6 +106,13 @@ class OpenAIProvider:
     ``advice`` maps ``"timeout"`` and ``"null_content"`` to how error messages tell the user
     to change that setting: by default the parameter (``timeout=``); ``sess run`` puts its
     options there (``--timeout``), so that its user reads the words they can type.
+
+    ``transport`` is an httpx transport that carries every request instead of one the
+    provider opens (an ``httpx.MockTransport`` in tests, a transport with its own TLS or
+    proxy settings): ``complete`` needs an ``httpx.BaseTransport``, ``acomplete`` an
+    ``httpx.AsyncBaseTransport`` (``httpx.MockTransport`` is both). Nothing else changes:
+    timeouts, headers, retries, streaming and the scrubbing of secrets work as without it.
+    The provider never closes a transport it is given; whoever made it does.
     """
 
     def __init__(
@@ -123,6 +132,7 @@ class OpenAIProvider:
         null_content: NullContent = "null",
         extra_body: dict[str, Any] | None = None,
         headers: dict[str, str] | None = None,
+        transport: httpx.BaseTransport | httpx.AsyncBaseTransport | None = None,
     ) -> None:
         if null_content not in ("null", "empty", "omit"):
             raise ValueError(f"null_content must be 'null', 'empty' or 'omit', not {null_content!r}")
@@ -143,6 +153,7 @@ class OpenAIProvider:
         self.null_content: NullContent = null_content
         self.extra_body = dict(extra_body or {})
         self.headers = dict(headers or {})
+        self.transport = transport
         self.advice: dict[str, str] = dict(ADVICE)
         self._client: httpx.Client | None = None
         self._redactor_for: tuple[str | None, ...] | None = None
@@ -261,13 +272,21 @@ class OpenAIProvider:
         tries = plural(self.max_retries + 1, "attempt")
         return ProviderError(f"{failure} (gave up after {tries})", status=failure.status)
 
+    def _lent_transport(self) -> Borrowed | None:
+        if self.transport is None:
+            return None  # httpx's own, which the client opens and closes
+        from .transport import Borrowed
+
+        return Borrowed(self.transport)
+
     # -- sync ---------------------------------------------------------------------------------
 
     def _sync_client(self) -> httpx.Client:
         import httpx
 
         if self._client is None:
-            self._client = httpx.Client(timeout=self._httpx_timeout())
+            self._client = httpx.Client(timeout=self._httpx_timeout(),
+                                        transport=self._lent_transport())
         return self._client
 
     def close(self) -> None:
@@ -357,7 +376,8 @@ class OpenAIProvider:
         attempt = 0
         # One client per call: an httpx.AsyncClient is bound to the event loop that made it,
         # and users run agents from several loops (asyncio.run per day of a quest).
-        async with httpx.AsyncClient(timeout=self._httpx_timeout()) as client:
+        async with httpx.AsyncClient(timeout=self._httpx_timeout(),
+                                     transport=self._lent_transport()) as client:
             while True:
                 attempt += 1
                 try:
