@@ -63,9 +63,16 @@ def url_problem(url: str, exc: Exception) -> str:
 
 
 class HttpPeer:
-    """A store served over HTTP by ``sess serve``."""
+    """A store served over HTTP by ``sess serve``.
 
-    def __init__(self, url: str, *, token: str | None = None, timeout: float = 60.0) -> None:
+    ``transport`` is an httpx transport that carries every request instead of the peer's
+    own (an ``httpx.MockTransport`` in tests, a transport with its own TLS settings). Nothing
+    else changes: the URL, token, timeouts, bounds and error messages are the same. The peer
+    never closes a transport it is given; whoever made it does.
+    """
+
+    def __init__(self, url: str, *, token: str | None = None, timeout: float = 60.0,
+                 transport: httpx.BaseTransport | None = None) -> None:
         try:
             base = httpx.URL(url)
         except (httpx.InvalidURL, ValueError) as exc:
@@ -82,11 +89,10 @@ class HttpPeer:
         # Small requests go out at once (no Nagle delay waiting for an ACK: without it every
         # request with a body costs a delayed-ACK timeout, ~40 ms). Plain http never uses
         # TLS, so it skips loading the CA bundle; https verifies certificates as usual.
-        transport = httpx.HTTPTransport(
-            socket_options=[(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)],
-            verify=base.scheme == "https")
-        self._client = httpx.Client(base_url=self.name + API, headers=headers,
-                                    transport=transport,
+        own: httpx.BaseTransport = _Borrowed(transport) if transport is not None else (
+            httpx.HTTPTransport(socket_options=[(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)],
+                                verify=base.scheme == "https"))
+        self._client = httpx.Client(base_url=self.name + API, headers=headers, transport=own,
                                     timeout=httpx.Timeout(timeout, connect=10.0))
 
     # -- the five requests --------------------------------------------------------------------
@@ -246,6 +252,20 @@ class _Answer:
             return msgspec.json.decode(self.content)
         except RecursionError:
             raise ValueError("the JSON nests too deeply") from None
+
+
+class _Borrowed(httpx.BaseTransport):
+    """A transport the peer was given: its client's ``close`` leaves it open."""
+
+    def __init__(self, transport: httpx.BaseTransport) -> None:
+        self.transport = transport
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        """The request, through the lent transport."""
+        return self.transport.handle_request(request)
+
+    def close(self) -> None:
+        """Nothing: whoever made the transport closes it."""
 
 
 def _field(reply: Any, key: str, kind: type, name: str) -> Any:
