@@ -109,5 +109,5 @@ def test_a_sync_only_transport_is_refused_by_acomplete_with_a_clear_error() -> N
 
     p = OpenAIProvider("http://model.invalid/v1", "m", KEY, transport=SyncOnly())
     assert p.complete([{"role": "user", "content": "hi"}], []).message["content"] == "never"
-    with pytest.raises(TypeError, match="acomplete\\(\\) needs an httpx.AsyncBaseTransport"):
+    with pytest.raises(TypeError, match=r"acomplete\(\) needs an httpx\.AsyncBaseTransport"):
         asyncio.run(p.acomplete([{"role": "user", "content": "hi"}], []))
