@@ -28,6 +28,7 @@ from ..errors import (
     RemoteError,
     SesstreeError,
     StoreError,
+    StoreFullError,
     StoreLockedError,
 )
 from ..node import NodeId
@@ -119,6 +120,10 @@ def create_app(store: Store, *, token: str | None, host: str = "127.0.0.1",
                 return _error(400, str(exc))
             except StoreLockedError as exc:
                 return _error(503, str(exc))
+            except StoreFullError as exc:
+                # 507 Insufficient Storage: the server's disk, not the request nor a damaged
+                # store; the client shows the one line as it is.
+                return _error(507, str(exc))
             except StoreError as exc:
                 return _error(500, f"the store cannot be used: {exc}")
             except SesstreeError as exc:
