@@ -5,22 +5,11 @@
 from __future__ import annotations
 
 from cli_kit import Sess
+from core_testkit import agent_turn
 
 from sesstree import Store
 from sesstree.store.base import Chain
 from sesstree.web.diffing import bounded_diff
-
-
-def agent_turn(store: Store, name: str, prompt: str, answer: str) -> None:
-    """One turn as the agent loop writes it: every turn starts with the same ``turn/start``."""
-    s = store.session(name)
-    s.append("turn/start", {"trigger": {"kind": "user"}})
-    s.add_message({"role": "user", "content": prompt})
-    s.append("step/start", {"step": 1})
-    s.add_message({"role": "assistant", "content": answer})
-    s.append("usage", {"model": "m", "usage": {"prompt_tokens": 10, "completion_tokens": 2}})
-    s.append("step/end", {"step": 1, "finish_reason": "stop"})
-    s.append("turn/end", {"reason": {"kind": "answer"}, "steps": 1})
 
 
 def both_diffs(store: Store, a: str, b: str) -> tuple[str | None, int, int]:

@@ -253,8 +253,7 @@ class _Walk:
         if arriving is None and not is_tip:
             return  # on no path being drawn
         if arriving is None:
-            seg = _Segment(key)
-            self._candidate(seg)
+            seg = self._tip_segment(key)
         elif len(arriving) > 1 and not self.is_mark(key):
             # Paths that part after an opener (the same turn/start on each) do not meet
             # there: each draws its own copy and goes on down to where they do meet.
@@ -271,13 +270,7 @@ class _Walk:
             for a in arriving:
                 a.state = _MERGED
             self._candidate(seg)
-        seg.bottom = key
-        seg.length += 1
-        seg.next = parent
-        if parent is None:
-            self._finish(seg)
-        else:
-            self.waiting.setdefault(parent, []).append(seg)
+        self.carry([seg], key, parent)
 
     def _finish(self, seg: _Segment) -> None:
         seg.rooted = True

@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from sesstree import Store
 
 HELPERS = Path(__file__).parent
 
@@ -15,3 +19,15 @@ def user(text: str, **extra: object) -> dict[str, object]:
 def assistant(text: str | None, **extra: object) -> dict[str, object]:
     """An assistant chat message."""
     return {"role": "assistant", "content": text, **extra}
+
+
+def agent_turn(store: Store, name: str, prompt: str, answer: str) -> None:
+    """One turn as the agent loop writes it: every turn starts with the same ``turn/start``."""
+    s = store.session(name)
+    s.append("turn/start", {"trigger": {"kind": "user"}})
+    s.add_message({"role": "user", "content": prompt})
+    s.append("step/start", {"step": 1})
+    s.add_message({"role": "assistant", "content": answer})
+    s.append("usage", {"model": "m", "usage": {"prompt_tokens": 10, "completion_tokens": 2}})
+    s.append("step/end", {"step": 1, "finish_reason": "stop"})
+    s.append("turn/end", {"reason": {"kind": "answer"}, "steps": 1})
