@@ -32,7 +32,7 @@ from blake3 import blake3
 
 from .errors import StoreError
 from .files import unwritable, write_private
-from .revisions import SESSIONS
+from .node import session_ref, symbolic
 from .scan import reflog_page
 from .store.base import Backend
 
@@ -199,7 +199,7 @@ def moved_to(backend: Backend, move: HeadMove) -> str | None:
                 # rename done long ago. (An expiry only shortens the log, so this never
                 # reaches back past the note; a rename's entry is its own, never folded.)
                 if i >= move.since:
-                    value = "ref: " + move.ref
+                    value = symbolic(move.ref)
             elif i == len(entries) - 1 and entry.old is not None:
                 # The deletion, not undone since: detached where it was. Folded into the
                 # entry its batch's appends began (older than the note, perhaps), the entry's
@@ -230,7 +230,7 @@ class Checkout:
 
     def raw(self) -> str:
         """HEAD's raw value as this thread sees it (a value waiting for its batch included)."""
-        return self._waiting() or self.keeper.get() or "ref: " + SESSIONS + "main"
+        return self._waiting() or self.keeper.get() or symbolic(session_ref("main"))
 
     def set(self, value: str) -> None:
         """Move HEAD: in the store's transaction when it is kept there; when it is kept
@@ -248,7 +248,7 @@ class Checkout:
     def follow(self, name: str, value: str) -> None:
         """Inside the transaction that renames or deletes session ``name``: HEAD, if it names
         that session, goes to ``value`` (with the transaction, or once it commits)."""
-        if self.raw() == "ref: " + SESSIONS + name:
+        if self.raw() == symbolic(session_ref(name)):
             self.set(value)
 
     @contextmanager
@@ -277,10 +277,10 @@ class Checkout:
         """Before the batch that renames or deletes session ``name``, on a HEAD kept outside
         the store that names it: note the move (:class:`HeadMove`) for :func:`settle`.
         Returns the note written and the one it replaced (None: none written)."""
-        raw = "ref: " + SESSIONS + name
+        raw = symbolic(session_ref(name))
         if self.keeper.in_store or self.raw() != raw:
             return None
-        tip = self._backend.get_ref(SESSIONS + name)
+        tip = self._backend.get_ref(session_ref(name))
         if tip is None:
             # Gone already, so this move will fail; HEAD may be left on it by a move killed
             # after its commit (a retry of that very command, often): finish that move by

@@ -1,4 +1,4 @@
-"""Nodes, their canonical encoding and ids, ref names and revision syntax.
+"""Nodes, their canonical encoding and ids, typed ref names and revision syntax.
 
 A node is ``(parent, type, data)``. Its id is the blake3 hash of the msgpack encoding of
 ``[ID_VERSION, parent, type, data]`` where ``parent`` is the parent's 32 raw id bytes (or nil for
@@ -22,15 +22,27 @@ from .errors import InvalidEventError, InvalidRefNameError
 
 __all__ = [
     "ID_VERSION",
+    "REMOTES",
     "RESERVED_PREFIXES",
+    "SESSIONS",
+    "TAGS",
     "Node",
     "NodeId",
+    "RefName",
     "check_ref_name",
     "decode_data",
     "encode_data",
     "make_node",
     "node_id",
     "node_id_from_encoded",
+    "parse_symbolic",
+    "remote_ref",
+    "session_name",
+    "session_ref",
+    "short_name",
+    "symbolic",
+    "tag_name",
+    "tag_ref",
 ]
 
 #: Bumped only if the hashed encoding ever changes; it is part of every hashed node.
@@ -125,10 +137,64 @@ def make_node(parent: NodeId | None, type: str, data: Any) -> Node:
     return Node(node_id(parent, type, data), parent, type, data)
 
 
+RefName = NewType("RefName", str)
+"""A full ref name as the store keys it: ``sessions/NAME``, ``tags/NAME`` or ``remotes/R/NAME``."""
+
+#: The namespaces of refs: a session ``x`` is the ref ``sessions/x``, a tag ``v1`` the ref
+#: ``tags/v1``, and what was last fetched of a remote's session lives under ``remotes/``.
+#: Defined here only; every other module names refs through the helpers below.
+SESSIONS = "sessions/"
+TAGS = "tags/"
+REMOTES = "remotes/"
+#: HEAD's stored value when it follows a session (git's symbolic ref): ``ref: sessions/NAME``.
+_SYMBOLIC = "ref: "
+
+
+def session_ref(name: str) -> RefName:
+    """The ref of session ``name`` (``sessions/NAME``)."""
+    return RefName(SESSIONS + name)
+
+
+def tag_ref(name: str) -> RefName:
+    """The ref of tag ``name`` (``tags/NAME``)."""
+    return RefName(TAGS + name)
+
+
+def remote_ref(path: str) -> RefName:
+    """The remote-tracking ref of ``REMOTE/NAME`` (``remotes/REMOTE/NAME``)."""
+    return RefName(REMOTES + path)
+
+
+def session_name(ref: str) -> str | None:
+    """The session name of ``ref`` if it is a session's ref (``sessions/NAME``), else None."""
+    return ref[len(SESSIONS):] if ref.startswith(SESSIONS) else None
+
+
+def tag_name(ref: str) -> str | None:
+    """The tag name of ``ref`` if it is a tag's ref (``tags/NAME``), else None."""
+    return ref[len(TAGS):] if ref.startswith(TAGS) else None
+
+
+def short_name(ref: str) -> str:
+    """``ref`` without its ``sessions/`` prefix if it has one: how a user names a session."""
+    name = session_name(ref)
+    return ref if name is None else name
+
+
+def symbolic(ref: str) -> str:
+    """HEAD's stored value when it follows ``ref``: ``ref: sessions/NAME``."""
+    return _SYMBOLIC + ref
+
+
+def parse_symbolic(raw: str) -> RefName | None:
+    """The ref a stored HEAD value follows, or None if it is detached (a node id)."""
+    return RefName(raw[len(_SYMBOLIC):]) if raw.startswith(_SYMBOLIC) else None
+
+
 _BAD_REF = re.compile(r"[\x00-\x20\x7f~^:?*\[\\]")
 #: Prefixes that are namespaces of refs, not names: a session called ``tags/v1`` would be
 #: shadowed by the tag ``v1``, and one called ``sessions/x`` could not be named on the CLI.
-RESERVED_PREFIXES = ("sessions/", "tags/", "refs/", "remotes/")
+RESERVED_PREFIXES = (SESSIONS, TAGS, "refs/", REMOTES)
 #: Unicode categories a name may not hold: controls, format characters (bidi overrides,
 #: zero-width joiners), line and paragraph separators, non-ASCII spaces, surrogates (bytes
 #: that were not UTF-8), private use and unassigned code points. Each can make two names look

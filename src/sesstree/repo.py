@@ -23,10 +23,25 @@ from .errors import (
 )
 from .events import Derived, derive_messages, is_registered
 from .head import Checkout, FileHead, HeadKeeper, MetaHead, head_file_for
-from .node import Node, NodeId, check_ref_name, encode_data, node_id_from_encoded
+from .node import (
+    REMOTES,
+    SESSIONS,
+    TAGS,
+    Node,
+    NodeId,
+    check_ref_name,
+    encode_data,
+    node_id_from_encoded,
+    parse_symbolic,
+    remote_ref,
+    session_ref,
+    short_name,
+    symbolic,
+    tag_ref,
+)
 from .policy import WritePolicy
 from .related import shared_length
-from .revisions import REMOTES, SESSIONS, TAGS, resolve, session_name_of, steps_suffix
+from .revisions import resolve, session_name_of, steps_suffix
 from .store.base import (
     PROVENANCE_KEY,
     Backend,
@@ -184,17 +199,17 @@ class Store:
 
         # One read of the refs with their depths: no head is fetched (a ref names only stored
         # nodes, so the depth is there; fsck checks both).
-        return [SessionInfo(ref.name[len(SESSIONS):], ref.target, depth, ref.moved)
+        return [SessionInfo(short_name(ref.name), ref.target, depth, ref.moved)
                 for ref, depth in list_refs_with_depth(self.backend, SESSIONS)]
 
     def session_head(self, name: str) -> NodeId | None:
         """Where session ``name`` points, or None if it has no events yet."""
-        ref = self.backend.get_ref(SESSIONS + name)
+        ref = self.backend.get_ref(session_ref(name))
         return None if ref is None else ref.target
 
     def has_session(self, name: str) -> bool:
         """True if a session of that name exists (has at least one event)."""
-        return self.backend.get_ref(SESSIONS + name) is not None
+        return self.backend.get_ref(session_ref(name)) is not None
 
     def fork(self, new: str, start: str | NodeId | None = None) -> Session:
         """Create session ``new`` at revision ``start`` (default HEAD). O(1): one ref, no copy.
@@ -213,7 +228,7 @@ class Store:
         check_ref_name(new)
         if self.has_session(new):
             raise RefExistsError(f"session {new!r} already exists")
-        self.move_ref(SESSIONS + new, None, target, f"branch: created from {source}")
+        self.move_ref(session_ref(new), None, target, f"branch: created from {source}")
         return self.session(new)
 
     def _named(self, rev: str | None) -> str:
@@ -239,9 +254,9 @@ class Store:
         metadata change in one transaction: a crash leaves all of it or none.
         """
         target = self._require_session(name)
-        with self._checkout.moving(name, SESSIONS + name, "branch: deleted"), self.batch():
+        with self._checkout.moving(name, session_ref(name), "branch: deleted"), self.batch():
             target = self._require_session(name)
-            self.move_ref(SESSIONS + name, target, None, "branch: deleted")
+            self.move_ref(session_ref(name), target, None, "branch: deleted")
             self._checkout.follow(name, target)
             self.backend.set_session_meta(name, None)
         return target
@@ -252,16 +267,16 @@ class Store:
         shared store's HEAD, outside the transaction, see :mod:`sesstree.head`)."""
         check_ref_name(new)
         reason = f"branch: renamed {old} to {new}"
-        with self._checkout.moving(old, SESSIONS + new, reason), self.batch():
+        with self._checkout.moving(old, session_ref(new), reason), self.batch():
             target = self._require_session(old)
             if self.has_session(new):
                 raise RefExistsError(f"session {new!r} already exists")
-            self.backend.rename_ref(SESSIONS + old, SESSIONS + new, target, reason)
+            self.backend.rename_ref(session_ref(old), session_ref(new), target, reason)
             meta = self.backend.get_session_meta(old)
             if meta is not None:
                 self.backend.set_session_meta(new, meta)
                 self.backend.set_session_meta(old, None)
-            self._checkout.follow(old, "ref: " + SESSIONS + new)
+            self._checkout.follow(old, symbolic(session_ref(new)))
 
     def reset(self, name: str, rev: str | NodeId, reason: str | None = None, *,
               handle: Session | None = None) -> NodeId:
@@ -279,7 +294,7 @@ class Store:
         target = self.resolve(rev)
         old = self._require_session(name) if handle is None else handle.head
         if old != target:
-            self.move_ref(SESSIONS + name, old, target, reason or f"reset: moving to {rev}",
+            self.move_ref(session_ref(name), old, target, reason or f"reset: moving to {rev}",
                           handle=handle)
         return target
 
@@ -360,17 +375,17 @@ class Store:
         """Name the node at ``rev``. Raises RefExistsError if the tag exists."""
         check_ref_name(name)
         target = self.resolve(rev)
-        if self.backend.get_ref(TAGS + name) is not None:
+        if self.backend.get_ref(tag_ref(name)) is not None:
             raise RefExistsError(f"tag {name!r} already exists")
-        self.move_ref(TAGS + name, None, target, f"tag: {rev}")
+        self.move_ref(tag_ref(name), None, target, f"tag: {rev}")
         return target
 
     def delete_tag(self, name: str) -> NodeId:
         """Delete a tag (logged). Raises UnknownRevisionError if there is none of that name."""
-        ref = self.backend.get_ref(TAGS + name)
+        ref = self.backend.get_ref(tag_ref(name))
         if ref is None:
             raise UnknownRevisionError(f"no tag named {name!r}")
-        self.move_ref(TAGS + name, ref.target, None, "tag: deleted")
+        self.move_ref(tag_ref(name), ref.target, None, "tag: deleted")
         return ref.target
 
     def expire_reflog(self, name: str) -> int:
@@ -378,7 +393,7 @@ class Store:
         can remove what only that history kept: all of a deleted session's log, all but the
         newest entry of a live one. This is the one step that gives up undo; returns how many
         entries went."""
-        ref = name if name.startswith((SESSIONS, TAGS)) else SESSIONS + name
+        ref = name if name.startswith((SESSIONS, TAGS)) else session_ref(name)
         if not self.backend.reflog(ref):
             raise UnknownRevisionError(f"no session named {name!r} and no reflog for it")
         return self.backend.expire_reflog(ref)
@@ -390,8 +405,8 @@ class Store:
     def head(self) -> tuple[str | None, NodeId | None]:
         """``(session name, node)`` of HEAD; name is None when detached, node None when empty."""
         raw = self._checkout.raw()
-        if raw.startswith("ref: "):
-            name = raw[5 + len(SESSIONS):]
+        if (followed := parse_symbolic(raw)) is not None:
+            name = short_name(followed)
             node = self.session_head(name)
             # A session that is gone: a rename or delete this HEAD was following may have
             # committed in a process killed before it could move HEAD (see sesstree.head).
@@ -399,16 +414,16 @@ class Store:
             if settled is None:
                 return name, node
             raw = settled
-            if raw.startswith("ref: "):
-                name = raw[5 + len(SESSIONS):]
+            if (followed := parse_symbolic(raw)) is not None:
+                name = short_name(followed)
                 return name, self.session_head(name)
         return None, NodeId(raw)
 
     def checkout(self, rev: str) -> tuple[str | None, NodeId]:
         """Point HEAD at a session (by name) or, detached, at any other revision's node."""
-        name = rev[len(SESSIONS):] if rev.startswith(SESSIONS) else rev
+        name = short_name(rev)
         if not steps_suffix(rev) and self.has_session(name):
-            self._checkout.set("ref: " + SESSIONS + name)
+            self._checkout.set(symbolic(session_ref(name)))
             return name, self._require_session(name)
         target = self.resolve(rev)
         self._checkout.set(target)
@@ -416,7 +431,7 @@ class Store:
 
     def set_head_session(self, name: str) -> None:
         """Point HEAD at session ``name``, which may not exist yet (its first append creates it)."""
-        self._checkout.set("ref: " + SESSIONS + check_ref_name(name))
+        self._checkout.set(symbolic(session_ref(check_ref_name(name))))
 
     # -- revisions ---------------------------------------------------------------------------
 
@@ -504,9 +519,9 @@ class Store:
             return self.backend.reflog()
         if name.startswith((SESSIONS, TAGS, REMOTES)):
             return self.backend.reflog(name)
-        entries = self.backend.reflog(SESSIONS + name)
+        entries = self.backend.reflog(session_ref(name))
         if not entries and "/" in name:
-            entries = self.backend.reflog(REMOTES + name)  # REMOTE/NAME, a remote session
+            entries = self.backend.reflog(remote_ref(name))  # REMOTE/NAME, a remote session
         return entries
 
     def reflog_page(self, name: str, limit: int, offset: int = 0) -> tuple[list[ReflogEntry], int]:
@@ -524,9 +539,9 @@ class Store:
                              f"not {limit} and {offset}")
         if name.startswith((SESSIONS, TAGS, REMOTES)):
             return reflog_page(self.backend, name, limit, offset)
-        page = reflog_page(self.backend, SESSIONS + name, limit, offset)
+        page = reflog_page(self.backend, session_ref(name), limit, offset)
         if not page[1] and "/" in name:
-            page = reflog_page(self.backend, REMOTES + name, limit, offset)
+            page = reflog_page(self.backend, remote_ref(name), limit, offset)
         return page
 
     # -- maintenance -------------------------------------------------------------------------

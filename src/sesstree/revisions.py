@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 
 from .errors import AmbiguousPrefixError, UnknownRevisionError
 from .fmt import plural
-from .node import NodeId
+from .node import REMOTES, SESSIONS, TAGS, NodeId, remote_ref, session_ref, short_name, tag_ref
 
 if TYPE_CHECKING:
     from .repo import Store
@@ -30,10 +30,8 @@ if TYPE_CHECKING:
 __all__ = ["MAX_REVISION", "MESSAGE_STEP_TYPES", "REMOTES", "SESSIONS", "TAGS", "parse_steps",
            "resolve", "session_name_of", "split_steps", "steps_suffix"]
 
-SESSIONS = "sessions/"
-TAGS = "tags/"
-#: Remote-tracking refs: ``remotes/REMOTE/NAME``, read as the revision ``REMOTE/NAME``.
-REMOTES = "remotes/"
+# SESSIONS, TAGS and REMOTES (remote-tracking refs ``remotes/REMOTE/NAME``, read as the revision
+# ``REMOTE/NAME``) are defined in node.py and re-exported here, where they have been importable.
 # \Z, not $: `$` also matches before a final line break, which a hostile revision may hold.
 _HEX = re.compile(r"^[0-9a-f]{4,64}\Z")
 _SUFFIX = re.compile(r"(~[0-9]*[mt]?|\^+)\Z")
@@ -143,7 +141,7 @@ def session_name_of(store: Store, rev: str) -> str:
     if base in ("HEAD", "@", ""):
         head_name, _ = store.head()
         return head_name or rev
-    return base[len(SESSIONS):] if base.startswith(SESSIONS) else base
+    return short_name(base)
 
 
 def steps_suffix(rev: str) -> bool:
@@ -161,7 +159,7 @@ def _resolve_base(store: Store, base: str, rev: str) -> NodeId:
         if node is None:
             raise UnknownRevisionError(f"HEAD ({name}) has no events yet")
         return node
-    for ref in (base, SESSIONS + base, TAGS + base, REMOTES + base):
+    for ref in (base, session_ref(base), tag_ref(base), remote_ref(base)):
         found = store.backend.get_ref(ref)
         if found is not None:
             return found.target
@@ -190,9 +188,9 @@ def _from_reflog(store: Store, name: str, n: int, rev: str) -> NodeId:
         name = head_name
     entries = store.reflog(name)
     if not entries and not name.startswith((SESSIONS, TAGS, REMOTES)):
-        entries = store.backend.reflog(TAGS + name)  # a tag by its short name
+        entries = store.backend.reflog(tag_ref(name))  # a tag by its short name
         if not entries and "/" in name:
-            entries = store.backend.reflog(REMOTES + name)  # REMOTE/NAME
+            entries = store.backend.reflog(remote_ref(name))  # REMOTE/NAME
     if n >= len(entries):
         raise UnknownRevisionError(f"{rev}: the reflog of {name} has only {len(entries)} entries")
     target = entries[-1 - n].new
