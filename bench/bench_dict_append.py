@@ -1,7 +1,7 @@
 """What the compression dictionary costs an append (SQLite, default durability).
 
 Two stores are made alike: 1,100 messages written in one batch, then the writer closes (and
-trains the dictionary, see sesstree.store.sqlite_dicts); from one of them the dictionary is
+trains the dictionary, see sesstree.store.sqlite.dicts); from one of them the dictionary is
 then removed again (its rows were all written before it, plain, so the store stays whole).
 Then ``n`` appends of bench_store's messages go to a new session of each, one by one, timed,
 in alternating rounds, with the seed's JSONL open/append/close in the same rounds; each

@@ -327,7 +327,7 @@ def bench_load(tmp: Path, n: int, results: dict[str, Any]) -> None:
         packed = msgspec.msgpack.encode([x for t, d in zip(chain.types, chain.datas, strict=True)
                                          for x in (t, d)])
         whole = b"".join(bodies)
-        from sesstree.store.sqlite_sql import READ_RANGE
+        from sesstree.store.sqlite.sql import READ_RANGE
 
         db = store.backend._db  # type: ignore[attr-defined]
         framed = db.execute("SELECT data, codec FROM nodes WHERE codec IS NOT NULL").fetchall()
@@ -569,7 +569,7 @@ def bench_gc_turns(tmp: Path, base_url: str | None, results: dict[str, Any]) -> 
 
 
 def _gc(store: Store, ends: list[float]) -> int:
-    from sesstree.maintenance import gc
+    from sesstree.repo.maintenance import gc
 
     return gc(store, progress=lambda done, total: ends.append(time.perf_counter())).removed
 

@@ -1,4 +1,4 @@
-"""What the look at the write-ahead log on open (sesstree.store.sqlite_walguard) costs.
+"""What the look at the write-ahead log on open (sesstree.store.sqlite.walguard) costs.
 
 Opening a store and reading its last 20 events (what ``sess log -n 20`` does) with the check
 and without it (the check replaced by a no-op), in the same run:
@@ -28,7 +28,7 @@ from typing import Any
 
 from sesstree import open_store
 from sesstree.store import sqlite_open
-from sesstree.store.sqlite_walguard import find_damage
+from sesstree.store.sqlite.walguard import find_damage
 
 HOLD = """
 import sys, time

@@ -59,8 +59,8 @@ def test_log_loads_what_reading_a_store_needs_only(tmp_path: Path) -> None:
     modules = modules_after("--store", str(tmp_path / "s"), "log", "-n", "20")
     assert "sesstree.cli.reading" in modules and "sqlite3" in modules
     assert loaded(modules, SERVERS) == []
-    for lazy in ("sesstree.graph", "sesstree.agent", "sesstree.sync", "sesstree.interop",
-                 "sesstree.store.memory", "sesstree.store.sqlite_gc", "sesstree.cli.remote",
+    for lazy in ("sesstree.cli.graph", "sesstree.agent", "sesstree.sync", "sesstree.interop",
+                 "sesstree.store.memory", "sesstree.store.sqlite.gc", "sesstree.cli.remote",
                  "subprocess", "tempfile", "secrets"):
         assert lazy not in modules, lazy
 
@@ -80,7 +80,7 @@ def test_the_help_list_says_what_each_command_says(width: int) -> None:
 
 
 def test_the_store_file_name_is_the_stores() -> None:
-    from sesstree.repo import STORE_FILE
+    from sesstree.repo.store import STORE_FILE
 
     assert _STORE_FILE == STORE_FILE
 

@@ -12,7 +12,7 @@ import pytest
 from cli_kit import Sess, msg
 from reading_kit import quest, streamed
 
-from sesstree.folding import CONVERSATION_TYPES
+from sesstree.repo.folding import CONVERSATION_TYPES
 
 _LINE = re.compile(r"^(?P<lanes>[|* ]*?)\* (?P<id>[0-9a-f]{10})  (?P<type>\S+)( +)(?P<text>.*)$")
 

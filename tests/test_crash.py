@@ -21,7 +21,7 @@ import pytest
 from core_testkit import HELPERS
 
 from sesstree import open_store
-from sesstree.store.sqlite_wal import frame_checksum, log_order, walk_log
+from sesstree.store.sqlite.wal import frame_checksum, log_order, walk_log
 
 SCRIPT = HELPERS / "append_loop.py"
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from sesstree import open_store
-from sesstree.store.sqlite import SqliteBackend
+from sesstree.store.sqlite.backend import SqliteBackend
 
 # SQLite's PRAGMA synchronous values.
 NORMAL, FULL = 1, 2
@@ -41,7 +41,7 @@ def test_each_connection_gets_the_sync_level(tmp_path: Path, durability: str, le
 def test_a_durable_store_gives_its_wal_its_size_up_front(tmp_path: Path) -> None:
     """Durable commits overwrite WAL blocks that exist (no file growth to sync); the zeros
     past the last frame read as the end of the log, before and after a checkpoint."""
-    from sesstree.store.sqlite import DURABLE_WAL_PAGES
+    from sesstree.store.sqlite.backend import DURABLE_WAL_PAGES
 
     with open_store(tmp_path / "s", durability="durable") as store:
         wal = tmp_path / "s" / "store.db-wal"
@@ -101,7 +101,7 @@ def test_opening_durable_while_the_lock_is_held_still_opens(tmp_path: Path) -> N
 def test_a_long_writer_gets_its_wal_sized_too(tmp_path: Path) -> None:
     """After SIZE_WAL_AFTER appends a connection's WAL is given its size once (not synced:
     the default mode does not promise power-loss safety); nothing written is touched."""
-    from sesstree.store.sqlite import SIZE_WAL_AFTER, WAL_PAGES
+    from sesstree.store.sqlite.backend import SIZE_WAL_AFTER, WAL_PAGES
 
     with open_store(tmp_path / "s") as store:
         q = store.session("q")

@@ -7,7 +7,7 @@ import pytest
 
 from sesstree import Store
 from sesstree.node import NodeId
-from sesstree.repo import Store as _Store
+from sesstree.repo.store import Store as _Store
 from sesstree.store.memory import MemoryBackend
 from sesstree.testing import Engine, user
 from sesstree.testing.conformance import *  # noqa: F403 - the suite's tests and fixtures

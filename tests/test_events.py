@@ -10,7 +10,7 @@ from core_testkit import assistant, user
 
 from sesstree import InvalidEventError, Store, derive_messages, make_node, repair_messages
 from sesstree.events import MESSAGE_TYPES, VOCABULARY, is_registered, message_type
-from sesstree.sending import ORPHAN_RESULT, PENDING_RESULT
+from sesstree.repo.sending import ORPHAN_RESULT, PENDING_RESULT
 
 
 def call(cid: str, name: str = "talk_to") -> dict[str, Any]:

@@ -24,7 +24,7 @@ from small_disk import free_bytes, leave_free, make_room, mounted
 import sesstree
 from sesstree import StoreFullError, StoreLockedError, open_store
 from sesstree.errors import StoreError
-from sesstree.store.sqlite_media import translate
+from sesstree.store.sqlite.media import translate
 
 # The read commands whose output must be the same on a full disk as with room.
 READS = [("messages",), ("log",), ("log", "--all", "--graph"), ("fsck",), ("show",),

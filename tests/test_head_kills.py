@@ -1,7 +1,7 @@
 """Kill ``sess branch -m`` and ``sess branch -d``: HEAD never dangles, on any engine.
 
 A shared store's HEAD is a file of this user on this machine, outside the store's
-transaction (see ``sesstree.head``); a local store's moves in it. Each round runs the real
+transaction (see ``sesstree.repo.head``); a local store's moves in it. Each round runs the real
 command against the run's real PostgreSQL server (or a SQLite folder) and SIGKILLs it, at a
 random moment or at a chosen point (right before the store's transaction commits, right
 after it), then checks what the user sees: ``sess status`` names the session as it was
@@ -34,8 +34,8 @@ from core_testkit import HELPERS
 
 from sesstree import open_store
 from sesstree.errors import StoreError
-from sesstree.head import head_file_for
-from sesstree.store.postgres import PostgresBackend
+from sesstree.repo.head import head_file_for
+from sesstree.store.postgres.backend import PostgresBackend
 from sesstree.testing import user
 
 SESS = str(Path(sys.executable).with_name("sess"))  # the console script, as a user runs it

@@ -235,7 +235,7 @@ def test_hostile_argument_campaign_long(quest: Sess) -> None:
 
 
 def test_a_bug_reaches_a_user_as_one_line_not_a_traceback(quest: Sess) -> None:
-    broken = ("import sesstree.cli as c, sesstree.repo as r\n"
+    broken = ("import sesstree.cli as c, sesstree.repo.store as r\n"
               "def boom(*a, **k): raise KeyError('surprise')\n"
               "r.Store.log = boom\n"
               "c.main()\n")

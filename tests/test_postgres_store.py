@@ -26,11 +26,11 @@ from sesstree import (
     open_store,
 )
 from sesstree.store.base import StoreFormat
-from sesstree.store.postgres import (
+from sesstree.store.postgres.backend import (
     PostgresBackend,
     StoreUnavailableError,
 )
-from sesstree.store.postgres_schema import FORMAT_VERSION
+from sesstree.store.postgres.schema import FORMAT_VERSION
 from sesstree.store.urls import is_store_url, redact_url
 
 SESS = str(Path(sys.executable).with_name("sess"))  # the console script, as a user runs it

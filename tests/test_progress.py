@@ -7,7 +7,7 @@ import io
 import pytest
 
 from sesstree import progress as progress_module
-from sesstree.progress import TerminalProgress
+from sesstree.cli.progress import TerminalProgress
 
 
 @pytest.mark.parametrize("clock", [0.0, 2.5, 59.0, 3599.0, 1e7])

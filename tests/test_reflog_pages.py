@@ -10,7 +10,7 @@ from click.testing import CliRunner
 
 from sesstree import Store, open_store
 from sesstree.cli import cli
-from sesstree.scan import reflog_page, reflog_times
+from sesstree.repo.scan import reflog_page, reflog_times
 
 
 def grow(store: Store, name: str, moves: int) -> list[str]:

@@ -1,5 +1,5 @@
 """Sessions are related only where they share history a reader recognises: the rule of
-:mod:`sesstree.related`, through ``Store.diff`` (the merge base), the web's bounded diff and
+:mod:`sesstree.repo.related`, through ``Store.diff`` (the merge base), the web's bounded diff and
 ``sess diff`` / ``sess log A..B``."""
 
 from __future__ import annotations

@@ -59,7 +59,7 @@ def test_a_system_prompt_before_the_first_turn_is_where_it_ends(store: Store) ->
 
 
 def test_steps_apply_left_to_right_and_event_runs_add_up() -> None:
-    from sesstree.revisions import parse_steps
+    from sesstree.repo.revisions import parse_steps
 
     assert parse_steps("quest-1@{2}~2t^^~3") == ("quest-1@{2}", [(2, "t"), (5, "")])
     assert parse_steps("4f1c9a~3m~t") == ("4f1c9a", [(3, "m"), (1, "t")])

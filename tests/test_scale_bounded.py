@@ -20,9 +20,9 @@ import pytest
 from core_testkit import assistant, user
 
 from sesstree import Store, make_node, open_store
+from sesstree.cli.graph import GraphNode, draw_graph, stream_graph
 from sesstree.cli.reading import _ref_labels
-from sesstree.graph import GraphNode, draw_graph, stream_graph
-from sesstree.maintenance import fsck, gc
+from sesstree.repo.maintenance import fsck, gc
 
 # -- helpers ---------------------------------------------------------------------------------
 
@@ -549,7 +549,7 @@ def test_an_older_store_is_upgraded_on_open_and_read_as_it_is_when_read_only(
 def test_progress_is_drawn_only_on_a_terminal() -> None:
     import io
 
-    from sesstree.progress import TerminalProgress, terminal_progress
+    from sesstree.cli.progress import TerminalProgress, terminal_progress
 
     class Tty(io.StringIO):
         def isatty(self) -> bool:
@@ -568,13 +568,13 @@ def test_progress_is_drawn_only_on_a_terminal() -> None:
 
 
 def test_the_newest_sessions_are_read_through_an_index(two_sizes: tuple[Path, Path]) -> None:
-    from sesstree.scan import newest_refs
+    from sesstree.repo.scan import newest_refs
 
     bounded(two_sizes, lambda store: newest_refs(store.backend, "sessions/", 10))
 
 
 def test_newest_refs_and_the_reflog_stamp_on_every_backend(store: Store) -> None:
-    from sesstree.scan import newest_refs, reflog_stamp
+    from sesstree.repo.scan import newest_refs, reflog_stamp
 
     for name in ("a", "b", "c", "d"):
         store.session(name).add_message({"role": "user", "content": name})

@@ -12,8 +12,8 @@ import pytest
 from core_testkit import user
 
 from sesstree import Store, make_node, open_store
-from sesstree.maintenance import fsck, gc
-from sesstree.store.postgres_schema import FORMAT_VERSION
+from sesstree.repo.maintenance import fsck, gc
+from sesstree.store.postgres.schema import FORMAT_VERSION
 
 
 @contextmanager

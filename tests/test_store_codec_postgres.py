@@ -14,7 +14,7 @@ from sesstree import open_store
 from sesstree.errors import StoreCorruptError, StoreFormatError
 from sesstree.store import postgres_schema
 from sesstree.store.codec import TRAIN_AFTER
-from sesstree.store.postgres_codec import MAGIC
+from sesstree.store.postgres.codec import MAGIC
 
 
 def fill(url: str, batched: list[dict[str, Any]], one_by_one: list[dict[str, Any]]) -> None:

@@ -18,7 +18,7 @@ from sesstree import Store, open_store
 from sesstree.errors import StoreCorruptError, StoreFullError
 from sesstree.store import codec as codec_module
 from sesstree.store.codec import TRAIN_AFTER
-from sesstree.store.postgres_codec import MAGIC
+from sesstree.store.postgres.codec import MAGIC
 
 
 def _dicts(folder: Path) -> int:

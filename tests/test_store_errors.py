@@ -11,7 +11,7 @@ import pytest
 
 from sesstree import StoreCorruptError, StoreFullError, StoreLockedError
 from sesstree.errors import StoreError
-from sesstree.store.sqlite_media import translate
+from sesstree.store.sqlite.media import translate
 
 pytestmark = pytest.mark.skipif(sys.version_info < (3, 11),
                                 reason="result codes on sqlite3 errors need Python 3.11")

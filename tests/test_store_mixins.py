@@ -7,8 +7,8 @@ import inspect
 
 import pytest
 
-from sesstree.store.postgres import PostgresBackend
-from sesstree.store.sqlite import SqliteBackend
+from sesstree.store.postgres.backend import PostgresBackend
+from sesstree.store.sqlite.backend import SqliteBackend
 
 
 @pytest.mark.parametrize("backend", [SqliteBackend, PostgresBackend])

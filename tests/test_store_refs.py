@@ -21,7 +21,7 @@ from core_testkit import HELPERS
 
 from sesstree import Store, open_store
 from sesstree.errors import StoreError
-from sesstree.head import FileHead
+from sesstree.repo.head import FileHead
 from sesstree.store.base import SessionMeta
 
 CHILD = HELPERS / "store_child.py"

@@ -16,7 +16,7 @@ from test_store_codec import traffic
 from sesstree import make_node, open_store
 from sesstree.errors import StoreCorruptError
 from sesstree.store import sqlite_paths
-from sesstree.store.sqlite_sums import BLOCK
+from sesstree.store.sqlite.sums import BLOCK
 
 
 @contextmanager

@@ -26,9 +26,9 @@ import pytest
 from core_testkit import HELPERS
 
 from sesstree import WalDamagedError, open_store
-from sesstree.store.sqlite import SqliteBackend
-from sesstree.store.sqlite_wal import _read_in_child, scan_wal
-from sesstree.store.sqlite_walguard import accept_wal_loss
+from sesstree.store.sqlite.backend import SqliteBackend
+from sesstree.store.sqlite.wal import _read_in_child, scan_wal
+from sesstree.store.sqlite.walguard import accept_wal_loss
 
 
 def backfilled(folder: Path) -> tuple[int, int]:

@@ -97,7 +97,7 @@ def test_gc_reads_no_payload(tmp_path: Path) -> None:
     import sqlite3
 
     from sesstree import make_node
-    from sesstree.store.sqlite import SqliteBackend
+    from sesstree.store.sqlite.backend import SqliteBackend
 
     with open_store(tmp_path / "s") as store:
         q = store.session("q")

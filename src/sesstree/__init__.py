@@ -40,9 +40,9 @@ if _typing.TYPE_CHECKING:
     from .agent import Agent, OpenAIProvider, Tool, tool
     from .events import Derived, Problem, derive_messages, register_event_type
     from .node import Node, NodeId, make_node
-    from .repo import Diff, SessionInfo, Store, open_store
-    from .sending import repair_messages
-    from .session import Session
+    from .repo.sending import repair_messages
+    from .repo.session import Session
+    from .repo.store import Diff, SessionInfo, Store, open_store
 
 # Everything but the errors is imported on first use: `sess --help` and the commands that do
 # not open a store should not pay for the store modules, msgspec and blake3 at start-up, and
@@ -52,9 +52,10 @@ _LAZY = {
     "Derived": ".events", "Problem": ".events", "derive_messages": ".events",
     "register_event_type": ".events",
     "Node": ".node", "NodeId": ".node", "make_node": ".node",
-    "Diff": ".repo", "SessionInfo": ".repo", "Store": ".repo", "open_store": ".repo",
-    "repair_messages": ".sending",
-    "Session": ".session",
+    "Diff": ".repo.store", "SessionInfo": ".repo.store", "Store": ".repo.store",
+    "open_store": ".repo.store",
+    "repair_messages": ".repo.sending",
+    "Session": ".repo.session",
 }
 
 

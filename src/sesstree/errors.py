@@ -138,7 +138,7 @@ class MissingNodeError(SesstreeError):
 class InvalidEventError(SesstreeError):
     """An event type that is not registered, or data that is not a JSON value; also text that
     no store can hold in a session's metadata, a reflog reason or an import's origin (see
-    :mod:`sesstree.store.text`). Nothing was written."""
+    :mod:`sesstree.store.storable`). Nothing was written."""
 
 
 class InputError(SesstreeError):

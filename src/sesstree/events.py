@@ -16,7 +16,7 @@ session from its root:
 Problems in the history (a tool call with no result, a result with no call) are reported in
 :attr:`Derived.problems`, never repaired here. A call at the tail with no result yet is
 ``pending`` (a tool may still be running), not an orphan. Making a history acceptable to a
-model API is the separate sending view, :func:`sesstree.sending.repair_messages`.
+model API is the separate sending view, :func:`sesstree.repo.sending.repair_messages`.
 """
 
 from __future__ import annotations
@@ -157,7 +157,7 @@ def derive_messages(
     ``ids`` (hex node ids) are needed only to honour a compaction marker's ``first_kept``.
     ``problems`` lists tool calls and results that are not paired; the messages are not
     changed for them. With ``repair=True`` the result is the sending view instead
-    (:func:`sesstree.sending.repair_messages`).
+    (:func:`sesstree.repo.sending.repair_messages`).
     """
     out: list[dict[str, Any]] = []
     append = out.append
@@ -223,7 +223,7 @@ def derive_messages(
                 append(message)
                 waiting = None
     if repair:
-        from .sending import repair_messages
+        from .repo.sending import repair_messages
 
         return repair_messages(out)
     if waiting is None:

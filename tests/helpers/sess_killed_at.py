@@ -19,8 +19,8 @@ import sys
 from typing import Any
 
 from sesstree.cli import main
-from sesstree.head import FileHead
-from sesstree.store.postgres import PostgresBackend
+from sesstree.repo.head import FileHead
+from sesstree.store.postgres.backend import PostgresBackend
 
 
 def die() -> None:

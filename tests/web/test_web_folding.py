@@ -1,5 +1,5 @@
 """The session and diff pages fold each turn's bookkeeping as ``sess log`` does (one rule,
-``sesstree.folding``), unfold with ``?all-events=1``, begin a page at a turn's start, keep a
+``sesstree.repo.folding``), unfold with ``?all-events=1``, begin a page at a turn's start, keep a
 live turn summed, say where a time comes from; search snippets keep the spaces beside the
 match and mark only a cut."""
 
@@ -17,7 +17,7 @@ from reading_kit import quest, streamed
 
 import sesstree.interop.claude  # noqa: F401 - registers the claude/* record types
 from sesstree import Store, open_store
-from sesstree.folding import fold_turns
+from sesstree.repo.folding import fold_turns
 
 
 @pytest.fixture

@@ -56,7 +56,7 @@ def test_lines_join_from_row_to_row(seed: int, turns: bool) -> None:
             bottom = {s["x2"] for s in r["segments"] if s["y2"] == 2}
             into_node = {s["x2"] for s in r["segments"] if s["y2"] == 1}
             assert into_node <= {r["lane"]}
-            # Sessions never meet at an opener or a system prompt (see sesstree.related).
+            # Sessions never meet at an opener or a system prompt (see sesstree.repo.related).
             assert not (r["fork"] and r["type"] in ("turn/start", "step/start",
                                                     "system/message"))
             if r["parent"] is None:

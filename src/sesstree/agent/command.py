@@ -22,7 +22,7 @@ from ..errors import (
 )
 from ..fmt import printable
 from ..node import Node, check_ref_name
-from ..repo import Store
+from ..repo.store import Store
 from .loop import Agent
 from .provider import NullContent, OpenAIProvider
 from .sending import has_pending_turn

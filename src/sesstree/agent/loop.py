@@ -20,7 +20,7 @@ from blake3 import blake3
 from ..errors import AgentError, IncompleteReplyError, MaxTurnsExceeded, ProviderError, SesstreeError
 from ..fmt import printable
 from ..node import Node
-from ..session import Session
+from ..repo.session import Session
 from .provider import Provider
 from .sending import sending_messages
 from .tools import Tool, ToolOutcome, as_tools

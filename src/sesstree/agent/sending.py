@@ -3,7 +3,7 @@
 A stored history can be one the API refuses: after a failed turn the session ends with the
 user's message, and the next prompt makes two user messages in a row, which strict chat
 templates reject ("roles must alternate") on every request after. The core's sending view
-(:mod:`sesstree.sending`) repairs that (consecutive user messages joined, a synthetic result
+(:mod:`sesstree.repo.sending`) repairs that (consecutive user messages joined, a synthetic result
 for a tool call that has none) and reports what it repaired; the stored events stay exactly
 as they were.
 """
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..session import Session
+from ..repo.session import Session
 
 __all__ = ["has_pending_turn", "sending_messages"]
 

@@ -28,8 +28,8 @@ from urllib.parse import urlsplit
 
 from ..cli.titles import RUN_KEY
 from ..node import NodeId
-from ..repo import Store
-from ..scan import Links
+from ..repo.scan import Links
+from ..repo.store import Store
 
 __all__ = ["RESERVED_FIELDS", "parse_params", "remember", "remembered", "secret_field"]
 

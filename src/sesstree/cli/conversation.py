@@ -1,6 +1,6 @@
 """A session as a person reads it: the conversation, with the loop's bookkeeping folded away.
 
-Two views live here. :func:`fold_turns` (from :mod:`sesstree.folding`, the one rule every
+Two views live here. :func:`fold_turns` (from :mod:`sesstree.repo.folding`, the one rule every
 reading view folds by) picks, from a session's events, what ``sess log`` shows by default: the
 messages, and one line per agent turn that sums up the events around them (steps, tokens, how
 long it took, why it ended). :func:`render_messages` writes chat
@@ -18,8 +18,8 @@ from typing import Any
 import msgspec
 
 from ..fmt import terminal_safe, terminal_text
-from ..folding import CONVERSATION_TYPES, Row, TurnStats, fold_turns
 from ..node import Node
+from ..repo.folding import CONVERSATION_TYPES, Row, TurnStats, fold_turns
 from .term import Terminal
 
 __all__ = ["CONVERSATION_TYPES", "Row", "TurnStats", "content_text", "fold_turns", "node_text",

@@ -14,12 +14,12 @@ from ..errors import StoreNotFoundError
 from ..store.urls import is_store_url
 
 if TYPE_CHECKING:
-    from ..repo import Store
+    from ..repo.store import Store
 
 __all__ = ["STORE_DIR", "StoreLocator"]
 
 STORE_DIR = ".sess"
-#: The database file inside a store folder (as :data:`sesstree.repo.STORE_FILE`).
+#: The database file inside a store folder (as :data:`sesstree.repo.store.STORE_FILE`).
 _STORE_FILE = "store.db"
 
 
@@ -76,7 +76,7 @@ class StoreLocator:
     def open(self) -> Store:
         """Open the store once per command."""
         if self._store is None:
-            from ..repo import open_store
+            from ..repo.store import open_store
 
             self._store = open_store(self.url() or self.find(), create=False)
         return self._store

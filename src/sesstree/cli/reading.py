@@ -15,10 +15,10 @@ from typing import Any
 import click
 
 from ..fmt import cells, fit, short, summary, to_jsonable
-from ..folding import PathFolder, fold_or_every
 from ..node import Node, NodeId
-from ..repo import SESSIONS, TAGS, Store
-from ..scan import refs_at
+from ..repo.folding import PathFolder, fold_or_every
+from ..repo.scan import refs_at
+from ..repo.store import SESSIONS, TAGS, Store
 from ..store.base import Ref
 from .conversation import CONVERSATION_TYPES, Row, fold_turns, node_text
 from .core import CountCommand, StoreLocator, cli, complete_rev, emit_json, events, page, pass_store, usage
@@ -323,7 +323,7 @@ def _log_graph(store: Store, rev: str, all_refs: bool, limit: int | None, *,
                oneline: bool = True, reverse: bool = False, folded: bool = True) -> None:
     # Streamed: the drawing is printed as the store is read, in bounded memory, and stops
     # reading at the -n limit (upside down, --reverse needs the whole drawing first).
-    from ..graph import Label, stream_graph
+    from .graph import Label, stream_graph
 
     label = _label if oneline else _long_label
     labels: dict[NodeId, list[str]] | None = None

@@ -13,7 +13,7 @@ import msgspec
 from ..errors import InputError, UnknownRevisionError
 from ..events import VOCABULARY, is_registered, message_type
 from ..fmt import printable, relative_time, short
-from ..repo import SESSIONS, TAGS, Store
+from ..repo.store import SESSIONS, TAGS, Store
 from .core import (
     CountCommand,
     StoreLocator,

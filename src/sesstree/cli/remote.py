@@ -21,7 +21,7 @@ import click
 from ..errors import PushRejectedError, RemoteError
 from ..fmt import plural, short
 from ..node import NodeId
-from ..repo import Store
+from ..repo.store import Store
 from ..store.urls import is_store_url, redact_url
 from ..sync import ops
 from ..sync.connect import read_token_file

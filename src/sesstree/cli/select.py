@@ -15,8 +15,8 @@ import click
 
 from ..errors import InputError
 from ..node import Node, NodeId
-from ..recorded import reflog_dates
-from ..repo import SESSIONS, Store
+from ..repo.recorded import reflog_dates
+from ..repo.store import SESSIONS, Store
 from ..store.base import ReflogEntry
 from .conversation import node_text, role_of
 

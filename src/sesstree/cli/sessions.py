@@ -16,11 +16,11 @@ from ..errors import (
     StoreError,
     UnknownRevisionError,
 )
-from ..files import write_private
 from ..fmt import cells, fit, fit_left, pad, printable, relative_time, short
-from ..head import head_file_for
 from ..node import check_ref_name
-from ..repo import SESSIONS, STORE_FILE, Store, open_store
+from ..repo.files import write_private
+from ..repo.head import head_file_for
+from ..repo.store import SESSIONS, STORE_FILE, Store, open_store
 from ..store.urls import is_store_url, redact_url
 from .core import STORE_DIR, StoreLocator, cli, complete_rev, emit_json, events, fail, pass_store, usage
 from .term import terminal

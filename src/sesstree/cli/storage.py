@@ -30,7 +30,7 @@ def import_(locator: StoreLocator, files: tuple[Path, ...], name: str | None, fm
     A re-import lands where the earlier import of the same file is, even renamed.
     """
     from ..interop import import_files
-    from ..progress import terminal_progress
+    from .progress import terminal_progress
 
     store = locator.open()
     # Only for many files (a folder, several names): one file's import says its result.
@@ -98,7 +98,7 @@ def export(locator: StoreLocator, rev: str, out: Path | None, fmt: str, force: b
 @pass_store
 def stats(locator: StoreLocator, as_json: bool) -> None:
     """Nodes, refs, and bytes: as separate JSONL files (logical) against on disk (physical)."""
-    from ..progress import terminal_progress
+    from .progress import terminal_progress
 
     store = locator.open()
     progress = terminal_progress("sizing paths")
@@ -143,8 +143,8 @@ def _ratio(logical: int, physical: int) -> str:
 def fsck(locator: StoreLocator, accept_wal_loss: bool) -> None:
     """Re-hash every node and check parents, refs, reflog and indexes; exit 1 on any fault."""
     from ..errors import WalDamagedError
-    from ..maintenance import fsck as check
-    from ..progress import terminal_progress
+    from ..repo.maintenance import fsck as check
+    from .progress import terminal_progress
 
     if accept_wal_loss:
         _accept_wal_loss(locator)
@@ -169,8 +169,8 @@ def fsck(locator: StoreLocator, accept_wal_loss: bool) -> None:
 
 def _accept_wal_loss(locator: StoreLocator) -> None:
     """Open the store as SQLite recovers its damaged write-ahead log (sqlite_walguard)."""
-    from ..repo import STORE_FILE
-    from ..store.sqlite_walguard import accept_wal_loss
+    from ..repo.store import STORE_FILE
+    from ..store.sqlite.walguard import accept_wal_loss
 
     if locator.url() is not None:
         fail("--accept-wal-loss is for SQLite stores: a PostgreSQL store has no such log")
@@ -188,8 +188,8 @@ def _accept_wal_loss(locator: StoreLocator) -> None:
 @pass_store
 def gc(locator: StoreLocator, dry_run: bool) -> None:
     """Remove nodes that no session, tag, HEAD or reflog entry reaches."""
-    from ..maintenance import gc as collect
-    from ..progress import terminal_progress
+    from ..repo.maintenance import gc as collect
+    from .progress import terminal_progress
 
     progress = terminal_progress("removing unreachable nodes")
     try:

@@ -5,7 +5,7 @@ The title is the first of: the ``title`` of the session's metadata (what pi's
 ``session_info`` and a seed file's ``.meta.json`` give), the summary Claude Code wrote of
 this conversation (a ``claude/summary`` record, of the same file, whose ``leafUuid`` is on the
 session's path), the first user message. The source is the file an import read (its
-provenance, :meth:`~sesstree.repo.Store.session_origin`) or the endpoint and model a
+provenance, :meth:`~sesstree.repo.store.Store.session_origin`) or the endpoint and model a
 ``sess run`` used.
 """
 
@@ -15,7 +15,7 @@ from typing import Any
 
 import msgspec
 
-from ..repo import Store
+from ..repo.store import Store
 from ..store.base import ImportOrigin
 from .conversation import content_text
 

@@ -12,7 +12,7 @@ import click
 
 from ..fmt import printable, short, summary, to_jsonable
 from ..node import Node, NodeId
-from ..repo import SESSIONS, Store
+from ..repo.store import SESSIONS, Store
 from .conversation import render_messages
 from .core import StoreLocator, cli, complete_rev, emit_json, events, page, pass_store, usage
 from .reading import _ref_labels, decorate

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import InputError
-from ..repo import Store
+from ..repo.store import Store
 from ..store.base import Progress
 from .claude import import_claude, looks_like_claude
 from .codex import import_codex, looks_like_codex

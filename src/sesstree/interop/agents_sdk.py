@@ -23,7 +23,7 @@ import threading
 from typing import Any
 
 from ..events import register_event_type
-from ..repo import Store
+from ..repo.store import Store
 from .codex import response_item_events
 
 __all__ = ["ITEM_TYPE", "SesstreeSession"]

@@ -15,7 +15,7 @@ import msgspec
 from ..errors import InputError, InvalidEventError
 from ..events import message_type
 from ..node import Node, NodeId, make_node
-from ..repo import Store
+from ..repo.store import Store
 from .provenance import Origin, Provenance, without_provenance
 
 __all__ = ["ImportResult", "land", "message_chain", "write_new"]

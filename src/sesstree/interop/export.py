@@ -15,7 +15,7 @@ from typing import Any
 import msgspec
 
 from ..errors import InputError
-from ..repo import Store
+from ..repo.store import Store
 from .common import write_new
 
 __all__ = ["export_openai", "export_records", "render_openai", "render_records"]

@@ -14,7 +14,7 @@ from typing import Any
 
 from ..errors import InputError
 from ..node import check_ref_name
-from ..repo import Store
+from ..repo.store import Store
 from .common import ImportResult, land, message_chain
 from .jsonl import decode_line
 from .provenance import Origin, Provenance

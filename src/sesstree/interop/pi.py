@@ -25,7 +25,7 @@ from typing import Any
 
 import msgspec
 
-from ..repo import Store
+from ..repo.store import Store
 from .common import ImportResult
 from .jsonl import read_records, record_type, session_base
 from .provenance import Provenance

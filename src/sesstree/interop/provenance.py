@@ -20,7 +20,7 @@ import re
 from collections.abc import Collection
 from typing import Any
 
-from ..repo import SESSIONS, Store
+from ..repo.store import SESSIONS, Store
 from ..store.base import PROVENANCE_KEY, ImportOrigin
 
 __all__ = ["PROVENANCE_KEY", "Origin", "Provenance", "without_provenance"]

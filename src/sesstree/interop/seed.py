@@ -17,7 +17,7 @@ import msgspec
 from ..errors import InputError
 from ..events import derive_messages
 from ..node import check_ref_name
-from ..repo import Store
+from ..repo.store import Store
 from .common import ImportResult, land, message_chain, write_new
 from .jsonl import decode_line, read_records
 from .provenance import PROVENANCE_KEY, Origin, Provenance

@@ -18,7 +18,7 @@ import msgspec
 from ..errors import InvalidEventError
 from ..events import derive_messages
 from ..node import Node, NodeId, check_ref_name, make_node
-from ..repo import Store
+from ..repo.store import Store
 from .common import ImportResult, land
 from .provenance import Origin, Provenance
 

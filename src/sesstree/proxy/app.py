@@ -33,7 +33,7 @@ import httpx
 from ..errors import InvalidRefNameError, SesstreeError
 from ..fmt import printable
 from ..node import check_ref_name
-from ..repo import Store
+from ..repo.store import Store
 from .asgi import ProxyApp, answer_json, error_body, read_body
 from .calls import DECODABLE, Call, exchange_steps, parsed_request
 from .guard import Guard

@@ -30,7 +30,7 @@ import msgspec
 
 from ..events import MESSAGE_TYPES
 from ..node import NodeId
-from ..repo import Store
+from ..repo.store import Store
 from .canonical import EMPTY_KEY, chain_key
 
 __all__ = ["MEMO_BYTES", "MEMO_ENTRY_BYTES", "Candidate", "PathIndex", "WalkState"]

@@ -32,7 +32,7 @@ import msgspec
 from ..errors import ConflictError, RefExistsError, SesstreeError
 from ..events import MESSAGE_TYPES
 from ..node import Node, NodeId, make_node
-from ..repo import Store, raw_node
+from ..repo.store import Store, raw_node
 from .canonical import chain_key
 from .paths import ROOT, Candidate, PathIndex, WalkState
 from .protocols import Event, ParsedRequest

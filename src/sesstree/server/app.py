@@ -32,7 +32,7 @@ from ..errors import (
     StoreLockedError,
 )
 from ..node import NodeId
-from ..repo import SESSIONS, TAGS, Store
+from ..repo.store import SESSIONS, TAGS, Store
 from ..sync import pack
 from ..sync.pack import (
     MAX_BODY,

@@ -4,7 +4,7 @@ A backend is two narrow contracts that one transaction can span: an :class:`Obje
 (nodes, put idempotently, read by id or as a chain from a head, walked for reachability) and
 a :class:`RefStore` whose refs change only by compare-and-set, each change logged in the
 reflog in the same atomic step. Everything else (revisions, log, gc, fsck, stats) is built on top in
-:mod:`sesstree.repo` and works the same on every backend.
+:mod:`sesstree.repo.store` and works the same on every backend.
 
 Nodes cross this seam with their data already canonically encoded (:class:`RawNode`), so a
 backend never re-encodes, and the hash is computed once, above it.
@@ -125,7 +125,7 @@ class RefUpdate(msgspec.Struct, frozen=True):
     time of its first move) and takes this move's ``new``, time and reason, instead of a new
     entry being added. The backend only carries
     this out; when to fold (the later moves of a ref in one batch, or in one agent turn) is
-    decided above the seam, by :class:`~sesstree.repo.Store`.
+    decided above the seam, by :class:`~sesstree.repo.store.Store`.
     """
 
     name: str
@@ -317,7 +317,7 @@ class ReflogStamp(msgspec.Struct, frozen=True):
 
 class ScaleReads(Protocol):
     """Reads whose cost follows what they touch, not what the store holds (optional: a
-    backend without them gets the generic, whole-store versions in :mod:`sesstree.scan`).
+    backend without them gets the generic, whole-store versions in :mod:`sesstree.repo.scan`).
 
     Node *keys* are the backend's own integers for nodes, given in write order (a parent's key
     is always smaller than its children's), so that reachability can be computed from pairs of

@@ -23,7 +23,7 @@ from .base import (
     StoreFormat,
     describe,
 )
-from .text import check_commit, check_head, check_session_meta
+from .storable import check_commit, check_head, check_session_meta
 
 __all__ = ["MemoryBackend"]
 

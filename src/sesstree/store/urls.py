@@ -149,10 +149,10 @@ def open_url(url: str, *, create: bool, durable: bool, timeout: float) -> Backen
 
     Raises:
         StoreError: the driver is not installed (``pip install 'sesstree[postgres]'``), or any
-            of the errors of :class:`~sesstree.store.postgres.PostgresBackend`.
+            of the errors of :class:`~sesstree.store.postgres.backend.PostgresBackend`.
     """
     try:
-        from .postgres import PostgresBackend
+        from .postgres.backend import PostgresBackend
     except ImportError as exc:
         raise StoreError(
             f"a PostgreSQL store needs psycopg, which is not installed ({exc.name}): "

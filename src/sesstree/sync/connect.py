@@ -8,7 +8,7 @@ import os
 from pathlib import Path
 
 from ..errors import RemoteError
-from ..repo import STORE_FILE, Store, open_store
+from ..repo.store import STORE_FILE, Store, open_store
 from ..store.urls import is_store_url, redact_url
 from .peer import LocalPeer, Peer
 from .remotes import Remote, get_remote

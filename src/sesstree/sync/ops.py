@@ -25,7 +25,7 @@ from ..errors import (
     UnknownRevisionError,
 )
 from ..node import NodeId
-from ..repo import SESSIONS, TAGS, Store, open_store
+from ..repo.store import SESSIONS, TAGS, Store, open_store
 from ..store.base import RawNode
 from ..store.urls import is_store_url
 from .connect import open_peer
@@ -250,7 +250,7 @@ def pull(store: Store, remote: str | os.PathLike[str] | Store = "origin",
             out.append((name, "ahead", mine, theirs))
         else:
             diff = store.diff(mine, theirs)
-            # No base: no history in common as sesstree.related reads it, though the two may
+            # No base: no history in common as sesstree.repo.related reads it, though the two may
             # hold the same first turn/start.
             at = diff.base[:12] if diff.base else "their start (no history in common)"
             other = f"{label}/{name}" if get_remote(store, label) is not None else theirs[:12]

@@ -16,7 +16,7 @@ import msgspec
 
 from ..errors import ConflictError, InvalidRefNameError, MissingNodeError, RemoteError
 from ..node import NodeId, check_ref_name, encode_data
-from ..repo import SESSIONS, TAGS, Store
+from ..repo.store import SESSIONS, TAGS, Store
 from ..store.base import RawNode
 from .pack import verify
 

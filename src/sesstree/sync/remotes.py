@@ -1,7 +1,7 @@
 """Remotes: named URLs of other stores, kept as client-side configuration, like HEAD.
 
 A local store keeps its remotes in ``remotes.json`` beside its database (in the store folder);
-a shared PostgreSQL store keeps each user's under ``$SESS_HOME`` (see :mod:`sesstree.head`), so
+a shared PostgreSQL store keeps each user's under ``$SESS_HOME`` (see :mod:`sesstree.repo.head`), so
 one user's ``sess remote add`` changes nobody else's. A store in memory keeps them in memory.
 The file never holds a token: at most the path of a file that holds one.
 """
@@ -15,9 +15,9 @@ from pathlib import Path
 import msgspec
 
 from ..errors import RemoteError, StoreError
-from ..files import unwritable, write_private
-from ..head import head_file_for
-from ..repo import Store
+from ..repo.files import unwritable, write_private
+from ..repo.head import head_file_for
+from ..repo.store import Store
 from ..store.urls import is_store_url
 from .shown import shown_location
 
@@ -49,7 +49,7 @@ def remotes_file(store: Store) -> Path | None:
     backend = store.backend
     path = getattr(backend, "path", None)
     if isinstance(path, Path):
-        from ..repo import STORE_FILE
+        from ..repo.store import STORE_FILE
 
         return (path.parent / REMOTES_FILE if path.name == STORE_FILE
                 else path.with_name(path.name + "." + REMOTES_FILE))

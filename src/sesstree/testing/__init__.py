@@ -10,7 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..node import NodeId
-from ..repo import Store
+from ..repo.store import Store
 
 __all__ = ["Engine", "assistant", "grow", "user"]
 

@@ -41,7 +41,7 @@ from .. import (
     make_node,
 )
 from ..node import NodeId
-from ..repo import raw_node
+from ..repo.store import raw_node
 from ..store.base import RawNode, RefUpdate
 from . import Engine, assistant, user
 from . import grow as grow  # (re-exported: engines' tests import it from here, as before)

@@ -1,4 +1,4 @@
-"""The conformance suite's tests of text no engine can hold (see :mod:`sesstree.store.text`).
+"""The conformance suite's tests of text no engine can hold (see :mod:`sesstree.store.storable`).
 
 Part of :mod:`sesstree.testing.conformance`, which imports them: an engine's tests get them
 with the rest of the suite, and the ``store`` and ``engine`` fixtures it gives them.
@@ -20,7 +20,7 @@ __all__ = ["test_a_name_no_engine_can_hold_finds_nothing",
            "test_text_no_engine_can_hold_is_refused_naming_the_field"]
 
 
-# What no engine can hold as text (see sesstree.store.text): refused on every engine, before
+# What no engine can hold as text (see sesstree.store.storable): refused on every engine, before
 # anything is written, by an error naming the field. JSON metadata keeps a NUL (as ``\u0000``).
 _UNSTORABLE = [
     ("meta value", lambda s: s.set_session_meta("q", {"k": "ok", "deep": [{"x": "\udc80"}]}),

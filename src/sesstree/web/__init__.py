@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from starlette.applications import Starlette
 from starlette.routing import BaseRoute
 
-from ..repo import Store
+from ..repo.store import Store
 from .api import api_routes
 from .app import Web
 from .pages import page_routes

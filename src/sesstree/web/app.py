@@ -23,7 +23,7 @@ from ..errors import (
     StoreLockedError,
     UnknownRevisionError,
 )
-from ..repo import Store
+from ..repo.store import Store
 from .catalog import SOURCES
 from .security import SECURITY_HEADERS, Auth
 from .throttle import Throttle

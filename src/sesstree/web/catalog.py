@@ -27,8 +27,8 @@ from typing import Any
 import msgspec
 
 from ..node import NodeId
-from ..repo import SESSIONS, Store
-from ..scan import newest_refs
+from ..repo.scan import newest_refs
+from ..repo.store import SESSIONS, Store
 from ..store.base import Ref
 
 __all__ = [

@@ -4,15 +4,15 @@ Both paths are read backwards from their ends in growing windows (``Store.chain(
 reads only the newest ``n`` events) until the windows overlap at a node both hold: the last
 common node. A side that added more than ``most`` events since then stops the search: the diff
 is then *cut*, says how many events each side added at least, and shows the newest of each;
-so is a diff whose parting follows a run of openers (see :mod:`sesstree.related`) that goes
+so is a diff whose parting follows a run of openers (see :mod:`sesstree.repo.related`) that goes
 back further than that.
 """
 
 from __future__ import annotations
 
 from ..node import Node
-from ..related import is_mark
-from ..repo import Store
+from ..repo.related import is_mark
+from ..repo.store import Store
 from ..store.base import Chain
 
 __all__ = ["DIFF_READ", "FIRST_WINDOW", "BoundedDiff", "bounded_diff"]
@@ -50,7 +50,7 @@ def _nodes(chain: Chain, start: int, stop: int) -> list[Node]:
 def _shared(store: Store, ca: Chain, cb: Chain, common: int,
             most: int) -> tuple[int, Chain, Chain] | None:
     """The depth of the last node two histories that part after depth ``common`` share (see
-    :mod:`sesstree.related`), and both windows grown back far enough to hold the node after
+    :mod:`sesstree.repo.related`), and both windows grown back far enough to hold the node after
     it (rarely needed: only a long run of records of the run before the parting does).
     None when that needs more than ``most`` events of a side (a run of openers that long)."""
     depth = common

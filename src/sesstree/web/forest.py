@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 import msgspec
 
 from ..node import NodeId
-from ..related import loose_nodes
+from ..repo.related import loose_nodes
 from .catalog import SessionEntry
 from .paths import ID_BYTES, PathCache
 
@@ -50,7 +50,7 @@ class GraphRow(msgspec.Struct, frozen=True):
     moved: float | None  # newest move of a session that heads here
     separate: bool = False  # the first row of another tree (nothing joins it to the rows above)
     #: 0 for a node's first drawing, 1, 2, ... for the copies of a node that sessions hold but
-    #: do not share (a ``turn/start`` each repeats; see :mod:`sesstree.related`).
+    #: do not share (a ``turn/start`` each repeats; see :mod:`sesstree.repo.related`).
     copy: int = 0
 
 
@@ -82,7 +82,7 @@ def build_forest(paths: PathCache, sessions: Sequence[SessionEntry],
                  type_of: Callable[[bytes], str] | None = None) -> Forest:
     """The forest of ``sessions`` (their paths read through ``paths``), with ``tags`` by node.
 
-    Sessions meet only where they share history as :mod:`sesstree.related` reads it: where
+    Sessions meet only where they share history as :mod:`sesstree.repo.related` reads it: where
     they part after records of the run that each repeats (the same ``turn/start``), those
     records are drawn on each branch and the branches meet at the last message or turn end
     before them, or not at all. ``type_of`` gives a node's type by its raw id (asked only
@@ -141,7 +141,7 @@ def _successors(paths: list[list[bytes]]) -> dict[bytes, set[bytes]]:
 
 def _loose(split: list[list[bytes]], successors: dict[bytes, set[bytes]],
            type_of: Callable[[bytes], str]) -> set[bytes]:
-    """The nodes the paths hold but do not share (see :func:`sesstree.related.loose_nodes`)."""
+    """The nodes the paths hold but do not share (see :func:`sesstree.repo.related.loose_nodes`)."""
     forks: list[tuple[bytes, list[bytes]]] = []
     seen: set[bytes] = set()
     for ids in split:

@@ -4,7 +4,7 @@ on its page.
 The session's first reflog entry says where it came from: ``branch: created from quest-1~3``
 (``sess branch``, ``Store.fork``), ``proxy: ... history diverged from q0`` and ``proxy: kept
 the path q0 left`` (the proxy's forks). The node they part at is the last one the two share, as
-:mod:`sesstree.related` reads it, found in a bounded read of both (as the diff page reads), so
+:mod:`sesstree.repo.related` reads it, found in a bounded read of both (as the diff page reads), so
 the page costs two reflog reads and that diff whatever the store holds.
 """
 
@@ -15,8 +15,8 @@ import re
 import msgspec
 
 from ..node import NodeId
-from ..repo import Store
-from ..revisions import parse_steps, session_name_of
+from ..repo.revisions import parse_steps, session_name_of
+from ..repo.store import Store
 from .diffing import DIFF_READ, bounded_diff
 from .paths import depth_of
 

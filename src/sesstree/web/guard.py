@@ -25,7 +25,7 @@ from starlette.routing import BaseRoute
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ..hosts import HOSTS_ENV, LOOPBACK_NAMES, header_host, host_name, local_name, served_names
-from ..repo import Store
+from ..repo.store import Store
 from .api import api_routes
 from .app import Web, json_error
 from .pages import page_routes

@@ -16,7 +16,7 @@ from starlette.responses import RedirectResponse, Response
 from starlette.routing import BaseRoute, Route
 
 from ..errors import SesstreeError
-from ..folding import CONVERSATION_TYPES
+from ..repo.folding import CONVERSATION_TYPES
 from .api import BadRequest, all_events, int_param, read_filter, reflog_page, searching
 from .app import Web, read_body, status_of
 from .security import COOKIE, SECURITY_HEADERS, same_origin

@@ -14,7 +14,7 @@ import msgspec
 
 from ..errors import StoreCorruptError
 from ..node import Node, NodeId
-from ..repo import Store
+from ..repo.store import Store
 from ..store.base import Chain
 from .catalog import HISTORY_TAIL, note_history
 

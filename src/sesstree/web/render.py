@@ -15,9 +15,9 @@ import msgspec
 from markdown_it import MarkdownIt
 from markupsafe import Markup
 
-from ..folding import TurnStats, fold_turns
 from ..node import Node, NodeId
-from ..recorded import events_times
+from ..repo.folding import TurnStats, fold_turns
+from ..repo.recorded import events_times
 
 __all__ = ["Item", "ToolCall", "conversation", "markdown", "pretty_json", "snippet", "text_of"]
 
@@ -255,7 +255,7 @@ def conversation(nodes: list[Node], times: dict[NodeId, float], *, folded: bool 
     records folded into the call they answer, when the call is among ``nodes``.
 
     ``folded``: each agent turn's bookkeeping is one row, as every reading view folds it
-    (:func:`sesstree.folding.fold_turns`); otherwise every event is an item. The first
+    (:func:`sesstree.repo.folding.fold_turns`); otherwise every event is an item. The first
     ``context`` nodes only inform the fold (the start of a turn the others end) and give no
     item. ``times`` are the reflog's (when the store recorded each node); an event's own time
     (an importer's record) is shown before it.

@@ -15,7 +15,7 @@ import unicodedata
 import msgspec
 
 from ..node import NodeId
-from ..repo import Store
+from ..repo.store import Store
 from .catalog import all_sessions
 from .render import text_of
 

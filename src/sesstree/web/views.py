@@ -14,11 +14,11 @@ from typing import Any
 import msgspec
 
 from ..errors import StoreCorruptError, UnknownRevisionError
-from ..folding import turn_start_index
 from ..node import Node, NodeId
-from ..recorded import reflog_dates
-from ..repo import SESSIONS, TAGS, Store
-from ..scan import reflog_stamp, reflog_times
+from ..repo.folding import turn_start_index
+from ..repo.recorded import reflog_dates
+from ..repo.scan import reflog_stamp, reflog_times
+from ..repo.store import SESSIONS, TAGS, Store
 from ..store.base import Chain
 from .catalog import Filter, list_sessions, newest_sessions, source_of
 from .diffing import bounded_diff
@@ -277,7 +277,7 @@ def _page_items(nodes: list[Node], times: dict[NodeId, float], *, folded: bool) 
     """The items of a session page or a diff's side: folded, unless every event folds away
     (a page inside one turn begun further back than ``TURN_READ``, a side that parts inside
     a turn: a long stream's chunks), where showing nothing would say nothing: then every
-    event, as it is (:func:`sesstree.folding.fold_or_every`, the rule of ``sess log``)."""
+    event, as it is (:func:`sesstree.repo.folding.fold_or_every`, the rule of ``sess log``)."""
     items = conversation(nodes, times, folded=folded)
     return items if items or not folded else conversation(nodes, times, folded=False)
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from ..errors import InvalidRefNameError
-from ..repo import Store
+from ..repo.store import Store
 
 __all__ = ["ACTIONS", "perform"]
 

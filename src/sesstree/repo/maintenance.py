@@ -1,0 +1,175 @@
+"""Keeping a store honest: fsck, gc and stats."""
+
+from __future__ import annotations
+
+import msgspec
+
+from ..errors import StoreCorruptError
+from ..node import NodeId, node_id_from_encoded
+from ..store.base import Progress
+from .scan import scale_reads
+from .store import SESSIONS, TAGS, Store
+
+__all__ = ["GcResult", "Stats", "ancestors", "fsck", "gc", "stats"]
+
+_json = msgspec.json.Encoder()
+_msgpack = msgspec.msgpack.Decoder()
+
+
+class Stats(msgspec.Struct, frozen=True):
+    """What the store holds and what it saves.
+
+    ``logical_bytes`` is what the sessions would take as separate JSONL files, one line per
+    event (as the seed's file-per-session store keeps them); ``physical_bytes`` is what the
+    store takes on disk.
+    """
+
+    nodes: int
+    sessions: int
+    tags: int
+    reflog_entries: int
+    logical_bytes: int
+    physical_bytes: int
+
+    @property
+    def ratio(self) -> float:
+        """logical / physical; 0 when nothing is on disk."""
+        return self.logical_bytes / self.physical_bytes if self.physical_bytes else 0.0
+
+
+class GcResult(msgspec.Struct, frozen=True):
+    """Nodes no ref, tag, HEAD or reflog entry reaches, and whether they were removed."""
+
+    unreachable: list[NodeId]
+    removed: int
+    kept: int
+
+
+def fsck(store: Store, *, progress: Progress | None = None) -> list[str]:
+    """Every fault found: re-hash every node, check parents, refs, reflog, HEAD and indexes.
+
+    An empty list means the store is sound. Everything is read from one snapshot, so writers
+    at work meanwhile cannot make a sound store look damaged. On a backend with bounded reads
+    the nodes are re-hashed a slice of rows at a time (memory does not grow with the store)
+    and the links, depths and refs are checked by the backend's own queries; ``progress`` is
+    called with (nodes checked, total) as it goes.
+    """
+    try:
+        with store.backend.snapshot():
+            if scale_reads(store.backend) is not None:
+                return _fsck_streaming(store, progress)
+            return _fsck(store)
+    except StoreCorruptError as exc:
+        # Damage that stops the check itself is a finding like any other.
+        return [str(exc)]
+
+
+def _fsck(store: Store) -> list[str]:
+    backend = store.backend
+    faults = list(backend.check())
+    seen: dict[NodeId, int] = {}
+    for node in backend.iter_nodes():
+        if node_id_from_encoded(node.parent, node.type, node.encoded) != node.id:
+            faults.append(f"node {node.id[:12]} does not hash to its id (content damaged)")
+        expected = 1
+        if node.parent is not None:
+            if node.parent not in seen:
+                faults.append(f"node {node.id[:12]} has a missing parent {node.parent[:12]}")
+            else:
+                expected = seen[node.parent] + 1
+        if node.depth != expected:
+            faults.append(f"node {node.id[:12]} has depth {node.depth}, expected {expected}")
+        seen[node.id] = node.depth
+    for ref in backend.list_refs(""):
+        if ref.target not in seen:
+            faults.append(f"ref {ref.name} points at missing node {ref.target[:12]}")
+    for entry in backend.reflog():
+        for target in (entry.old, entry.new):
+            if target is not None and target not in seen:
+                faults.append(f"reflog of {entry.ref} names missing node {target[:12]}")
+    head_name, head = store.head()  # this checkout's HEAD, wherever it is kept
+    if head_name is None and head is not None and head not in seen:
+        faults.append(f"HEAD points at missing node {head[:12]}")
+    return list(dict.fromkeys(faults))
+
+
+def _fsck_streaming(store: Store, progress: Progress | None) -> list[str]:
+    backend = store.backend
+    scan = scale_reads(backend)
+    assert scan is not None
+    # The backend's checks cover links, depths, payload hashes and every ref and reflog entry
+    # naming a missing node; what is left is the hash of every node, streamed.
+    faults = list(backend.check())
+    faults += scan.verify_nodes(progress)
+    head_name, head = store.head()
+    if head_name is None and head is not None and not backend.has([head]):
+        faults.append(f"HEAD points at missing node {head[:12]}")
+    return list(dict.fromkeys(faults))
+
+
+def ancestors(tips: set[NodeId], parent: dict[NodeId, NodeId | None]) -> set[NodeId]:
+    """Every node on the paths from the roots to ``tips``, given each node's parent."""
+    live: set[NodeId] = set()
+    for tip in tips:
+        cur: NodeId | None = tip
+        while cur is not None and cur not in live:
+            live.add(cur)
+            cur = parent.get(cur)
+    return live
+
+
+def gc(store: Store, *, dry_run: bool = False, progress: Progress | None = None) -> GcResult:
+    """Remove nodes (and payloads) that no ref, tag, HEAD or reflog entry reaches.
+
+    Reflog entries keep their nodes alive, so a rewind, reset or deleted session can always
+    be undone; gc only removes what was written and never named (an aborted import, say).
+    Reachability comes from ids and parents alone (no payload is loaded), and the removal
+    happens in short write transactions, so writers in other processes keep their turns.
+    """
+    # This checkout's detached HEAD is kept; for a shared store it lives on this machine,
+    # where the server cannot see it. (Other users' detached HEADs are theirs to tag.)
+    head_name, head = store.head()
+    keep = head if head_name is None else None
+    scan = scale_reads(store.backend)
+    if scan is not None:
+        dead, removed, kept = scan.sweep(dry_run, keep, progress)
+    else:
+        dead, removed, kept = store.backend.collect_garbage(dry_run, keep)
+    return GcResult(dead, removed, kept)
+
+
+def stats(store: Store, *, progress: Progress | None = None) -> Stats:
+    """Count nodes and refs and compare the store's size with a JSONL file per session.
+
+    ``progress`` is called ``(rows done, rows in all)`` while a maintained index of path sizes
+    catches up with many rows (the first ``stats`` of a large SQLite store reads each row
+    once); a usual ``stats`` never calls it."""
+    backend = store.backend
+    checkpoint = getattr(backend, "checkpoint", None)
+    scan = scale_reads(backend)
+    if scan is not None:  # from indexes and maintained sizes: no pass over the payloads
+        c = scan.counts(progress)
+        if checkpoint is not None:
+            checkpoint()  # (before measuring the size on disk)
+        return Stats(c.nodes, c.sessions, c.tags, c.reflog_entries, c.logical_bytes,
+                     backend.physical_bytes())
+    if checkpoint is not None:
+        checkpoint()
+    line: dict[NodeId, int] = {}
+    total: dict[NodeId, int] = {}
+    for node in backend.iter_nodes():
+        # Cumulative size of the path ending here: one JSONL line per event.
+        size = len(_json.encode(_msgpack.decode(node.encoded))) + 1
+        line[node.id] = size
+        total[node.id] = size + (total.get(node.parent, 0) if node.parent is not None else 0)
+    sessions = backend.list_refs(SESSIONS)
+    tags = backend.list_refs(TAGS)
+    logical = sum(total.get(r.target, 0) for r in sessions)
+    return Stats(
+        nodes=len(line),
+        sessions=len(sessions),
+        tags=len(tags),
+        reflog_entries=len(backend.reflog()),
+        logical_bytes=logical,
+        physical_bytes=backend.physical_bytes(),
+    )

@@ -1,0 +1,123 @@
+"""The write policy above the storage seam: batches, and how ref moves are logged.
+
+A backend only runs transactions and compare-and-sets (see :mod:`sesstree.store.base`). What
+a user sees of them is decided here, once, for every backend:
+
+- a batch (``store.batch()``) is one backend transaction, and each ref it moves gets one reflog
+  entry: its first move adds the entry, its later moves fold into it
+  (:attr:`~sesstree.store.base.RefUpdate.fold`), named ``REASON (batch of N moves)``;
+- a log group (``session.log_group(reason)``: one agent turn) commits every move on its own,
+  as it happens, and still logs the session's moves in it as one entry, named ``reason``
+  (``reason (N moves)`` once it has several);
+- if a batch rolls back, the session handles it moved forget what it wrote.
+
+A move folds only onto the move it continues: the ref must be where this batch or group last
+put it. So a batch rolled back inside a group, or another writer's move in between, starts a
+new entry rather than rewriting one that is not ours.
+
+A batch belongs to the thread that opened it (as the backend's transaction does): another
+thread's moves meanwhile are logged on their own. A log group belongs to its session handle,
+whatever thread writes through it (an async agent's steps run in worker threads).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING
+
+from ..store.base import RefUpdate
+
+if TYPE_CHECKING:
+    from ..node import NodeId
+    from .session import Session
+
+__all__ = ["LogGroup", "WritePolicy"]
+
+
+class LogGroup:
+    """An open log group of one session handle: its reason and the moves logged so far."""
+
+    __slots__ = ("head", "moves", "reason")
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+        self.moves = 0
+        #: Where the group's last move put the session (what a fold must continue from).
+        self.head: NodeId | None = None
+
+
+class _Batch:
+    """One thread's open batch."""
+
+    __slots__ = ("depth", "moved", "refs")
+
+    def __init__(self) -> None:
+        self.depth = 0
+        # Session handles moved inside the open batch (a dict: ordered, O(1) membership).
+        self.moved: dict[Session, None] = {}
+        # ref -> (moves so far, where the last one put it).
+        self.refs: dict[str, tuple[int, NodeId | None]] = {}
+
+
+class WritePolicy:
+    """Batches and reflog folding for one :class:`~sesstree.repo.store.Store` (see the module)."""
+
+    def __init__(self) -> None:
+        self._local = threading.local()
+
+    def _batch(self) -> _Batch:
+        state: _Batch | None = getattr(self._local, "batch", None)
+        if state is None:
+            state = self._local.batch = _Batch()
+        return state
+
+    @contextmanager
+    def batch(self) -> Iterator[_Batch]:
+        """The policy's side of ``Store.batch``: the caller opens the backend's transaction
+        inside; on a rollback it refreshes the handles in ``state.moved``."""
+        state = self._batch()
+        state.depth += 1
+        try:
+            yield state
+        finally:
+            state.depth -= 1
+            if state.depth == 0:
+                state.moved.clear()
+                state.refs.clear()
+
+    def batch_depth(self) -> int:
+        """How many batches this thread has open (0: none)."""
+        return self._batch().depth
+
+    def update(self, ref: str, old: NodeId | None, new: NodeId | None, reason: str,
+               handle: Session | None) -> RefUpdate:
+        """The compare-and-set that moves ``ref``, logged as the policy says. Call
+        :meth:`moved` once the backend has committed it."""
+        group = handle.log_group_open if handle is not None else None
+        if group is not None:
+            if group.moves and group.head == old:
+                return RefUpdate(ref, old, new, f"{group.reason} ({group.moves + 1} moves)",
+                                 fold=True)
+            return RefUpdate(ref, old, new, group.reason)
+        state = self._batch()
+        if state.depth:
+            count, last = state.refs.get(ref, (0, None))
+            if count and last == old:
+                return RefUpdate(ref, old, new, f"{reason} (batch of {count + 1} moves)",
+                                 fold=True)
+        return RefUpdate(ref, old, new, reason)
+
+    def moved(self, update: RefUpdate, handle: Session | None) -> None:
+        """Note a committed move (see :meth:`update`)."""
+        group = handle.log_group_open if handle is not None else None
+        if group is not None:
+            group.moves = group.moves + 1 if update.fold else 1
+            group.head = update.new
+        state = self._batch()
+        if state.depth:
+            count, _ = state.refs.get(update.name, (0, None))
+            state.refs[update.name] = (count + 1 if update.fold or not count else 1, update.new)
+            if handle is not None:
+                state.moved[handle] = None

@@ -1,0 +1,626 @@
+"""The store: sessions and tags as refs into one DAG, HEAD, revisions, log and diff.
+
+Everything here works through the :class:`~sesstree.store.base.Backend` seam, so it behaves the
+same on every backend. Maintenance (gc, fsck, stats) lives in :mod:`sesstree.repo.maintenance`.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+import msgspec
+
+from ..errors import (
+    InvalidEventError,
+    RefExistsError,
+    StoreCorruptError,
+    StoreNotFoundError,
+    UnknownRevisionError,
+)
+from ..events import Derived, derive_messages, is_registered
+from ..node import (
+    REMOTES,
+    SESSIONS,
+    TAGS,
+    Node,
+    NodeId,
+    check_ref_name,
+    encode_data,
+    node_id_from_encoded,
+    parse_symbolic,
+    remote_ref,
+    session_ref,
+    short_name,
+    symbolic,
+    tag_ref,
+)
+from ..store.base import (
+    PROVENANCE_KEY,
+    Backend,
+    Chain,
+    ImportOrigin,
+    RawNode,
+    Ref,
+    ReflogEntry,
+    RefUpdate,
+    SessionMeta,
+)
+from ..store.sqlite.backend import SqliteBackend
+from ..store.sqlite.media import media_error
+from ..store.storable import meta_field_problem
+from ..store.urls import is_store_url, open_url
+from .head import Checkout, FileHead, HeadKeeper, MetaHead, head_file_for
+from .policy import WritePolicy
+from .related import shared_length
+from .revisions import resolve, session_name_of, steps_suffix
+
+if TYPE_CHECKING:
+    from ..sync import FetchResult, PullResult, PushResult
+    from .maintenance import GcResult, Stats
+    from .session import Session
+
+__all__ = ["REMOTES", "SESSIONS", "STORE_FILE", "TAGS", "Diff", "SessionInfo", "Store", "open_store"]
+
+STORE_FILE = "store.db"
+
+
+class SessionInfo(msgspec.Struct, frozen=True):
+    """One session as ``sess branch`` lists it."""
+
+    name: str
+    head: NodeId
+    length: int
+    moved: float
+
+
+class Diff(msgspec.Struct, frozen=True):
+    """Two revisions, where they part (the last node of the history they share, see
+    :mod:`sesstree.repo.related`) and what each added after it (oldest first)."""
+
+    base: NodeId | None
+    only_a: list[Node]
+    only_b: list[Node]
+
+
+def open_store(
+    path: str | os.PathLike[str],
+    *,
+    durability: Literal["default", "durable"] = "default",
+    create: bool = True,
+    timeout: float = 10.0,
+) -> Store:
+    """Open (and by default create) the store in folder ``path``; ``":memory:"`` for a throwaway one;
+    a ``postgresql://`` URL for a store on a PostgreSQL server (``pip install sesstree[postgres]``).
+
+    ``durability="default"``: an acknowledged append survives the process being killed.
+    ``durability="durable"``: it also survives power loss (an fsync per commit).
+    For bulk writes, group appends in ``with store.batch():``.
+
+    Raises:
+        StoreNotFoundError: no store there and ``create`` is false.
+        StoreCorruptError, StoreFormatError, StoreLockedError: the file cannot be used as it is.
+        StoreReadOnlyError, StoreFullError: a new store cannot be created on this medium.
+    """
+    if str(path) == ":memory:":
+        from ..store.memory import MemoryBackend
+
+        return Store(MemoryBackend())
+    if is_store_url(path):
+        # A shared store: this user's HEAD is kept on this machine, not in the store.
+        return Store(open_url(str(path), create=create, durable=durability == "durable",
+                              timeout=timeout), head=FileHead(head_file_for(str(path))))
+    folder = Path(path)
+    if folder.is_file():
+        file = folder
+    else:
+        if not folder.exists():
+            if not create:
+                raise StoreNotFoundError(f"no store at {folder}")
+            _make_private_folder(folder)
+        file = folder / STORE_FILE
+    backend = SqliteBackend(file, create=create, durable=durability == "durable", timeout=timeout)
+    return Store(backend)
+
+
+def _make_private_folder(folder: Path) -> None:
+    """Create the store's folder 0700 whatever the umask; another creator may win the race."""
+    try:
+        folder.mkdir(parents=True, mode=0o700)
+    except FileExistsError:
+        return  # made by a concurrent creator (which makes it private the same way)
+    except OSError as exc:
+        raise media_error(folder / STORE_FILE, exc) from None
+    os.chmod(folder, 0o700)
+
+
+class Store:
+    """A session store: one DAG of events, with sessions and tags as named refs into it."""
+
+    def __init__(self, backend: Backend, *, head: HeadKeeper | None = None) -> None:
+        self.backend = backend
+        #: Where HEAD is kept: in the store (a local store), or on this machine (a shared one).
+        self._head: HeadKeeper = head if head is not None else MetaHead(backend)
+        #: Batches and how ref moves are logged: one policy for every backend.
+        self._policy = WritePolicy()
+        #: HEAD as this store moves it (written after the batch commits when kept outside).
+        self._checkout = Checkout(self._head, backend, self._policy.batch_depth)
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Close the backend; the store cannot be used afterwards."""
+        self.backend.close()
+
+    @contextmanager
+    def batch(self) -> Iterator[None]:
+        """Group writes into one transaction: fast for bulk writes, all-or-nothing.
+
+        Appends inside the block are acknowledged (and durable) when the block exits; each ref
+        moved gets one reflog entry for the whole batch.
+        """
+        with self._policy.batch() as state:
+            try:
+                with self.backend.batch():
+                    yield
+            except BaseException:
+                if state.depth == 1:
+                    for session in state.moved:
+                        session.refresh()
+                    self._checkout.batch_ended(committed=False)
+                raise
+            if state.depth == 1:
+                # A HEAD kept outside the store (a shared store's) cannot be in the
+                # transaction: it moves once the store's side has committed, never before.
+                self._checkout.batch_ended(committed=True)
+
+    # -- sessions ----------------------------------------------------------------------------
+
+    def session(self, name: str) -> Session:
+        """The handle of session ``name``: a new name starts empty, a known one has its history.
+
+        Raises:
+            InvalidRefNameError: ``name`` cannot name a session.
+        """
+        from .session import Session
+
+        return Session(self, check_ref_name(name))
+
+    def sessions(self) -> list[SessionInfo]:
+        """Every session, sorted by name."""
+        from .scan import list_refs_with_depth
+
+        # One read of the refs with their depths: no head is fetched (a ref names only stored
+        # nodes, so the depth is there; fsck checks both).
+        return [SessionInfo(short_name(ref.name), ref.target, depth, ref.moved)
+                for ref, depth in list_refs_with_depth(self.backend, SESSIONS)]
+
+    def session_head(self, name: str) -> NodeId | None:
+        """Where session ``name`` points, or None if it has no events yet."""
+        ref = self.backend.get_ref(session_ref(name))
+        return None if ref is None else ref.target
+
+    def has_session(self, name: str) -> bool:
+        """True if a session of that name exists (has at least one event)."""
+        return self.backend.get_ref(session_ref(name)) is not None
+
+    def fork(self, new: str, start: str | NodeId | None = None) -> Session:
+        """Create session ``new`` at revision ``start`` (default HEAD). O(1): one ref, no copy.
+
+        Raises:
+            RefExistsError: ``new`` exists.
+            UnknownRevisionError, AmbiguousPrefixError: ``start`` does not name one node.
+        """
+        check_ref_name(new)
+        target = self.resolve(start if start is not None else "HEAD")
+        return self._fork_at(new, target, self._named(start))
+
+    def _fork_at(self, new: str, target: NodeId, source: str) -> Session:
+        """Create session ``new`` at node ``target``; its reflog says it came from ``source``
+        (a revision, or the session a handle forked: what the web view's fork mark names)."""
+        check_ref_name(new)
+        if self.has_session(new):
+            raise RefExistsError(f"session {new!r} already exists")
+        self.move_ref(session_ref(new), None, target, f"branch: created from {source}")
+        return self.session(new)
+
+    def _named(self, rev: str | None) -> str:
+        """``rev`` (default HEAD) as a reflog entry keeps it: a revision that starts at an
+        attached HEAD names HEAD's session instead (``HEAD~2`` on ``quest-1`` is
+        ``quest-1~2``), so the entry still says where it came from once HEAD has moved."""
+        rev = rev or "HEAD"
+        if rev.startswith("HEAD"):
+            rest = rev[4:]
+        elif rev.startswith("@"):
+            rest = rev if rev.startswith("@{") else rev[1:]
+        else:
+            return rev
+        if rest and not rest.startswith(("~", "^", "@{")):
+            return rev
+        name, _ = self.head()
+        return name + rest if name is not None else rev
+
+    def delete_session(self, name: str) -> NodeId:
+        """Delete session ``name``; its reflog stays, so ``sess branch NAME ID`` restores it.
+
+        The ref, HEAD (detached at the last node if it named the session) and the session's
+        metadata change in one transaction: a crash leaves all of it or none.
+        """
+        target = self._require_session(name)
+        with self._checkout.moving(name, session_ref(name), "branch: deleted"), self.batch():
+            target = self._require_session(name)
+            self.move_ref(session_ref(name), target, None, "branch: deleted")
+            self._checkout.follow(name, target)
+            self.backend.set_session_meta(name, None)
+        return target
+
+    def rename_session(self, old: str, new: str) -> None:
+        """Rename a session, carrying its reflog, metadata and HEAD along, in one transaction:
+        a crash leaves the old name or the new one, never HEAD on a name that is gone (a
+        shared store's HEAD, outside the transaction, see :mod:`sesstree.repo.head`)."""
+        check_ref_name(new)
+        reason = f"branch: renamed {old} to {new}"
+        with self._checkout.moving(old, session_ref(new), reason), self.batch():
+            target = self._require_session(old)
+            if self.has_session(new):
+                raise RefExistsError(f"session {new!r} already exists")
+            self.backend.rename_ref(session_ref(old), session_ref(new), target, reason)
+            meta = self.backend.get_session_meta(old)
+            if meta is not None:
+                self.backend.set_session_meta(new, meta)
+                self.backend.set_session_meta(old, None)
+            self._checkout.follow(old, symbolic(session_ref(new)))
+
+    def reset(self, name: str, rev: str | NodeId, reason: str | None = None, *,
+              handle: Session | None = None) -> NodeId:
+        """Move session ``name`` to ``rev`` (rewind or fast-forward); logged, so undoable.
+
+        Without ``handle`` the session must exist, and moves from wherever it is. With the
+        ``handle`` of the session (what :meth:`Session.reset` passes), the move is a
+        compare-and-set against the head the handle last saw. A reset to where the session is
+        moves nothing and logs nothing.
+
+        Raises:
+            UnknownRevisionError: ``rev`` names no node, or (no ``handle``) no such session.
+            ConflictError: the session is no longer where ``handle`` saw it.
+        """
+        target = self.resolve(rev)
+        old = self._require_session(name) if handle is None else handle.head
+        if old != target:
+            self.move_ref(session_ref(name), old, target, reason or f"reset: moving to {rev}",
+                          handle=handle)
+        return target
+
+    def session_name_of(self, rev: str) -> str:
+        """The session a revision is about: ``quest-1~2``, ``quest-1@{1}`` and ``quest-1^`` name
+        ``quest-1``; ``HEAD`` names the current session. Used to name exported files."""
+        return session_name_of(self, rev)
+
+    def _require_session(self, name: str) -> NodeId:
+        head = self.session_head(name)
+        if head is None:
+            raise UnknownRevisionError(f"no session named {name!r}")
+        return head
+
+    def move_ref(self, ref: str, old: NodeId | None, new: NodeId | None, reason: str, *,
+                 nodes: Sequence[RawNode] = (), handle: Session | None = None) -> None:
+        """The one way a ref moves: store ``nodes`` and move ``ref`` from ``old`` to ``new`` as
+        one compare-and-set with its reflog entry. ``handle`` is the session handle that moved
+        it, so that a batch that fails puts the handle back where the store is.
+
+        Raises:
+            ConflictError: ``ref`` is not at ``old`` (nothing was written).
+            MissingNodeError: a parent, or ``new``, is not stored.
+        """
+        update = self._policy.update(ref, old, new, reason, handle)
+        self.backend.commit(nodes, [update])
+        self._policy.moved(update, handle)
+
+    def get_session_meta(self, name: str) -> dict[str, Any] | None:
+        """The metadata stored with a session (``NAME.meta.json`` on import/export), or None.
+        Its import provenance is apart: :meth:`session_origin`."""
+        meta = self.backend.get_session_meta(name)
+        return dict(meta.fields) if meta is not None and meta.fields else None
+
+    def set_session_meta(self, name: str, meta: dict[str, Any] | None) -> None:
+        """Store (or with None drop) a session's metadata, a JSON object. Not hashed, not part
+        of any node; it moves with a rename and goes with a delete. Its import provenance
+        (:meth:`session_origin`) is kept as it is.
+
+        Raises:
+            InvalidEventError: ``meta`` is not a JSON object.
+        """
+        if meta is not None:
+            try:
+                meta = msgspec.json.decode(msgspec.json.encode(meta))
+            except UnicodeEncodeError:  # a lone surrogate: say where (see store.text)
+                where = meta_field_problem(meta) if isinstance(meta, dict) else None
+                raise InvalidEventError(f"session metadata of {name!r}: "
+                                        f"{where or 'it is not valid Unicode'}") from None
+            except (TypeError, msgspec.EncodeError, OverflowError) as exc:
+                raise InvalidEventError(f"session metadata must be JSON: {exc}") from None
+            if not isinstance(meta, dict):
+                raise InvalidEventError("session metadata must be a JSON object")
+            if PROVENANCE_KEY in meta:
+                raise InvalidEventError(f"session metadata key {PROVENANCE_KEY!r} is sesstree's "
+                                        "own: set_session_origin() records an import")
+        with self.batch():
+            old = self.backend.get_session_meta(name)
+            origin = old.origin if old is not None else None
+            self.backend.set_session_meta(name, SessionMeta(meta or {}, origin))
+
+    def session_origin(self, name: str) -> ImportOrigin | None:
+        """Where session ``name`` was imported from (a file and its format), or None."""
+        meta = self.backend.get_session_meta(name)
+        return meta.origin if meta is not None else None
+
+    def set_session_origin(self, name: str, origin: ImportOrigin | None) -> None:
+        """Record (or with None forget) where session ``name`` was imported from; its other
+        metadata is kept as it is."""
+        with self.batch():
+            old = self.backend.get_session_meta(name)
+            fields = old.fields if old is not None else {}
+            self.backend.set_session_meta(name, SessionMeta(fields, origin))
+
+    # -- tags and HEAD -----------------------------------------------------------------------
+
+    def tag(self, name: str, rev: str | NodeId = "HEAD") -> NodeId:
+        """Name the node at ``rev``. Raises RefExistsError if the tag exists."""
+        check_ref_name(name)
+        target = self.resolve(rev)
+        if self.backend.get_ref(tag_ref(name)) is not None:
+            raise RefExistsError(f"tag {name!r} already exists")
+        self.move_ref(tag_ref(name), None, target, f"tag: {rev}")
+        return target
+
+    def delete_tag(self, name: str) -> NodeId:
+        """Delete a tag (logged). Raises UnknownRevisionError if there is none of that name."""
+        ref = self.backend.get_ref(tag_ref(name))
+        if ref is None:
+            raise UnknownRevisionError(f"no tag named {name!r}")
+        self.move_ref(tag_ref(name), ref.target, None, "tag: deleted")
+        return ref.target
+
+    def expire_reflog(self, name: str) -> int:
+        """Forget where session ``name`` (a tag with ``tags/NAME``) has been, so that ``gc``
+        can remove what only that history kept: all of a deleted session's log, all but the
+        newest entry of a live one. This is the one step that gives up undo; returns how many
+        entries went."""
+        ref = name if name.startswith((SESSIONS, TAGS)) else session_ref(name)
+        if not self.backend.reflog(ref):
+            raise UnknownRevisionError(f"no session named {name!r} and no reflog for it")
+        return self.backend.expire_reflog(ref)
+
+    def tags(self) -> list[Ref]:
+        """Every tag, with the short name (no ``tags/``)."""
+        return [Ref(r.name[len(TAGS):], r.target, r.moved) for r in self.backend.list_refs(TAGS)]
+
+    def head(self) -> tuple[str | None, NodeId | None]:
+        """``(session name, node)`` of HEAD; name is None when detached, node None when empty."""
+        raw = self._checkout.raw()
+        if (followed := parse_symbolic(raw)) is not None:
+            name = short_name(followed)
+            node = self.session_head(name)
+            # A session that is gone: a rename or delete this HEAD was following may have
+            # committed in a process killed before it could move HEAD (see sesstree.repo.head).
+            settled = self._checkout.settle(raw) if node is None else None
+            if settled is None:
+                return name, node
+            raw = settled
+            if (followed := parse_symbolic(raw)) is not None:
+                name = short_name(followed)
+                return name, self.session_head(name)
+        return None, NodeId(raw)
+
+    def checkout(self, rev: str) -> tuple[str | None, NodeId]:
+        """Point HEAD at a session (by name) or, detached, at any other revision's node."""
+        name = short_name(rev)
+        if not steps_suffix(rev) and self.has_session(name):
+            self._checkout.set(symbolic(session_ref(name)))
+            return name, self._require_session(name)
+        target = self.resolve(rev)
+        self._checkout.set(target)
+        return None, target
+
+    def set_head_session(self, name: str) -> None:
+        """Point HEAD at session ``name``, which may not exist yet (its first append creates it)."""
+        self._checkout.set(symbolic(session_ref(check_ref_name(name))))
+
+    # -- revisions ---------------------------------------------------------------------------
+
+    def resolve(self, rev: str | NodeId) -> NodeId:
+        """The node a revision names: ``HEAD``, a session or tag (``~N``/``^`` allowed), an id
+        prefix, ``NAME@{N}``, a remote's ``REMOTE/NAME``. See :mod:`sesstree.repo.revisions`.
+
+        Raises:
+            UnknownRevisionError: nothing matches, or ``~N`` goes past the root.
+            AmbiguousPrefixError: the id prefix matches several nodes.
+        """
+        return resolve(self, rev)
+
+    # -- reading -----------------------------------------------------------------------------
+
+    def chain(self, rev: str | NodeId, limit: int | None = None) -> Chain:
+        """The events from the root to ``rev`` (only the newest ``limit``), oldest first."""
+        return self._chain_of(self.resolve(rev), limit)
+
+    def _chain_of(self, node: NodeId, limit: int | None) -> Chain:
+        try:
+            return self.backend.chain(node, limit)
+        except KeyError:
+            # Every id resolved here came from the store (a ref, a prefix), and gc never
+            # removes what a ref reaches: only damage makes it disappear.
+            raise StoreCorruptError(
+                f"node {node[:12]} cannot be found: the store is damaged"
+            ) from None
+
+    def log(self, rev: str | NodeId = "HEAD", limit: int | None = None) -> list[Node]:
+        """Nodes walking back from ``rev``, newest first."""
+        chain = self.chain(rev, limit)
+        nodes = _nodes_of(chain)
+        nodes.reverse()
+        return nodes
+
+    def show(self, rev: str | NodeId) -> Node:
+        """One node in full."""
+        target = self.resolve(rev)
+        stored = self.backend.get(target)
+        if stored is None:  # resolved ids come from the store: only damage loses one
+            raise StoreCorruptError(f"node {target[:12]} cannot be found: the store is damaged")
+        return Node(stored.id, stored.parent, stored.type, msgspec.msgpack.decode(stored.encoded))
+
+    def depth(self, rev: str | NodeId) -> int:
+        """How many events lead to ``rev``, itself included."""
+        target = self.resolve(rev)
+        stored = self.backend.get(target)
+        if stored is None:
+            raise StoreCorruptError(f"node {target[:12]} cannot be found: the store is damaged")
+        return stored.depth
+
+    def derive(self, rev: str | NodeId = "HEAD", *, sending: bool = False) -> Derived:
+        """The derived chat messages at ``rev`` and the problems found in them; with
+        ``sending``, the sending view (see :meth:`Session.sending_view`)."""
+        chain = self.chain(rev)
+        ids = chain.ids if "compaction/marker" in chain.types else None
+        return derive_messages(chain.types, chain.datas, ids, repair=sending)
+
+    def messages(self, rev: str | NodeId = "HEAD") -> list[dict[str, Any]]:
+        """The OpenAI-style chat messages at ``rev``, exactly as they were added."""
+        return self.derive(rev).messages
+
+    def diff(self, a: str | NodeId, b: str | NodeId) -> Diff:
+        """Where two revisions part and what each added since: the last node of the history
+        they share as :mod:`sesstree.repo.related` reads it (None when they share none). Records of
+        the run that both repeat after their last shared message or turn end (the next
+        turn's ``turn/start``) are listed on each side; an ancestor is shared whole."""
+        ca, cb = self.chain(a), self.chain(b)
+        k = 0
+        for x, y in zip(ca.ids, cb.ids, strict=False):
+            if x != y:
+                break
+            k += 1
+        k = shared_length(ca.types, k, len(ca.ids), len(cb.ids))
+        return Diff(
+            ca.ids[k - 1] if k else None,
+            _nodes_of(ca)[k:],
+            _nodes_of(cb)[k:],
+        )
+
+    def reflog(self, name: str | None = None) -> list[ReflogEntry]:
+        """Every move of session ``name`` (a tag with ``tags/NAME``), or of every ref."""
+        if name is None:
+            return self.backend.reflog()
+        if name.startswith((SESSIONS, TAGS, REMOTES)):
+            return self.backend.reflog(name)
+        entries = self.backend.reflog(session_ref(name))
+        if not entries and "/" in name:
+            entries = self.backend.reflog(remote_ref(name))  # REMOTE/NAME, a remote session
+        return entries
+
+    def reflog_page(self, name: str, limit: int, offset: int = 0) -> tuple[list[ReflogEntry], int]:
+        """One page of the moves of session ``name`` (named as :meth:`reflog` names it),
+        **newest first**: ``limit`` moves after the newest ``offset``, and how many it has in
+        all. It reads the page, not the whole log (``sess reflog -n``, the web view).
+
+        Raises:
+            ValueError: ``limit`` or ``offset`` is negative.
+        """
+        from .scan import reflog_page
+
+        if limit < 0 or offset < 0:
+            raise ValueError(f"a reflog page needs a limit and an offset of 0 or more, "
+                             f"not {limit} and {offset}")
+        if name.startswith((SESSIONS, TAGS, REMOTES)):
+            return reflog_page(self.backend, name, limit, offset)
+        page = reflog_page(self.backend, session_ref(name), limit, offset)
+        if not page[1] and "/" in name:
+            page = reflog_page(self.backend, remote_ref(name), limit, offset)
+        return page
+
+    # -- maintenance -------------------------------------------------------------------------
+
+    def fsck(self) -> list[str]:
+        """Every fault in the store (empty when sound). See :func:`sesstree.repo.maintenance.fsck`."""
+        from .maintenance import fsck
+
+        return fsck(self)
+
+    def gc(self, *, dry_run: bool = False) -> GcResult:
+        """Remove what nothing reaches. See :func:`sesstree.repo.maintenance.gc`."""
+        from .maintenance import gc
+
+        return gc(self, dry_run=dry_run)
+
+    def stats(self, *, progress: Callable[[int, int], None] | None = None) -> Stats:
+        """Nodes, refs, logical and physical bytes. See :func:`sesstree.repo.maintenance.stats`."""
+        from .maintenance import stats
+
+        return stats(self, progress=progress)
+
+    # -- syncing -----------------------------------------------------------------------------
+
+    def push(self, remote: str | os.PathLike[str] | Store = "origin",
+             sessions: Sequence[str] | None = None, *, force: bool = False, tags: bool = False,
+             dry_run: bool = False, token: str | None = None) -> PushResult:
+        """Send sessions (default: HEAD's) to ``remote`` (a remote's name, a path, a
+        ``postgresql://`` or ``http(s)://`` URL, or a Store), only the nodes it lacks. See
+        :func:`sesstree.sync.push`; raises PushRejectedError for refs refused."""
+        from ..sync import push
+
+        return push(self, remote, sessions, force=force, tags=tags, dry_run=dry_run,
+                    token=token)
+
+    def fetch(self, remote: str | os.PathLike[str] | Store = "origin", *,
+              token: str | None = None) -> FetchResult:
+        """Bring what ``remote`` has and this store lacks, and move the remote-tracking refs
+        ``REMOTE/NAME``. See :func:`sesstree.sync.fetch`."""
+        from ..sync import fetch
+
+        return fetch(self, remote, token=token)
+
+    def pull(self, remote: str | os.PathLike[str] | Store = "origin",
+             sessions: Sequence[str] | None = None, *, token: str | None = None) -> PullResult:
+        """Fetch, then fast-forward sessions (default: HEAD's) to the remote's; a divergence
+        is refused (RemoteError naming the node). See :func:`sesstree.sync.pull`."""
+        from ..sync import pull
+
+        return pull(self, remote, sessions, token=token)
+
+    # -- writing -----------------------------------------------------------------------------
+
+    def write(
+        self, nodes: Sequence[Node], updates: Sequence[RefUpdate] = ()
+    ) -> None:
+        """Store nodes (parents first, idempotent) and apply ref updates, atomically.
+
+        The low-level write that importers use for whole trees. Session handles use
+        :meth:`Session.append`.
+        """
+        planned = [self._policy.update(u.name, u.old, u.new, u.reason, None) for u in updates]
+        self.backend.commit([raw_node(n) for n in nodes], planned)
+        for u in planned:
+            self._policy.moved(u, None)
+
+
+def raw_node(node: Node) -> RawNode:
+    """Encode a node for a backend, checking its type and its id."""
+    if not is_registered(node.type):
+        raise InvalidEventError(f"unknown event type {node.type!r}: register it first")
+    encoded = encode_data(node.data)
+    if node_id_from_encoded(node.parent, node.type, encoded) != node.id:
+        raise InvalidEventError(f"node {node.id[:12]} does not hash to its id")
+    return RawNode(node.id, node.parent, node.type, encoded)
+
+
+def _nodes_of(chain: Chain) -> list[Node]:
+    ids = chain.ids
+    parents: list[NodeId | None] = [chain.base, *ids][: len(ids)]
+    return [Node(i, p, t, d) for i, p, t, d in zip(ids, parents, chain.types, chain.datas, strict=True)]
+

@@ -1,0 +1,243 @@
+"""Reads of a PostgreSQL store: nodes, paths, refs, the reflog and settings, one statement
+each (a part of :class:`~sesstree.store.postgres.backend.PostgresBackend`). Every node read is checked
+against its id: damage is an error naming the node, never data.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+import msgspec
+import psycopg
+
+from ...errors import StoreCorruptError
+from ...node import NodeId
+from ..base import Chain, Ref, ReflogEntry, SessionMeta, StoredNode, StoreFormat
+from ..codec import CodecError, dict_hash
+from ..meta_rows import HEAD, LEGACY, SESSION, session_meta_of
+from ..storable import storable
+from . import objects, refs
+from .codec import PgPayloads
+from .conn import Conn, Connector, is_connection_lost
+
+__all__ = ["NodeReads", "reflog_entries"]
+
+
+def reflog_entries(rows: list[Any]) -> list[ReflogEntry]:
+    """Reflog entries from rows of the reflog queries (ref, old id, new id, time, reason,
+    started)."""
+    return [ReflogEntry(r[0], objects.hex_id(r[1]), objects.hex_id(r[2]), r[3], r[4], r[5])
+            for r in rows]
+
+#: Nodes per fetch when every node is read (fsck, graph): bounded memory on a large store.
+_ITER_CHUNK = 5000
+
+
+class NodeReads:
+    """The reads of the PostgreSQL backend (mixed into it; it provides what is declared here)."""
+
+    url: str
+    _lock: threading.RLock
+    _batch_depth: int
+    _conn: Connector
+    _payloads: PgPayloads
+
+    def _read(self, sql: str, params: Any = None, *, fetch: bool = True,
+              binary: bool = False) -> list[Any]:  # pragma: no cover - the backend's
+        raise NotImplementedError
+
+    def get(self, id: NodeId) -> StoredNode | None:
+        rows = self._read(objects.GET, (bytes.fromhex(id),))
+        if not rows:
+            return None
+        row = rows[0]
+        try:
+            body = self._payloads.body(bytes(row[3]))
+        except CodecError as exc:
+            raise StoreCorruptError(f"the store at {self.url} is damaged: node {id[:12]}: its "
+                                    f"payload cannot be inflated ({exc})") from None
+        if (row[1] is None and row[4] is not None) or not objects.row_is_intact(
+                bytes(row[0]), None if row[1] is None else bytes(row[1]), body):
+            raise StoreCorruptError(f"the store at {self.url} is damaged: node {id[:12]} does "
+                                    "not hash to its id")
+        return self._stored(row, body)
+
+    def _stored(self, row: Any, body: bytes | None = None) -> StoredNode:
+        try:
+            if body is None:
+                body = self._payloads.body(bytes(row[3]))
+            type, encoded = objects.split_row(body)
+        except (ValueError, IndexError, UnicodeDecodeError, CodecError):
+            # Give it back as it is: it will not hash to its id, and fsck says so.
+            type, encoded = "", bytes(row[3])
+        return StoredNode(NodeId(row[0].hex()), objects.hex_id(row[1]), row[2], type, encoded)
+
+    def has(self, ids: Sequence[NodeId]) -> set[NodeId]:
+        rows = self._read(objects.HAS, ([bytes.fromhex(i) for i in ids],))
+        return {NodeId(r[0].hex()) for r in rows}
+
+    def chain(self, head: NodeId, limit: int | None = None) -> Chain:
+        params = {"id": bytes.fromhex(head), "limit": 2**31 - 1 if limit is None else limit}
+        # binary: the path's bytes come as they are, not as hex text
+        rows = self._read(objects.CHAIN_ONE, params, binary=True)
+        if not rows or rows[0][0] is None:
+            raise KeyError(head)
+        depth, count, ids, data, base, lengths = rows[0]
+        want = depth if limit is None else min(limit, depth)
+        if count != want or (want == depth and count and base is not None):
+            raise StoreCorruptError(f"the store at {self.url} is damaged: a path does not "
+                                    "match its depth index")
+        if count == 0:
+            return Chain([], [], depth + 1, head, ids=[])
+        # Every node read is checked against its id: damage is an error, never wrong data.
+        ids, data, base = bytes(ids), bytes(data), None if base is None else bytes(base)
+        lengths = lengths or []
+        if sum(lengths) != len(data):
+            raise StoreCorruptError(f"the store at {self.url} is damaged: a node row is "
+                                    "unreadable")
+        bodies, unreadable = self._payloads.bodies(data, lengths)
+        bad = unreadable if unreadable is not None else objects.first_bad_body(base, ids, bodies)
+        if bad is not None:
+            why = "does not hash to its id"
+            if unreadable is not None:
+                try:
+                    self._payloads.body(bodies[bad])
+                except CodecError as exc:
+                    why = f"its payload cannot be inflated ({exc})"
+            raise StoreCorruptError(f"the store at {self.url} is damaged: node "
+                                    f"{ids[32 * bad : 32 * bad + 32].hex()[:12]} {why}")
+        del data
+        try:
+            types, datas = objects.decode_path(b"".join(bodies), count)
+        except (msgspec.DecodeError, ValueError):
+            raise StoreCorruptError(f"the store at {self.url} is damaged: a node row is "
+                                    "unreadable") from None
+        return Chain(types, datas, depth - count + 1, objects.hex_id(base), packed_ids=ids)
+
+    def resolve_prefix(self, prefix: str, limit: int = 2) -> list[NodeId]:
+        lo = bytes.fromhex((prefix + "0" * 64)[:64])
+        hi = bytes.fromhex((prefix + "f" * 64)[:64])
+        return [NodeId(r[0].hex()) for r in self._read(objects.PREFIX, (lo, hi, limit))]
+
+    def get_ref(self, name: str) -> Ref | None:
+        if not storable(name):  # a name no store can hold names nothing
+            return None
+        rows = self._read(refs.GET_REF, (name,))
+        return Ref(name, NodeId(rows[0][0].hex()), rows[0][1]) if rows else None
+
+    def list_refs(self, prefix: str) -> list[Ref]:
+        if not storable(prefix):  # a name no store can hold names nothing
+            return []
+        rows = self._read(refs.LIST_REFS, (len(prefix), prefix))
+        return [Ref(r[0], NodeId(r[1].hex()), r[2]) for r in rows]
+
+    def reflog(self, name: str | None = None) -> list[ReflogEntry]:
+        if not storable(name or ''):  # a name no store can hold names nothing
+            return []
+        rows = self._read(refs.REFLOG_ALL) if name is None else self._read(refs.REFLOG, (name,))
+        return reflog_entries(rows)
+
+    def _meta_rows(self, prefix: str) -> list[tuple[str, str]]:
+        return [(str(k), str(v)) for k, v in self._read(refs.LIST_META, (len(prefix), prefix))]
+
+    def get_session_meta(self, name: str) -> SessionMeta | None:
+        if not storable(name):  # a name no store can hold names nothing
+            return None
+        rows = self._read(refs.GET_METAS, ([SESSION + name, LEGACY + name],))
+        return session_meta_of((str(k), str(v)) for k, v in rows).get(name)
+
+    def list_session_meta(self) -> dict[str, SessionMeta]:
+        return session_meta_of(self._meta_rows(SESSION) + self._meta_rows(LEGACY))
+
+    def get_head(self) -> str | None:
+        rows = self._read(refs.GET_META, (HEAD,))
+        return str(rows[0][0]) if rows else None
+
+    def store_format(self) -> StoreFormat:
+        rows = dict(self._read(refs.GET_METAS, (["format", "ids"],)))
+        return StoreFormat(int(rows.get("format", 0)), str(rows.get("ids", "")))
+
+    @contextmanager
+    def snapshot(self) -> Iterator[None]:
+        """Reads inside the block see one state of the store: one REPEATABLE READ, READ ONLY
+        transaction (inside a batch, the batch's own transaction)."""
+        with self._lock:
+            if self._batch_depth or self._conn.in_batch:
+                yield
+                return
+            conn = self._conn.connection()
+            try:
+                txn = conn.transaction()
+                txn.__enter__()
+                conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
+            except psycopg.Error as exc:
+                self._conn.raise_translated(exc)
+            # Pinned like a batch: a read must not run again on a new connection, outside the
+            # snapshot.
+            self._conn.begin_batch(conn)
+            try:
+                yield
+            except BaseException as exc:
+                self._conn.end_batch()
+                try:
+                    txn.__exit__(type(exc), exc, exc.__traceback__)
+                except psycopg.Error:
+                    self._conn.discard()
+                raise
+            self._conn.end_batch()
+            try:
+                txn.__exit__(None, None, None)
+            except psycopg.Error as exc:
+                self._conn.discard()
+                self._conn.raise_translated(exc)
+
+    def iter_nodes(self) -> Iterator[StoredNode]:
+        """Every node, parents first, fetched in chunks from one snapshot (bounded memory):
+        the open snapshot's, or a read-only transaction of its own."""
+        with self._lock:
+            if self._batch_depth:
+                for row in self._read(objects.ITER):  # (sends the batch's queued appends)
+                    yield self._stored(row)
+                return
+            conn = self._conn.connection()
+            try:
+                if self._conn.in_batch:  # inside snapshot(): read through its transaction
+                    yield from self._iter_cursor(conn)
+                    return
+                with conn.transaction():
+                    conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
+                    yield from self._iter_cursor(conn)
+            except psycopg.Error as exc:
+                if is_connection_lost(exc, conn):
+                    self._conn.discard()
+                self._conn.raise_translated(exc)
+
+    def _iter_cursor(self, conn: Conn) -> Iterator[StoredNode]:
+        # A server-side cursor: the rows come _ITER_CHUNK at a time, not all at once.
+        with conn.cursor(name="sesstree_iter_nodes") as cur:
+            cur.itersize = _ITER_CHUNK
+            cur.execute(objects.ITER)
+            for row in cur:
+                yield self._stored(row)
+
+    def count_nodes(self) -> int:
+        return int(self._read(objects.COUNT)[0][0])
+
+    def check(self) -> list[str]:
+        faults: list[str] = []
+        for what, sql in objects.CHECKS.items():
+            for (key,) in self._read(sql + " LIMIT 20"):
+                faults.append(f"{what}: {key.hex()[:12]}")
+        for what, sql in refs.REF_CHECKS.items():
+            for (key,) in self._read(sql + " LIMIT 20"):
+                faults.append(f"{what}: {key}")
+        for dict_id, digest, data in self._read("SELECT id, hash, data FROM dicts", binary=True):
+            if dict_hash(bytes(data)) != bytes(digest):
+                faults.append(f"compression dictionary {dict_id} does not match its hash")
+        return faults
+
+    def physical_bytes(self) -> int:
+        return int(self._read(objects.PHYSICAL_BYTES)[0][0] or 0)

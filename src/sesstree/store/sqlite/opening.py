@@ -1,0 +1,211 @@
+"""Opening an SQLite store: create it if asked, connect (read-only on read-only media), check
+that it is a sesstree store this version can read, and set the connection up.
+
+Nothing is written to an existing file before it is known to be a sesstree store: a damaged,
+foreign or newer file stays exactly as it was.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+from ...errors import StoreCorruptError, StoreFormatError, StoreLockedError, StoreNotFoundError
+from ...node import ID_VERSION
+from .create import create_store_file, remove_leftovers
+from .media import (
+    is_media_error,
+    media_error,
+    open_read_only,
+    open_without_index,
+    translate,
+    translating,
+    unopenable,
+)
+from .sql import APPEND_TEMP, SCHEMA, SCHEMA_2, add_codec, without_started
+from .wal import preallocate_wal
+from .walguard import OPENING, guard_wal
+
+__all__ = [
+    "DURABLE_WAL_PAGES", "FORMAT_VERSION", "PAGE_SIZE", "WAL_PAGES", "has_codec",
+    "open_connection", "reflog_has_started",
+]
+
+
+def reflog_has_started(db: sqlite3.Connection) -> bool:
+    """Whether the store's reflog keeps when a folded entry's first move was made (stores
+    made before that have no such column, and are read and written without it)."""
+    return any(row[1] == "started" for row in db.execute("PRAGMA table_info(reflog)"))
+
+
+def has_codec(db: sqlite3.Connection) -> bool:
+    """Whether the store has format 4's codec columns (see sqlite_sql.add_codec)."""
+    return any(row[1] == "codec" for row in db.execute("PRAGMA table_info(nodes)"))
+
+
+#: 1: the tables; 2: the indexes and derived table of SCHEMA_2; 3: its index on move time;
+#: 4: zstd frames and dictionaries (sqlite_sql.add_codec). An older store is upgraded when it
+#: is first opened for writing (nothing is rewritten: old rows read as they were); read-only
+#: it is read as it is. An older sesstree refuses a newer format: it could not read frames.
+FORMAT_VERSION = 4
+#: A commit writes whole pages to the WAL, and an append dirties three: smaller pages make it
+#: cheaper, while 1 KB pages would cost disk space (measured in bench/bench_store.py).
+PAGE_SIZE = 2048
+# Checkpoint every 10,000 pages (~20 MB of WAL) instead of 1,000: fewer checkpoints (each one
+# fsyncs) make committed appends cheaper; the WAL file is reused, so it stays about this size.
+WAL_PAGES = 10_000
+# A durable store checkpoints sooner, so that its WAL stays within the size it is given when
+# opened (see sqlite_wal.preallocate_wal): ~4 MB with 2 KB pages.
+DURABLE_WAL_PAGES = 2_000
+
+
+class _NotCreated(Exception):
+    """The file is an SQLite file with no tables: a store whose creation never finished."""
+
+
+def open_connection(
+    path: Path, *, create: bool, durable: bool, timeout: float
+) -> tuple[sqlite3.Connection, bool]:
+    """A connection to the store file ``path``, set up, and whether it is read-only."""
+    exists = path.exists()
+    size = path.stat().st_size if exists else 0
+    if not exists and not create:
+        raise StoreNotFoundError(f"no store at {path}")
+    if exists and not create and size == 0:
+        # Opening an existing store must never turn some other (empty) file into one.
+        raise StoreCorruptError(f"{path} is an empty file, not a sesstree store")
+    if create and size == 0:
+        _create(path, durable)
+    with OPENING:  # (no other thread's check may close store.db-shm during the connect)
+        if not (create and size == 0):
+            guard_wal(path)  # before SQLite can drop what a damaged WAL hides (sqlite_walguard)
+        db, read_only = _connect(path, timeout)
+    try:
+        try:
+            _prepare(db, path, durable, read_only)
+        except _NotCreated:
+            if not create:
+                raise StoreCorruptError(
+                    f"{path} is an SQLite file but not a sesstree store"
+                ) from None
+            # A first open killed before its schema landed (an older sesstree): finish it.
+            db.close()
+            _create(path, durable)
+            with OPENING:
+                db, read_only = _connect(path, timeout)
+            _prepare(db, path, durable, read_only)
+    except BaseException:
+        db.close()
+        raise
+    if not read_only:
+        remove_leftovers(path)
+    return db, read_only
+
+
+def _build_schema(db: sqlite3.Connection) -> None:
+    """Page size, WAL mode, tables and format version of a new store (sqlite_create)."""
+    db.execute(f"PRAGMA page_size={PAGE_SIZE}")
+    db.execute("PRAGMA journal_mode=WAL")
+    db.execute("BEGIN IMMEDIATE")
+    for statement in (*SCHEMA, *SCHEMA_2):
+        db.execute(statement)
+    add_codec(db)
+    db.executemany(
+        "INSERT INTO meta VALUES (?, ?)",
+        [("format", str(FORMAT_VERSION)), ("ids", f"blake3-msgpack-v{ID_VERSION}")],
+    )
+    db.execute("COMMIT")
+
+
+def _upgrade(db: sqlite3.Connection, path: Path) -> None:
+    """Format 1, 2 or 3 to 4: add the indexes and the derived table, then the codec columns
+    and the dictionaries' table (each only if missing), in one transaction (another process
+    opening the store meanwhile waits for it, then sees format 4)."""
+    db.execute("BEGIN IMMEDIATE")
+    try:
+        row = db.execute("SELECT value FROM meta WHERE key = 'format'").fetchone()
+        if row is not None and str(row[0]) in ("1", "2", "3"):
+            for statement in SCHEMA_2:
+                db.execute(statement)
+            add_codec(db)
+            db.execute("UPDATE meta SET value = ? WHERE key = 'format'", (str(FORMAT_VERSION),))
+        db.execute("COMMIT")
+    except BaseException:
+        db.execute("ROLLBACK")
+        raise
+
+
+def _create(path: Path, durable: bool) -> None:
+    """Create the store file atomically (see sqlite_create), mapping OS errors."""
+    try:
+        create_store_file(path, _build_schema, sync=durable)
+    except (OSError, sqlite3.Error) as exc:
+        raise media_error(path, exc) from None
+
+
+def _connect(path: Path, timeout: float) -> tuple[sqlite3.Connection, bool]:
+    """Connect for reading and writing, or (read-only media, a full disk) for reading only."""
+    db = sqlite3.connect(path, isolation_level=None, timeout=timeout, check_same_thread=False)
+    try:
+        # Touch the file: on read-only media a WAL store fails here, not on first use.
+        db.execute("SELECT count(*) FROM sqlite_master").fetchone()
+        return db, False
+    except UnicodeDecodeError:
+        db.close()
+        raise StoreCorruptError(f"store {path} is damaged: unreadable text") from None
+    except sqlite3.Error as exc:
+        db.close()
+        if is_media_error(exc) and not unopenable(exc):
+            # A disk too full for the WAL's index file (sqlite_media): read without it.
+            with translating(path):
+                return open_without_index(path, timeout), True
+        if not unopenable(exc):
+            translate(path, exc)  # locked, or else damaged
+    return open_read_only(path, timeout), True
+
+
+def _prepare(db: sqlite3.Connection, path: Path, durable: bool, read_only: bool) -> None:
+    with translating(path):
+        # Read before any write: a damaged or newer store must stay exactly as it is.
+        tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master")}
+        if not tables:
+            raise _NotCreated
+        if "meta" not in tables or "nodes" not in tables:
+            raise StoreCorruptError(f"{path} is an SQLite file but not a sesstree store")
+        row = db.execute("SELECT value FROM meta WHERE key = 'format'").fetchone()
+        try:
+            version = int(row[0]) if row else 0
+        except (TypeError, ValueError):
+            version = 0
+        if version > FORMAT_VERSION:
+            raise StoreFormatError(
+                f"{path} has store format {version}; this sesstree reads up to "
+                f"{FORMAT_VERSION}. Upgrade sesstree to open it."
+            )
+        if version < 1:
+            raise StoreCorruptError(f"{path} has no valid format version")
+        if version < FORMAT_VERSION and not read_only:
+            _upgrade(db, path)
+        mode = db.execute("PRAGMA journal_mode").fetchone()[0]
+        if str(mode).lower() != "wal" and not read_only:
+            mode = db.execute("PRAGMA journal_mode=WAL").fetchone()[0]
+            if str(mode).lower() != "wal":
+                raise StoreLockedError(f"cannot switch {path} to WAL mode (is it in use?)")
+        db.execute(f"PRAGMA synchronous={'FULL' if durable else 'NORMAL'}")
+        db.execute("PRAGMA cache_size=-65536")
+        db.execute(f"PRAGMA wal_autocheckpoint={DURABLE_WAL_PAGES if durable else WAL_PAGES}")
+        # No memory map: a read through one leaves every page it touched, and the neighbours
+        # the kernel maps on each fault, in the process, so a scan (fsck, gc, stats) or a few
+        # thousand lookups spread over the file (branch, the refs of log --graph) held as
+        # much memory as the file, up to the map's size. Through SQLite's page cache memory
+        # stays within cache_size; loads measured the same within noise (bench/bench_scale.py).
+        db.execute("PRAGMA temp_store=MEMORY")
+        started = reflog_has_started(db)
+        if has_codec(db):  # (a format-3 store opened read-only: nothing is appended to it)
+            for statement in APPEND_TEMP:
+                db.execute(statement if started else without_started(statement))
+        if durable and not read_only:
+            try:
+                preallocate_wal(db, path, DURABLE_WAL_PAGES)
+            except (OSError, sqlite3.Error):
+                pass  # only a speed-up (a full disk, say): the WAL then grows as it goes

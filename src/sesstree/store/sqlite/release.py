@@ -1,0 +1,131 @@
+"""A store read without its WAL index (a full disk) lets go of it whenever it is idle.
+
+Opened that way (:func:`sesstree.store.sqlite.media.open_without_index`), a connection holds
+the store alone: no other process can open it, even to read, until it closes. A command ends
+in a moment, but a process that keeps its store open (``sess serve``, the proxy, a program
+using the API) would shut every other ``sess`` command out for as long as it runs, and would
+go on refusing writes after space was freed. So such a connection is closed whenever it is
+idle (no transaction open, no statement running) and opened again at its next use: others
+get their turn within :data:`RELEASE_AFTER` seconds, and an open once there is room again is
+an ordinary one (shared with other processes, and writable).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from pathlib import Path
+from typing import Any, cast
+
+from .media import full_error, without_index
+from .opening import open_connection
+
+__all__ = ["RELEASE_AFTER", "LooseHold", "Reopening"]
+
+#: Seconds between looks at whether the store is idle. A process waiting to open the store
+#: waits up to its timeout (10 s by default), so it gets in.
+RELEASE_AFTER = 0.5
+
+
+class Reopening:
+    """The connection of a store opened without its index: closed when let go of
+    (:meth:`release`), opened again by the first use after that. Everything that holds the
+    backend's connection holds this, so no one is left with a closed one."""
+
+    def __init__(self, owner: LooseHold, db: sqlite3.Connection) -> None:
+        self._owner = owner
+        #: The open connection, or None while let go of.
+        self.real: sqlite3.Connection | None = db
+        #: Set when the backend closes.
+        self.closed = threading.Event()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.real or self._owner._open_again(), name)
+
+    def release(self) -> None:
+        """Close the connection if no transaction is open on it (the next use opens it)."""
+        if self.real is not None and not self.real.in_transaction:
+            db, self.real = self.real, None
+            db.close()
+
+    def close(self) -> None:
+        """Close it for good (the backend closes)."""
+        self.closed.set()
+        if self.real is not None:
+            db, self.real = self.real, None
+            db.close()
+
+
+class LooseHold:
+    """The SQLite backend's opening of its store, and its letting go of a store opened
+    without its index (see the module docstring)."""
+
+    path: Path
+    _durable: bool
+    _timeout: float
+    _lock: threading.RLock
+    _batch_depth: int
+    _data_version: int
+    _db: sqlite3.Connection
+
+    def _setup(self) -> None:  # pragma: no cover - the backend's
+        raise NotImplementedError
+
+    def _connect(self, create: bool) -> None:
+        """Open the store (again), and set up what depends on how it was opened: read-only
+        (read-only media, a full disk) or not, with its index or without."""
+        db, read_only = open_connection(
+            self.path, create=create, durable=self._durable, timeout=self._timeout
+        )
+        #: True when the store could only be opened for reading (read-only media, or a full
+        #: disk).
+        self.read_only = read_only
+        #: True on a disk too full for ``store.db-shm``: reads work, every write raises
+        #: StoreFullError (and query_only refuses any that would not).
+        self.full = read_only and without_index(db)
+        if self.full:
+            db.execute("PRAGMA query_only=1")
+        held: object = getattr(self, "_db", None)
+        if isinstance(held, Reopening):
+            held.real = db
+            self._data_version = -1  # (another process may have written meanwhile)
+        elif self.full:
+            reopening = Reopening(self, db)
+            self._db = cast(sqlite3.Connection, reopening)  # (it acts as one)
+            threading.Thread(target=self._release_loop, args=(reopening,), daemon=True,
+                             name="sesstree-release").start()
+        else:
+            self._db = db
+        self._setup()
+
+    def _open_again(self) -> sqlite3.Connection:
+        with self._lock:
+            held: object = self._db
+            assert isinstance(held, Reopening)
+            if held.real is None:
+                self._connect(create=False)  # (a sesstree error if it cannot: still let go)
+            assert held.real is not None
+            return held.real
+
+    def _refuse_if_full(self) -> None:
+        """Before a write (the lock held, no transaction open): on a store opened without
+        room for its index, open it again, as there may be room now; refuse it if not."""
+        held: object = self._db
+        if self.full and isinstance(held, Reopening):
+            with self._lock:
+                held.release()
+                self._open_again()
+        if self.full:
+            raise full_error(self.path)
+
+    def _release_loop(self, held: Reopening) -> None:
+        """Let go of ``held`` whenever it is idle, until the backend closes it."""
+        while not held.closed.wait(RELEASE_AFTER) and self.full:
+            # (Once opened again with room, it is held as any connection is.)
+            if not self._lock.acquire(blocking=False):
+                continue  # in use, so not idle
+            try:
+                if self.full and not self._batch_depth:
+                    held.release()
+            finally:
+                self._lock.release()

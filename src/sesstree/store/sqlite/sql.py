@@ -1,0 +1,255 @@
+"""The SQL of the SQLite backend, kept apart so that the backend's logic reads on its own.
+
+See :mod:`sesstree.store.sqlite.backend` for the layout and why it is shaped this way.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+
+from .sums import SUMS_TABLE
+
+__all__ = [
+    "APPEND_FOLD",
+    "APPEND_ONE",
+    "APPEND_TEMP",
+    "BLOBS_IN",
+    "CAS",
+    "CHECKS",
+    "FOLD",
+    "FOLD_NEWEST",
+    "INSERT_NODE",
+    "LIST_REFS",
+    "NEWEST",
+    "NODE_COLS",
+    "READ_IDS",
+    "READ_RANGE",
+    "READ_RUN",
+    "REFLOG_ROWS",
+    "RUN_BREAK",
+    "SCHEMA",
+    "SCHEMA_2",
+    "STARTED_SET",
+    "WALK_ROWS",
+    "add_codec",
+    "without_codec",
+    "without_started",
+]
+
+SCHEMA = [
+    "CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID",
+    "CREATE TABLE blobs(bid INTEGER PRIMARY KEY, hash BLOB NOT NULL UNIQUE, data BLOB NOT NULL)",
+    """CREATE TABLE nodes(
+        seq INTEGER PRIMARY KEY,
+        id BLOB NOT NULL UNIQUE,
+        parent INTEGER,
+        depth INTEGER NOT NULL,
+        data BLOB NOT NULL,
+        bid INTEGER
+    )""",
+    """CREATE TABLE reflog(
+        ref TEXT NOT NULL,
+        n INTEGER NOT NULL,
+        old INTEGER,
+        new INTEGER,
+        time REAL NOT NULL,
+        reason TEXT NOT NULL,
+        started REAL,
+        PRIMARY KEY (ref, n)
+    ) WITHOUT ROWID""",
+]
+# An entry a move is folded into keeps when its first move was made (`started`, see
+# ReflogEntry). Stores made before the column existed have none: `without_started` takes the
+# clause out of the statements below for them (they read NULL instead).
+STARTED_SET = ", started = coalesce(started, time)"
+
+
+def without_started(sql: str) -> str:
+    """``sql`` for a store whose reflog has no ``started`` column."""
+    return sql.replace(STARTED_SET, "").replace("l.started", "NULL")
+
+
+# Format 2: what lets gc, stats and ref labels read only what they need. `nodes_bid` finds
+# the nodes that use a payload (gc removes a payload no node names, one seek each);
+# `reflog_new` finds the refs at a node (`log -n 20` labels 20 lines without listing every
+# ref; a new node's row number is the largest, so an append adds to the index's last page);
+# `path_bytes` is each node's path size as JSONL lines, filled by `stats` as it goes.
+SCHEMA_2 = [
+    "CREATE INDEX IF NOT EXISTS nodes_bid ON nodes(bid) WHERE bid IS NOT NULL",
+    "CREATE INDEX IF NOT EXISTS reflog_new ON reflog(new) WHERE new IS NOT NULL",
+    "CREATE TABLE IF NOT EXISTS path_bytes(seq INTEGER PRIMARY KEY, bytes INTEGER NOT NULL)",
+    # Format 3: the refs that moved last (the web view's first page), read in time order.
+    "CREATE INDEX IF NOT EXISTS reflog_time ON reflog(time)",
+]
+
+
+def add_codec(db: sqlite3.Connection) -> None:
+    """Format 4: payloads compressed with zstd (see sesstree.store.codec). ``nodes.codec`` and
+    ``blobs.codec`` say how a payload is stored (NULL: as format 3 stored it, plain msgpack in
+    a node row, zlib in a blob), ``dicts`` holds the trained dictionaries, each with the blake3
+    of its bytes. Adding a column rewrites nothing: old rows read NULL."""
+    for table in ("nodes", "blobs"):
+        if not any(r[1] == "codec" for r in db.execute(f"PRAGMA table_info({table})")):
+            db.execute(f"ALTER TABLE {table} ADD COLUMN codec INTEGER")
+    db.execute(
+        "CREATE TABLE IF NOT EXISTS dicts(id INTEGER PRIMARY KEY, hash BLOB NOT NULL, "
+        "data BLOB NOT NULL)"
+    )
+    # Digests over blocks of rows (sqlite_sums), a derived index.
+    db.execute(SUMS_TABLE)
+
+
+def without_codec(sql: str) -> str:
+    """``sql`` for a format-3 store opened read-only (no codec columns: every payload is
+    plain msgpack in its row or zlib in a blob)."""
+    return sql.replace("n.codec", "NULL").replace("b.codec", "NULL")
+
+NEWEST = "SELECT new FROM reflog WHERE ref = ?1 ORDER BY n DESC LIMIT 1"
+# Compare-and-set and log in one statement: the row is written only if the newest entry of the
+# ref points where the writer expects (?2); `IS` makes "absent" (NULL) compare equal to None.
+CAS = (
+    "INSERT INTO reflog(ref, n, old, new, time, reason) "
+    "SELECT ?1, coalesce((SELECT n FROM reflog WHERE ref = ?1 ORDER BY n DESC LIMIT 1), 0) + 1,"
+    " ?2, ?3, ?4, ?5 "
+    f"WHERE ({NEWEST}) IS ?2"
+)
+# A move folded into the ref's newest entry (see RefUpdate.fold): that entry keeps its `old`
+# and takes the new target, time and reason; only if the ref is at ?2, so it is a
+# compare-and-set too. ?-parameters as CAS.
+FOLD = (
+    f"UPDATE reflog SET new = ?3, time = ?4, reason = ?5{STARTED_SET} WHERE ref = ?1 AND n = "
+    "(SELECT n FROM reflog WHERE ref = ?1 ORDER BY n DESC LIMIT 1) AND new IS ?2"
+)
+# The same rewrite when the batch writing it holds the write lock and knows the entry is its
+# own (?1 ref, ?2 new row, ?3 time, ?4 reason).
+FOLD_NEWEST = (
+    f"UPDATE reflog SET new = ?2, time = ?3, reason = ?4{STARTED_SET} WHERE ref = ?1 AND n = "
+    "(SELECT n FROM reflog WHERE ref = ?1 ORDER BY n DESC LIMIT 1)"
+)
+# The common append (one small node on top of the ref's head) as one statement: a temporary
+# INSTEAD OF trigger on a temporary view does the node insert and the compare-and-set. One
+# statement means one implicit transaction and no BEGIN/COMMIT round trips; it is created per
+# connection, so the file's schema is unchanged. ?-parameters: ref, parent id, id, row data
+# (type and payload), time, reason, the payload's codec, and for a payload stored apart its hash,
+# its compressed bytes and their codec (NULL otherwise): a large payload is stored in the same
+# statement, once (an existing blob of the same hash is used). A lost CAS raises
+# "sesstree-conflict", which rolls the statement back, the blob with it.
+_PUT_BLOB = (
+    "INSERT OR IGNORE INTO blobs(hash, data, codec) SELECT NEW.hash, NEW.blob, NEW.bcodec "
+    "WHERE NEW.hash IS NOT NULL;"
+)
+_BID = "(SELECT bid FROM main.blobs WHERE hash = NEW.hash)"
+APPEND_TEMP = [
+    "CREATE TEMP VIEW append_one(ref, parent, id, data, time, reason, codec, hash, blob, "
+    "bcodec) AS SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL",
+    f"""CREATE TEMP TRIGGER append_one_do INSTEAD OF INSERT ON append_one BEGIN
+        {_PUT_BLOB}
+        INSERT OR IGNORE INTO nodes(id, parent, depth, data, codec, bid)
+        SELECT NEW.id, p.seq, coalesce(p.depth, 0) + 1, NEW.data, NEW.codec, {_BID}
+        FROM (SELECT 1) LEFT JOIN main.nodes p ON p.id = NEW.parent
+        WHERE NEW.parent IS NULL OR p.seq IS NOT NULL;
+        INSERT INTO reflog(ref, n, old, new, time, reason)
+        SELECT NEW.ref, coalesce(last.n, 0) + 1, c.parent, c.seq, NEW.time, NEW.reason
+        FROM nodes c
+        LEFT JOIN (SELECT n, new FROM reflog WHERE ref = NEW.ref ORDER BY n DESC LIMIT 1) last
+        WHERE c.seq = CASE WHEN changes() = 1 THEN last_insert_rowid()
+                           ELSE (SELECT seq FROM nodes WHERE id = NEW.id) END
+          AND last.new IS c.parent;
+        SELECT RAISE(ABORT, 'sesstree-conflict') WHERE changes() = 0;
+    END""",
+    # The same append, its move folded into the ref's newest entry (an agent turn's later
+    # events): the entry is rewritten only if the ref is at the node's parent.
+    "CREATE TEMP VIEW append_fold(ref, parent, id, data, time, reason, codec, hash, blob, "
+    "bcodec) AS SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL",
+    f"""CREATE TEMP TRIGGER append_fold_do INSTEAD OF INSERT ON append_fold BEGIN
+        {_PUT_BLOB}
+        INSERT OR IGNORE INTO nodes(id, parent, depth, data, codec, bid)
+        SELECT NEW.id, p.seq, p.depth + 1, NEW.data, NEW.codec, {_BID}
+        FROM main.nodes p WHERE p.id = NEW.parent;
+        UPDATE reflog SET new = (SELECT seq FROM nodes WHERE id = NEW.id), time = NEW.time,
+            reason = NEW.reason{STARTED_SET}
+        WHERE ref = NEW.ref
+          AND n = (SELECT n FROM reflog WHERE ref = NEW.ref ORDER BY n DESC LIMIT 1)
+          AND new IS (SELECT seq FROM nodes WHERE id = NEW.parent)
+          AND (SELECT seq FROM nodes WHERE id = NEW.id) IS NOT NULL;
+        SELECT RAISE(ABORT, 'sesstree-conflict') WHERE changes() = 0;
+    END""",
+]
+APPEND_ONE = "INSERT INTO temp.append_one VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+APPEND_FOLD = "INSERT INTO temp.append_fold VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+INSERT_NODE = (
+    "INSERT OR IGNORE INTO nodes(id, parent, depth, data, bid, codec) VALUES (?, ?, ?, ?, ?, ?)"
+)
+# Columns of one node (from `nodes n LEFT JOIN blobs b ON b.bid = n.bid`). `data` is the
+# msgpack of the type followed by the payload: its msgpack, a zstd frame of it (`n.codec` not
+# NULL), or nil when the payload is stored apart, compressed, in blobs.
+NODE_COLS = "n.seq, n.id, n.parent, n.data, b.data, n.codec, b.codec"
+# The newest entry of every ref whose name starts with ?1 (?2 = its length), found with one
+# index seek per ref name instead of a scan of the whole log.
+LIST_REFS = """
+WITH RECURSIVE names(ref) AS (
+    SELECT (SELECT ref FROM reflog WHERE ref >= ?1 ORDER BY ref LIMIT 1)
+    UNION ALL
+    SELECT (SELECT ref FROM reflog WHERE ref > names.ref ORDER BY ref LIMIT 1)
+    FROM names WHERE names.ref IS NOT NULL AND substr(names.ref, 1, ?2) = ?1
+)
+SELECT l.ref, d.id, l.time FROM names
+JOIN reflog l ON l.ref = names.ref
+    AND l.n = (SELECT n FROM reflog WHERE ref = names.ref ORDER BY n DESC LIMIT 1)
+JOIN nodes d ON d.seq = l.new
+WHERE substr(names.ref, 1, ?2) = ?1
+ORDER BY l.ref
+"""
+# The newest row in (?1, ?2] whose parent is not the row just before it: where a run breaks.
+RUN_BREAK = (
+    "SELECT seq FROM nodes WHERE seq > ?1 AND seq <= ?2 AND parent IS NOT seq - 1 "
+    "ORDER BY seq DESC LIMIT 1"
+)
+# The rows of a range that are frames: their indexes in the range, and their codecs (listed
+# only when they differ: most paths are written with one dictionary).
+_CODECS = (
+    "group_concat(CASE WHEN n.codec IS NOT NULL THEN n.seq - ?1 END), min(n.codec), "
+    "CASE WHEN min(n.codec) != max(n.codec) THEN group_concat(n.codec) END"
+)
+# A rowid range is scanned in ascending order, so the aggregate concatenates oldest first:
+# type, payload, type, payload... (nil for a payload stored apart, fetched with BLOBS_IN).
+READ_RUN = (
+    "SELECT CAST(group_concat(n.data, x'') AS BLOB), count(n.bid), "
+    "CAST(group_concat(n.id, x'') AS BLOB), group_concat(length(n.data)), "
+    f"{_CODECS} FROM nodes n WHERE n.seq BETWEEN ?1 AND ?2"
+)
+# The same, plus the sum of the rows' parents and their count: one scan both reads a range and
+# proves it is an unbroken run of the path (see PathReader.read). The ids and the length of each
+# row's data come along so that every node can be checked against its id.
+READ_RANGE = (
+    "SELECT CAST(group_concat(n.data, x'') AS BLOB), count(n.bid), sum(n.parent), count(*), "
+    "CAST(group_concat(n.id, x'') AS BLOB), group_concat(length(n.data)), "
+    f"{_CODECS} FROM nodes n WHERE n.seq BETWEEN ?1 AND ?2"
+)
+# The compressed payloads of rows ?1..?2.
+BLOBS_IN = (
+    "SELECT n.seq, b.data, b.codec FROM nodes n JOIN blobs b ON b.bid = n.bid "
+    "WHERE n.seq BETWEEN ?1 AND ?2 AND n.bid IS NOT NULL"
+)
+READ_IDS = "SELECT CAST(group_concat(id, x'') AS BLOB) FROM nodes WHERE seq BETWEEN ?1 AND ?2"
+WALK_ROWS = (
+    "SELECT n.seq, n.parent, n.id, n.data, b.data, n.codec, b.codec FROM nodes n "
+    "LEFT JOIN blobs b ON b.bid = n.bid WHERE n.seq BETWEEN ? AND ? ORDER BY n.seq DESC"
+)
+
+# Every entry of the reflog (or, with a WHERE added, of one ref), ids resolved.
+REFLOG_ROWS = (
+    "SELECT l.ref, o.id, w.id, l.time, l.reason, l.started FROM reflog l "
+    "LEFT JOIN nodes o ON o.seq = l.old LEFT JOIN nodes w ON w.seq = l.new"
+)
+
+# fsck's checks of the derived indexes and links, each naming the nodes it finds.
+CHECKS = {
+    "node whose parent is missing": "SELECT c.id FROM nodes c WHERE c.parent IS NOT NULL "
+    "AND NOT EXISTS (SELECT 1 FROM nodes p WHERE p.seq = c.parent)",
+    "node stored before its parent": "SELECT c.id FROM nodes c WHERE c.parent >= c.seq",
+    "node with a wrong depth index": "SELECT c.id FROM nodes c LEFT JOIN nodes p "
+    "ON p.seq = c.parent WHERE c.depth != coalesce(p.depth, 0) + 1",
+    "node whose payload is missing": "SELECT c.id FROM nodes c WHERE c.bid IS NOT NULL "
+    "AND NOT EXISTS (SELECT 1 FROM blobs b WHERE b.bid = c.bid)",
+}
