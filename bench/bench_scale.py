@@ -259,7 +259,7 @@ def sizes_table(backend: str, sizes: list[int], tmp: Path, base_url: str | None,
 def no_dictionary() -> Iterator[None]:
     """Stores written meanwhile never train a dictionary: small payloads stay plain msgpack,
     as in format 3 (what compressing them costs, measured against it)."""
-    from sesstree.store import sqlite_dicts as backend
+    from sesstree.store.sqlite import dicts as backend
 
     saved = backend.TRAIN_AFTER
     backend.TRAIN_AFTER = 1 << 62

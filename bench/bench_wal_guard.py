@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from sesstree import open_store
-from sesstree.store import sqlite_open
+from sesstree.store.sqlite import opening as sqlite_open
 from sesstree.store.sqlite.walguard import find_damage
 
 HOLD = """

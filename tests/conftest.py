@@ -52,6 +52,16 @@ def store(backend_kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> 
 
 
 @pytest.fixture
+def every_backend_store(backend_kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Store]:
+    """:func:`store` under a name that a folder's own ``store`` fixture does not shadow."""
+    s = _open(backend_kind, tmp_path / "s", request)
+    try:
+        yield s
+    finally:
+        s.close()
+
+
+@pytest.fixture
 def make_store(tmp_path: Path) -> Iterator[Callable[..., Store]]:
     """Open extra stores (``make_store("sqlite", path)``); every one is closed afterwards."""
     opened: list[Store] = []

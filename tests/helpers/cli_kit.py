@@ -1,4 +1,4 @@
-"""Running ``sess`` in-process for the CLI tests (tests/test_cli*.py)."""
+"""Running ``sess`` in-process for the CLI tests (tests/cli/)."""
 
 from __future__ import annotations
 

@@ -14,7 +14,7 @@ A new engine proves itself with one test module that imports the suite and gives
 
 Everything the seam in :mod:`sesstree.store.base` promises, and everything the store builds
 on it (revisions, reflog, HEAD, diff, gc, fsck, stats), must then behave the same. Test ids
-name the engine by the module that imports the suite (``tests/test_engine_sqlite.py``). The
+name the engine by the module that imports the suite (``tests/store/sqlite/test_sqlite_contract.py``). The
 tests of what text every engine holds are in :mod:`sesstree.testing.conformance_text`, and
 come with this module's.
 """

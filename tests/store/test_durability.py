@@ -64,7 +64,7 @@ def test_opening_durable_while_another_process_writes_loses_nothing(tmp_path: Pa
 
     folder = tmp_path / "s"
     open_store(folder).close()
-    script = Path(__file__).parent / "helpers" / "append_loop.py"
+    script = Path(__file__).resolve().parents[1] / "helpers" / "append_loop.py"
     child = subprocess.Popen(
         [sys.executable, str(script), str(folder), "a", "--count", "400", "--tag", "w"],
         stdout=subprocess.PIPE, text=True,

@@ -8,7 +8,7 @@ import json
 
 import pytest
 from cli_kit import Sess, user_error
-from test_cli_ux_reading import TURN
+from test_conversation_view import TURN
 
 
 @pytest.mark.parametrize("args", [

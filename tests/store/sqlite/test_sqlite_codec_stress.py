@@ -12,7 +12,7 @@ from typing import Any
 import psycopg
 import pytest
 import zstandard
-from test_store_codec import codecs, db_at, traffic, trained
+from codec_kit import codecs, db_at, traffic, trained
 
 from sesstree import Store, open_store
 from sesstree.errors import StoreCorruptError, StoreFullError

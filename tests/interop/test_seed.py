@@ -24,6 +24,12 @@ QUEST = [
 ]
 
 
+@pytest.fixture
+def store(every_backend_store: Store) -> Store:
+    """The seed's flow runs on every backend, not only on this folder's SQLite store."""
+    return every_backend_store
+
+
 def seed_append(path: Path, message: dict[str, Any]) -> None:
     """Exactly what the seed's ``append`` does."""
     with path.open("a", encoding="utf-8") as log:

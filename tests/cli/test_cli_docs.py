@@ -8,7 +8,7 @@ import click
 
 from sesstree.cli import cli
 
-DOC = (Path(__file__).resolve().parents[1] / "docs" / "cli.md").read_text()
+DOC = (Path(__file__).resolve().parents[2] / "docs" / "cli.md").read_text()
 
 
 def test_every_command_and_option_is_documented() -> None:

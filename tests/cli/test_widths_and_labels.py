@@ -189,7 +189,7 @@ def test_the_store_hint_passes_over_what_is_no_store(tmp_path: Path) -> None:
     (tmp_path / "dir" / "store.db").mkdir(parents=True)
     (tmp_path / "loop").symlink_to(tmp_path / "loop")
     env = {k: v for k, v in os.environ.items() if k != "SESS_STORE"}
-    env["PYTHONPATH"] = str(Path(__file__).parents[1] / "src")
+    env["PYTHONPATH"] = str(Path(__file__).resolve().parents[2] / "src")
     done = subprocess.run([sys.executable, "-c", "from sesstree.cli import main; main()", "log"],
                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
     assert done.returncode == 1 and done.stdout == ""

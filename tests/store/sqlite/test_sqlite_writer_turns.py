@@ -62,8 +62,8 @@ def test_gc_keeps_what_a_concurrent_write_reaches_again(tmp_path: Path) -> None:
     """A node gc found unreachable, then reached again by a write before its chunk is
     deleted (a child appended to it, a ref pointed at it), is kept with its ancestors."""
     from sesstree import make_node
-    from sesstree.store import sqlite_gc
     from sesstree.store.base import RefUpdate
+    from sesstree.store.sqlite import gc as sqlite_gc
 
     folder = tmp_path / "s"
     with open_store(folder) as store, open_store(folder) as other:

@@ -11,11 +11,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_store_codec import traffic
+from codec_kit import traffic
 
 from sesstree import make_node, open_store
 from sesstree.errors import StoreCorruptError
-from sesstree.store import sqlite_paths
+from sesstree.store.sqlite import paths as sqlite_paths
 from sesstree.store.sqlite.sums import BLOCK
 
 

@@ -232,7 +232,7 @@ def test_gc_reads_no_payload_and_removes_only_garbage(sqlite_store: Store) -> No
 def test_gc_keeps_what_a_write_during_its_removal_reaches(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from sesstree.store import sqlite_gc
+    from sesstree.store.sqlite import gc as sqlite_gc
 
     with open_store(tmp_path / "s") as store, open_store(tmp_path / "s") as other:
         store.session("main").add_message(user("named"))
@@ -362,7 +362,7 @@ def test_streamed_graph_draws_what_the_whole_tree_drawing_draws(store: Store) ->
 def test_streamed_graph_reads_slices_and_never_the_whole_store(
     sqlite_store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from sesstree import graph
+    from sesstree.cli import graph
 
     fill(sqlite_store, 5, 40, big=False)
     monkeypatch.setattr(graph, "_PIECE", 16)
@@ -388,7 +388,7 @@ def test_streamed_graph_reads_slices_and_never_the_whole_store(
 def _counting_reads(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
     """Count the links walked and the nodes read by every store in the process. (Links are
     counted as the walk takes them; a backend fetches them in slices of a fixed size.)"""
-    from sesstree import scan
+    from sesstree.repo import scan
 
     seen = {"links": 0, "nodes": 0}
     newest_first = scan.Links.newest_first

@@ -1,7 +1,7 @@
 """Every read checks what it returns against the node's id: damage is an error, never data.
 
 The damage here is made precisely (one byte of one row changed through SQLite), so each test
-knows which node was hit; ``tests/test_store_damage.py`` flips bytes of the file at random.
+knows which node was hit; ``tests/store/sqlite/test_sqlite_damage.py`` flips bytes of the file at random.
 """
 
 from __future__ import annotations

@@ -8,12 +8,12 @@ from typing import Any
 import psycopg
 import pytest
 import zstandard
-from test_store_codec import ODD, traffic
+from codec_kit import ODD, traffic
 
 from sesstree import open_store
 from sesstree.errors import StoreCorruptError, StoreFormatError
-from sesstree.store import postgres_schema
 from sesstree.store.codec import TRAIN_AFTER
+from sesstree.store.postgres import schema as postgres_schema
 from sesstree.store.postgres.codec import MAGIC
 
 

@@ -6,7 +6,7 @@ import io
 
 import pytest
 
-from sesstree import progress as progress_module
+from sesstree.cli import progress as progress_module
 from sesstree.cli.progress import TerminalProgress
 
 

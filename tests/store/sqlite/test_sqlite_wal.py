@@ -313,7 +313,7 @@ def test_a_store_open_in_another_pid_namespace_is_not_read(tmp_path: Path) -> No
     its open must leave the live log alone rather than read it as a crashed one."""
     folder = tmp_path / "s"
     code = ("import sys; from sesstree import open_store; "
-            "from sesstree.store import sqlite_walguard as g; "
+            "from sesstree.store.sqlite import walguard as g; "
             "g.find_damage = lambda path: sys.exit('the live log was read'); "
             "print(len(open_store(sys.argv[1], create=False).messages('q')))")
     with open_store(folder) as store:
@@ -343,7 +343,7 @@ def test_a_check_in_one_thread_keeps_the_lock_another_thread_connects_with(
     processes the store is open, or one of them would rebuild the index under it."""
     import threading
 
-    from sesstree.store import sqlite_walguard
+    from sesstree.store.sqlite import walguard as sqlite_walguard
 
     folder = tmp_path / "s"
     killed_writer(folder, 100)

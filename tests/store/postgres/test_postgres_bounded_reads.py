@@ -64,7 +64,7 @@ def test_gc_reads_no_payload_and_removes_in_slices(
 def test_fsck_streams_in_slices_and_finds_damage(
     postgres_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from sesstree.store import postgres_scan
+    from sesstree.store.postgres import scans as postgres_scan
 
     monkeypatch.setattr(postgres_scan, "SLICE", 7)
     with open_store(postgres_url) as store:
