@@ -23,7 +23,7 @@ from itertools import accumulate
 from typing import Any
 
 from ..codec import BLOB_LIMIT, TRAIN_AFTER, TRAIN_SAMPLES, Codec, CodecError, dict_hash, train
-from ..sqlite.paths import type_length
+from ..rows import type_length
 
 __all__ = ["DICTS_TABLE", "MAGIC", "PgPayloads"]
 

@@ -21,7 +21,7 @@ from blake3 import blake3
 
 from ...node import ID_VERSION, NodeId, node_id_from_encoded
 from ..base import RawNode
-from ..sqlite.paths import row_data, split_row
+from ..rows import row_data, split_row
 
 if TYPE_CHECKING:
     from .codec import PgPayloads

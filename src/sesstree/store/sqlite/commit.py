@@ -23,11 +23,12 @@ from ...errors import ConflictError, MissingNodeError, StoreLockedError
 from ...node import NodeId
 from ..base import RawNode, RefUpdate, describe
 from ..codec import SMALL_MIN
+from ..rows import row_data
 from ..storable import check_commit
 from .dicts import DictWrites
 from .lock import WriteLock
 from .opening import WAL_PAGES
-from .paths import PathReader, row_data
+from .paths import PathReader
 from .sql import APPEND_FOLD, APPEND_ONE, CAS, INSERT_NODE, NEWEST
 from .wal import IdleCheckpointer, preallocate_wal
 

@@ -1,7 +1,8 @@
-"""Reading a path of the DAG out of SQLite fast, and the row format that makes it fast.
+"""Reading a path of the DAG out of SQLite fast.
 
-A row's ``data`` is the msgpack of the node's type followed by the msgpack of its payload
-(nil when the payload is stored apart, compressed), or a zstd frame of those bytes (the row's
+A row's ``data`` (:mod:`sesstree.store.rows`) is the msgpack of the node's type followed by the
+msgpack of its payload (nil when the payload is stored apart, compressed), or a zstd frame of
+those bytes (the row's
 ``codec`` says so, see :mod:`sesstree.store.codec`). A path whose rows are consecutive is read as
 one range: SQLite concatenates the rows' data, the frames are inflated, every node is hashed
 against its id, and msgspec decodes the whole path in one call, as type, payload, type,
@@ -21,10 +22,11 @@ from blake3 import blake3
 
 from ...errors import StoreCorruptError
 from ..codec import BLOB_LIMIT, Codec, CodecError, dict_hash
+from ..rows import split_row
 from .sql import BLOBS_IN, READ_RANGE, READ_RUN, RUN_BREAK, WALK_ROWS, without_codec
 from .sums import BLOCK, PARENT_HEAD, ROOT_HEAD, SUMS, block_digest
 
-__all__ = ["PathReader", "row_data", "split_row", "type_length", "verify_node"]
+__all__ = ["PathReader", "verify_node"]
 
 # A payload in its node row is at most the store's BLOB_MIN (1 KB); a frame there that claims
 # more is damaged (kept loose so that a store written with a larger threshold still reads).
@@ -32,7 +34,6 @@ _ROW_LIMIT = 1 << 20
 #: Runs shorter than this mean interleaved writers: reading row by row is then cheaper.
 _MIN_RUN = 16
 _msgpack = msgspec.msgpack.Decoder()
-_type_bytes: dict[str, bytes] = {}
 
 #: A piece of a path being read: its packed ids, the length of each row's data, the rows' data
 #: concatenated, (index, compressed payload, codec) for the payloads stored apart, the
@@ -43,37 +44,6 @@ _Framed = tuple[list[int], list[int]]
 _Piece = tuple[bytes, list[int], bytes, _Apart, _Framed, int]
 _ROOT_HEAD = ROOT_HEAD
 _PARENT_HEAD = PARENT_HEAD
-
-
-def row_data(type: str, encoded: bytes | None) -> bytes:
-    """A row's ``data``: the type's msgpack then the payload's (nil when stored apart)."""
-    head = _type_bytes.get(type)
-    if head is None:
-        head = _type_bytes[type] = msgspec.msgpack.encode(type)
-    return head + (encoded if encoded is not None else b"\xc0")
-
-
-def type_length(data: bytes) -> int:
-    """How many bytes of a row's ``data`` are its type (the msgpack str, header included)."""
-    first = data[0]
-    if 0xA0 <= first <= 0xBF:
-        end = 1 + (first & 0x1F)
-    elif first == 0xD9:
-        end = 2 + data[1]
-    elif first == 0xDA:
-        end = 3 + int.from_bytes(data[1:3], "big")
-    else:
-        raise ValueError("row data does not start with a type")
-    if end > len(data):
-        raise ValueError("row data ends in its type")
-    return end
-
-
-def split_row(data: bytes) -> tuple[str, bytes]:
-    """The type and the payload bytes of a row's ``data`` (reads the msgpack str header)."""
-    end = type_length(data)
-    start = 1 if data[0] < 0xD9 else 2 if data[0] == 0xD9 else 3
-    return data[start:end].decode(), data[end:]
 
 
 def _array_head(n: int) -> bytes:
