@@ -3,9 +3,9 @@
 A row's ``data`` (:mod:`sesstree.store.rows`) is the msgpack of the node's type followed by the
 msgpack of its payload (nil when the payload is stored apart, compressed), or a zstd frame of
 those bytes (the row's ``codec`` says so, see :mod:`sesstree.store.codec`). A path whose rows
-are consecutive is read as one range: SQLite concatenates the rows' data, the frames are inflated, every node is hashed
-against its id, and msgspec decodes the whole path in one call, as type, payload, type,
-payload... See :mod:`sesstree.store.sqlite.backend` for the layout.
+are consecutive is read as one range: SQLite concatenates the rows' data, the frames are
+inflated, every node is hashed against its id, and msgspec decodes the whole path in one call,
+as type, payload, type, payload... See :mod:`sesstree.store.sqlite.backend` for the layout.
 """
 
 from __future__ import annotations
