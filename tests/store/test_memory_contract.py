@@ -1,4 +1,4 @@
-"""The conformance suite on the memory engine."""
+"""The engine contract on the memory engine: the worked example of an engine's test module."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from sesstree.node import NodeId
 from sesstree.repo.store import Store as _Store
 from sesstree.store.memory import MemoryBackend
 from sesstree.testing import Engine, user
-from sesstree.testing.conformance import *  # noqa: F403 - the suite's tests and fixtures
+from sesstree.testing.contract import *  # noqa: F403 - the contract's tests and fixtures
 
 
 def damage(store: Store, id: NodeId) -> None:

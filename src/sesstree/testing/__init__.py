@@ -1,7 +1,15 @@
-"""Testing a storage engine: the conformance suite every engine passes, and what it needs.
+"""Testing a storage engine: the two suites sesstree ships, and what they need.
 
-The suite is :mod:`sesstree.testing.conformance`; a new engine's tests import it and give it an
-:class:`Engine` fixture (see that module). It needs pytest, which only tests install.
+- :mod:`sesstree.testing.contract`, the **engine contract**: what an engine promises at the
+  storage seam (:mod:`sesstree.store.base`): objects, refs and their log, batches and
+  folding, settings, text, gc and sizes. A new engine passes it.
+- :mod:`sesstree.testing.repo`, the **repo suite**: what sesstree builds on any engine that
+  passes the contract (revisions, HEAD, log, diff, sessions and tags, fsck). It runs on an
+  engine with the same :class:`Engine` fixture, by a separate import.
+
+An engine's test module imports a suite with ``from ... import *`` and defines an ``engine``
+fixture that returns an :class:`Engine`; the suites' ``store`` fixture opens a store with it.
+They need pytest, which only tests install.
 """
 
 from __future__ import annotations
@@ -9,23 +17,24 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from ..node import NodeId
+from ..node import Node, NodeId, make_node
 from ..repo.store import Store
 
-__all__ = ["Engine", "assistant", "grow", "user"]
+__all__ = ["Engine", "assistant", "colliding_nodes", "grow", "user"]
 
 
 @dataclass(frozen=True)
 class Engine:
-    """What an engine's own tests tell the conformance suite about it."""
+    """What an engine's own tests tell the suites about it."""
 
     #: The engine's name, for messages.
     name: str
     #: Opens the store under test: empty the first time, the same store every time after.
     open: Callable[[], Store]
     #: Changes the stored content of one node in place, as damage to the medium would, so
-    #: that the suite can check that fsck finds it.
-    damage_node: Callable[[Store, NodeId], None]
+    #: that the engine contract can check that fsck finds it. The contract needs it; the
+    #: repo suite, which damages nothing, does not.
+    damage_node: Callable[[Store, NodeId], None] | None = None
     #: False for an engine with no size on disk (``physical_bytes`` is 0).
     measures_size: bool = True
 
@@ -44,3 +53,15 @@ def grow(store: Store, name: str, n: int, tag: str = "") -> list[str]:
     """Append ``n`` user messages to session ``name``; return their ids."""
     s = store.session(name)
     return [s.add_message(user(f"{name}{tag}-{i}")).id for i in range(n)]
+
+
+def colliding_nodes() -> tuple[Node, Node]:
+    """Two nodes whose ids share their first 4 hex characters (found by brute force)."""
+    seen: dict[str, Node] = {}
+    i = 0
+    while True:
+        node = make_node(None, "usage", {"collide": i})
+        other = seen.setdefault(node.id[:4], node)
+        if other is not node:
+            return other, node
+        i += 1

@@ -1,4 +1,4 @@
-"""The conformance suite on the PostgreSQL engine, against the run's real server."""
+"""The engine contract on the PostgreSQL engine, against the run's real server."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 from sesstree import Store, open_store
 from sesstree.node import NodeId
 from sesstree.testing import Engine, user
-from sesstree.testing.conformance import *  # noqa: F403 - the suite's tests and fixtures
+from sesstree.testing.contract import *  # noqa: F403 - the contract's tests and fixtures
 
 
 def damage(store: Store, id: NodeId) -> None:

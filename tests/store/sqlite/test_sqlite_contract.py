@@ -1,4 +1,4 @@
-"""The conformance suite on the SQLite engine, and what only that engine has."""
+"""The engine contract on the SQLite engine, and what only that engine has."""
 
 from __future__ import annotations
 
@@ -11,9 +11,8 @@ import pytest
 
 from sesstree import Store, open_store
 from sesstree.node import NodeId
-from sesstree.testing import Engine, user
-from sesstree.testing.conformance import *  # noqa: F403 - the suite's tests and fixtures
-from sesstree.testing.conformance import grow
+from sesstree.testing import Engine, grow, user
+from sesstree.testing.contract import *  # noqa: F403 - the contract's tests and fixtures
 
 
 def damage(store: Store, id: NodeId) -> None:

@@ -1,7 +1,9 @@
-"""The conformance suite's tests of text no engine can hold (see :mod:`sesstree.store.storable`).
+"""The engine contract, text: what no engine can hold is refused at the seam, the same way.
 
-Part of :mod:`sesstree.testing.conformance`, which imports them: an engine's tests get them
-with the rest of the suite, and the ``store`` and ``engine`` fixtures it gives them.
+Every engine checks the text that crosses the seam with :mod:`sesstree.store.storable`
+before it writes anything: a lone surrogate anywhere, a NUL anywhere but in session
+metadata (JSON keeps it as ``\\u0000``). A refused write changes nothing, inside a batch or
+not; a read by a name no engine can hold finds nothing.
 """
 
 from __future__ import annotations
@@ -10,18 +12,20 @@ from typing import Any
 
 import pytest
 
-from .. import InvalidEventError, InvalidRefNameError, Store, UnknownRevisionError
-from ..node import NodeId
-from ..store.base import ImportOrigin, RawNode, RefUpdate, SessionMeta
-from . import Engine, grow
+from ...errors import InvalidEventError, InvalidRefNameError, UnknownRevisionError
+from ...node import NodeId, session_ref, symbolic, tag_ref
+from ...repo.store import Store
+from ...store.base import ImportOrigin, RawNode, RefUpdate, SessionMeta
+from .. import Engine, grow
 
 __all__ = ["test_a_name_no_engine_can_hold_finds_nothing",
            "test_a_nul_in_session_metadata_comes_back_exactly",
            "test_text_no_engine_can_hold_is_refused_naming_the_field"]
 
 
-# What no engine can hold as text (see sesstree.store.storable): refused on every engine, before
-# anything is written, by an error naming the field. JSON metadata keeps a NUL (as ``\u0000``).
+# What no engine can hold as text: refused on every engine, before anything is written, by an
+# error naming the field.
+_Q = session_ref("q")
 _UNSTORABLE = [
     ("meta value", lambda s: s.set_session_meta("q", {"k": "ok", "deep": [{"x": "\udc80"}]}),
      InvalidEventError, r"session metadata of 'q': field 'deep'\[0\]\['x'\] is not valid Unicode"),
@@ -32,19 +36,18 @@ _UNSTORABLE = [
     ("origin", lambda s: s.set_session_origin("q", ImportOrigin("jsonl", "/tmp/\udcff.jsonl")),
      InvalidEventError, r"import source of session 'q' is not valid Unicode"),
     ("reason NUL", lambda s: s.reset("q", "q~1", "undo\x00"),
-     InvalidEventError, r"reflog reason of sessions/q contains a NUL character"),
+     InvalidEventError, f"reflog reason of {_Q} contains a NUL character"),
     ("reason surrogate", lambda s: s.reset("q", "q~1", "undo \udc80"),
-     InvalidEventError, r"reflog reason of sessions/q is not valid Unicode"),
-    ("rename reason", lambda s: s.backend.rename_ref("sessions/q", "sessions/w",
-                                                     s.resolve("q"), "x\x00"),
-     InvalidEventError, r"reflog reason of sessions/q contains a NUL"),
-    ("ref name", lambda s: s.backend.commit([], [RefUpdate("tags/a\x00b", None, s.resolve("q"),
-                                                           "t")]),
-     InvalidRefNameError, r"invalid ref name 'tags/a\\x00b': it contains a NUL"),
+     InvalidEventError, f"reflog reason of {_Q} is not valid Unicode"),
+    ("rename reason", lambda s: s.backend.rename_ref(_Q, session_ref("w"), s.resolve("q"), "x\x00"),
+     InvalidEventError, f"reflog reason of {_Q} contains a NUL"),
+    ("ref name", lambda s: s.backend.commit([], [RefUpdate(tag_ref("a\x00b"), None,
+                                                           s.resolve("q"), "t")]),
+     InvalidRefNameError, rf"invalid ref name '{tag_ref('a')}\\x00b': it contains a NUL"),
     ("event type", lambda s: s.backend.commit([RawNode(NodeId("ab" * 32), None, "x\x00",
                                                        b"\x90")], []),
      InvalidEventError, r"event type contains a NUL"),
-    ("HEAD", lambda s: s.backend.set_head("ref: sessions/\udc80"),
+    ("HEAD", lambda s: s.backend.set_head(symbolic(session_ref("\udc80"))),
      InvalidRefNameError, r"invalid HEAD .* is not valid Unicode"),
 ]
 
@@ -72,7 +75,7 @@ def test_text_no_engine_can_hold_is_refused_naming_the_field(
 @pytest.mark.parametrize("name", ["q\x00", "q\udc80"], ids=["NUL", "surrogate"])
 def test_a_name_no_engine_can_hold_finds_nothing(store: Store, name: str) -> None:
     grow(store, "q", 1)
-    ref, backend = "sessions/" + name, store.backend
+    ref, backend = session_ref(name), store.backend
     assert backend.get_ref(ref) is None and backend.list_refs(ref) == []
     assert backend.reflog(ref) == [] and backend.get_session_meta(name) is None
     assert backend.expire_reflog(ref) == 0

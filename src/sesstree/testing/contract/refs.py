@@ -1,0 +1,161 @@
+"""The engine contract, refs: compare-and-set on create, move and delete, the reflog, settings.
+
+What :class:`~sesstree.store.base.RefStore` and ``Backend.commit`` promise: a ref moves only
+from where the caller saw it, a lost compare-and-set writes nothing, every move is logged,
+and what is kept beside the refs (session metadata, HEAD) survives reopening. Where a test
+moves refs through a session handle, it is to check what the engine did underneath.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from ...errors import ConflictError, MissingNodeError
+from ...node import make_node, session_ref
+from ...repo.store import Store
+from ...store.base import RefUpdate
+from .. import Engine, grow, user
+from .objects import raw
+
+__all__ = [
+    "test_a_stale_handle_on_a_removed_head_conflicts_then_rebases",
+    "test_cas_conflict_leaves_nothing_written",
+    "test_cas_on_creation",
+    "test_multi_update_commit_is_atomic",
+    "test_ref_to_missing_node_refused",
+    "test_reflog_records_every_move",
+    "test_reopen_sees_everything",
+    "test_session_metadata",
+]
+
+
+def test_ref_to_missing_node_refused(store: Store) -> None:
+    with pytest.raises(MissingNodeError, match="not stored"):
+        store.backend.commit([], [RefUpdate(session_ref("x"), None, "cd" * 32, "t")])  # type: ignore[arg-type]
+    assert store.backend.list_refs("") == []
+    assert store.backend.reflog() == []
+
+
+def test_a_stale_handle_on_a_removed_head_conflicts_then_rebases(store: Store) -> None:
+    # The head a handle remembers was rewound away and collected: that is a lost
+    # compare-and-set (retrying on the new head works), not a missing node.
+    q = store.session("q")
+    for text in ("a", "b", "c"):
+        q.add_message(user(text))
+    stale = store.session("q")
+    q.rewind(1)
+    store.expire_reflog("q")
+    assert store.gc().unreachable
+    with pytest.raises(ConflictError):
+        stale.add_message(user("d"))
+    stale.add_message(user("d"), rebase=True)
+    assert [m["content"] for m in store.messages("q")] == ["a", "b", "d"]
+
+
+def test_cas_conflict_leaves_nothing_written(store: Store) -> None:
+    grow(store, "q", 2)
+    h1, h2 = store.session("q"), store.session("q")
+    h1.add_message(user("winner"))
+    nodes, log = store.backend.count_nodes(), len(store.reflog())
+    loser = make_node(h2.head, "user/message", user("loser"))
+    with pytest.raises(ConflictError):
+        h2.add_message(user("loser"))
+    assert store.backend.count_nodes() == nodes
+    assert store.backend.has([loser.id]) == set()
+    assert len(store.reflog()) == log
+    assert store.session("q").messages()[-1] == user("winner")
+    # the documented retries
+    h2.refresh()
+    h2.add_message(user("after refresh"))
+    h1.append("user/message", user("rebased"), rebase=True)
+    assert [m["content"] for m in store.messages("q")][-3:] == [
+        "winner", "after refresh", "rebased"]
+    assert store.fsck() == []
+
+
+def test_cas_on_creation(store: Store) -> None:
+    a = raw(None, "user/message", user("a"))
+    store.backend.commit([a], [RefUpdate(session_ref("x"), None, a.id, "create")])
+    with pytest.raises(ConflictError):
+        store.backend.commit([], [RefUpdate(session_ref("x"), None, a.id, "create again")])
+    with pytest.raises(ConflictError):
+        store.backend.commit([], [RefUpdate(session_ref("y"), a.id, None, "delete absent")])
+    assert len(store.reflog()) == 1
+
+
+def test_multi_update_commit_is_atomic(store: Store) -> None:
+    a = raw(None, "user/message", user("a"))
+    b = raw(a.id, "user/message", user("b"))
+    store.backend.commit([a], [RefUpdate(session_ref("x"), None, a.id, "c")])
+    with pytest.raises(ConflictError):
+        store.backend.commit(
+            [b],
+            [RefUpdate(session_ref("y"), None, b.id, "ok"),
+             RefUpdate(session_ref("x"), b.id, a.id, "stale")],
+        )
+    assert store.backend.get_ref(session_ref("y")) is None
+    assert store.backend.has([b.id]) == set()
+    assert len(store.reflog()) == 1
+
+
+def test_reflog_records_every_move(store: Store) -> None:
+    ids = grow(store, "q", 3)
+    store.fork("w", "q~1")
+    q = store.session("q")
+    q.rewind(2)
+    store.reset("q", ids[-1])
+    store.rename_session("w", "west")
+    store.delete_session("west")
+    log = store.reflog("q")
+    assert [(e.old, e.new) for e in log] == [
+        (None, ids[0]), (ids[0], ids[1]), (ids[1], ids[2]),
+        (ids[2], ids[0]), (ids[0], ids[2]),
+    ]
+    assert all(e.reason for e in log)
+    assert "append" in log[0].reason and "rewind" in log[3].reason and "reset" in log[4].reason
+    times = [e.time for e in store.reflog()]
+    assert times == sorted(times)
+    west = store.reflog("west")
+    # created, then renamed (backends log the rename as one or two entries), then deleted
+    assert (west[0].old, west[0].new) == (None, ids[1])
+    assert all("renamed" in e.reason for e in west[1:-1]) and len(west) in (3, 4)
+    assert (west[-1].old, west[-1].new) == (ids[1], None)
+    assert "deleted" in west[-1].reason
+    assert store.reflog("w") == []
+    whole = store.reflog()
+    assert {e.ref for e in whole} == {session_ref("q"), session_ref("west")}
+
+
+def test_session_metadata(store: Store) -> None:
+    assert store.get_session_meta("q") is None
+    meta = {"id": "quest-1", "createdAt": "2024-01-01", "nested": {"a": [1, 2.5, None]}}
+    store.set_session_meta("q", meta)
+    assert store.get_session_meta("q") == meta
+    store.set_session_meta("q", {"v": 2})
+    assert store.get_session_meta("q") == {"v": 2}
+    store.set_session_meta("q", None)
+    assert store.get_session_meta("q") is None
+    # metadata is not hashed: nodes do not change
+    ids = grow(store, "q", 2)
+    store.set_session_meta("q", meta)
+    assert [e.id for e in store.session("q").events()] == ids
+
+
+def test_reopen_sees_everything(engine: Engine) -> None:
+    s = engine.open()
+    ids = grow(s, "q", 5)
+    s.fork("w", "q~2")
+    s.tag("t", "q~1")
+    s.checkout("w")
+    s.set_session_meta("q", {"a": 1})
+    s.close()
+    t = engine.open()
+    try:
+        assert [e.id for e in t.session("q").events()] == ids
+        assert t.head() == ("w", ids[2])
+        assert t.resolve("t") == ids[3]
+        assert t.get_session_meta("q") == {"a": 1}
+        assert len(t.reflog()) == 7
+        assert t.fsck() == []
+    finally:
+        t.close()
