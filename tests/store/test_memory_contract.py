@@ -5,15 +5,14 @@ from __future__ import annotations
 import msgspec
 import pytest
 
-from sesstree import Store
 from sesstree.node import NodeId
-from sesstree.repo.store import Store as _Store
+from sesstree.repo.store import Store
 from sesstree.store.memory import MemoryBackend
 from sesstree.testing import Engine, user
 from sesstree.testing.contract import *  # noqa: F403 - the contract's tests and fixtures
 
 
-def damage(store: Store, id: NodeId) -> None:
+def damage(store: Store, id: NodeId) -> None:  # other bytes under the same id, as bad media
     nodes = store.backend._nodes  # type: ignore[attr-defined]
     nodes[id] = msgspec.structs.replace(nodes[id], encoded=msgspec.msgpack.encode(user("evil")))
 
@@ -21,5 +20,4 @@ def damage(store: Store, id: NodeId) -> None:
 @pytest.fixture
 def engine() -> Engine:
     backend = MemoryBackend()  # opened again, it is the same store
-    return Engine("memory", open=lambda: _Store(backend), damage_node=damage,
-                  measures_size=False)
+    return Engine("memory", open=lambda: Store(backend), damage_node=damage, measures_size=False)
