@@ -28,7 +28,6 @@ from urllib.parse import urlsplit
 
 from ..cli.titles import RUN_KEY
 from ..node import NodeId
-from ..repo.scan import Links
 from ..repo.store import Store
 
 __all__ = ["RESERVED_FIELDS", "parse_params", "remember", "remembered", "secret_field"]
@@ -61,7 +60,7 @@ def remembered(store: Store, name: str) -> dict[str, Any]:
         return {}
     # One read of the metadata and one of the heads, not one of each per session; a
     # candidate's history is then followed by node keys alone (see _shared).
-    metas = store.backend.list_session_meta()
+    metas = store.session_metas()
     candidates: dict[str, tuple[NodeId, float, dict[str, Any]]] = {}
     for info in store.sessions():
         found = metas.get(info.name)
@@ -97,7 +96,7 @@ def _shared(store: Store, ids: Sequence[NodeId], first_user: int,
             rest[other] = head
     if not rest:
         return out
-    links = Links(store.backend)
+    links = store.links()
     mine = links.keys(list(ids[first_user:]))
     floor = mine.get(ids[first_user])
     if floor is None:

@@ -29,9 +29,9 @@ import msgspec
 
 from ..node import Node, NodeId
 from ..repo import related
-from ..repo.scan import Links
 
 if TYPE_CHECKING:
+    from ..repo.scan import Links
     from ..repo.store import Store
 
 __all__ = ["GraphNode", "Label", "draw_graph", "stream_graph"]
@@ -293,7 +293,7 @@ def stream_graph(
     gives the labeller of that path's slices, which may keep what it saw above (a fold)."""
     if (label is None) == (path_label is None):
         raise TypeError("give label or path_label")
-    links = Links(store.backend)
+    links = store.links()
     keys = links.keys(tips)
     first = _PIECE if lines is None else max(1, min(_PIECE, lines))
     if path_label is None:
@@ -306,7 +306,7 @@ def stream_graph(
         # Asked only where paths meet, and about the openers before such a place: a few
         # nodes per fork, each read once.
         if key not in marks:
-            stored = store.backend.get(links.ids([key])[key])
+            stored = store.node(links.ids([key])[key])
             marks[key] = stored is None or related.is_mark(stored.type)
         return marks[key]
 

@@ -15,10 +15,9 @@ from typing import Any
 import click
 
 from ..fmt import cells, fit, short, summary, to_jsonable
-from ..node import Node, NodeId
+from ..node import Node, NodeId, session_name, tag_name
 from ..repo.folding import PathFolder, fold_or_every
-from ..repo.scan import refs_at
-from ..repo.store import SESSIONS, TAGS, Store
+from ..repo.store import Store
 from ..store.base import Ref
 from .conversation import CONVERSATION_TYPES, Row, fold_turns, node_text
 from .core import CountCommand, StoreLocator, cli, complete_rev, emit_json, events, page, pass_store, usage
@@ -35,15 +34,13 @@ def _ref_labels(store: Store, ids: Sequence[NodeId] | None = None,
     labels: dict[NodeId, list[str]] = {}
     head_name, head = store.head()
     if refs is None:
-        refs = store.backend.list_refs("") if ids is None else refs_at(store.backend, ids)
+        refs = store.refs() if ids is None else store.refs_at(ids)
     for ref in refs:
         name = ref.name
-        if name.startswith(SESSIONS):
-            name = name[len(SESSIONS):]
-            if name == head_name:
-                name = "HEAD -> " + name
-        elif name.startswith(TAGS):
-            name = "tag: " + name[len(TAGS):]
+        if (session := session_name(name)) is not None:
+            name = "HEAD -> " + session if session == head_name else session
+        elif (tag := tag_name(name)) is not None:
+            name = "tag: " + tag
         labels.setdefault(ref.target, []).append(name)
     if head_name is None and head is not None:
         labels.setdefault(head, []).insert(0, "HEAD")
@@ -328,7 +325,7 @@ def _log_graph(store: Store, rev: str, all_refs: bool, limit: int | None, *,
     label = _label if oneline else _long_label
     labels: dict[NodeId, list[str]] | None = None
     if all_refs:
-        refs = store.backend.list_refs("")  # (read once: every ref is a tip and a label)
+        refs = store.refs()  # (read once: every ref is a tip and a label)
         labels = _ref_labels(store, refs=refs)
         tips = [r.target for r in refs]
         _, head = store.head()

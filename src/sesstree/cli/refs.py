@@ -13,7 +13,8 @@ import msgspec
 from ..errors import InputError, UnknownRevisionError
 from ..events import VOCABULARY, is_registered, message_type
 from ..fmt import printable, relative_time, short
-from ..repo.store import SESSIONS, TAGS, Store
+from ..node import SESSIONS, TAGS, short_name, tag_name, tag_ref
+from ..repo.store import Store
 from .core import (
     CountCommand,
     StoreLocator,
@@ -96,8 +97,7 @@ def append(locator: StoreLocator, args: tuple[str, ...], as_jsonl: bool) -> None
             fail(f"HEAD is detached at {short(node)}; create a session with "
                  "'sess checkout -b NAME'")
         target = name
-    if target.startswith(SESSIONS):
-        target = target[len(SESSIONS):]
+    target = short_name(target)
     session = store.session(target)
     with store.batch():
         # The user named a session, not a parent: another writer's append in between is fine.
@@ -206,8 +206,8 @@ def _reflog_name(store: Store, name: str | None) -> str:
         return head_name
     if name.startswith((SESSIONS, TAGS)) or store.reflog_page(name, 1)[1]:
         return name
-    if store.reflog_page(TAGS + name, 1)[1]:
-        return TAGS + name
+    if store.reflog_page(tag_ref(name), 1)[1]:
+        return tag_ref(name)
     return name
 
 
@@ -265,7 +265,7 @@ def reflog(locator: StoreLocator, name: str | None, limit: int | None, expire: b
     page()
     term = terminal()
     for i, e in enumerate(entries):
-        ref = e.ref[len(SESSIONS):] if e.ref.startswith(SESSIONS) else e.ref
-        ref = ref[len(TAGS):] if ref.startswith(TAGS) else ref
+        ref = short_name(e.ref)
+        ref = tag_name(ref) or ref
         click.echo(f"{term.paint(short(e.new), 'id')} {ref}@{{{i}}}: {printable(e.reason)} "
                    f"(from {short(e.old)}, {relative_time(e.time)})")

@@ -20,7 +20,7 @@ import click
 
 from ..errors import PushRejectedError, RemoteError
 from ..fmt import plural, short
-from ..node import NodeId
+from ..node import NodeId, remote_ref, tag_name
 from ..repo.store import Store
 from ..store.urls import is_store_url, redact_url
 from ..sync import ops
@@ -255,8 +255,8 @@ def remote_show(locator: StoreLocator, name: str, as_json: bool) -> None:
     found = get_remote(store, name)
     if found is None:
         raise RemoteError(f"no remote named {name!r} (see 'sess remote list')")
-    prefix = f"remotes/{name}/"
-    refs = store.backend.list_refs(prefix)
+    prefix = remote_ref(f"{name}/")
+    refs = store.refs(prefix)
     if as_json:
         emit_json({"name": name, "url": _shown(found.url), "sessions": [
             {"name": r.name[len(prefix):], "head": r.target, "length": store.depth(r.target),
@@ -427,7 +427,7 @@ def push(locator: StoreLocator, remote_name: str | None, sessions: tuple[str, ..
 
 def _push_line(r: RefResult) -> str:
     ref = r.ref.split("/", 1)[1]
-    kind = "tag " if r.ref.startswith("tags/") else ""
+    kind = "tag " if tag_name(r.ref) is not None else ""
     if r.status == "up-to-date":
         return f" = [up to date]     {kind}{ref}"
     return _move_line(r.old, r.new, kind + ref)

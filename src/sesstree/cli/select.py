@@ -14,9 +14,9 @@ from typing import NamedTuple
 import click
 
 from ..errors import InputError
-from ..node import Node, NodeId
+from ..node import Node, NodeId, session_ref
 from ..repo.recorded import reflog_dates
-from ..repo.store import SESSIONS, Store
+from ..repo.store import Store
 from ..store.base import ReflogEntry
 from .conversation import node_text, role_of
 
@@ -60,7 +60,7 @@ def node_times(store: Store, rev: str, chain: Sequence[Node],
 
     name = store.session_name_of(rev) if rev else None
     if name and store.has_session(name):
-        take(store.reflog(SESSIONS + name))
+        take(store.reflog(session_ref(name)))
     if not wanted <= times.keys():
         take(store.reflog())
     return times

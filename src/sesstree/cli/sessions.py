@@ -17,10 +17,10 @@ from ..errors import (
     UnknownRevisionError,
 )
 from ..fmt import cells, fit, fit_left, pad, printable, relative_time, short
-from ..node import check_ref_name
+from ..node import check_ref_name, session_ref, short_name
 from ..repo.files import write_private
 from ..repo.head import head_file_for
-from ..repo.store import SESSIONS, STORE_FILE, Store, open_store
+from ..repo.store import STORE_FILE, Store, open_store
 from ..store.urls import is_store_url, redact_url
 from .core import STORE_DIR, StoreLocator, cli, complete_rev, emit_json, events, fail, pass_store, usage
 from .term import terminal
@@ -319,11 +319,11 @@ def reset(locator: StoreLocator, args: tuple[str, ...], empty: bool, git_mode: b
         if len(args) > 1:
             usage("usage: sess reset --empty [SESSION]")
         name = args[0] if args else _head_session(store, "empty")
-        name = name[len(SESSIONS):] if name.startswith(SESSIONS) else name
+        name = short_name(name)
         old = store.session_head(name)
         if old is None:
             raise UnknownRevisionError(f"no session named {name!r} with events to empty")
-        store.move_ref(SESSIONS + name, old, None, "reset: emptied")
+        store.move_ref(session_ref(name), old, None, "reset: emptied")
         click.echo(f"{name}: {short(old)} -> (empty) ('sess reset {name} {name}@{{1}}' "
                    "restores it)")
         return
@@ -333,13 +333,13 @@ def reset(locator: StoreLocator, args: tuple[str, ...], empty: bool, git_mode: b
         name, rev = _head_session(store, "reset"), args[0]
     else:
         usage("usage: sess reset [SESSION] REV | sess reset --empty [SESSION]")
-    name = name[len(SESSIONS):] if name.startswith(SESSIONS) else name
+    name = short_name(name)
     old = store.session_head(name)
     if old is None and (len(args) == 1 or store.reflog(name)):
         # An emptied session (or HEAD's, not started yet) takes events again.
         check_ref_name(name)
         target = store.resolve(rev)
-        store.move_ref(SESSIONS + name, None, target, f"reset: moving to {rev}")
+        store.move_ref(session_ref(name), None, target, f"reset: moving to {rev}")
     else:
         target = store.reset(name, rev)
     click.echo(f"{name}: {short(old)} -> {short(target)} ({events(store.depth(target))})")

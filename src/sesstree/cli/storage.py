@@ -164,7 +164,7 @@ def fsck(locator: StoreLocator, accept_wal_loss: bool) -> None:
         click.echo(f"fault: {fault}")
     if faults:
         fail(f"{plural(len(faults), 'fault')} found")
-    click.echo(f"ok: {store.backend.count_nodes()} nodes, every id, parent and ref checked")
+    click.echo(f"ok: {store.count_nodes()} nodes, every id, parent and ref checked")
 
 
 def _accept_wal_loss(locator: StoreLocator) -> None:

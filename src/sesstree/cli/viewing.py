@@ -11,8 +11,8 @@ from typing import Any
 import click
 
 from ..fmt import printable, short, summary, to_jsonable
-from ..node import Node, NodeId
-from ..repo.store import SESSIONS, Store
+from ..node import Node, NodeId, short_name
+from ..repo.store import Store
 from .conversation import render_messages
 from .core import StoreLocator, cli, complete_rev, emit_json, events, page, pass_store, usage
 from .reading import _ref_labels, decorate
@@ -29,7 +29,7 @@ def _bare_session(store: Store, rev: str) -> str | None:
     revision with steps, an id, a tag or HEAD shows a node."""
     if _SUFFIX.search(rev) or rev in ("HEAD", "@"):
         return None
-    name = rev[len(SESSIONS):] if rev.startswith(SESSIONS) else rev
+    name = short_name(rev)
     return name if store.has_session(name) else None
 
 

@@ -14,7 +14,7 @@ import msgspec
 
 from ..errors import InputError, InvalidEventError
 from ..events import message_type
-from ..node import Node, NodeId, make_node
+from ..node import Node, NodeId, make_node, session_ref
 from ..repo.store import Store
 from .provenance import Origin, Provenance, without_provenance
 
@@ -184,9 +184,8 @@ def land(
     if not explicit_name:
         found = owners.find(origin, [n.id for n in nodes], exclude=exclude)
         name = found or base
-    backend = store.backend
     with store.batch():
-        new = len(nodes) - len(backend.has([n.id for n in nodes]))
+        new = len(nodes) - len(store.has([n.id for n in nodes]))
         store.write(nodes)
         path = [n.id for n in nodes]
         holder = owners.origin_of(name)
@@ -227,7 +226,7 @@ def land(
                         "previous head kept in this reflog",
         }.get(outcome)
         if reason is not None:
-            store.move_ref("sessions/" + name, head, target, reason)
+            store.move_ref(session_ref(name), head, target, reason)
         if claim:
             owners.claim(name, origin, meta)
         elif reason is not None and holder is None and meta is not None:
@@ -243,7 +242,7 @@ def _relation(store: Store, head: NodeId | None, target: NodeId, path: Sequence[
         return "up to date"
     if head in set(path):
         return "fast-forward"
-    if target in set(store.backend.chain(head).ids):
+    if target in set(store.chain_of(head).ids):
         return "ahead"
     return "differs"
 

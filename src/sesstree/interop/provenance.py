@@ -20,7 +20,8 @@ import re
 from collections.abc import Collection
 from typing import Any
 
-from ..repo.store import SESSIONS, Store
+from ..node import SESSIONS, short_name
+from ..repo.store import Store
 from ..store.base import PROVENANCE_KEY, ImportOrigin
 
 __all__ = ["PROVENANCE_KEY", "Origin", "Provenance", "without_provenance"]
@@ -41,9 +42,8 @@ class Provenance:
     def __init__(self, store: Store) -> None:
         self.store = store
         self._of: dict[str, Origin] = {}
-        backend = store.backend
-        names = {ref.name[len(SESSIONS):] for ref in backend.list_refs(SESSIONS)}
-        for name, meta in backend.list_session_meta().items():
+        names = {short_name(ref.name) for ref in store.refs(SESSIONS)}
+        for name, meta in store.session_metas().items():
             if name not in names:
                 continue
             origin = meta.origin
@@ -88,7 +88,7 @@ class Provenance:
                 return name
         for name in held:
             head = heads[name]
-            if head is not None and path[-1] in set(self.store.backend.chain(head).ids):
+            if head is not None and path[-1] in set(self.store.chain_of(head).ids):
                 return name
         return None
 

@@ -29,13 +29,12 @@ from typing import Any, NamedTuple
 import msgspec
 
 from ..events import MESSAGE_TYPES
-from ..node import NodeId
+from ..node import SESSIONS, NodeId, short_name
 from ..repo.store import Store
 from .canonical import EMPTY_KEY, chain_key
 
 __all__ = ["MEMO_BYTES", "MEMO_ENTRY_BYTES", "Candidate", "PathIndex", "WalkState"]
 
-SESSIONS = "sessions/"
 #: Records that close the message before them: the node after them continues the history.
 _CLOSING = frozenset({"usage", "error", "step/end", "turn/end"})
 _KEEP = 4  # attach points remembered per key (different records after one history)
@@ -126,8 +125,8 @@ class PathIndex:
     def refresh(self) -> None:
         """Walk what changed in the store since the last look: new sessions, sessions that
         moved. Only the part of a path not walked before is read."""
-        refs = self.store.backend.list_refs(SESSIONS)
-        heads = {r.name[len(SESSIONS):]: r.target for r in refs}
+        refs = self.store.refs(SESSIONS)
+        heads = {short_name(r.name): r.target for r in refs}
         for name, head in heads.items():
             if head not in self.states:
                 self._walk_session(name, head)
@@ -136,7 +135,7 @@ class PathIndex:
     def _walk_session(self, name: str, head: NodeId) -> None:
         limit = 64
         while True:
-            chain = self.store.backend.chain(head, limit)
+            chain = self.store.chain_of(head, limit)
             state = self.state_at(chain.base)
             if state is not None:
                 self.walk(state, chain.ids, chain.types, chain.datas, name)

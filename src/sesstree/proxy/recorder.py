@@ -31,7 +31,7 @@ import msgspec
 
 from ..errors import ConflictError, RefExistsError, SesstreeError
 from ..events import MESSAGE_TYPES
-from ..node import Node, NodeId, make_node
+from ..node import Node, NodeId, make_node, session_ref
 from ..repo.store import Store, raw_node
 from .canonical import chain_key
 from .paths import ROOT, Candidate, PathIndex, WalkState
@@ -40,7 +40,6 @@ from .replies import ReplyResult
 
 __all__ = ["Exchange", "Outcome", "Recorder", "Stats", "redact"]
 
-SESSIONS = "sessions/"
 _ATTEMPTS = 8
 _json = msgspec.json.Encoder()
 _SECRET_SHAPES = re.compile(r"\b(sk-[A-Za-z0-9_\-]{16,}|sk-ant-[A-Za-z0-9_\-]{16,})")
@@ -301,7 +300,7 @@ class Recorder:
             state = self._walk_to(attach) if attach is not None else ROOT
         nodes = self._chain(attach, rest)
         tip = nodes[-1].id
-        new = len(nodes) - len(self.store.backend.has([n.id for n in nodes]))
+        new = len(nodes) - len(self.store.has([n.id for n in nodes]))
         protocol = ex.request.protocol
         left_from = candidates[-1].session if candidates else None
         reason = {"fast-forward": f"proxy: {protocol} call",
@@ -312,9 +311,9 @@ class Recorder:
         raws = [raw_node(node) for node in nodes]
         with self.store.batch():
             if keep is not None:
-                self.store.move_ref(SESSIONS + keep[0], None, keep[1],
+                self.store.move_ref(session_ref(keep[0]), None, keep[1],
                                     f"proxy: kept the path {name} left")
-            self.store.move_ref(SESSIONS + name, head, tip, reason, nodes=raws)
+            self.store.move_ref(session_ref(name), head, tip, reason, nodes=raws)
         index.walk(state, [n.id for n in nodes], [n.type for n in nodes],
                    [n.data for n in nodes], name)
         index.heads[name] = tip
@@ -340,7 +339,7 @@ class Recorder:
         return found[-1] if found else None
 
     def _walk_to(self, node: NodeId) -> WalkState:
-        chain = self.store.backend.chain(node)
+        chain = self.store.chain_of(node)
         return self.index.walk(ROOT, chain.ids, chain.types, chain.datas, None)
 
     @staticmethod

@@ -1,6 +1,10 @@
 """Bounded reads over any backend: the backend's own (:class:`~sesstree.store.base.ScaleReads`)
 when it has them, else a generic version over the core seam (which reads the whole store: fine
 for the in-memory backend, the only one without them).
+
+They take a backend, so only ``repo/`` calls them: the layers above reach each through a
+:class:`~sesstree.repo.store.Store` method of the same name (``store.newest_refs(...)``,
+``store.links()``), which keeps the store the one door to its engine.
 """
 
 from __future__ import annotations

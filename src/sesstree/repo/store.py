@@ -59,8 +59,10 @@ from .related import shared_length
 from .revisions import resolve, session_name_of, steps_suffix
 
 if TYPE_CHECKING:
+    from ..store.base import ReflogStamp, StoredNode
     from ..sync import FetchResult, PullResult, PushResult
     from .maintenance import GcResult, Stats
+    from .scan import Links
     from .session import Session
 
 __all__ = ["REMOTES", "SESSIONS", "STORE_FILE", "TAGS", "Diff", "SessionInfo", "Store", "open_store"]
@@ -460,6 +462,84 @@ class Store:
             raise StoreCorruptError(
                 f"node {node[:12]} cannot be found: the store is damaged"
             ) from None
+
+    # -- reads for the layers above (one door: no caller reads .backend) ----
+
+    @contextmanager
+    def snapshot(self) -> Iterator[None]:
+        """Reads inside the block see one state of the store: a page built from several reads
+        never mixes a write that lands between two of them."""
+        with self.backend.snapshot():
+            yield
+
+    def has(self, ids: Sequence[NodeId]) -> set[NodeId]:
+        """Which of ``ids`` are stored (one read, whatever the count)."""
+        return self.backend.has(ids)
+
+    def ref(self, name: str) -> Ref | None:
+        """The ref of full name ``name`` (:func:`~sesstree.node.session_ref`,
+        :func:`~sesstree.node.tag_ref`), or None if there is none."""
+        return self.backend.get_ref(name)
+
+    def refs(self, prefix: str = "") -> list[Ref]:
+        """Every ref whose full name starts with ``prefix`` (``SESSIONS``, ``TAGS``, "" for all),
+        sorted by name: one read."""
+        return self.backend.list_refs(prefix)
+
+    def node(self, id: NodeId) -> StoredNode | None:
+        """Stored node ``id`` as the store keeps it (type, depth, encoded data), or None;
+        :meth:`show` decodes a revision's node."""
+        return self.backend.get(id)
+
+    def chain_of(self, node: NodeId, limit: int | None = None) -> Chain:
+        """The events from the root to stored node ``node`` (only the newest ``limit``), oldest
+        first: :meth:`chain` without parsing a revision, for ids read from the store.
+
+        Raises:
+            StoreCorruptError: the node, or one on its path, is missing (only damage does that).
+        """
+        return self._chain_of(node, limit)
+
+    def session_metas(self) -> dict[str, SessionMeta]:
+        """The stored metadata of every session that has some, by session name: one read."""
+        return self.backend.list_session_meta()
+
+    def count_nodes(self) -> int:
+        """How many nodes the store holds."""
+        return self.backend.count_nodes()
+
+    def refs_at(self, targets: Sequence[NodeId]) -> list[Ref]:
+        """The refs that point at one of ``targets``, sorted by name (an index lookup each where
+        the engine has one)."""
+        from .scan import refs_at
+
+        return refs_at(self.backend, targets)
+
+    def newest_refs(self, prefix: str, limit: int, offset: int = 0) -> list[Ref]:
+        """The ``limit`` refs under ``prefix`` that moved last after the newest ``offset``, newest
+        first (ties by name): read through an index on move time where the engine has one."""
+        from .scan import newest_refs
+
+        return newest_refs(self.backend, prefix, limit, offset)
+
+    def reflog_stamp(self) -> ReflogStamp:
+        """A stamp of the reflog that changes whenever any ref moves (what a live page polls)."""
+        from .scan import reflog_stamp
+
+        return reflog_stamp(self.backend)
+
+    def reflog_times(self, ref: str, targets: Sequence[NodeId]) -> dict[NodeId, float]:
+        """When ref ``ref`` (a full name) last moved to each of ``targets`` it moved to."""
+        from .scan import reflog_times
+
+        return reflog_times(self.backend, ref, targets)
+
+    def links(self) -> Links:
+        """Every node as an integer key and its parent's key, newest first (see
+        :class:`~sesstree.repo.scan.Links`): reachability without reading a payload."""
+        from .scan import Links
+
+        return Links(self.backend)
 
     def log(self, rev: str | NodeId = "HEAD", limit: int | None = None) -> list[Node]:
         """Nodes walking back from ``rev``, newest first."""

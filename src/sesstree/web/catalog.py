@@ -26,9 +26,8 @@ from typing import Any
 
 import msgspec
 
-from ..node import NodeId
-from ..repo.scan import newest_refs
-from ..repo.store import SESSIONS, Store
+from ..node import SESSIONS, NodeId, session_name, short_name
+from ..repo.store import Store
 from ..store.base import Ref
 
 __all__ = [
@@ -121,7 +120,7 @@ def source_of(store: Store, name: str, head: NodeId) -> str:
 
 def _from_history(store: Store, name: str, head: NodeId) -> str:
     # Only the newest events are read: a session's reflog or whole history can be long.
-    tail = store.backend.chain(head, HISTORY_TAIL)
+    tail = store.chain_of(head, HISTORY_TAIL)
     return _told_by(tail.types, tail.datas)
 
 
@@ -155,9 +154,9 @@ def all_sessions(store: Store, refs: list[Ref] | None = None) -> list[SessionEnt
     """Every session, newest activity first (ties by name); from ``refs`` if given (every ref
     of the store, read once by the caller)."""
     if refs is None:
-        refs = store.backend.list_refs(SESSIONS)
-    out = [SessionEntry(r.name[len(SESSIONS):], r.target, r.moved) for r in refs
-           if r.name.startswith(SESSIONS)]
+        refs = store.refs(SESSIONS)
+    out = [SessionEntry(name, r.target, r.moved) for r in refs
+           if (name := session_name(r.name)) is not None]
     out.sort(key=lambda e: (-e.moved, e.name))
     return out
 
@@ -167,9 +166,10 @@ def _passes(refs: list[Ref], f: Filter) -> list[Ref]:
     needle = f.name.lower()
     out = []
     for r in refs:
-        if not r.name.startswith(SESSIONS):
+        name = session_name(r.name)
+        if name is None:
             continue
-        if needle and needle not in r.name[len(SESSIONS):].lower():
+        if needle and needle not in name.lower():
             continue
         if f.since is not None and r.moved < f.since:
             continue
@@ -184,7 +184,7 @@ def _newest_key(r: Ref) -> tuple[float, str]:
 
 
 def _entry(r: Ref) -> SessionEntry:
-    return SessionEntry(r.name[len(SESSIONS):], r.target, r.moved)
+    return SessionEntry(short_name(r.name), r.target, r.moved)
 
 
 def newest_sessions(store: Store, offset: int, limit: int) -> Listing:
@@ -193,7 +193,7 @@ def newest_sessions(store: Store, offset: int, limit: int) -> Listing:
     known (and given) only when this is the last page: counting every session would read
     every ref, what the page avoids."""
     offset = max(0, offset)
-    page = newest_refs(store.backend, SESSIONS, limit + 1, offset)
+    page = store.newest_refs(SESSIONS, limit + 1, offset)
     more = len(page) > limit
     total = None if more else offset + len(page)
     return Listing([_entry(r) for r in page[:limit]], offset, total, more)
@@ -203,7 +203,7 @@ def list_sessions(store: Store, f: Filter, offset: int, limit: int,
                   refs: list[Ref] | None = None) -> Listing:
     """The page of sessions ``[offset, offset + limit)`` that pass ``f``, newest first."""
     offset = max(0, offset)
-    matched = _passes(refs if refs is not None else store.backend.list_refs(SESSIONS), f)
+    matched = _passes(refs if refs is not None else store.refs(SESSIONS), f)
     if not f.source:
         # Only the first pages are common: pick them without sorting every session.
         end = offset + limit

@@ -87,7 +87,7 @@ def bounded_diff(store: Store, a: str, b: str, *, shown: int,
     after it; when the diff is cut, the newest ``shown`` of each side.
     """
     most = DIFF_READ if most is None else max(1, most)
-    with store.backend.snapshot():
+    with store.snapshot():
         ha, hb = store.resolve(a), store.resolve(b)
         da, db = store.depth(ha), store.depth(hb)
         low = min(da, db)  # the last common node is at most this deep

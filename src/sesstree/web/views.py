@@ -14,11 +14,10 @@ from typing import Any
 import msgspec
 
 from ..errors import StoreCorruptError, UnknownRevisionError
-from ..node import Node, NodeId
+from ..node import TAGS, Node, NodeId, session_ref, tag_name
 from ..repo.folding import turn_start_index
 from ..repo.recorded import reflog_dates
-from ..repo.scan import reflog_stamp, reflog_times
-from ..repo.store import SESSIONS, TAGS, Store
+from ..repo.store import Store
 from ..store.base import Chain
 from .catalog import Filter, list_sessions, newest_sessions, source_of
 from .diffing import bounded_diff
@@ -69,19 +68,19 @@ class Views:
         """One page of the forest: the sessions, and the rows of the graph drawn from them."""
         store = self.store
         limit = max(1, min(limit, MAX_PAGE))
-        with store.backend.snapshot():
+        with store.snapshot():
             if f.active:
-                refs = store.backend.list_refs("")  # sessions and tags in one read
+                refs = store.refs()  # sessions and tags in one read
                 listing = list_sessions(store, f, offset, limit, refs)
             else:
                 # The common page: the sessions that moved last, through an index on move
                 # time (what is on screen, not every session), and the tags.
                 listing = newest_sessions(store, offset, limit)
-                refs = store.backend.list_refs(TAGS)
+                refs = store.refs(TAGS)
             tags: dict[NodeId, list[str]] = {}
             for t in refs:
-                if t.name.startswith(TAGS):
-                    tags.setdefault(t.target, []).append(t.name[len(TAGS):])
+                if (tag := tag_name(t.name)) is not None:
+                    tags.setdefault(t.target, []).append(tag)
             version = _version(store)
             forest: Forest = build_forest(self.paths, listing.sessions, tags,
                                           lambda raw: _type_of(store, raw))
@@ -133,7 +132,7 @@ class Views:
         that the page opens on a prompt, not on the middle of a turn."""
         store = self.store
         limit = max(1, min(limit, MAX_EVENTS))
-        with store.backend.snapshot():
+        with store.snapshot():
             head = store.session_head(name)
             if head is None:
                 raise UnknownRevisionError(f"no session named {name!r}")
@@ -144,7 +143,7 @@ class Views:
             meta = store.get_session_meta(name)
             source = source_of(store, name, head)
             tags = sorted(t.name for t in store.tags() if t.target == head)
-            moved = store.backend.get_ref("sessions/" + name)
+            moved = store.ref(session_ref(name))
             fork = fork_of(store, name, head)
         items = _page_items(nodes, times, folded=not all_events)
         first = depth - len(nodes) + 1
@@ -173,7 +172,7 @@ class Views:
         (unless ``all_events``) in the light of the turn ``after`` is in: a turn that ends
         now gets its row (``turn`` names its start: it replaces that turn's row so far)."""
         store = self.store
-        with store.backend.snapshot():
+        with store.snapshot():
             head = store.session_head(name)
             if head is None:
                 raise UnknownRevisionError(f"no session named {name!r}")
@@ -214,7 +213,7 @@ class Views:
     def node(self, rev: str) -> dict[str, Any]:
         """One node in full, its parent, and the sessions (and children) a bounded check finds."""
         store = self.store
-        with store.backend.snapshot():
+        with store.snapshot():
             node = store.show(rev)
             depth = store.depth(node.id)
             sessions = []
@@ -345,7 +344,7 @@ def _recorded(store: Store, name: str, nodes: list[Node]) -> dict[NodeId, float]
     reflog_dates(nodes, entries, times)
     missing = [n.id for n in nodes if n.id not in times]
     if missing:
-        times.update(reflog_times(store.backend, SESSIONS + name, missing))
+        times.update(store.reflog_times(session_ref(name), missing))
     return times
 
 
@@ -365,7 +364,7 @@ def _fork_at(fork: Fork | None, items: list[Item], ids: list[NodeId], first: int
 
 def _type_of(store: Store, raw: bytes) -> str:
     """The type of the stored node with raw id ``raw``."""
-    stored = store.backend.get(NodeId(raw.hex()))
+    stored = store.node(NodeId(raw.hex()))
     if stored is None:
         raise StoreCorruptError(f"node {raw.hex()[:12]} cannot be found: the store is damaged")
     return stored.type
@@ -374,7 +373,7 @@ def _type_of(store: Store, raw: bytes) -> str:
 def _version(store: Store) -> str:
     """A stamp that changes whenever any ref moves: every move adds a reflog entry or (an
     agent turn's, a batch's) rewrites the newest one with its time."""
-    stamp = reflog_stamp(store.backend)
+    stamp = store.reflog_stamp()
     return f"{stamp.entries}:{stamp.newest:.6f}"
 
 
