@@ -22,7 +22,6 @@ from ..fmt import printable
 from ..node import Node
 from ..repo.session import Session
 from .provider import Provider
-from .sending import sending_messages
 from .tools import Tool, ToolOutcome, as_tools
 from .wire import Completion, Delta
 
@@ -235,7 +234,7 @@ class Agent:
 
     def messages(self) -> list[dict[str, Any]]:
         """The chat messages the model would be sent now: the session's sending view."""
-        return sending_messages(self.session)
+        return self.session.sending_view().messages
 
     def subscribe(self, callback: Callable[[Node], None]) -> Callable[[], None]:
         """Call ``callback(node)`` after every event the loop appends; returns an unsubscribe."""
@@ -399,8 +398,12 @@ class Agent:
         """One model call and the tools it calls; ``(answer, finish_reason)`` when it answered."""
         s = self.session
         s.append("step/start", {"step": step})
+        # The sending view, not the exact history: after a failed turn the history ends with
+        # the user's message, and the next prompt would make two in a row, which strict chat
+        # templates refuse on every request after. The view joins them (and answers a call
+        # with no result) and leaves the stored events as they are.
         completion: Completion = yield _ModelCall(
-            sending_messages(s), [t.schema() for t in self.tools]
+            s.sending_view().messages, [t.schema() for t in self.tools]
         )
         message = completion.message
         calls: list[dict[str, Any]] = message.get("tool_calls") or []
