@@ -14,7 +14,7 @@ from text_corpus import contents, datas
 
 from sesstree.cli.conversation import GREP, node_text
 from sesstree.fmt import LINE, summary
-from sesstree.node import Node
+from sesstree.node import Node, NodeId
 from sesstree.text import FULL, TextStyle, content_text, event_text, json_text
 from sesstree.web.render import MAX_SHOWN, PAGE, snippet
 from sesstree.web.search import SEARCH
@@ -42,7 +42,7 @@ def test_content_renders_as_each_reader_rendered_it(style: str) -> None:
 
 def test_grep_and_search_read_events_as_they_did() -> None:
     for (type, data), row in zip(datas(), EXPECTED["events"], strict=True):
-        node = Node("0" * 64, None, type, data)
+        node = Node(NodeId("0" * 64), None, type, data)
         grep = node_text(node)
         if row["grep"] == {"raises": "TypeError"}:
             # A number as `tool_calls` made `--grep` fail; the one rendering skips it (and
@@ -57,7 +57,7 @@ def test_grep_and_search_read_events_as_they_did() -> None:
 
 def test_summaries_and_snippets_built_on_it_are_unchanged() -> None:
     for (type, data), row in zip(datas(), EXPECTED["events"], strict=True):
-        node = Node("0" * 64, None, type, data)
+        node = Node(NodeId("0" * 64), None, type, data)
         assert summary(node, 200) == row["summary"], (type, data)
         assert summary(node, 80, with_type=True) == row["typed"], (type, data)
         assert snippet(node) == row["snippet"], (type, data)

@@ -16,7 +16,7 @@ from typing import Any, Literal
 
 import msgspec
 
-__all__ = ["TextStyle", "content_text", "event_text", "json_text"]
+__all__ = ["FULL", "TextStyle", "content_text", "event_text", "json_text"]
 
 _compact = msgspec.json.Encoder()
 _sorted = msgspec.json.Encoder(order="sorted")

@@ -75,6 +75,6 @@ def datas() -> list[tuple[str, Any]]:
         out.append(("tool/call", {"id": "c", "name": name, "arguments": args}))
         out.append(("note/x", {"name": name, "arguments": args}))
     out.append(("tool/call", {}))
-    for data in ["just text", "", None, 3, [1, "two"], {}, {"unrelated": True}]:
-        out.append(("custom/thing", data))
+    odd: list[Any] = ["just text", "", None, 3, [1, "two"], {}, {"unrelated": True}]
+    out += [("custom/thing", value) for value in odd]
     return out
