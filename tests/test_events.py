@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -10,7 +11,7 @@ from core_testkit import assistant, user
 
 from sesstree import InvalidEventError, Store, derive_messages, make_node, repair_messages
 from sesstree.events import MESSAGE_TYPES, VOCABULARY, is_registered, message_type
-from sesstree.repo.sending import ORPHAN_RESULT, PENDING_RESULT
+from sesstree.sending import ORPHAN_RESULT, PENDING_RESULT
 
 
 def call(cid: str, name: str = "talk_to") -> dict[str, Any]:
@@ -304,6 +305,18 @@ def test_derive_keeps_stored_order_and_repair_moves_results_up() -> None:
     repaired = derive_messages(types, datas, repair=True)
     assert repaired.messages == [calls("c1"), result("c1"), user("x")]
     assert repair_messages(datas).messages == repaired.messages
+
+
+def test_the_exact_derivation_knows_nothing_of_the_sending_view() -> None:
+    """events is the lower layer: the sending view builds on it, never the other way."""
+    import sesstree
+    import sesstree.events as events
+
+    source = Path(events.__file__).read_text()
+    assert "sending" not in "".join(line for line in source.splitlines() if "import" in line)
+    types, datas = ["assistant/message"], [calls("c1")]
+    assert events.derive_exact(types, datas) == sesstree.derive_messages(types, datas)
+    assert sesstree.derive_messages is sesstree.sending.derive_messages
 
 
 def test_derive_returns_messages_for_every_builtin(store: Store) -> None:

@@ -38,23 +38,23 @@ from .errors import (
 
 if _typing.TYPE_CHECKING:
     from .agent import Agent, OpenAIProvider, Tool, tool
-    from .events import Derived, Problem, derive_messages, register_event_type
+    from .events import Derived, Problem, register_event_type
     from .node import Node, NodeId, make_node
-    from .repo.sending import repair_messages
     from .repo.session import Session
     from .repo.store import Diff, SessionInfo, Store, open_store
+    from .sending import derive_messages, repair_messages
 
 # Everything but the errors is imported on first use: `sess --help` and the commands that do
 # not open a store should not pay for the store modules, msgspec and blake3 at start-up, and
 # a store-only program should not pay for the agent loop's HTTP client and wire format.
 _LAZY = {
     "Agent": ".agent", "OpenAIProvider": ".agent", "Tool": ".agent", "tool": ".agent",
-    "Derived": ".events", "Problem": ".events", "derive_messages": ".events",
+    "Derived": ".events", "Problem": ".events", "derive_messages": ".sending",
     "register_event_type": ".events",
     "Node": ".node", "NodeId": ".node", "make_node": ".node",
     "Diff": ".repo.store", "SessionInfo": ".repo.store", "Store": ".repo.store",
     "open_store": ".repo.store",
-    "repair_messages": ".repo.sending",
+    "repair_messages": ".sending",
     "Session": ".repo.session",
 }
 

@@ -16,7 +16,7 @@ session from its root:
 Problems in the history (a tool call with no result, a result with no call) are reported in
 :attr:`Derived.problems`, never repaired here. A call at the tail with no result yet is
 ``pending`` (a tool may still be running), not an orphan. Making a history acceptable to a
-model API is the separate sending view, :func:`sesstree.repo.sending.repair_messages`.
+model API is the separate sending view, :func:`sesstree.sending.repair_messages`.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ __all__ = [
     "Derived",
     "Problem",
     "call_ids",
-    "derive_messages",
+    "derive_exact",
     "find_problems",
     "is_registered",
     "message_type",
@@ -145,19 +145,15 @@ def _summary(data: Any) -> dict[str, Any]:
     return _tagged("summary", summary)
 
 
-def derive_messages(
-    types: Sequence[str],
-    datas: Sequence[Any],
-    ids: Sequence[str] | None = None,
-    *,
-    repair: bool = False,
+def derive_exact(
+    types: Sequence[str], datas: Sequence[Any], ids: Sequence[str] | None = None
 ) -> Derived:
     """Derive the chat messages from a session's events, oldest first, exactly as stored.
 
     ``ids`` (hex node ids) are needed only to honour a compaction marker's ``first_kept``.
     ``problems`` lists tool calls and results that are not paired; the messages are not
-    changed for them. With ``repair=True`` the result is the sending view instead
-    (:func:`sesstree.repo.sending.repair_messages`).
+    changed for them. The public :func:`sesstree.derive_messages` (in :mod:`sesstree.sending`,
+    which builds on this module, never the other way) adds the sending view.
     """
     out: list[dict[str, Any]] = []
     append = out.append
@@ -222,10 +218,6 @@ def derive_messages(
             if message is not None:
                 append(message)
                 waiting = None
-    if repair:
-        from .repo.sending import repair_messages
-
-        return repair_messages(out)
     if waiting is None:
         return Derived(out, find_problems(out))
     # Well formed up to the tail: the calls still waiting there are pending, not orphans.

@@ -9,6 +9,7 @@ from typing import Any
 import msgspec
 
 from .node import Node
+from .text import TextStyle, content_text
 
 __all__ = [
     "SHORT", "cells", "fit", "fit_left", "pad", "plural", "printable", "relative_time", "short",
@@ -19,6 +20,9 @@ __all__ = [
 SHORT = 10
 
 _json = msgspec.json.Encoder()
+#: A message's content on one line: parts joined by a space, whatever text a part has, no
+#: placeholder for an image (the summary is about what was said).
+LINE = TextStyle(joiner=" ", placeholder="none", loose=True)
 
 
 def short(id: str | None) -> str:
@@ -148,17 +152,6 @@ def _clip(text: str, width: int) -> str:
     return fit(terminal_text(" ".join(text.split())), width)
 
 
-def _content_text(content: Any) -> str:
-    if content is None:
-        return ""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        parts = [p.get("text", "") if isinstance(p, dict) else str(p) for p in content]
-        return " ".join(str(p) for p in parts if p)
-    return _json.encode(content).decode()
-
-
 def _call_summary(call: Any) -> str:
     """``talk_to {"npc": "mayor"}``: a tool call's name and (unless empty) its arguments."""
     fn = call.get("function") if isinstance(call, dict) else None
@@ -213,7 +206,7 @@ def summary(node: Node, width: int = 72, *, with_type: bool = False) -> str:
     data = node.data
     if isinstance(data, dict) and "role" in data:
         role = str(data.get("role"))
-        text = _content_text(data.get("content"))
+        text = content_text(data.get("content"), LINE)
         calls = data.get("tool_calls")
         if isinstance(calls, list) and calls:
             names = ", ".join(_call_summary(c) for c in calls)

@@ -1,4 +1,5 @@
-"""``sess proxy`` as a user runs it: a real process, stopped with Ctrl-C."""
+"""``sess proxy`` as a user runs it: a real process, stopped with Ctrl-C; an upstream it
+could not reach refused in one line."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import time
 from pathlib import Path
 
 import httpx
+import pytest
 from fake_upstream import FakeUpstream
 
 from sesstree import open_store
@@ -101,3 +103,17 @@ def test_help_does_not_load_the_server_stack() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          timeout=30)
     assert out.stdout.strip() == "[]", out.stderr
+
+
+@pytest.mark.parametrize("url, named", [
+    ("http://a..b", "a..b"), (f"https://{'x' * 64}.example/v1", "x" * 64),
+    ("http://127.0.0.1:99999", "99999"), ("http://127.0.0.1:0/v1", "port 0 ")])
+def test_sess_proxy_refuses_an_upstream_it_could_not_reach(
+        tmp_path: Path, url: str, named: str) -> None:
+    """A host that is no DNS name, a port outside 1..65535: one error line, no server (a port
+    out of range was taken modulo 65536, sending the calls and their keys elsewhere)."""
+    done = subprocess.run([*SESS, "--store", str(tmp_path / "s"), "proxy", "--upstream", url,
+                           "--port", "0"], capture_output=True, text=True, timeout=20)
+    assert done.returncode != 0
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and named in lines[0] and "listening" not in done.stderr, lines

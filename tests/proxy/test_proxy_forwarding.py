@@ -1,6 +1,7 @@
 """What is forwarded where: the upstream's path, query and credentials; header values as
 HTTP means them; the response's headers as the upstream sent them; a UTF-8 session name; a
-client that leaves before its request was read."""
+client that leaves before its request was read, and one that leaves before the upstream
+answered (the upstream call is dropped, not left generating for nobody)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import base64
 import json
 import logging
 import socket
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,6 +18,7 @@ import httpx
 import pytest
 from fake_upstream import FakeUpstream
 from proxy_server import RunningProxy
+from raw_upstream import LONG_ANSWER, RawUpstream, read_request
 
 from sesstree import Store
 
@@ -156,3 +159,34 @@ def test_a_utf8_session_name(proxy: RunningProxy, store: Store, upstream: FakeUp
     assert len(upstream.requests) == sent
     proxy.flush()
     assert [s.name for s in store.sessions()] == [name]
+
+
+def test_a_client_that_leaves_before_the_reply_ends_the_upstream_call(store: Store) -> None:
+    """The upstream call is dropped as soon as the client leaves, not when the upstream's
+    headers finally come: a model would go on generating (and billing) for nobody."""
+    dropped = threading.Event()
+
+    def thinking(conn: socket.socket) -> None:
+        if read_request(conn) is None:
+            return
+        conn.settimeout(8)  # a model thinking long before its first byte
+        try:
+            if conn.recv(1) == b"":
+                dropped.set()
+        except (TimeoutError, OSError):
+            pass
+
+    with RawUpstream(thinking) as up, RunningProxy(store, up.url) as proxy:
+        client = socket.create_connection(("127.0.0.1", proxy.port))
+        body = httpx.Request("POST", "http://x/v1/chat/completions", json=LONG_ANSWER).content
+        client.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                       b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
+                       % (len(body), body))
+        time.sleep(0.3)
+        client.close()
+        assert dropped.wait(5), "the upstream call went on after the client left"
+        proxy.flush()
+    assert [s.name for s in store.sessions()] == ["a-long-answer"]
+    end = store.log("a-long-answer")[0]
+    assert end.data["cut_by"] == "client"
+    assert any("cut by the client" in line for line in proxy.lines), proxy.lines

@@ -1,11 +1,14 @@
 """Long streamed replies: parsed in time linear in their length, and recorded without holding
 up the calls that come after them (a regression: the SSE parser copied the rest of its
-buffer after every line, and one recorder thread parsed one call at a time)."""
+buffer after every line, and one recorder thread parsed one call at a time); a proxy that
+stops during a call records it cut."""
 
 from __future__ import annotations
 
 import signal
+import socket
 import threading
+import time
 from pathlib import Path
 from typing import Any, ClassVar, SupportsIndex
 
@@ -13,6 +16,7 @@ import httpx
 import pytest
 from fake_upstream import FakeUpstream, Scripted
 from proxy_server import RunningProxy
+from raw_upstream import LONG_ANSWER, RawUpstream, read_request, sse_chunk
 
 from sesstree import Store
 from sesstree.proxy import ReplyBuilder, SseParser
@@ -242,3 +246,61 @@ def test_a_second_ctrl_c_gives_up_the_recording_wait(tmp_path: Path,
     assert err.count("not recorded: the proxy stopped before its turn came") == 3, err
     assert "4 calls received were not recorded: the proxy stopped first" in err
     assert err.count("recording failed") <= 1, err  # the one being recorded, at most
+
+
+@pytest.mark.parametrize("thinking", [False, True], ids=["streaming", "thinking"])
+def test_stopping_during_a_call_records_it_cut_by_the_proxy(
+        store: Store, thinking: bool, capfd: pytest.CaptureFixture[str]) -> None:
+    """A call still running when the server's grace period ends is cut and recorded as
+    incomplete, and no traceback is printed: a stream is broken off, a client still waiting
+    for the reply to begin gets a 503 in its protocol's shape."""
+    def slow(conn: socket.socket) -> None:
+        if read_request(conn) is None:
+            return
+        if thinking:
+            conn.settimeout(5)
+            conn.recv(1)  # until the proxy drops the call
+            return
+        conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+                     b"Transfer-Encoding: chunked\r\n\r\n")
+        for i in range(100):
+            conn.sendall(sse_chunk(i))
+            time.sleep(0.05)
+
+    got: list[bytes] = []
+    status: list[int] = []
+    with RawUpstream(slow) as up:
+        proxy = RunningProxy(store, up.url, grace=0.2).start()
+        started = threading.Event()
+
+        def client() -> None:
+            try:
+                with httpx.stream("POST", proxy.url + "/v1/chat/completions",
+                                  json={**LONG_ANSWER, "stream": True}, timeout=10) as r:
+                    status.append(r.status_code)
+                    for chunk in r.iter_raw():
+                        got.append(chunk)
+                        started.set()
+            except httpx.HTTPError:
+                pass  # the proxy cut the stream: what is tested
+        reader = threading.Thread(target=client)
+        reader.start()
+        if thinking:
+            time.sleep(0.3)
+        else:
+            assert started.wait(5)
+        proxy.stop()
+        reader.join(10)
+    if thinking:
+        assert status == [503]
+        assert b"".join(got) == (b'{"error":{"message":"sess proxy: the proxy is stopping",'
+                                 b'"type":"proxy_error","code":null}}')
+    else:
+        assert status == [200] and got
+    assert [s.name for s in store.sessions()] == ["a-long-answer"]
+    event = store.log("a-long-answer")[0]
+    assert event.type == "step/end"
+    assert event.data["incomplete"] is True and event.data["cut_by"] == "proxy"
+    assert any("cut by the proxy (stopping)" in line for line in proxy.lines), proxy.lines
+    err = capfd.readouterr().err
+    assert "Traceback" not in err and "Cancel" not in err, err

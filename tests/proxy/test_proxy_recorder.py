@@ -1,13 +1,18 @@
 """The recorder against other writers, step by step: two recorders on one store file, each
-with its own connection and its own index, as two proxy processes would be."""
+with its own connection and its own index, as two proxy processes would be; the bound of
+the memo of message keys."""
 
 from __future__ import annotations
 
+import tracemalloc
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from sesstree import open_store
 from sesstree.proxy import Exchange, Recorder, ReplyBuilder, parse_request
+from sesstree.proxy.paths import MEMO_ENTRY_BYTES, PathIndex
 from sesstree.proxy.protocols import CHAT
 
 SYSTEM = {"role": "system", "content": "be brief"}
@@ -95,3 +100,27 @@ def test_remembered_message_keys_match_as_fresh_ones_and_stay_bounded(tmp_path: 
         again = parse_request(CHAT, {"model": "m", "messages": reordered})
         assert again is not None
         assert index.match(ROOT, types, [d for _, d in again.events])[2] == expected
+
+
+@pytest.mark.parametrize("text", ["m", "message number", "a long message " * 100])
+def test_the_key_memo_holds_no_more_than_its_bound(text: str) -> None:
+    """What the memo holds, measured by tracemalloc with both generations full, stays within
+    the bound documented (``MEMO_BYTES`` a generation, two generations)."""
+    budget = 1 << 20
+    index = PathIndex(store=None, memo_bytes=budget)  # type: ignore[arg-type]
+    entries = 3 * budget // (len(text) + 30 + MEMO_ENTRY_BYTES)  # fills both generations
+    tracemalloc.start()
+    try:
+        key = b""
+        for i in range(entries):
+            key = index._chain_key(key if i % 50 else b"", "user/message",
+                                   {"role": "user", "content": f"{text} {i}"})
+        _, held = tracemalloc.get_traced_memory()  # the peak: both generations full
+    finally:
+        tracemalloc.stop()
+    newer, older = index.memo_size()
+    assert newer and older  # the older generation was kept, full
+    # a little slack for the dictionaries' own growth in steps
+    assert held <= 2 * budget * 1.05, f"{held} bytes held for a bound of {2 * budget}"
+    # and the count is not so generous that the memo holds much less than it may
+    assert held >= 1.2 * budget, f"only {held} bytes held for a bound of {2 * budget}"

@@ -24,8 +24,8 @@ from ..fmt import printable
 from ..node import Node, check_ref_name
 from ..repo.store import Store
 from .loop import Agent
+from .pending import has_pending_turn
 from .provider import NullContent, OpenAIProvider
-from .sending import has_pending_turn
 from .settings import RESERVED_FIELDS, parse_params, remember, remembered, secret_field
 from .tools import Tool, as_tools
 

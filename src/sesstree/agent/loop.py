@@ -10,7 +10,6 @@ same script record the very same events, with the very same ids.
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Callable, Generator, Iterable
 from typing import Any
 
@@ -21,10 +20,10 @@ from ..errors import AgentError, IncompleteReplyError, MaxTurnsExceeded, Provide
 from ..fmt import printable
 from ..node import Node
 from ..repo.session import Session
+from .chunks import ChunkWriter
 from .provider import Provider
-from .sending import sending_messages
 from .tools import Tool, ToolOutcome, as_tools
-from .wire import Completion, Delta
+from .wire import Completion
 
 __all__ = ["INTERRUPTED_RESULT", "Agent"]
 
@@ -85,72 +84,6 @@ _Turn = Generator[_Effect, Any, str]
 
 #: Finish reasons that mean the answer is not the whole answer the model would have given.
 _CUT_SHORT = frozenset({"length", "content_filter"})
-
-
-class _ChunkWriter:
-    """Persists a streamed reply as ``assistant/chunk`` events, batched by time.
-
-    The first delta is written at once; later ones are merged and written when
-    ``interval`` seconds have passed since the last write, and whatever is left when the
-    stream ends is written before the ``assistant/message``. So the chunks of a step always
-    add up to the whole streamed reply, a crash loses at most ``interval`` seconds of it, and
-    a long reply costs a few nodes a second, not one per token. ``interval=0`` writes every
-    delta as it comes (deterministic ids for the same stream, at one node per delta).
-    """
-
-    def __init__(self, session: Session, interval: float) -> None:
-        self.session = session
-        self.interval = interval
-        self.pending: list[Delta] = []
-        self.last = float("-inf")
-
-    def __call__(self, delta: Delta) -> None:
-        self.pending.append(delta)
-        if time.monotonic() - self.last >= self.interval:
-            self.flush()
-
-    def flush(self) -> None:
-        if not self.pending:
-            return
-        pending, self.pending = self.pending, []
-        before = self.session.head
-        try:
-            self.session.append("assistant/chunk", _merge_deltas(pending))
-        except BaseException:
-            # Ctrl-C (or a subscriber's error) can land after the chunk is stored, while it
-            # is shown: then it must not be written again on the way out. Not stored: kept.
-            if self.session.head == before:
-                self.pending[:0] = pending
-            raise
-        self.last = time.monotonic()
-
-    def flush_quietly(self) -> None:
-        """Flush on the way out of a failed call: a store error here must not hide that one."""
-        try:
-            self.flush()
-        except SesstreeError:
-            pass
-
-
-def _merge_deltas(deltas: list[Delta]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    calls: list[dict[str, Any]] = []
-    for delta in deltas:
-        for key, value in delta.items():
-            if key == "tool_calls":
-                for frag in value:
-                    last = calls[-1] if calls else None
-                    if last is not None and last["index"] == frag["index"] and "id" not in frag:
-                        last["arguments"] = last.get("arguments", "") + frag.get("arguments", "")
-                        if "name" in frag:
-                            last["name"] = frag["name"]
-                    else:
-                        calls.append(dict(frag))
-            else:
-                out[key] = out.get(key, "") + value
-    if calls:
-        out["tool_calls"] = calls
-    return out
 
 
 class Agent:
@@ -235,7 +168,7 @@ class Agent:
 
     def messages(self) -> list[dict[str, Any]]:
         """The chat messages the model would be sent now: the session's sending view."""
-        return sending_messages(self.session)
+        return self.session.sending_view().messages
 
     def subscribe(self, callback: Callable[[Node], None]) -> Callable[[], None]:
         """Call ``callback(node)`` after every event the loop appends; returns an unsubscribe."""
@@ -268,7 +201,7 @@ class Agent:
     def _fulfil(self, effect: _Effect) -> Completion | ToolOutcome:
         if isinstance(effect, _ToolCall):
             return effect.tool.run(effect.arguments)
-        writer = _ChunkWriter(self.session, self.chunk_interval)
+        writer = ChunkWriter(self.session, self.chunk_interval)
         try:
             completion = self.provider.complete(
                 effect.messages,
@@ -299,7 +232,7 @@ class Agent:
     async def _afulfil(self, effect: _Effect) -> Completion | ToolOutcome:
         if isinstance(effect, _ToolCall):
             return await effect.tool.arun(effect.arguments)
-        writer = _ChunkWriter(self.session, self.chunk_interval)
+        writer = ChunkWriter(self.session, self.chunk_interval)
         try:
             completion = await self.provider.acomplete(
                 effect.messages,
@@ -399,8 +332,12 @@ class Agent:
         """One model call and the tools it calls; ``(answer, finish_reason)`` when it answered."""
         s = self.session
         s.append("step/start", {"step": step})
+        # The sending view, not the exact history: after a failed turn the history ends with
+        # the user's message, and the next prompt would make two in a row, which strict chat
+        # templates refuse on every request after. The view joins them (and answers a call
+        # with no result) and leaves the stored events as they are.
         completion: Completion = yield _ModelCall(
-            sending_messages(s), [t.schema() for t in self.tools]
+            s.sending_view().messages, [t.schema() for t in self.tools]
         )
         message = completion.message
         calls: list[dict[str, Any]] = message.get("tool_calls") or []

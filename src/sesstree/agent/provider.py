@@ -3,7 +3,7 @@
 The provider knows HTTP, retries and the wire format; it knows nothing of the store. The loop
 hands it the session's sending view and gets a :class:`~sesstree.agent.wire.Completion` back.
 Reading the reply off the wire is in :mod:`~sesstree.agent.reading`; scrubbing secrets and
-flattening error bodies in :mod:`~sesstree.agent.text`.
+flattening error bodies in :mod:`~sesstree.agent.redact`.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 from ..errors import ProviderError
 from ..fmt import plural
 from .reading import Retry, StreamReading, is_event_stream, seconds
-from .text import Redactor, scrub_http_logs, secret_header_values, shown_url
+from .redact import Redactor, scrub_http_logs, secret_header_values, shown_url
 from .wire import Completion, Delta, error_message
 from .wire import request_message as _request_message
 

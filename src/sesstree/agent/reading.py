@@ -13,7 +13,7 @@ from typing import Any
 
 from ..errors import IncompleteReplyError, ProviderError
 from ..fmt import plural
-from .text import Redactor, one_line
+from .redact import Redactor, one_line
 from .wire import Completion, Delta, StreamAssembler, normalise_completion
 
 __all__ = ["Retry", "StreamReading", "decode_completion", "is_event_stream", "seconds"]

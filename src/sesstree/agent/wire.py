@@ -17,7 +17,7 @@ from typing import Any
 import msgspec
 
 from ..errors import ProviderError
-from .text import PieceScrubber, Redactor, one_line
+from .redact import PieceScrubber, Redactor, one_line
 
 __all__ = [
     "Completion",
@@ -211,7 +211,7 @@ class StreamAssembler:
 
     ``on_delta`` receives a compact delta for each event that carried something, for the
     loop to persist as ``assistant/chunk``. With a ``redactor``, text and arguments are passed
-    on through a :class:`~sesstree.agent.text.PieceScrubber`, so no delta holds a secret or
+    on through a :class:`~sesstree.agent.redact.PieceScrubber`, so no delta holds a secret or
     part of one even when the server splits an echo of the key over two events.
     """
 

@@ -15,21 +15,22 @@ import json
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-import msgspec
-
 from ..fmt import terminal_safe, terminal_text
 from ..node import Node
 from ..repo.folding import CONVERSATION_TYPES, Row, TurnStats, fold_turns
+from ..text import TextStyle, content_text, event_text, json_text
 from .term import Terminal
 
-__all__ = ["CONVERSATION_TYPES", "Row", "TurnStats", "content_text", "fold_turns", "node_text",
+__all__ = ["CONVERSATION_TYPES", "GREP", "Row", "TurnStats", "fold_turns", "node_text",
            "render_messages", "role_of"]
 
 _ROLE_OF_TYPE = {"system/message": "system", "user/message": "user",
                  "assistant/message": "assistant", "tool/result": "tool", "tool/call": "assistant",
                  "assistant/chunk": "assistant", "steering/message": "user",
                  "context/message": "user"}
-_json = msgspec.json.Encoder()
+#: What ``--grep`` matches: the full text (images named), every part kept, and the JSON of
+#: an event that has no text.
+GREP = TextStyle()
 
 
 def role_of(node: Node) -> str | None:
@@ -43,43 +44,7 @@ def role_of(node: Node) -> str | None:
 def node_text(node: Node) -> str:
     """All the text of an event, for ``--grep``: its content, tool names and arguments; the
     whole data as JSON for any other kind."""
-    data = node.data
-    if isinstance(data, dict):
-        parts = [content_text(data.get("content"))] if "content" in data else []
-        for call in data.get("tool_calls") or []:
-            if isinstance(call, dict):
-                fn = call.get("function") or {}
-                if isinstance(fn, dict):
-                    parts.append(f"{fn.get('name', '')} {fn.get('arguments', '')}")
-        if parts and any(parts):
-            return "\n".join(parts)
-    return _json.encode(data).decode() if not isinstance(data, str) else data
-
-
-def content_text(content: Any) -> str:
-    """The text of a message's content, line breaks kept: parts joined by a blank line,
-    images named, not inlined."""
-    if content is None:
-        return ""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        out = []
-        for part in content:
-            if isinstance(part, dict):
-                if isinstance(part.get("text"), str):
-                    out.append(part["text"])
-                elif "image_url" in part:
-                    url = part["image_url"]
-                    url = url.get("url", "") if isinstance(url, dict) else url
-                    url = str(url)
-                    out.append(f"[image {url[:60] + '...' if len(url) > 60 else url}]")
-                else:
-                    out.append(f"[{part.get('type', 'part')}]")
-            else:
-                out.append(str(part))
-        return "\n\n".join(out)
-    return _json.encode(content).decode()
+    return event_text(node.type, node.data, GREP)
 
 
 # -- the readable conversation ---------------------------------------------------------------
@@ -124,7 +89,7 @@ def render_messages(messages: Iterable[dict[str, Any]], term: Terminal) -> Itera
 def _call_lines(call: Any, indent: str, term: Terminal) -> Iterator[str]:
     fn = call.get("function") if isinstance(call, dict) else None
     if not isinstance(fn, dict):
-        yield indent + term.paint("call", "tool") + " " + _json.encode(call).decode()
+        yield indent + term.paint("call", "tool") + " " + json_text(call)
         return
     head = indent + term.paint(f"call {fn.get('name', '?')} [{call.get('id', '')}]", "tool")
     arguments = fn.get("arguments", "")

@@ -17,7 +17,7 @@ import msgspec
 
 from ..repo.store import Store
 from ..store.base import ImportOrigin
-from .conversation import content_text
+from ..text import content_text
 
 __all__ = ["RUN_KEY", "Title", "Titles", "session_title"]
 

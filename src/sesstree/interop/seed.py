@@ -15,9 +15,9 @@ from typing import Any
 import msgspec
 
 from ..errors import InputError
-from ..events import derive_messages
 from ..node import check_ref_name
 from ..repo.store import Store
+from ..sending import derive_messages
 from .common import ImportResult, land, message_chain, write_new
 from .jsonl import decode_line, read_records
 from .provenance import PROVENANCE_KEY, Origin, Provenance

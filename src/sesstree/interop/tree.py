@@ -16,9 +16,9 @@ from typing import Any
 import msgspec
 
 from ..errors import InvalidEventError
-from ..events import derive_messages
 from ..node import Node, NodeId, check_ref_name, make_node
 from ..repo.store import Store
+from ..sending import derive_messages
 from .common import ImportResult, land
 from .provenance import Origin, Provenance
 

@@ -1,6 +1,9 @@
 """The ASGI face of a proxy: its lifespan, the check of who may use it
 (:mod:`sesstree.proxy.guard`), ``GET /_sess/stats``, and every other HTTP request handed to
-:meth:`sesstree.proxy.app.Proxy.forward`, whatever its method.
+the proxy's ``forward`` (:meth:`sesstree.proxy.app.Proxy.forward`), whatever its method.
+
+The face knows the proxy only as a :class:`Served` (what it calls, nothing more): the proxy
+module builds on this one, never the other way.
 
 A plain ASGI callable rather than a routing framework: two routes do not need one, and a
 framework's request and response objects per call cost more CPU than the forwarding. The
@@ -11,22 +14,44 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import msgspec
 
 from .guard import Guard
 from .protocols import ANTHROPIC, protocol_of
+from .recorder import Stats
 
-if TYPE_CHECKING:
-    from .app import Proxy
-
-__all__ = ["ProxyApp", "answer_json", "error_body", "read_body"]
+__all__ = ["ProxyApp", "Served", "answer_json", "error_body", "read_body"]
 
 Scope = dict[str, Any]
 Receive = Callable[[], Any]
 Send = Callable[[dict[str, Any]], Any]
 _json = msgspec.json.Encoder()
+
+
+class Served(Protocol):
+    """What the ASGI face calls of the proxy it serves (:class:`sesstree.proxy.app.Proxy`)."""
+
+    @property
+    def stats(self) -> Stats:
+        """The proxy's counters (a refusal is counted)."""
+        ...
+
+    async def start(self) -> None:
+        """Start serving (lifespan startup)."""
+
+    async def stop(self) -> None:
+        """Finish recording and stop (lifespan shutdown)."""
+
+    async def quit(self) -> None:
+        """Stop at once (the server was made to quit)."""
+
+    async def stats_endpoint(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Answer ``GET /_sess/stats``."""
+
+    async def forward(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Forward one HTTP request upstream (and record it)."""
 
 
 def error_body(protocol: str | None, message: str) -> dict[str, Any]:
@@ -58,10 +83,10 @@ async def read_body(receive: Receive) -> bytes | None:
 
 
 class ProxyApp:
-    """The ASGI application of one :class:`~sesstree.proxy.app.Proxy`: its lifespan, ``GET /_sess/stats``, and
-    every other HTTP request forwarded (whatever its method)."""
+    """The ASGI application of one :class:`~sesstree.proxy.app.Proxy`: its lifespan,
+    ``GET /_sess/stats``, and every other HTTP request forwarded (whatever its method)."""
 
-    def __init__(self, proxy: Proxy, guard: Guard | None = None) -> None:
+    def __init__(self, proxy: Served, guard: Guard | None = None) -> None:
         self.proxy = proxy
         #: Which host names and origins are served (default: the loopback names, no page of
         #: another origin).

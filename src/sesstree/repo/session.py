@@ -7,8 +7,9 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ConflictError, InvalidEventError, UnknownRevisionError
-from ..events import MESSAGE_TYPES, Derived, derive_messages, is_registered, message_type
+from ..events import MESSAGE_TYPES, Derived, is_registered, message_type
 from ..node import Node, NodeId, encode_data, node_id_from_encoded
+from ..sending import derive_messages
 from ..store.base import Chain, RawNode
 from .policy import LogGroup
 
@@ -203,7 +204,7 @@ class Session:
     def sending_view(self) -> Derived:
         """What a model API is sent: the messages with every tool call answered, results
         without a call left out and consecutive user messages joined; ``problems`` says what
-        was changed. Nothing stored changes. See :mod:`sesstree.repo.sending`."""
+        was changed. Nothing stored changes. See :mod:`sesstree.sending`."""
         return self.derive(sending=True)
 
     # -- moving ------------------------------------------------------------------------------

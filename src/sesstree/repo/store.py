@@ -21,7 +21,7 @@ from ..errors import (
     StoreNotFoundError,
     UnknownRevisionError,
 )
-from ..events import Derived, derive_messages, is_registered
+from ..events import Derived, is_registered
 from ..node import (
     REMOTES,
     SESSIONS,
@@ -38,6 +38,7 @@ from ..node import (
     symbolic,
     tag_ref,
 )
+from ..sending import derive_messages
 from ..store.base import (
     PROVENANCE_KEY,
     Backend,

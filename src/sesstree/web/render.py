@@ -18,15 +18,18 @@ from markupsafe import Markup
 from ..node import Node, NodeId
 from ..repo.folding import TurnStats, fold_turns
 from ..repo.recorded import events_times
+from ..text import TextStyle, content_text, json_text
 
-__all__ = ["Item", "ToolCall", "conversation", "markdown", "pretty_json", "snippet", "text_of"]
+__all__ = ["PAGE", "Item", "ToolCall", "conversation", "markdown", "pretty_json", "snippet"]
 
 #: Longest text shown inline; the rest is on the node's page (its full JSON).
 MAX_SHOWN = 20_000
 
 _md = MarkdownIt("commonmark", {"html": False, "linkify": False, "typographer": False})
 _md.enable(["table", "strikethrough"])
-_pretty = msgspec.json.Encoder(order="sorted")
+#: A message's content on a page: text parts as paragraphs, other parts as ``[type]``, and
+#: content that is not text as indented JSON, clipped where the page would grow too long.
+PAGE = TextStyle(placeholder="type", scalars=False, pretty=True, limit=MAX_SHOWN)
 
 
 @lru_cache(maxsize=1024)
@@ -39,30 +42,7 @@ def markdown(text: str) -> Markup:
 
 def pretty_json(value: Any, limit: int | None = MAX_SHOWN) -> str:
     """Indented JSON, clipped to ``limit`` characters."""
-    text = msgspec.json.format(_pretty.encode(value), indent=2).decode()
-    if limit is not None and len(text) > limit:
-        return text[:limit] + f"\n… ({len(text) - limit:,} more characters)"
-    return text
-
-
-def text_of(content: Any) -> str:
-    """The text of a message's content: a string, or the text parts of a list of parts."""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        parts = []
-        for p in content:
-            if isinstance(p, dict):
-                if isinstance(p.get("text"), str):
-                    parts.append(p["text"])
-                elif isinstance(p.get("type"), str):
-                    parts.append(f"[{p['type']}]")
-            elif isinstance(p, str):
-                parts.append(p)
-        return "\n\n".join(parts)
-    if content is None:
-        return ""
-    return pretty_json(content)
+    return json_text(value, pretty=True, limit=limit)
 
 
 def snippet(node: Node, width: int = 140) -> str:
@@ -71,7 +51,7 @@ def snippet(node: Node, width: int = 140) -> str:
     text = ""
     if isinstance(data, dict):
         if "content" in data:
-            text = text_of(data.get("content"))
+            text = content_text(data.get("content"), PAGE)
         if not text and isinstance(data.get("tool_calls"), list):
             names = [str((c.get("function") or {}).get("name", "?")) for c in data["tool_calls"]
                      if isinstance(c, dict) and isinstance(c.get("function") or {}, dict)]
@@ -143,7 +123,7 @@ def _call_of(c: Any) -> ToolCall | None:
 
 def _message_item(node: Node, data: dict[str, Any]) -> Item:
     role = str(data.get("role", node.type.split("/")[0]))
-    content = text_of(data.get("content"))
+    content = content_text(data.get("content"), PAGE)
     item = Item(node.id, node.type, "message", role=role, html=markdown(content) if content else None)
     calls = data.get("tool_calls")
     if isinstance(calls, list):
@@ -226,7 +206,7 @@ def _note(node: Node, times: dict[NodeId, float], opened: dict[str, float | None
     elif t in ("context/message", "steering/message"):
         item.kind = "message"
         item.role = t.split("/")[0]
-        content = text_of(data.get("content") if data else node.data)
+        content = content_text(data.get("content") if data else node.data, PAGE)
         item.html = markdown(content) if content else None
     return item
 
@@ -283,7 +263,7 @@ def conversation(nodes: list[Node], times: dict[NodeId, float], *, folded: bool 
         if node.type == "tool/result" and isinstance(data, dict):
             call = calls.get(str(data.get("tool_call_id")))
             if call is not None and call.result is None:
-                call.result = text_of(data.get("content"))[:MAX_SHOWN]
+                call.result = content_text(data.get("content"), PAGE)[:MAX_SHOWN]
                 call.result_node = node.id
                 continue
         if node.type == "tool/call" and isinstance(data, dict) and str(data.get("id")) in calls:

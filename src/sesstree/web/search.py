@@ -11,18 +11,25 @@ from __future__ import annotations
 
 import re
 import unicodedata
+from dataclasses import replace
 
 import msgspec
 
 from ..node import NodeId
 from ..repo.store import Store
+from ..text import event_text
 from .catalog import all_sessions
-from .render import text_of
+from .render import PAGE
 
 __all__ = ["Hit", "SearchPage", "parse_cursor", "search"]
 
 MAX_QUERY = 200
 _ID = re.compile(r"[0-9a-f]{64}\Z")
+#: What a search reads of an event: its content as the page shows it, the summary, message
+#: and reasoning it carries, every tool call's name and arguments (a ``tool/call`` record's
+#: too); nothing for an event with no text.
+SEARCH = replace(PAGE, fields=("summary", "message", "reasoning", "reasoning_content"),
+                 records=True, keep_empty=False, fallback_json=False)
 
 
 class Hit(msgspec.Struct, frozen=True):
@@ -46,24 +53,6 @@ class SearchPage(msgspec.Struct, frozen=True):
     events_searched: int
     cursor: str | None  # opaque: pass it back as ``cursor`` for the next page
     clipped: bool = False  # more hits in the sessions searched than ``limit``: narrow the query
-
-
-def _text(type: str, data: object) -> str:
-    if isinstance(data, dict):
-        parts = [text_of(data.get("content"))]
-        for key in ("summary", "message", "reasoning", "reasoning_content"):
-            if isinstance(data.get(key), str):
-                parts.append(data[key])
-        calls = data.get("tool_calls")
-        if isinstance(calls, list):
-            for c in calls:
-                fn = c.get("function") if isinstance(c, dict) else None
-                if isinstance(fn, dict):
-                    parts.append(f"{fn.get('name', '')} {fn.get('arguments', '')}")
-        if type == "tool/call":
-            parts.append(f"{data.get('name', '')} {data.get('arguments', '')}")
-        return "\n".join(p for p in parts if p)
-    return data if isinstance(data, str) else ""
 
 
 def parse_cursor(cursor: str) -> tuple[int, NodeId | None]:
@@ -112,7 +101,7 @@ def search(store: Store, query: str, *, cursor: str = "", limit: int = 50,
                 finished = True
                 break  # the rest of this path was searched through another session
             seen.add(nid)
-            text = _text(chain.types[i], chain.datas[i])
+            text = event_text(chain.types[i], chain.datas[i], SEARCH)
             found = _find(text, needle)
             if found is not None:
                 if len(hits) >= limit:

@@ -1,6 +1,6 @@
 """The sending view: a session's messages made acceptable to a model API.
 
-What a store gives back is exact (:func:`sesstree.events.derive_messages`). What an API accepts
+What a store gives back is exact (:func:`sesstree.events.derive_exact`). What an API accepts
 is narrower: every tool call answered right after its assistant message, no tool result
 without a call, and (for strict chat templates) no two user messages in a row. This module
 builds that view from the exact messages, reports every change it made as a
@@ -13,14 +13,32 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from ..events import PENDING_DETAIL, Derived, Problem, call_ids, pending_at
+from .events import PENDING_DETAIL, Derived, Problem, call_ids, derive_exact, pending_at
 
-__all__ = ["ORPHAN_RESULT", "PENDING_RESULT", "repair_messages"]
+__all__ = ["ORPHAN_RESULT", "PENDING_RESULT", "derive_messages", "repair_messages"]
 
 #: What an unanswered tool call is given in the sending view.
 ORPHAN_RESULT = "[sesstree: no result was recorded for this tool call]"
 #: What a call at the tail that has no result yet is given (it may still be running).
 PENDING_RESULT = "[sesstree: this tool call has no result yet]"
+
+
+def derive_messages(
+    types: Sequence[str],
+    datas: Sequence[Any],
+    ids: Sequence[str] | None = None,
+    *,
+    repair: bool = False,
+) -> Derived:
+    """Derive the chat messages from a session's events, oldest first, exactly as stored.
+
+    ``ids`` (hex node ids) are needed only to honour a compaction marker's ``first_kept``.
+    ``problems`` lists tool calls and results that are not paired; the messages are not
+    changed for them (:func:`sesstree.events.derive_exact`). With ``repair=True`` the result
+    is the sending view instead (:func:`repair_messages`).
+    """
+    derived = derive_exact(types, datas, ids)
+    return repair_messages(derived.messages) if repair else derived
 
 
 def repair_messages(messages: Sequence[dict[str, Any]]) -> Derived:

@@ -1,0 +1,78 @@
+"""One rendering of event content to text (sesstree.text) with each reader's style gives, over
+a generated corpus of every content shape, exactly what that reader's own function gave before
+there was one: tests/data/text_expected.json holds those outputs (long ones as digests)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from text_corpus import contents, datas
+
+from sesstree.cli.conversation import GREP, node_text
+from sesstree.fmt import LINE, summary
+from sesstree.node import Node, NodeId
+from sesstree.text import FULL, TextStyle, content_text, event_text, json_text
+from sesstree.web.render import MAX_SHOWN, PAGE, snippet
+from sesstree.web.search import SEARCH
+
+EXPECTED = json.loads((Path(__file__).parent / "data" / "text_expected.json").read_text())
+CONTENT_STYLES = {"line": LINE, "full": FULL, "page": PAGE}
+
+
+def _squeezed(text: str) -> Any:
+    if len(text) > 1000:
+        return {"sha256": hashlib.sha256(text.encode()).hexdigest(), "chars": len(text)}
+    return text
+
+
+def test_the_corpus_is_the_one_the_expectations_were_made_from() -> None:
+    assert len(contents()) == len(EXPECTED["contents"])
+    assert [t for t, _ in datas()] == [row["type"] for row in EXPECTED["events"]]
+
+
+@pytest.mark.parametrize("style", sorted(CONTENT_STYLES))
+def test_content_renders_as_each_reader_rendered_it(style: str) -> None:
+    got = [_squeezed(content_text(c, CONTENT_STYLES[style])) for c in contents()]
+    assert got == [row[style] for row in EXPECTED["contents"]]
+
+
+def test_grep_and_search_read_events_as_they_did() -> None:
+    for (type, data), row in zip(datas(), EXPECTED["events"], strict=True):
+        node = Node(NodeId("0" * 64), None, type, data)
+        grep = node_text(node)
+        if row["grep"] == {"raises": "TypeError"}:
+            # A number as `tool_calls` made `--grep` fail; the one rendering skips it (and
+            # an event left with no text is matched on its JSON, as any other).
+            without = {k: v for k, v in data.items() if k != "tool_calls"}
+            text = event_text(type, without, GREP)
+            assert grep == (json_text(data) if text == json_text(without) else text)
+        else:
+            assert _squeezed(grep) == row["grep"], (type, data)
+        assert _squeezed(event_text(type, data, SEARCH)) == row["search"], (type, data)
+
+
+def test_summaries_and_snippets_built_on_it_are_unchanged() -> None:
+    for (type, data), row in zip(datas(), EXPECTED["events"], strict=True):
+        node = Node(NodeId("0" * 64), None, type, data)
+        assert summary(node, 200) == row["summary"], (type, data)
+        assert summary(node, 80, with_type=True) == row["typed"], (type, data)
+        assert snippet(node) == row["snippet"], (type, data)
+
+
+def test_styles_name_their_differences() -> None:
+    parts = [{"type": "text", "text": "a"}, {"type": "image_url", "image_url": {"url": "u"}}, 3]
+    assert content_text(parts) == "a\n\n[image u]\n\n3"
+    assert content_text(parts, PAGE) == "a\n\n[image_url]"
+    assert content_text(parts, LINE) == "a 3"
+    assert content_text(parts, TextStyle(placeholder="none", scalars=False)) == "a"
+
+
+def test_pretty_json_is_clipped_with_a_note() -> None:
+    text = content_text({"k": "v" * MAX_SHOWN}, PAGE)
+    whole = json_text({"k": "v" * MAX_SHOWN}, pretty=True)
+    assert text == whole[:MAX_SHOWN] + f"\n… ({len(whole) - MAX_SHOWN:,} more characters)"
+    assert content_text({"b": 1, "a": 2}) == '{"b":1,"a":2}'
