@@ -1,7 +1,7 @@
 """The object side of the PostgreSQL backend: the SQL that stores and reads nodes and payloads.
 
 Nothing here touches refs: this is what an object store behind the seam would hold. Each
-statement says why it is shaped as it is; the schema is in :mod:`.postgres_schema`.
+statement says why it is shaped as it is; the schema is in :mod:`.schema`.
 
 Walks go by ``seq``, an integer given in write order, and each node points at its parent's
 ``seq``: a chain is read in one statement that first tries the rows just before the head (a
@@ -303,13 +303,15 @@ ORDER BY n.seq DESC
 # The newest node and reflog entry when GC_DEAD's snapshot was taken.
 GC_MARKS = "SELECT coalesce((SELECT max(seq) FROM nodes), 0), coalesce((SELECT max(n) FROM reflog), 0)"
 # Counts and logical bytes (each session's path as JSONL lines, from the derived path_bytes).
+# %(sessions)s and %(tags)s: the namespaces of refs (node.SESSIONS, node.TAGS), of lengths
+# %(ns)s and %(nt)s.
 STATS = """
 SELECT (SELECT count(*) FROM nodes),
-       (SELECT count(*) FROM refs WHERE left(name, 9) = 'sessions/'),
-       (SELECT count(*) FROM refs WHERE left(name, 5) = 'tags/'),
+       (SELECT count(*) FROM refs WHERE left(name, %(ns)s) = %(sessions)s),
+       (SELECT count(*) FROM refs WHERE left(name, %(nt)s) = %(tags)s),
        (SELECT count(*) FROM reflog),
        (SELECT coalesce(sum(n.path_bytes), 0) FROM refs r JOIN nodes n ON n.seq = r.target
-        WHERE left(r.name, 9) = 'sessions/')
+        WHERE left(r.name, %(ns)s) = %(sessions)s)
 """
 PHYSICAL_BYTES = (
     "SELECT sum(pg_total_relation_size(t)) FROM "

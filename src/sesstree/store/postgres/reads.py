@@ -1,11 +1,11 @@
 """Reads of a PostgreSQL store: nodes, paths, refs, the reflog and settings, one statement
-each (a part of :class:`~sesstree.store.postgres.backend.PostgresBackend`). Every node read is checked
-against its id: damage is an error naming the node, never data.
+each. A part the backend owns (:class:`~sesstree.store.postgres.backend.PostgresBackend`),
+reading through its :class:`~sesstree.store.postgres.channel.Channel`. Every node read is
+checked against its id: damage is an error naming the node, never data.
 """
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
@@ -20,10 +20,11 @@ from ..codec import CodecError, dict_hash
 from ..meta_rows import HEAD, LEGACY, SESSION, session_meta_of
 from ..storable import storable
 from . import objects, refs
+from .channel import Channel
 from .codec import PgPayloads
-from .conn import Conn, Connector, is_connection_lost
+from .conn import Conn, is_connection_lost
 
-__all__ = ["NodeReads", "reflog_entries"]
+__all__ = ["PgReads", "reflog_entries"]
 
 
 def reflog_entries(rows: list[Any]) -> list[ReflogEntry]:
@@ -36,18 +37,16 @@ def reflog_entries(rows: list[Any]) -> list[ReflogEntry]:
 _ITER_CHUNK = 5000
 
 
-class NodeReads:
-    """The reads of the PostgreSQL backend (mixed into it; it provides what is declared here)."""
+class PgReads:
+    """The reads of one PostgreSQL backend (see the module docstring)."""
 
-    url: str
-    _lock: threading.RLock
-    _batch_depth: int
-    _conn: Connector
-    _payloads: PgPayloads
-
-    def _read(self, sql: str, params: Any = None, *, fetch: bool = True,
-              binary: bool = False) -> list[Any]:  # pragma: no cover - the backend's
-        raise NotImplementedError
+    def __init__(self, channel: Channel, payloads: PgPayloads) -> None:
+        self._channel = channel
+        self._conn = channel.conn
+        self._payloads = payloads
+        self._url = channel.url
+        # Bound once: a read is a call to the channel, with no layer in between.
+        self._read = channel.read
 
     def get(self, id: NodeId) -> StoredNode | None:
         rows = self._read(objects.GET, (bytes.fromhex(id),))
@@ -57,11 +56,11 @@ class NodeReads:
         try:
             body = self._payloads.body(bytes(row[3]))
         except CodecError as exc:
-            raise StoreCorruptError(f"the store at {self.url} is damaged: node {id[:12]}: its "
+            raise StoreCorruptError(f"the store at {self._url} is damaged: node {id[:12]}: its "
                                     f"payload cannot be inflated ({exc})") from None
         if (row[1] is None and row[4] is not None) or not objects.row_is_intact(
                 bytes(row[0]), None if row[1] is None else bytes(row[1]), body):
-            raise StoreCorruptError(f"the store at {self.url} is damaged: node {id[:12]} does "
+            raise StoreCorruptError(f"the store at {self._url} is damaged: node {id[:12]} does "
                                     "not hash to its id")
         return self._stored(row, body)
 
@@ -88,7 +87,7 @@ class NodeReads:
         depth, count, ids, data, base, lengths = rows[0]
         want = depth if limit is None else min(limit, depth)
         if count != want or (want == depth and count and base is not None):
-            raise StoreCorruptError(f"the store at {self.url} is damaged: a path does not "
+            raise StoreCorruptError(f"the store at {self._url} is damaged: a path does not "
                                     "match its depth index")
         if count == 0:
             return Chain([], [], depth + 1, head, ids=[])
@@ -96,7 +95,7 @@ class NodeReads:
         ids, data, base = bytes(ids), bytes(data), None if base is None else bytes(base)
         lengths = lengths or []
         if sum(lengths) != len(data):
-            raise StoreCorruptError(f"the store at {self.url} is damaged: a node row is "
+            raise StoreCorruptError(f"the store at {self._url} is damaged: a node row is "
                                     "unreadable")
         bodies, unreadable = self._payloads.bodies(data, lengths)
         bad = unreadable if unreadable is not None else objects.first_bad_body(base, ids, bodies)
@@ -107,13 +106,13 @@ class NodeReads:
                     self._payloads.body(bodies[bad])
                 except CodecError as exc:
                     why = f"its payload cannot be inflated ({exc})"
-            raise StoreCorruptError(f"the store at {self.url} is damaged: node "
+            raise StoreCorruptError(f"the store at {self._url} is damaged: node "
                                     f"{ids[32 * bad : 32 * bad + 32].hex()[:12]} {why}")
         del data
         try:
             types, datas = objects.decode_path(b"".join(bodies), count)
         except (msgspec.DecodeError, ValueError):
-            raise StoreCorruptError(f"the store at {self.url} is damaged: a node row is "
+            raise StoreCorruptError(f"the store at {self._url} is damaged: a node row is "
                                     "unreadable") from None
         return Chain(types, datas, depth - count + 1, objects.hex_id(base), packed_ids=ids)
 
@@ -164,8 +163,8 @@ class NodeReads:
     def snapshot(self) -> Iterator[None]:
         """Reads inside the block see one state of the store: one REPEATABLE READ, READ ONLY
         transaction (inside a batch, the batch's own transaction)."""
-        with self._lock:
-            if self._batch_depth or self._conn.in_batch:
+        with self._channel.lock:
+            if self._channel.depth or self._conn.in_batch:
                 yield
                 return
             conn = self._conn.connection()
@@ -197,8 +196,8 @@ class NodeReads:
     def iter_nodes(self) -> Iterator[StoredNode]:
         """Every node, parents first, fetched in chunks from one snapshot (bounded memory):
         the open snapshot's, or a read-only transaction of its own."""
-        with self._lock:
-            if self._batch_depth:
+        with self._channel.lock:
+            if self._channel.depth:
                 for row in self._read(objects.ITER):  # (sends the batch's queued appends)
                     yield self._stored(row)
                 return
