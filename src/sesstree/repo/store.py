@@ -49,10 +49,11 @@ from ..store.base import (
     RefUpdate,
     SessionMeta,
 )
+from ..store.engines import open_url
 from ..store.sqlite.backend import SqliteBackend
 from ..store.sqlite.media import media_error
 from ..store.storable import meta_field_problem
-from ..store.urls import is_store_url, open_url
+from ..store.urls import is_store_url
 from .head import Checkout, FileHead, HeadKeeper, MetaHead, head_file_for
 from .policy import WritePolicy
 from .related import shared_length
