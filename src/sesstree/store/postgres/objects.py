@@ -21,7 +21,7 @@ from blake3 import blake3
 
 from ...node import ID_VERSION, NodeId, node_id_from_encoded
 from ..base import RawNode
-from ..rows import row_data, split_row
+from ..rows import row_data
 
 if TYPE_CHECKING:
     from .codec import PgPayloads
@@ -51,9 +51,7 @@ __all__ = [
     "first_bad_node",
     "hex_id",
     "node_params",
-    "row_data",
     "row_is_intact",
-    "split_row",
 ]
 
 #: Payloads larger than this are stored once in ``blobs``, keyed by their blake3 hash.
@@ -303,8 +301,7 @@ ORDER BY n.seq DESC
 # The newest node and reflog entry when GC_DEAD's snapshot was taken.
 GC_MARKS = "SELECT coalesce((SELECT max(seq) FROM nodes), 0), coalesce((SELECT max(n) FROM reflog), 0)"
 # Counts and logical bytes (each session's path as JSONL lines, from the derived path_bytes).
-# %(sessions)s and %(tags)s: the namespaces of refs (node.SESSIONS, node.TAGS), of lengths
-# %(ns)s and %(nt)s.
+# (%(sessions)s, %(tags)s: node.SESSIONS and node.TAGS; %(ns)s, %(nt)s: their lengths.)
 STATS = """
 SELECT (SELECT count(*) FROM nodes),
        (SELECT count(*) FROM refs WHERE left(name, %(ns)s) = %(sessions)s),

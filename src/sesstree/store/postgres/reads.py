@@ -18,6 +18,7 @@ from ...node import NodeId
 from ..base import Chain, Ref, ReflogEntry, SessionMeta, StoredNode, StoreFormat
 from ..codec import CodecError, dict_hash
 from ..meta_rows import HEAD, LEGACY, SESSION, session_meta_of
+from ..rows import split_row
 from ..storable import storable
 from . import objects, refs
 from .channel import Channel
@@ -49,6 +50,7 @@ class PgReads:
         self._read = channel.read
 
     def get(self, id: NodeId) -> StoredNode | None:
+        """Node ``id`` as stored, checked against its id, or None: one statement."""
         rows = self._read(objects.GET, (bytes.fromhex(id),))
         if not rows:
             return None
@@ -68,17 +70,20 @@ class PgReads:
         try:
             if body is None:
                 body = self._payloads.body(bytes(row[3]))
-            type, encoded = objects.split_row(body)
+            type, encoded = split_row(body)
         except (ValueError, IndexError, UnicodeDecodeError, CodecError):
             # Give it back as it is: it will not hash to its id, and fsck says so.
             type, encoded = "", bytes(row[3])
         return StoredNode(NodeId(row[0].hex()), objects.hex_id(row[1]), row[2], type, encoded)
 
     def has(self, ids: Sequence[NodeId]) -> set[NodeId]:
+        """Which of ``ids`` are stored: one statement."""
         rows = self._read(objects.HAS, ([bytes.fromhex(i) for i in ids],))
         return {NodeId(r[0].hex()) for r in rows}
 
     def chain(self, head: NodeId, limit: int | None = None) -> Chain:
+        """The path ending at ``head`` (its newest ``limit`` nodes), oldest first: one statement
+        (:data:`.objects.CHAIN_ONE`), every node checked against its id."""
         params = {"id": bytes.fromhex(head), "limit": 2**31 - 1 if limit is None else limit}
         # binary: the path's bytes come as they are, not as hex text
         rows = self._read(objects.CHAIN_ONE, params, binary=True)
@@ -117,23 +122,27 @@ class PgReads:
         return Chain(types, datas, depth - count + 1, objects.hex_id(base), packed_ids=ids)
 
     def resolve_prefix(self, prefix: str, limit: int = 2) -> list[NodeId]:
+        """Up to ``limit`` stored ids that start with ``prefix``, through the id index."""
         lo = bytes.fromhex((prefix + "0" * 64)[:64])
         hi = bytes.fromhex((prefix + "f" * 64)[:64])
         return [NodeId(r[0].hex()) for r in self._read(objects.PREFIX, (lo, hi, limit))]
 
     def get_ref(self, name: str) -> Ref | None:
+        """Ref ``name``, or None."""
         if not storable(name):  # a name no store can hold names nothing
             return None
         rows = self._read(refs.GET_REF, (name,))
         return Ref(name, NodeId(rows[0][0].hex()), rows[0][1]) if rows else None
 
     def list_refs(self, prefix: str) -> list[Ref]:
+        """Every ref under ``prefix``, sorted by name."""
         if not storable(prefix):  # a name no store can hold names nothing
             return []
         rows = self._read(refs.LIST_REFS, (len(prefix), prefix))
         return [Ref(r[0], NodeId(r[1].hex()), r[2]) for r in rows]
 
     def reflog(self, name: str | None = None) -> list[ReflogEntry]:
+        """The moves of ref ``name`` (of every ref if None), oldest first."""
         if not storable(name or ''):  # a name no store can hold names nothing
             return []
         rows = self._read(refs.REFLOG_ALL) if name is None else self._read(refs.REFLOG, (name,))
@@ -143,19 +152,23 @@ class PgReads:
         return [(str(k), str(v)) for k, v in self._read(refs.LIST_META, (len(prefix), prefix))]
 
     def get_session_meta(self, name: str) -> SessionMeta | None:
+        """Session ``name``'s metadata, or None."""
         if not storable(name):  # a name no store can hold names nothing
             return None
         rows = self._read(refs.GET_METAS, ([SESSION + name, LEGACY + name],))
         return session_meta_of((str(k), str(v)) for k, v in rows).get(name)
 
     def list_session_meta(self) -> dict[str, SessionMeta]:
+        """Every session's metadata, by name."""
         return session_meta_of(self._meta_rows(SESSION) + self._meta_rows(LEGACY))
 
     def get_head(self) -> str | None:
+        """HEAD's stored value, or None."""
         rows = self._read(refs.GET_META, (HEAD,))
         return str(rows[0][0]) if rows else None
 
     def store_format(self) -> StoreFormat:
+        """The store's format version and id scheme."""
         rows = dict(self._read(refs.GET_METAS, (["format", "ids"],)))
         return StoreFormat(int(rows.get("format", 0)), str(rows.get("ids", "")))
 
@@ -223,9 +236,12 @@ class PgReads:
                 yield self._stored(row)
 
     def count_nodes(self) -> int:
+        """How many nodes are stored (counted on the server)."""
         return int(self._read(objects.COUNT)[0][0])
 
     def check(self) -> list[str]:
+        """fsck's checks on the server (links, derived indexes, refs and the reflog, the
+        compression dictionaries), up to 20 faults per check."""
         faults: list[str] = []
         for what, sql in objects.CHECKS.items():
             for (key,) in self._read(sql + " LIMIT 20"):
@@ -239,4 +255,5 @@ class PgReads:
         return faults
 
     def physical_bytes(self) -> int:
+        """The bytes the store's tables and indexes take on the server."""
         return int(self._read(objects.PHYSICAL_BYTES)[0][0] or 0)

@@ -105,12 +105,15 @@ class PgScans:
         self._read = channel.read
 
     def list_refs_with_depth(self, prefix: str) -> list[tuple[Ref, int]]:
+        """Every ref under ``prefix`` with its target's depth: one statement."""
         if not storable(prefix):  # a name no store can hold names nothing
             return []
         rows = self._read(_LIST_REFS_DEPTH, (len(prefix), prefix))
         return [(Ref(r[0], NodeId(bytes(r[1]).hex()), r[2]), int(r[3])) for r in rows]
 
     def refs_at(self, targets: Sequence[NodeId]) -> list[Ref]:
+        """The refs at ``targets``, through the ``reflog_new`` index (inside a batch, from the
+        refs themselves: the batch's moves are logged when it ends)."""
         wanted = list(dict.fromkeys(targets))
         with self._channel.lock:
             if self._channel.depth:
@@ -120,16 +123,19 @@ class PgScans:
         return [Ref(r[0], NodeId(bytes(r[1]).hex()), r[2]) for r in rows]
 
     def node_keys(self, ids: Sequence[NodeId]) -> dict[NodeId, int]:
+        """Each stored node's ``seq`` among ``ids``."""
         rows = self._read("SELECT id, seq FROM nodes WHERE id = ANY(%s)",
                           ([bytes.fromhex(i) for i in dict.fromkeys(ids)],))
         return {NodeId(bytes(r[0]).hex()): int(r[1]) for r in rows}
 
     def ids_of_keys(self, keys: Sequence[int]) -> dict[int, NodeId]:
+        """The id of each ``seq`` among ``keys`` that is stored."""
         rows = self._read("SELECT seq, id FROM nodes WHERE seq = ANY(%s)",
                           (list(dict.fromkeys(keys)),))
         return {int(r[0]): NodeId(bytes(r[1]).hex()) for r in rows}
 
     def iter_links(self) -> Iterator[tuple[int, int | None]]:
+        """Every node's ``seq`` and its parent's, newest first, :data:`SLICE` rows a statement."""
         below = 2**63 - 1
         while True:
             rows = self._read(_LINKS, (below, SLICE))
@@ -140,6 +146,8 @@ class PgScans:
             below = int(rows[-1][0])
 
     def verify_nodes(self, progress: Progress | None = None) -> Iterator[str]:
+        """Re-hash every node against its id, :data:`SLICE` rows a statement; one fault line
+        per node that does not match."""
         top = int(self._read("SELECT coalesce(max(seq), 0) FROM nodes")[0][0])
         after = 0
         while True:
@@ -162,16 +170,20 @@ class PgScans:
                 progress(min(after, top), top)
 
     def newest_refs(self, prefix: str, limit: int, offset: int = 0) -> list[Ref]:
+        """The refs under ``prefix`` that moved last, newest first, through ``refs_moved``."""
         if not storable(prefix):  # a name no store can hold names nothing
             return []
         rows = self._read(_NEWEST_REFS, (len(prefix), prefix, limit, offset))
         return [Ref(r[0], NodeId(bytes(r[1]).hex()), r[2]) for r in rows]
 
     def reflog_stamp(self) -> ReflogStamp:
+        """The reflog's entry count and newest time, from one aggregate."""
         entries, newest = self._read(_REFLOG_STAMP)[0]
         return ReflogStamp(int(entries), float(newest))
 
     def reflog_page(self, name: str, limit: int, offset: int = 0) -> tuple[list[ReflogEntry], int]:
+        """A page of ref ``name``'s moves, newest first, and how many it has, through its
+        (ref, n) key."""
         if not storable(name):  # a name no store can hold names nothing
             return [], 0
         with self._channel.lock:
@@ -180,6 +192,7 @@ class PgScans:
         return reflog_entries(rows), total
 
     def reflog_times(self, name: str, targets: Sequence[NodeId]) -> dict[NodeId, float]:
+        """When ref ``name`` last moved to each of ``targets``, through ``reflog_new``."""
         if not storable(name):  # a name no store can hold names nothing
             return {}
         wanted = [bytes.fromhex(t) for t in dict.fromkeys(targets)]
@@ -196,6 +209,7 @@ class PgScans:
 
     def counts(self, progress: Progress | None = None) -> Counts:
         # (Sizes are kept on every node as it is written: there is nothing to catch up on.)
+        """The server counts (:meth:`server_stats`), as the store reports them."""
         s = self.server_stats()
         return Counts(s["nodes"], s["sessions"], s["tags"], s["reflog_entries"],
                       s["logical_bytes"])
