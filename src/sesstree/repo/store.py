@@ -9,7 +9,6 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 import msgspec
@@ -18,7 +17,6 @@ from ..errors import (
     InvalidEventError,
     RefExistsError,
     StoreCorruptError,
-    StoreNotFoundError,
     UnknownRevisionError,
 )
 from ..events import Derived, is_registered
@@ -50,10 +48,9 @@ from ..store.base import (
     RefUpdate,
     SessionMeta,
 )
-from ..store.sqlite.backend import SqliteBackend
-from ..store.sqlite.media import media_error
+from ..store.engines import STORE_FILE, open_backend
 from ..store.storable import meta_field_problem
-from ..store.urls import is_store_url, open_url
+from ..store.urls import is_store_url
 from .head import Checkout, FileHead, HeadKeeper, MetaHead, head_file_for
 from .policy import WritePolicy
 from .related import shared_length
@@ -67,9 +64,6 @@ if TYPE_CHECKING:
     from .session import Session
 
 __all__ = ["REMOTES", "SESSIONS", "STORE_FILE", "TAGS", "Diff", "SessionInfo", "Store", "open_store"]
-
-STORE_FILE = "store.db"
-
 
 class SessionInfo(msgspec.Struct, frozen=True):
     """One session as ``sess branch`` lists it."""
@@ -108,36 +102,11 @@ def open_store(
         StoreCorruptError, StoreFormatError, StoreLockedError: the file cannot be used as it is.
         StoreReadOnlyError, StoreFullError: a new store cannot be created on this medium.
     """
-    if str(path) == ":memory:":
-        from ..store.memory import MemoryBackend
-
-        return Store(MemoryBackend())
+    backend = open_backend(path, create=create, durable=durability == "durable", timeout=timeout)
     if is_store_url(path):
         # A shared store: this user's HEAD is kept on this machine, not in the store.
-        return Store(open_url(str(path), create=create, durable=durability == "durable",
-                              timeout=timeout), head=FileHead(head_file_for(str(path))))
-    folder = Path(path)
-    if folder.is_file():
-        file = folder
-    else:
-        if not folder.exists():
-            if not create:
-                raise StoreNotFoundError(f"no store at {folder}")
-            _make_private_folder(folder)
-        file = folder / STORE_FILE
-    backend = SqliteBackend(file, create=create, durable=durability == "durable", timeout=timeout)
+        return Store(backend, head=FileHead(head_file_for(str(path))))
     return Store(backend)
-
-
-def _make_private_folder(folder: Path) -> None:
-    """Create the store's folder 0700 whatever the umask; another creator may win the race."""
-    try:
-        folder.mkdir(parents=True, mode=0o700)
-    except FileExistsError:
-        return  # made by a concurrent creator (which makes it private the same way)
-    except OSError as exc:
-        raise media_error(folder / STORE_FILE, exc) from None
-    os.chmod(folder, 0o700)
 
 
 class Store:

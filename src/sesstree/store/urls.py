@@ -1,21 +1,16 @@
-"""Store URLs: telling one from a folder, showing it safely, opening its backend.
+"""Store URLs as text: telling one from a folder, and showing it without its password.
 
-Nothing here loads a database driver until a URL is opened: a store in a folder never pays
-for psycopg, and a machine without it gets one clear error only when it asks for a URL.
+Nothing here opens a store: :mod:`sesstree.store.engines` does, by the URL's scheme. So an
+engine may use this module (to name its store in messages) without importing the dispatch
+that imports the engine.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
 from urllib.parse import parse_qsl, unquote, urlsplit, urlunsplit
 
-from ..errors import StoreError
-
-if TYPE_CHECKING:
-    from .base import Backend
-
-__all__ = ["URL_SCHEMES", "is_store_url", "mask_secrets", "open_url", "redact_url",
-           "strip_userinfo", "url_secrets"]
+__all__ = ["URL_SCHEMES", "is_store_url", "mask_secrets", "redact_url", "strip_userinfo",
+           "url_secrets"]
 
 #: URL schemes that name a PostgreSQL store.
 URL_SCHEMES = ("postgresql://", "postgres://")
@@ -143,19 +138,3 @@ def mask_secrets(text: str, url: str) -> str:
         text = text.replace(secret, "***")
     return text
 
-
-def open_url(url: str, *, create: bool, durable: bool, timeout: float) -> Backend:
-    """The backend of a store URL (today: PostgreSQL).
-
-    Raises:
-        StoreError: the driver is not installed (``pip install 'sesstree[postgres]'``), or any
-            of the errors of :class:`~sesstree.store.postgres.backend.PostgresBackend`.
-    """
-    try:
-        from .postgres.backend import PostgresBackend
-    except ImportError as exc:
-        raise StoreError(
-            f"a PostgreSQL store needs psycopg, which is not installed ({exc.name}): "
-            "pip install 'sesstree[postgres]'"
-        ) from None
-    return PostgresBackend(url, create=create, durable=durable, timeout=timeout)

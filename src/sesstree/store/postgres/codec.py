@@ -29,12 +29,13 @@ __all__ = ["DICTS_TABLE", "MAGIC", "PgPayloads"]
 
 #: Every zstd frame starts with these four bytes.
 MAGIC = b"\x28\xb5\x2f\xfd"
-#: The table of format 4 (postgres_schema's fourth step).
+#: The table of format 4 (the fourth step of .schema).
 DICTS_TABLE = (
     "CREATE TABLE IF NOT EXISTS dicts(id integer PRIMARY KEY, hash bytea NOT NULL, "
     "data bytea NOT NULL)"
 )
-# A row kept in nodes is at most BLOB_MIN bytes once inflated (kept loose, see sqlite_paths).
+# A row kept in nodes is at most BLOB_MIN bytes once inflated; a frame that inflates to more
+# is damaged (kept loose so that a store written with a larger threshold still reads).
 _ROW_LIMIT = 1 << 20
 
 

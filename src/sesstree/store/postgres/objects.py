@@ -1,7 +1,7 @@
 """The object side of the PostgreSQL backend: the SQL that stores and reads nodes and payloads.
 
 Nothing here touches refs: this is what an object store behind the seam would hold. Each
-statement says why it is shaped as it is; the schema is in :mod:`.postgres_schema`.
+statement says why it is shaped as it is; the schema is in :mod:`.schema`.
 
 Walks go by ``seq``, an integer given in write order, and each node points at its parent's
 ``seq``: a chain is read in one statement that first tries the rows just before the head (a
@@ -21,7 +21,7 @@ from blake3 import blake3
 
 from ...node import ID_VERSION, NodeId, node_id_from_encoded
 from ..base import RawNode
-from ..rows import row_data, split_row
+from ..rows import row_data
 
 if TYPE_CHECKING:
     from .codec import PgPayloads
@@ -51,9 +51,7 @@ __all__ = [
     "first_bad_node",
     "hex_id",
     "node_params",
-    "row_data",
     "row_is_intact",
-    "split_row",
 ]
 
 #: Payloads larger than this are stored once in ``blobs``, keyed by their blake3 hash.
@@ -303,13 +301,14 @@ ORDER BY n.seq DESC
 # The newest node and reflog entry when GC_DEAD's snapshot was taken.
 GC_MARKS = "SELECT coalesce((SELECT max(seq) FROM nodes), 0), coalesce((SELECT max(n) FROM reflog), 0)"
 # Counts and logical bytes (each session's path as JSONL lines, from the derived path_bytes).
+# (%(sessions)s, %(tags)s: node.SESSIONS and node.TAGS; %(ns)s, %(nt)s: their lengths.)
 STATS = """
 SELECT (SELECT count(*) FROM nodes),
-       (SELECT count(*) FROM refs WHERE left(name, 9) = 'sessions/'),
-       (SELECT count(*) FROM refs WHERE left(name, 5) = 'tags/'),
+       (SELECT count(*) FROM refs WHERE left(name, %(ns)s) = %(sessions)s),
+       (SELECT count(*) FROM refs WHERE left(name, %(nt)s) = %(tags)s),
        (SELECT count(*) FROM reflog),
        (SELECT coalesce(sum(n.path_bytes), 0) FROM refs r JOIN nodes n ON n.seq = r.target
-        WHERE left(r.name, 9) = 'sessions/')
+        WHERE left(r.name, %(ns)s) = %(sessions)s)
 """
 PHYSICAL_BYTES = (
     "SELECT sum(pg_total_relation_size(t)) FROM "

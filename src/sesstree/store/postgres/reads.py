@@ -1,11 +1,11 @@
 """Reads of a PostgreSQL store: nodes, paths, refs, the reflog and settings, one statement
-each (a part of :class:`~sesstree.store.postgres.backend.PostgresBackend`). Every node read is checked
-against its id: damage is an error naming the node, never data.
+each. A part the backend owns (:class:`~sesstree.store.postgres.backend.PostgresBackend`),
+reading through its :class:`~sesstree.store.postgres.channel.Channel`. Every node read is
+checked against its id: damage is an error naming the node, never data.
 """
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
@@ -18,12 +18,14 @@ from ...node import NodeId
 from ..base import Chain, Ref, ReflogEntry, SessionMeta, StoredNode, StoreFormat
 from ..codec import CodecError, dict_hash
 from ..meta_rows import HEAD, LEGACY, SESSION, session_meta_of
+from ..rows import split_row
 from ..storable import storable
 from . import objects, refs
+from .channel import Channel
 from .codec import PgPayloads
-from .conn import Conn, Connector, is_connection_lost
+from .conn import Conn, is_connection_lost
 
-__all__ = ["NodeReads", "reflog_entries"]
+__all__ = ["PgReads", "reflog_entries"]
 
 
 def reflog_entries(rows: list[Any]) -> list[ReflogEntry]:
@@ -36,20 +38,19 @@ def reflog_entries(rows: list[Any]) -> list[ReflogEntry]:
 _ITER_CHUNK = 5000
 
 
-class NodeReads:
-    """The reads of the PostgreSQL backend (mixed into it; it provides what is declared here)."""
+class PgReads:
+    """The reads of one PostgreSQL backend (see the module docstring)."""
 
-    url: str
-    _lock: threading.RLock
-    _batch_depth: int
-    _conn: Connector
-    _payloads: PgPayloads
-
-    def _read(self, sql: str, params: Any = None, *, fetch: bool = True,
-              binary: bool = False) -> list[Any]:  # pragma: no cover - the backend's
-        raise NotImplementedError
+    def __init__(self, channel: Channel, payloads: PgPayloads) -> None:
+        self._channel = channel
+        self._conn = channel.conn
+        self._payloads = payloads
+        self._url = channel.url
+        # Bound once: a read is a call to the channel, with no layer in between.
+        self._read = channel.read
 
     def get(self, id: NodeId) -> StoredNode | None:
+        """Node ``id`` as stored, checked against its id, or None: one statement."""
         rows = self._read(objects.GET, (bytes.fromhex(id),))
         if not rows:
             return None
@@ -57,11 +58,11 @@ class NodeReads:
         try:
             body = self._payloads.body(bytes(row[3]))
         except CodecError as exc:
-            raise StoreCorruptError(f"the store at {self.url} is damaged: node {id[:12]}: its "
+            raise StoreCorruptError(f"the store at {self._url} is damaged: node {id[:12]}: its "
                                     f"payload cannot be inflated ({exc})") from None
         if (row[1] is None and row[4] is not None) or not objects.row_is_intact(
                 bytes(row[0]), None if row[1] is None else bytes(row[1]), body):
-            raise StoreCorruptError(f"the store at {self.url} is damaged: node {id[:12]} does "
+            raise StoreCorruptError(f"the store at {self._url} is damaged: node {id[:12]} does "
                                     "not hash to its id")
         return self._stored(row, body)
 
@@ -69,17 +70,20 @@ class NodeReads:
         try:
             if body is None:
                 body = self._payloads.body(bytes(row[3]))
-            type, encoded = objects.split_row(body)
+            type, encoded = split_row(body)
         except (ValueError, IndexError, UnicodeDecodeError, CodecError):
             # Give it back as it is: it will not hash to its id, and fsck says so.
             type, encoded = "", bytes(row[3])
         return StoredNode(NodeId(row[0].hex()), objects.hex_id(row[1]), row[2], type, encoded)
 
     def has(self, ids: Sequence[NodeId]) -> set[NodeId]:
+        """Which of ``ids`` are stored: one statement."""
         rows = self._read(objects.HAS, ([bytes.fromhex(i) for i in ids],))
         return {NodeId(r[0].hex()) for r in rows}
 
     def chain(self, head: NodeId, limit: int | None = None) -> Chain:
+        """The path ending at ``head`` (its newest ``limit`` nodes), oldest first: one statement
+        (:data:`.objects.CHAIN_ONE`), every node checked against its id."""
         params = {"id": bytes.fromhex(head), "limit": 2**31 - 1 if limit is None else limit}
         # binary: the path's bytes come as they are, not as hex text
         rows = self._read(objects.CHAIN_ONE, params, binary=True)
@@ -88,7 +92,7 @@ class NodeReads:
         depth, count, ids, data, base, lengths = rows[0]
         want = depth if limit is None else min(limit, depth)
         if count != want or (want == depth and count and base is not None):
-            raise StoreCorruptError(f"the store at {self.url} is damaged: a path does not "
+            raise StoreCorruptError(f"the store at {self._url} is damaged: a path does not "
                                     "match its depth index")
         if count == 0:
             return Chain([], [], depth + 1, head, ids=[])
@@ -96,7 +100,7 @@ class NodeReads:
         ids, data, base = bytes(ids), bytes(data), None if base is None else bytes(base)
         lengths = lengths or []
         if sum(lengths) != len(data):
-            raise StoreCorruptError(f"the store at {self.url} is damaged: a node row is "
+            raise StoreCorruptError(f"the store at {self._url} is damaged: a node row is "
                                     "unreadable")
         bodies, unreadable = self._payloads.bodies(data, lengths)
         bad = unreadable if unreadable is not None else objects.first_bad_body(base, ids, bodies)
@@ -107,34 +111,38 @@ class NodeReads:
                     self._payloads.body(bodies[bad])
                 except CodecError as exc:
                     why = f"its payload cannot be inflated ({exc})"
-            raise StoreCorruptError(f"the store at {self.url} is damaged: node "
+            raise StoreCorruptError(f"the store at {self._url} is damaged: node "
                                     f"{ids[32 * bad : 32 * bad + 32].hex()[:12]} {why}")
         del data
         try:
             types, datas = objects.decode_path(b"".join(bodies), count)
         except (msgspec.DecodeError, ValueError):
-            raise StoreCorruptError(f"the store at {self.url} is damaged: a node row is "
+            raise StoreCorruptError(f"the store at {self._url} is damaged: a node row is "
                                     "unreadable") from None
         return Chain(types, datas, depth - count + 1, objects.hex_id(base), packed_ids=ids)
 
     def resolve_prefix(self, prefix: str, limit: int = 2) -> list[NodeId]:
+        """Up to ``limit`` stored ids that start with ``prefix``, through the id index."""
         lo = bytes.fromhex((prefix + "0" * 64)[:64])
         hi = bytes.fromhex((prefix + "f" * 64)[:64])
         return [NodeId(r[0].hex()) for r in self._read(objects.PREFIX, (lo, hi, limit))]
 
     def get_ref(self, name: str) -> Ref | None:
+        """Ref ``name``, or None."""
         if not storable(name):  # a name no store can hold names nothing
             return None
         rows = self._read(refs.GET_REF, (name,))
         return Ref(name, NodeId(rows[0][0].hex()), rows[0][1]) if rows else None
 
     def list_refs(self, prefix: str) -> list[Ref]:
+        """Every ref under ``prefix``, sorted by name."""
         if not storable(prefix):  # a name no store can hold names nothing
             return []
         rows = self._read(refs.LIST_REFS, (len(prefix), prefix))
         return [Ref(r[0], NodeId(r[1].hex()), r[2]) for r in rows]
 
     def reflog(self, name: str | None = None) -> list[ReflogEntry]:
+        """The moves of ref ``name`` (of every ref if None), oldest first."""
         if not storable(name or ''):  # a name no store can hold names nothing
             return []
         rows = self._read(refs.REFLOG_ALL) if name is None else self._read(refs.REFLOG, (name,))
@@ -144,19 +152,23 @@ class NodeReads:
         return [(str(k), str(v)) for k, v in self._read(refs.LIST_META, (len(prefix), prefix))]
 
     def get_session_meta(self, name: str) -> SessionMeta | None:
+        """Session ``name``'s metadata, or None."""
         if not storable(name):  # a name no store can hold names nothing
             return None
         rows = self._read(refs.GET_METAS, ([SESSION + name, LEGACY + name],))
         return session_meta_of((str(k), str(v)) for k, v in rows).get(name)
 
     def list_session_meta(self) -> dict[str, SessionMeta]:
+        """Every session's metadata, by name."""
         return session_meta_of(self._meta_rows(SESSION) + self._meta_rows(LEGACY))
 
     def get_head(self) -> str | None:
+        """HEAD's stored value, or None."""
         rows = self._read(refs.GET_META, (HEAD,))
         return str(rows[0][0]) if rows else None
 
     def store_format(self) -> StoreFormat:
+        """The store's format version and id scheme."""
         rows = dict(self._read(refs.GET_METAS, (["format", "ids"],)))
         return StoreFormat(int(rows.get("format", 0)), str(rows.get("ids", "")))
 
@@ -164,8 +176,8 @@ class NodeReads:
     def snapshot(self) -> Iterator[None]:
         """Reads inside the block see one state of the store: one REPEATABLE READ, READ ONLY
         transaction (inside a batch, the batch's own transaction)."""
-        with self._lock:
-            if self._batch_depth or self._conn.in_batch:
+        with self._channel.lock:
+            if self._channel.depth or self._conn.in_batch:
                 yield
                 return
             conn = self._conn.connection()
@@ -197,8 +209,8 @@ class NodeReads:
     def iter_nodes(self) -> Iterator[StoredNode]:
         """Every node, parents first, fetched in chunks from one snapshot (bounded memory):
         the open snapshot's, or a read-only transaction of its own."""
-        with self._lock:
-            if self._batch_depth:
+        with self._channel.lock:
+            if self._channel.depth:
                 for row in self._read(objects.ITER):  # (sends the batch's queued appends)
                     yield self._stored(row)
                 return
@@ -224,9 +236,12 @@ class NodeReads:
                 yield self._stored(row)
 
     def count_nodes(self) -> int:
+        """How many nodes are stored (counted on the server)."""
         return int(self._read(objects.COUNT)[0][0])
 
     def check(self) -> list[str]:
+        """fsck's checks on the server (links, derived indexes, refs and the reflog, the
+        compression dictionaries), up to 20 faults per check."""
         faults: list[str] = []
         for what, sql in objects.CHECKS.items():
             for (key,) in self._read(sql + " LIMIT 20"):
@@ -240,4 +255,5 @@ class NodeReads:
         return faults
 
     def physical_bytes(self) -> int:
+        """The bytes the store's tables and indexes take on the server."""
         return int(self._read(objects.PHYSICAL_BYTES)[0][0] or 0)

@@ -8,7 +8,7 @@ what the writer expects, and writes the new target and the reflog entry in the s
 transaction. Under PostgreSQL's default READ COMMITTED a second writer on the same ref waits
 for the first to commit and then sees the new target, so it loses cleanly (nothing written)
 instead of failing with a serialization error; on engines that run SERIALIZABLE (CockroachDB)
-it gets SQLSTATE 40001, which :mod:`.postgres_conn` reruns.
+it gets SQLSTATE 40001, which :mod:`.conn` reruns.
 
 The functions return ``'ok'`` or ``'conflict:<hex id found>'`` rather than raising, so a lost
 compare-and-set inside a batch leaves the batch's transaction usable (SQLite behaves so too).

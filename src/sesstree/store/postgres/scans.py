@@ -1,12 +1,13 @@
 """Reads of a PostgreSQL store whose cost follows what they touch, and gc in short slices: a
-part of :class:`PostgresBackend`.
+part the backend owns (:class:`~sesstree.store.postgres.backend.PostgresBackend`), reading
+through its :class:`~sesstree.store.postgres.channel.Channel`.
 
 - ``list_refs_with_depth``: the refs and their targets' depths in one statement.
 - ``refs_at``: the refs at a few nodes, through the ``reflog_new`` index (every move of a ref
   is logged with its new target, so a ref's current target is named by one of its entries).
 - ``iter_links`` / ``node_keys`` / ``ids_of_keys``: reachability from integers.
 - ``verify_nodes``: fsck's re-hash, a slice of rows per statement.
-- ``counts``: the server counts (``path_bytes`` is kept by every append).
+- ``counts`` / ``server_stats``: the server counts (``path_bytes`` is kept by every append).
 - ``sweep``: gc. What is reachable is walked on the server (a recursive query over ``seq``
   and ``parent``: no payload leaves the server, and only the unreachable ids come back); the
   removal goes in chunks of :data:`CHUNK`, each a short transaction that holds writers back
@@ -15,23 +16,22 @@ part of :class:`PostgresBackend`.
 
 from __future__ import annotations
 
-import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
-from typing import Any, TypeVar
+from collections.abc import Iterator, Sequence
 
-from ...node import NodeId
+from ...node import SESSIONS, TAGS, NodeId, parse_symbolic
 from ..base import Counts, Progress, Ref, ReflogEntry, ReflogStamp
 from ..codec import CodecError
+from ..meta_rows import HEAD
 from ..storable import storable
 from . import objects, refs
+from .channel import Channel
 from .codec import PgPayloads
 from .conn import Conn
-from .reads import reflog_entries
+from .reads import PgReads, reflog_entries
 
-__all__ = ["CHUNK", "SLICE", "GcPlan", "ScanReads"]
+__all__ = ["CHUNK", "SLICE", "GcPlan", "PgScans"]
 
-T = TypeVar("T")
 #: Rows per statement of the streaming reads.
 SLICE = 5_000
 #: Nodes removed per gc transaction.
@@ -95,59 +95,47 @@ class GcPlan:
         self.kept = kept
 
 
-class ScanReads:
-    """The bounded reads of the PostgreSQL backend (which provides what is declared here)."""
+class PgScans:
+    """The bounded reads and the gc of one PostgreSQL backend (see the module docstring)."""
 
-    url: str
-    _lock: threading.RLock
-    _batch_depth: int
-    _payloads: PgPayloads
-
-    def _read(self, sql: str, params: Any = None, *, fetch: bool = True,
-              binary: bool = False) -> list[Any]:  # pragma: no cover - the backend's
-        raise NotImplementedError
-
-    def _run(self, work: Callable[[Conn, bool], T]) -> T:  # pragma: no cover - the backend's
-        raise NotImplementedError
-
-    def _flush_in_batch(self) -> None:  # pragma: no cover - the backend's
-        raise NotImplementedError
-
-    def list_refs(self, prefix: str) -> list[Ref]:  # pragma: no cover - the backend's
-        raise NotImplementedError
-
-    def server_stats(self) -> dict[str, int]:  # pragma: no cover - the backend's
-        raise NotImplementedError
-
-    def _gc_keep(self, conn: Conn, keep: NodeId | None) -> bytes | None:  # pragma: no cover
-        raise NotImplementedError
+    def __init__(self, channel: Channel, payloads: PgPayloads, reads: PgReads) -> None:
+        self._channel = channel
+        self._payloads = payloads
+        self._reads = reads
+        self._read = channel.read
 
     def list_refs_with_depth(self, prefix: str) -> list[tuple[Ref, int]]:
+        """Every ref under ``prefix`` with its target's depth: one statement."""
         if not storable(prefix):  # a name no store can hold names nothing
             return []
         rows = self._read(_LIST_REFS_DEPTH, (len(prefix), prefix))
         return [(Ref(r[0], NodeId(bytes(r[1]).hex()), r[2]), int(r[3])) for r in rows]
 
     def refs_at(self, targets: Sequence[NodeId]) -> list[Ref]:
+        """The refs at ``targets``, through the ``reflog_new`` index (inside a batch, from the
+        refs themselves: the batch's moves are logged when it ends)."""
         wanted = list(dict.fromkeys(targets))
-        with self._lock:
-            if self._batch_depth:
+        with self._channel.lock:
+            if self._channel.depth:
                 # Inside a batch the moves are logged when it ends: ask the refs themselves.
-                return [r for r in self.list_refs("") if r.target in set(wanted)]
+                return [r for r in self._reads.list_refs("") if r.target in set(wanted)]
             rows = self._read(_REFS_AT, ([bytes.fromhex(t) for t in wanted],))
         return [Ref(r[0], NodeId(bytes(r[1]).hex()), r[2]) for r in rows]
 
     def node_keys(self, ids: Sequence[NodeId]) -> dict[NodeId, int]:
+        """Each stored node's ``seq`` among ``ids``."""
         rows = self._read("SELECT id, seq FROM nodes WHERE id = ANY(%s)",
                           ([bytes.fromhex(i) for i in dict.fromkeys(ids)],))
         return {NodeId(bytes(r[0]).hex()): int(r[1]) for r in rows}
 
     def ids_of_keys(self, keys: Sequence[int]) -> dict[int, NodeId]:
+        """The id of each ``seq`` among ``keys`` that is stored."""
         rows = self._read("SELECT seq, id FROM nodes WHERE seq = ANY(%s)",
                           (list(dict.fromkeys(keys)),))
         return {int(r[0]): NodeId(bytes(r[1]).hex()) for r in rows}
 
     def iter_links(self) -> Iterator[tuple[int, int | None]]:
+        """Every node's ``seq`` and its parent's, newest first, :data:`SLICE` rows a statement."""
         below = 2**63 - 1
         while True:
             rows = self._read(_LINKS, (below, SLICE))
@@ -158,6 +146,8 @@ class ScanReads:
             below = int(rows[-1][0])
 
     def verify_nodes(self, progress: Progress | None = None) -> Iterator[str]:
+        """Re-hash every node against its id, :data:`SLICE` rows a statement; one fault line
+        per node that does not match."""
         top = int(self._read("SELECT coalesce(max(seq), 0) FROM nodes")[0][0])
         after = 0
         while True:
@@ -180,32 +170,46 @@ class ScanReads:
                 progress(min(after, top), top)
 
     def newest_refs(self, prefix: str, limit: int, offset: int = 0) -> list[Ref]:
+        """The refs under ``prefix`` that moved last, newest first, through ``refs_moved``."""
         if not storable(prefix):  # a name no store can hold names nothing
             return []
         rows = self._read(_NEWEST_REFS, (len(prefix), prefix, limit, offset))
         return [Ref(r[0], NodeId(bytes(r[1]).hex()), r[2]) for r in rows]
 
     def reflog_stamp(self) -> ReflogStamp:
+        """The reflog's entry count and newest time, from one aggregate."""
         entries, newest = self._read(_REFLOG_STAMP)[0]
         return ReflogStamp(int(entries), float(newest))
 
     def reflog_page(self, name: str, limit: int, offset: int = 0) -> tuple[list[ReflogEntry], int]:
+        """A page of ref ``name``'s moves, newest first, and how many it has, through its
+        (ref, n) key."""
         if not storable(name):  # a name no store can hold names nothing
             return [], 0
-        with self._lock:
+        with self._channel.lock:
             total = int(self._read(_REFLOG_COUNT, (name,))[0][0])
             rows = self._read(refs.REFLOG_PAGE, (name, limit, offset))
         return reflog_entries(rows), total
 
     def reflog_times(self, name: str, targets: Sequence[NodeId]) -> dict[NodeId, float]:
+        """When ref ``name`` last moved to each of ``targets``, through ``reflog_new``."""
         if not storable(name):  # a name no store can hold names nothing
             return {}
         wanted = [bytes.fromhex(t) for t in dict.fromkeys(targets)]
         rows = self._read(_REFLOG_TIMES, (wanted, name))
         return {NodeId(bytes(r[0]).hex()): float(r[1]) for r in rows}
 
+    def server_stats(self) -> dict[str, int]:
+        """Counts and bytes, computed on the server: no node is read."""
+        rows = self._read(objects.STATS, {"sessions": SESSIONS, "ns": len(SESSIONS),
+                                          "tags": TAGS, "nt": len(TAGS)})
+        nodes, sessions, tags, reflog, logical = (int(v) for v in rows[0])
+        return {"nodes": nodes, "sessions": sessions, "tags": tags, "reflog_entries": reflog,
+                "logical_bytes": logical, "physical_bytes": self._reads.physical_bytes()}
+
     def counts(self, progress: Progress | None = None) -> Counts:
         # (Sizes are kept on every node as it is written: there is nothing to catch up on.)
+        """The server counts (:meth:`server_stats`), as the store reports them."""
         s = self.server_stats()
         return Counts(s["nodes"], s["sessions"], s["tags"], s["reflog_entries"],
                       s["logical_bytes"])
@@ -227,9 +231,9 @@ class ScanReads:
 
         def walk(conn: Conn, replay: bool) -> GcPlan:
             with conn.transaction():
-                if not getattr(self, "_conn").in_batch:  # noqa: B009 - (a batch: its own view)
+                if not self._channel.conn.in_batch:  # (a batch reads its own view)
                     conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
-                detached = self._gc_keep(conn, keep)
+                detached = _gc_keep(conn, keep)
                 marks = conn.execute(objects.GC_MARKS).fetchone()
                 dead = conn.execute(objects.GC_DEAD, (detached,)).fetchall()
                 total = conn.execute(objects.COUNT).fetchone()
@@ -237,9 +241,9 @@ class ScanReads:
             ids = {int(r[0]): NodeId(bytes(r[1]).hex()) for r in dead}
             return GcPlan(ids, int(marks[0]), int(total[0]) - len(ids))
 
-        with self._lock:
-            self._flush_in_batch()
-            return self._run(walk)
+        with self._channel.lock:
+            self._channel.flush()
+            return self._channel.run(walk)
 
     def gc_remove(
         self, plan: GcPlan, keep: NodeId | None, progress: Progress | None
@@ -255,7 +259,7 @@ class ScanReads:
             def remove(conn: Conn, replay: bool, chunk: list[int] = chunk) -> list[int]:
                 with conn.transaction():
                     conn.execute("LOCK TABLE nodes, blobs, refs, reflog IN SHARE MODE")
-                    head = self._gc_keep(conn, keep)
+                    head = _gc_keep(conn, keep)
                     saved = [int(r[0]) for r in conn.execute(_NEW_PARENTS, (plan.max_seq,))
                              if int(r[0]) in candidates]
                     saved += [int(r[0]) for r in conn.execute(
@@ -269,11 +273,22 @@ class ScanReads:
                         return []
                     return [int(r[0]) for r in conn.execute(_REMOVE, {"chunk": doomed})]
 
-            with self._lock:
-                gone = self._run(remove)
+            with self._channel.lock:
+                gone = self._channel.run(remove)
             removed += [plan.ids[s] for s in sorted(gone, reverse=True)]
             candidates.difference_update(gone)
             if progress is not None:
                 progress(min(k + CHUNK, len(order)), len(order))
             time.sleep(0)  # let a waiting writer in between chunks
         return removed, len(removed), plan.kept + len(plan.ids) - len(removed)
+
+
+def _gc_keep(conn: Conn, keep: NodeId | None) -> bytes | None:
+    """The detached HEAD gc keeps: the caller's (a checkout's HEAD is kept on its own machine),
+    or one a store of an older sesstree kept in its metadata."""
+    if keep is not None:
+        return bytes.fromhex(keep)
+    head = conn.execute(refs.GET_META, (HEAD,)).fetchone()
+    if head is not None and parse_symbolic(str(head[0])) is None:
+        return bytes.fromhex(str(head[0]))
+    return None

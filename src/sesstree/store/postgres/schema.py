@@ -57,7 +57,7 @@ MIGRATIONS: list[list[str]] = [
     ["CREATE INDEX IF NOT EXISTS reflog_new ON reflog(new) WHERE new IS NOT NULL",
      "CREATE INDEX IF NOT EXISTS refs_moved ON refs(moved)"],
     # 4: rows and payloads stored apart as zstd frames, with a dictionary trained on the
-    # store's own payloads (postgres_codec). Rows written before stay as they are; a
+    # store's own payloads (.codec). Rows written before stay as they are; a
     # sesstree of format 3 could not read a frame: it must refuse the store. The payloads
     # stored apart come compressed: TOAST need not try again.
     [DICTS_TABLE, "ALTER TABLE blobs ALTER COLUMN data SET STORAGE EXTERNAL"],
