@@ -17,7 +17,7 @@ from fake_openai import FakeOpenAI, call, message
 
 from sesstree import open_store
 from sesstree.cli import cli
-from sesstree.cli.titles import RUN_KEY
+from sesstree.store.base import RUN_KEY
 
 TOOLS = '''
 from sesstree import tool

@@ -13,7 +13,7 @@ from click.testing import Result
 from fake_openai import FakeOpenAI, Reply, call, chunk, error, message
 
 from sesstree import Agent, OpenAIProvider
-from sesstree.cli.titles import RUN_KEY
+from sesstree.store.base import RUN_KEY
 
 #: No endpoint or model from the environment of whoever runs the tests.
 CLEAN = {"SESSTREE_BASE_URL": None, "SESSTREE_MODEL": None, "OPENAI_API_KEY": None}

@@ -18,8 +18,8 @@ import pytest
 from cli_kit import Sess, drain, msg
 
 from sesstree import open_store
-from sesstree.cli.titles import RUN_KEY
 from sesstree.fmt import cells, fit, fit_left
+from sesstree.store.base import RUN_KEY
 
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 CHINESE = "请问去回声洞穴的路怎么走？我听说要先经过老磨坊，然后一直向西走到河边再过桥。" * 2

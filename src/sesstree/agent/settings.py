@@ -2,7 +2,7 @@
 
 The settings (endpoint, model, tools, API key variable, ``--null-content`` and the request
 fields of ``--param``/``--extra-body``/``--max-tokens``/``--temperature``) are kept in the
-session's metadata under :data:`~sesstree.cli.titles.RUN_KEY`, written as soon as a turn
+session's metadata under :data:`~sesstree.store.base.RUN_KEY`, written as soon as a turn
 starts, so that a turn that fails (server down, a reply cut off) is retried with the
 settings it was started with. The metadata outlives ``reset --empty``.
 
@@ -26,9 +26,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 from urllib.parse import urlsplit
 
-from ..cli.titles import RUN_KEY
 from ..node import NodeId
 from ..repo.store import Store
+from ..store.base import RUN_KEY
 
 __all__ = ["RESERVED_FIELDS", "parse_params", "remember", "remembered", "secret_field"]
 

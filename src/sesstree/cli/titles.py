@@ -16,13 +16,10 @@ from typing import Any
 import msgspec
 
 from ..repo.store import Store
-from ..store.base import ImportOrigin
+from ..store.base import RUN_KEY, ImportOrigin
 from ..text import content_text
 
-__all__ = ["RUN_KEY", "Title", "Titles", "session_title"]
-
-#: The session metadata key where ``sess run`` remembers how it ran a session.
-RUN_KEY = "sesstree.run"
+__all__ = ["Title", "Titles", "session_title"]
 
 
 class Title(msgspec.Struct, frozen=True):

@@ -21,6 +21,8 @@ import msgspec
 from ..node import NodeId
 
 __all__ = [
+    "PROVENANCE_KEY",
+    "RUN_KEY",
     "Backend",
     "Chain",
     "Counts",
@@ -47,6 +49,9 @@ Progress = Callable[[int, int], None]
 #: Where a session's import provenance sits in its stored metadata document (see
 #: :func:`encode_session_meta`): a key no importer's own metadata uses.
 PROVENANCE_KEY = "sesstree.import"
+#: Where ``sess run`` remembers a session's settings among its metadata fields: written by the
+#: agent (:mod:`sesstree.agent.settings`), shown by the CLI (:mod:`sesstree.cli.titles`).
+RUN_KEY = "sesstree.run"
 
 
 class RawNode(msgspec.Struct, frozen=True, gc=False):
