@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -48,6 +48,7 @@ from ..store.base import (
     ReflogEntry,
     RefUpdate,
     SessionMeta,
+    StoredNode,
 )
 from ..store.sqlite.backend import SqliteBackend
 from ..store.sqlite.media import media_error
@@ -457,9 +458,7 @@ class Store:
         except KeyError:
             # Every id resolved here came from the store (a ref, a prefix), and gc never
             # removes what a ref reaches: only damage makes it disappear.
-            raise StoreCorruptError(
-                f"node {node[:12]} cannot be found: the store is damaged"
-            ) from None
+            raise _lost(node) from None
 
     def log(self, rev: str | NodeId = "HEAD", limit: int | None = None) -> list[Node]:
         """Nodes walking back from ``rev``, newest first."""
@@ -544,6 +543,82 @@ class Store:
             page = reflog_page(self.backend, remote_ref(name), limit, offset)
         return page
 
+    # -- what is stored: the reads and writes sync and the server need ----------------------
+
+    def snapshot(self) -> AbstractContextManager[None]:
+        """One consistent read view: the reads inside ``with store.snapshot():`` all see the
+        store as it was when the block began, whatever other writers commit meanwhile."""
+        return self.backend.snapshot()
+
+    @property
+    def location(self) -> Path | str | None:
+        """Where the store is: its SQLite file, its ``postgresql://`` URL (as given, with any
+        password), or None for a store in memory. What files kept beside a store key on."""
+        path = getattr(self.backend, "path", None)
+        if isinstance(path, Path):
+            return path
+        url = getattr(self.backend, "url", None)
+        return url if isinstance(url, str) else None
+
+    def has(self, ids: Sequence[NodeId]) -> set[NodeId]:
+        """Which of ``ids`` are stored (one query, whatever their number)."""
+        return self.backend.has(list(ids)) if ids else set()
+
+    def get_node(self, id: NodeId) -> StoredNode | None:
+        """Node ``id`` as stored (encoded, with its depth), or None if it is not stored: for
+        an id from outside (a peer's, a user's), where its absence is an answer."""
+        return self.backend.get(id)
+
+    def node(self, id: NodeId) -> StoredNode:
+        """Node ``id`` as stored, for an id the store gave out (a ref's target, a parent).
+
+        Raises:
+            StoreCorruptError: it is not stored; gc never removes what a ref reaches, so only
+                damage loses it.
+        """
+        stored = self.backend.get(id)
+        if stored is None:
+            raise _lost(id)
+        return stored
+
+    def chain_at(self, node: NodeId, limit: int | None = None) -> Chain:
+        """The events from the root to ``node`` (only the newest ``limit``), oldest first, for
+        a node id the store gave out; :meth:`chain` reads one by revision.
+
+        Raises:
+            StoreCorruptError: ``node`` or one of its ancestors is not stored (damage).
+        """
+        return self._chain_of(node, limit)
+
+    def chain_if_stored(self, node: NodeId, limit: int | None = None) -> Chain | None:
+        """As :meth:`chain_at` for an id from outside (what a peer asks for): None when
+        ``node`` (or, in a damaged store, one of its ancestors) is not stored."""
+        try:
+            return self.backend.chain(node, limit)
+        except KeyError:
+            return None
+
+    def ref(self, name: str) -> NodeId | None:
+        """Where the ref ``name`` (a full name: ``sessions/NAME``, ``tags/NAME``,
+        ``remotes/R/NAME``) points, or None if there is no such ref."""
+        found = self.backend.get_ref(name)
+        return None if found is None else found.target
+
+    def refs(self, prefix: str) -> list[Ref]:
+        """Every ref whose full name starts with ``prefix`` (``sessions/``, ``tags/``, ``""``
+        for all), with its full name, sorted by name."""
+        return self.backend.list_refs(prefix)
+
+    def put_nodes(self, nodes: Sequence[RawNode]) -> None:
+        """Store encoded nodes (parents first or already stored; idempotent) and move no ref:
+        what a fetch or a received push stores before it moves refs. The nodes must have
+        been checked (:func:`sesstree.sync.pack.verify`); a ref moves with :meth:`move_ref`.
+
+        Raises:
+            MissingNodeError: a parent is neither stored nor among ``nodes``.
+        """
+        self.backend.commit(list(nodes), [])
+
     # -- maintenance -------------------------------------------------------------------------
 
     def fsck(self) -> list[str]:
@@ -617,6 +692,11 @@ def raw_node(node: Node) -> RawNode:
     if node_id_from_encoded(node.parent, node.type, encoded) != node.id:
         raise InvalidEventError(f"node {node.id[:12]} does not hash to its id")
     return RawNode(node.id, node.parent, node.type, encoded)
+
+
+def _lost(node: NodeId) -> StoreCorruptError:
+    """The error for a node the store gave out (a ref's target, a resolved id) and lost."""
+    return StoreCorruptError(f"node {node[:12]} cannot be found: the store is damaged")
 
 
 def _nodes_of(chain: Chain) -> list[Node]:

@@ -97,13 +97,13 @@ def _transfer(src: Peer, missing: list[Missing], store: Store, progress: Progres
     while done < total:
         group, expected = _next_group(missing, done, per_request)
         nodes = src.nodes(group)
-        verify(nodes, store.backend.has, src.name)
+        verify(nodes, store.has, src.name)
         if not nodes or len(nodes) > len(expected) or any(
                 n.id != i for n, i in zip(nodes, expected, strict=False)):
             raise RemoteError(f"{src.name} answered with nodes other than those asked for: "
                               "nothing moved")
         counters[1] += getattr(src, "last_bytes", 0) or sum(len(n.encoded) + 70 for n in nodes)
-        store.backend.commit(nodes, [])
+        store.put_nodes(nodes)
         done += len(nodes)
         counters[0] += len(nodes)
         per_request = (NODES_PER_REQUEST if len(nodes) == len(expected)
@@ -145,14 +145,14 @@ def fetch(store: Store, remote: str | os.PathLike[str] | Store = "origin", *,
         refs = _listed(peer)
         result = FetchResult(peer.name, refs)
         tips = sorted(set(refs.values()))
-        here = store.backend.has(tips) if tips else set()
+        here = store.has(tips)
         wanted = [t for t in tips if t not in here]
-        missing = find_missing(wanted, peer.walk, lambda ids: store.backend.has(ids),
+        missing = find_missing(wanted, peer.walk, store.has,
                                peer=peer.name)
         counters = [0, 0]
         _transfer(peer, missing, store, progress, counters)
         result.nodes, result.bytes = counters
-        lost = set(tips) - store.backend.has(tips) if tips else set()
+        lost = set(tips) - store.has(tips)
         if lost:
             raise RemoteError(f"{peer.name} did not send node {min(lost)[:12]}, which it lists "
                               "as a ref: nothing moved")
@@ -183,7 +183,7 @@ def _listed(peer: Peer) -> dict[str, NodeId]:
 
 def _track(store: Store, name: str, refs: dict[str, NodeId], result: FetchResult) -> None:
     prefix = f"{REMOTES}{name}/"
-    current = {r.name: r.target for r in store.backend.list_refs(prefix)}
+    current = {r.name: r.target for r in store.refs(prefix)}
     wanted = {prefix + ref[len(SESSIONS):]: node for ref, node in refs.items()
               if ref.startswith(SESSIONS)}
     for ref, node in wanted.items():
@@ -203,11 +203,11 @@ def _copy_tags(store: Store, refs: dict[str, NodeId], result: FetchResult, peer:
     for ref, node in refs.items():
         if not ref.startswith(TAGS):
             continue
-        mine = store.backend.get_ref(ref)
+        mine = store.ref(ref)
         if mine is None:
             store.move_ref(ref, None, node, f"fetch: tag from {peer}")
             result.moved.append((ref, None, node))
-        elif mine.target != node:
+        elif mine != node:
             result.skipped_tags.append(ref[len(TAGS):])
 
 
@@ -318,10 +318,9 @@ def push(store: Store, remote: str | os.PathLike[str] | Store = "origin",
             for r in result.results:
                 if r.status in ("ok", "up-to-date") and r.ref.startswith(SESSIONS) and r.new:
                     track = f"{REMOTES}{configured.name}/{r.ref[len(SESSIONS):]}"
-                    old = store.backend.get_ref(track)
-                    if old is None or old.target != r.new:
-                        store.move_ref(track, None if old is None else old.target, r.new,
-                                       f"push {configured.name}: updated")
+                    old = store.ref(track)
+                    if old != r.new:
+                        store.move_ref(track, old, r.new, f"push {configured.name}: updated")
     rejected = [r for r in result.results if r.status == "rejected"]
     if rejected:
         raise PushRejectedError("; ".join(r.reason for r in rejected), list(result.results))
@@ -363,7 +362,7 @@ def _plan(store: Store, names: list[str], tags: bool, theirs: dict[str, NodeId],
                                          f"tag {short} already exists on the remote at "
                                          f"{old[:12]} (use --force to move it)"))
                 continue
-            if not store.backend.has([old]):
+            if not store.has([old]):
                 refused.append(RefResult(ref, old, old, "rejected",
                                          f"non-fast-forward: the remote's session {short} "
                                          f"is at {old[:12]}, which this store does not have "
