@@ -114,7 +114,7 @@ def normalize_url(url: str) -> str:
 def _http_url(url: str) -> str:
     import httpx
 
-    from .http import shown_url, url_problem
+    from .shown import shown_url, url_problem
 
     try:
         parsed = httpx.URL(url)
