@@ -60,7 +60,6 @@ from .related import shared_length
 from .revisions import resolve, session_name_of, steps_suffix
 
 if TYPE_CHECKING:
-    from ..sync import FetchResult, PullResult, PushResult
     from .maintenance import GcResult, Stats
     from .session import Session
 
@@ -638,35 +637,6 @@ class Store:
         from .maintenance import stats
 
         return stats(self, progress=progress)
-
-    # -- syncing -----------------------------------------------------------------------------
-
-    def push(self, remote: str | os.PathLike[str] | Store = "origin",
-             sessions: Sequence[str] | None = None, *, force: bool = False, tags: bool = False,
-             dry_run: bool = False, token: str | None = None) -> PushResult:
-        """Send sessions (default: HEAD's) to ``remote`` (a remote's name, a path, a
-        ``postgresql://`` or ``http(s)://`` URL, or a Store), only the nodes it lacks. See
-        :func:`sesstree.sync.push`; raises PushRejectedError for refs refused."""
-        from ..sync import push
-
-        return push(self, remote, sessions, force=force, tags=tags, dry_run=dry_run,
-                    token=token)
-
-    def fetch(self, remote: str | os.PathLike[str] | Store = "origin", *,
-              token: str | None = None) -> FetchResult:
-        """Bring what ``remote`` has and this store lacks, and move the remote-tracking refs
-        ``REMOTE/NAME``. See :func:`sesstree.sync.fetch`."""
-        from ..sync import fetch
-
-        return fetch(self, remote, token=token)
-
-    def pull(self, remote: str | os.PathLike[str] | Store = "origin",
-             sessions: Sequence[str] | None = None, *, token: str | None = None) -> PullResult:
-        """Fetch, then fast-forward sessions (default: HEAD's) to the remote's; a divergence
-        is refused (RemoteError naming the node). See :func:`sesstree.sync.pull`."""
-        from ..sync import pull
-
-        return pull(self, remote, sessions, token=token)
 
     # -- writing -----------------------------------------------------------------------------
 
