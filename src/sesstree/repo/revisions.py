@@ -17,16 +17,27 @@ parsing, step counts take at most 9 digits, and the steps are split in one scan.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Protocol
 
 from ..errors import AmbiguousPrefixError, UnknownRevisionError
 from ..fmt import plural
-from ..node import REMOTES, SESSIONS, TAGS, NodeId, remote_ref, session_ref, short_name, tag_ref
+from ..node import (
+    REMOTES,
+    SESSIONS,
+    TAGS,
+    NodeId,
+    RefName,
+    remote_ref,
+    session_ref,
+    short_name,
+    tag_ref,
+)
 from ..store.base import Backend, Chain, ReflogEntry
 
 __all__ = ["MAX_REVISION", "MESSAGE_STEP_TYPES", "REMOTES", "SESSIONS", "TAGS", "Revisable",
-           "parse_steps", "resolve", "session_name_of", "split_steps", "steps_suffix"]
+           "logged_refs", "named_for_log", "parse_steps", "resolve", "session_name_of",
+           "split_steps", "steps_suffix"]
 
 # SESSIONS, TAGS and REMOTES (remote-tracking refs ``remotes/REMOTE/NAME``, read as the revision
 # ``REMOTE/NAME``) are defined in node.py and re-exported here, where they have been importable.
@@ -166,6 +177,32 @@ def session_name_of(store: Revisable, rev: str) -> str:
         head_name, _ = store.head()
         return head_name or rev
     return short_name(base)
+
+
+def logged_refs(name: str) -> tuple[RefName, RefName | None]:
+    """The ref whose reflog ``sess reflog NAME`` reads, and the one to read if that has none:
+    a full ref name (``tags/v1``) is itself; a short one is a session, else (``REMOTE/NAME``)
+    a remote session."""
+    if name.startswith((SESSIONS, TAGS, REMOTES)):
+        return RefName(name), None
+    return session_ref(name), remote_ref(name) if "/" in name else None
+
+
+def named_for_log(rev: str | None, head_name: Callable[[], str | None]) -> str:
+    """``rev`` (default HEAD) as a reflog entry keeps it: a revision that starts at an
+    attached HEAD names HEAD's session instead (``HEAD~2`` on ``quest-1`` is
+    ``quest-1~2``), so the entry still says where it came from once HEAD has moved."""
+    rev = rev or "HEAD"
+    if rev.startswith("HEAD"):
+        rest = rev[4:]
+    elif rev.startswith("@"):
+        rest = rev if rev.startswith("@{") else rev[1:]
+    else:
+        return rev
+    if rest and not rest.startswith(("~", "^", "@{")):
+        return rev
+    name = head_name()
+    return name + rest if name is not None else rev
 
 
 def steps_suffix(rev: str) -> bool:

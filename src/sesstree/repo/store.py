@@ -1,27 +1,24 @@
 """The store: sessions and tags as refs into one DAG, HEAD, revisions, log and diff.
 
 Everything here works through the :class:`~sesstree.store.base.Backend` seam, so it behaves the
-same on every backend. Maintenance (gc, fsck, stats) lives in :mod:`sesstree.repo.maintenance`.
+same on every backend, and :class:`Store` is the one door to it above the seam. What Store
+does is split by concern into the modules it calls down into: opening a store
+(:mod:`.opening`), what reads hand out (:mod:`.view`), session metadata (:mod:`.meta`),
+revisions (:mod:`.revisions`), HEAD (:mod:`.head`), the write policy (:mod:`.policy`) and
+maintenance (:mod:`.maintenance`); none of them imports Store back.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import AbstractContextManager, contextmanager
-from pathlib import Path
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, Literal
 
 import msgspec
 
-from ..errors import (
-    InvalidEventError,
-    RefExistsError,
-    StoreCorruptError,
-    StoreNotFoundError,
-    UnknownRevisionError,
-)
-from ..events import Derived, derive_messages, is_registered
+from ..errors import RefExistsError, StoreCorruptError, UnknownRevisionError
+from ..events import Derived, derive_messages
 from ..node import (
     REMOTES,
     SESSIONS,
@@ -29,17 +26,12 @@ from ..node import (
     Node,
     NodeId,
     check_ref_name,
-    encode_data,
-    node_id_from_encoded,
-    parse_symbolic,
-    remote_ref,
     session_ref,
     short_name,
     symbolic,
     tag_ref,
 )
 from ..store.base import (
-    PROVENANCE_KEY,
     Backend,
     Chain,
     ImportOrigin,
@@ -47,43 +39,22 @@ from ..store.base import (
     Ref,
     ReflogEntry,
     RefUpdate,
-    SessionMeta,
-    StoredNode,
 )
-from ..store.sqlite.backend import SqliteBackend
-from ..store.sqlite.media import media_error
-from ..store.storable import meta_field_problem
-from ..store.urls import is_store_url, open_url
-from .head import Checkout, FileHead, HeadKeeper, MetaHead, head_file_for
+from .head import Checkout, HeadKeeper, MetaHead
+from .maintenance import GcResult, Stats, fsck, gc, stats
+from .meta import checked_meta, meta_fields, write_fields, write_origin
+from .opening import STORE_FILE, open_backend
 from .policy import WritePolicy
-from .related import shared_length
-from .revisions import resolve, session_name_of, steps_suffix
+from .reads import StoredReads
+from .revisions import logged_refs, named_for_log, resolve, session_name_of, steps_suffix
+from .scan import list_refs_with_depth, reflog_page
+from .view import Diff, SessionInfo, diff_of, nodes_of, raw_node
 
 if TYPE_CHECKING:
-    from .maintenance import GcResult, Stats
     from .session import Session
 
-__all__ = ["REMOTES", "SESSIONS", "STORE_FILE", "TAGS", "Diff", "SessionInfo", "Store", "open_store"]
-
-STORE_FILE = "store.db"
-
-
-class SessionInfo(msgspec.Struct, frozen=True):
-    """One session as ``sess branch`` lists it."""
-
-    name: str
-    head: NodeId
-    length: int
-    moved: float
-
-
-class Diff(msgspec.Struct, frozen=True):
-    """Two revisions, where they part (the last node of the history they share, see
-    :mod:`sesstree.repo.related`) and what each added after it (oldest first)."""
-
-    base: NodeId | None
-    only_a: list[Node]
-    only_b: list[Node]
+__all__ = ["REMOTES", "SESSIONS", "STORE_FILE", "TAGS", "Diff", "SessionInfo", "Store", "open_store",
+           "raw_node"]
 
 
 def open_store(
@@ -105,43 +76,19 @@ def open_store(
         StoreCorruptError, StoreFormatError, StoreLockedError: the file cannot be used as it is.
         StoreReadOnlyError, StoreFullError: a new store cannot be created on this medium.
     """
-    if str(path) == ":memory:":
-        from ..store.memory import MemoryBackend
-
-        return Store(MemoryBackend())
-    if is_store_url(path):
-        # A shared store: this user's HEAD is kept on this machine, not in the store.
-        return Store(open_url(str(path), create=create, durable=durability == "durable",
-                              timeout=timeout), head=FileHead(head_file_for(str(path))))
-    folder = Path(path)
-    if folder.is_file():
-        file = folder
-    else:
-        if not folder.exists():
-            if not create:
-                raise StoreNotFoundError(f"no store at {folder}")
-            _make_private_folder(folder)
-        file = folder / STORE_FILE
-    backend = SqliteBackend(file, create=create, durable=durability == "durable", timeout=timeout)
-    return Store(backend)
+    backend, head = open_backend(path, durability=durability, create=create, timeout=timeout)
+    return Store(backend, head=head)
 
 
-def _make_private_folder(folder: Path) -> None:
-    """Create the store's folder 0700 whatever the umask; another creator may win the race."""
-    try:
-        folder.mkdir(parents=True, mode=0o700)
-    except FileExistsError:
-        return  # made by a concurrent creator (which makes it private the same way)
-    except OSError as exc:
-        raise media_error(folder / STORE_FILE, exc) from None
-    os.chmod(folder, 0o700)
+class Store(StoredReads):
+    """A session store: one DAG of events, with sessions and tags as named refs into it.
 
-
-class Store:
-    """A session store: one DAG of events, with sessions and tags as named refs into it."""
+    What is stored is read by id through the methods of :class:`.reads.StoredReads` (the
+    reads sync and the server need); this class adds names, HEAD, revisions and writes.
+    """
 
     def __init__(self, backend: Backend, *, head: HeadKeeper | None = None) -> None:
-        self.backend = backend
+        super().__init__(backend)
         #: Where HEAD is kept: in the store (a local store), or on this machine (a shared one).
         self._head: HeadKeeper = head if head is not None else MetaHead(backend)
         #: Batches and how ref moves are logged: one policy for every backend.
@@ -195,8 +142,6 @@ class Store:
 
     def sessions(self) -> list[SessionInfo]:
         """Every session, sorted by name."""
-        from .scan import list_refs_with_depth
-
         # One read of the refs with their depths: no head is fetched (a ref names only stored
         # nodes, so the depth is there; fsck checks both).
         return [SessionInfo(short_name(ref.name), ref.target, depth, ref.moved)
@@ -232,20 +177,8 @@ class Store:
         return self.session(new)
 
     def _named(self, rev: str | None) -> str:
-        """``rev`` (default HEAD) as a reflog entry keeps it: a revision that starts at an
-        attached HEAD names HEAD's session instead (``HEAD~2`` on ``quest-1`` is
-        ``quest-1~2``), so the entry still says where it came from once HEAD has moved."""
-        rev = rev or "HEAD"
-        if rev.startswith("HEAD"):
-            rest = rev[4:]
-        elif rev.startswith("@"):
-            rest = rev if rev.startswith("@{") else rev[1:]
-        else:
-            return rev
-        if rest and not rest.startswith(("~", "^", "@{")):
-            return rev
-        name, _ = self.head()
-        return name + rest if name is not None else rev
+        """``rev`` as a reflog entry keeps it (see :func:`.revisions.named_for_log`)."""
+        return named_for_log(rev, lambda: self.head()[0])
 
     def delete_session(self, name: str) -> NodeId:
         """Delete session ``name``; its reflog stays, so ``sess branch NAME ID`` restores it.
@@ -326,8 +259,7 @@ class Store:
     def get_session_meta(self, name: str) -> dict[str, Any] | None:
         """The metadata stored with a session (``NAME.meta.json`` on import/export), or None.
         Its import provenance is apart: :meth:`session_origin`."""
-        meta = self.backend.get_session_meta(name)
-        return dict(meta.fields) if meta is not None and meta.fields else None
+        return meta_fields(self.backend, name)
 
     def set_session_meta(self, name: str, meta: dict[str, Any] | None) -> None:
         """Store (or with None drop) a session's metadata, a JSON object. Not hashed, not part
@@ -337,24 +269,9 @@ class Store:
         Raises:
             InvalidEventError: ``meta`` is not a JSON object.
         """
-        if meta is not None:
-            try:
-                meta = msgspec.json.decode(msgspec.json.encode(meta))
-            except UnicodeEncodeError:  # a lone surrogate: say where (see store.text)
-                where = meta_field_problem(meta) if isinstance(meta, dict) else None
-                raise InvalidEventError(f"session metadata of {name!r}: "
-                                        f"{where or 'it is not valid Unicode'}") from None
-            except (TypeError, msgspec.EncodeError, OverflowError) as exc:
-                raise InvalidEventError(f"session metadata must be JSON: {exc}") from None
-            if not isinstance(meta, dict):
-                raise InvalidEventError("session metadata must be a JSON object")
-            if PROVENANCE_KEY in meta:
-                raise InvalidEventError(f"session metadata key {PROVENANCE_KEY!r} is sesstree's "
-                                        "own: set_session_origin() records an import")
+        fields = checked_meta(name, meta)
         with self.batch():
-            old = self.backend.get_session_meta(name)
-            origin = old.origin if old is not None else None
-            self.backend.set_session_meta(name, SessionMeta(meta or {}, origin))
+            write_fields(self.backend, name, fields)
 
     def session_origin(self, name: str) -> ImportOrigin | None:
         """Where session ``name`` was imported from (a file and its format), or None."""
@@ -365,9 +282,7 @@ class Store:
         """Record (or with None forget) where session ``name`` was imported from; its other
         metadata is kept as it is."""
         with self.batch():
-            old = self.backend.get_session_meta(name)
-            fields = old.fields if old is not None else {}
-            self.backend.set_session_meta(name, SessionMeta(fields, origin))
+            write_origin(self.backend, name, origin)
 
     # -- tags and HEAD -----------------------------------------------------------------------
 
@@ -404,20 +319,7 @@ class Store:
 
     def head(self) -> tuple[str | None, NodeId | None]:
         """``(session name, node)`` of HEAD; name is None when detached, node None when empty."""
-        raw = self._checkout.raw()
-        if (followed := parse_symbolic(raw)) is not None:
-            name = short_name(followed)
-            node = self.session_head(name)
-            # A session that is gone: a rename or delete this HEAD was following may have
-            # committed in a process killed before it could move HEAD (see sesstree.repo.head).
-            settled = self._checkout.settle(raw) if node is None else None
-            if settled is None:
-                return name, node
-            raw = settled
-            if (followed := parse_symbolic(raw)) is not None:
-                name = short_name(followed)
-                return name, self.session_head(name)
-        return None, NodeId(raw)
+        return self._checkout.current(self.session_head)
 
     def checkout(self, rev: str) -> tuple[str | None, NodeId]:
         """Point HEAD at a session (by name) or, detached, at any other revision's node."""
@@ -457,30 +359,25 @@ class Store:
         except KeyError:
             # Every id resolved here came from the store (a ref, a prefix), and gc never
             # removes what a ref reaches: only damage makes it disappear.
-            raise _lost(node) from None
+            raise StoreCorruptError(
+                f"node {node[:12]} cannot be found: the store is damaged"
+            ) from None
 
     def log(self, rev: str | NodeId = "HEAD", limit: int | None = None) -> list[Node]:
         """Nodes walking back from ``rev``, newest first."""
         chain = self.chain(rev, limit)
-        nodes = _nodes_of(chain)
+        nodes = nodes_of(chain)
         nodes.reverse()
         return nodes
 
     def show(self, rev: str | NodeId) -> Node:
         """One node in full."""
-        target = self.resolve(rev)
-        stored = self.backend.get(target)
-        if stored is None:  # resolved ids come from the store: only damage loses one
-            raise StoreCorruptError(f"node {target[:12]} cannot be found: the store is damaged")
+        stored = self.node(self.resolve(rev))  # resolved ids come from the store
         return Node(stored.id, stored.parent, stored.type, msgspec.msgpack.decode(stored.encoded))
 
     def depth(self, rev: str | NodeId) -> int:
         """How many events lead to ``rev``, itself included."""
-        target = self.resolve(rev)
-        stored = self.backend.get(target)
-        if stored is None:
-            raise StoreCorruptError(f"node {target[:12]} cannot be found: the store is damaged")
-        return stored.depth
+        return self.node(self.resolve(rev)).depth
 
     def derive(self, rev: str | NodeId = "HEAD", *, sending: bool = False) -> Derived:
         """The derived chat messages at ``rev`` and the problems found in them; with
@@ -498,28 +395,16 @@ class Store:
         they share as :mod:`sesstree.repo.related` reads it (None when they share none). Records of
         the run that both repeat after their last shared message or turn end (the next
         turn's ``turn/start``) are listed on each side; an ancestor is shared whole."""
-        ca, cb = self.chain(a), self.chain(b)
-        k = 0
-        for x, y in zip(ca.ids, cb.ids, strict=False):
-            if x != y:
-                break
-            k += 1
-        k = shared_length(ca.types, k, len(ca.ids), len(cb.ids))
-        return Diff(
-            ca.ids[k - 1] if k else None,
-            _nodes_of(ca)[k:],
-            _nodes_of(cb)[k:],
-        )
+        return diff_of(self.chain(a), self.chain(b))
 
     def reflog(self, name: str | None = None) -> list[ReflogEntry]:
         """Every move of session ``name`` (a tag with ``tags/NAME``), or of every ref."""
         if name is None:
             return self.backend.reflog()
-        if name.startswith((SESSIONS, TAGS, REMOTES)):
-            return self.backend.reflog(name)
-        entries = self.backend.reflog(session_ref(name))
-        if not entries and "/" in name:
-            entries = self.backend.reflog(remote_ref(name))  # REMOTE/NAME, a remote session
+        ref, fallback = logged_refs(name)
+        entries = self.backend.reflog(ref)
+        if not entries and fallback is not None:
+            entries = self.backend.reflog(fallback)  # REMOTE/NAME, a remote session
         return entries
 
     def reflog_page(self, name: str, limit: int, offset: int = 0) -> tuple[list[ReflogEntry], int]:
@@ -530,112 +415,27 @@ class Store:
         Raises:
             ValueError: ``limit`` or ``offset`` is negative.
         """
-        from .scan import reflog_page
-
         if limit < 0 or offset < 0:
             raise ValueError(f"a reflog page needs a limit and an offset of 0 or more, "
                              f"not {limit} and {offset}")
-        if name.startswith((SESSIONS, TAGS, REMOTES)):
-            return reflog_page(self.backend, name, limit, offset)
-        page = reflog_page(self.backend, session_ref(name), limit, offset)
-        if not page[1] and "/" in name:
-            page = reflog_page(self.backend, remote_ref(name), limit, offset)
+        ref, fallback = logged_refs(name)
+        page = reflog_page(self.backend, ref, limit, offset)
+        if not page[1] and fallback is not None:
+            page = reflog_page(self.backend, fallback, limit, offset)
         return page
-
-    # -- what is stored: the reads and writes sync and the server need ----------------------
-
-    def snapshot(self) -> AbstractContextManager[None]:
-        """One consistent read view: the reads inside ``with store.snapshot():`` all see the
-        store as it was when the block began, whatever other writers commit meanwhile."""
-        return self.backend.snapshot()
-
-    @property
-    def location(self) -> Path | str | None:
-        """Where the store is: its SQLite file, its ``postgresql://`` URL (as given, with any
-        password), or None for a store in memory. What files kept beside a store key on."""
-        path = getattr(self.backend, "path", None)
-        if isinstance(path, Path):
-            return path
-        url = getattr(self.backend, "url", None)
-        return url if isinstance(url, str) else None
-
-    def has(self, ids: Sequence[NodeId]) -> set[NodeId]:
-        """Which of ``ids`` are stored (one query, whatever their number)."""
-        return self.backend.has(list(ids)) if ids else set()
-
-    def get_node(self, id: NodeId) -> StoredNode | None:
-        """Node ``id`` as stored (encoded, with its depth), or None if it is not stored: for
-        an id from outside (a peer's, a user's), where its absence is an answer."""
-        return self.backend.get(id)
-
-    def node(self, id: NodeId) -> StoredNode:
-        """Node ``id`` as stored, for an id the store gave out (a ref's target, a parent).
-
-        Raises:
-            StoreCorruptError: it is not stored; gc never removes what a ref reaches, so only
-                damage loses it.
-        """
-        stored = self.backend.get(id)
-        if stored is None:
-            raise _lost(id)
-        return stored
-
-    def chain_at(self, node: NodeId, limit: int | None = None) -> Chain:
-        """The events from the root to ``node`` (only the newest ``limit``), oldest first, for
-        a node id the store gave out; :meth:`chain` reads one by revision.
-
-        Raises:
-            StoreCorruptError: ``node`` or one of its ancestors is not stored (damage).
-        """
-        return self._chain_of(node, limit)
-
-    def chain_if_stored(self, node: NodeId, limit: int | None = None) -> Chain | None:
-        """As :meth:`chain_at` for an id from outside (what a peer asks for): None when
-        ``node`` (or, in a damaged store, one of its ancestors) is not stored."""
-        try:
-            return self.backend.chain(node, limit)
-        except KeyError:
-            return None
-
-    def ref(self, name: str) -> NodeId | None:
-        """Where the ref ``name`` (a full name: ``sessions/NAME``, ``tags/NAME``,
-        ``remotes/R/NAME``) points, or None if there is no such ref."""
-        found = self.backend.get_ref(name)
-        return None if found is None else found.target
-
-    def refs(self, prefix: str) -> list[Ref]:
-        """Every ref whose full name starts with ``prefix`` (``sessions/``, ``tags/``, ``""``
-        for all), with its full name, sorted by name."""
-        return self.backend.list_refs(prefix)
-
-    def put_nodes(self, nodes: Sequence[RawNode]) -> None:
-        """Store encoded nodes (parents first or already stored; idempotent) and move no ref:
-        what a fetch or a received push stores before it moves refs. The nodes must have
-        been checked (:func:`sesstree.sync.pack.verify`); a ref moves with :meth:`move_ref`.
-
-        Raises:
-            MissingNodeError: a parent is neither stored nor among ``nodes``.
-        """
-        self.backend.commit(list(nodes), [])
 
     # -- maintenance -------------------------------------------------------------------------
 
     def fsck(self) -> list[str]:
         """Every fault in the store (empty when sound). See :func:`sesstree.repo.maintenance.fsck`."""
-        from .maintenance import fsck
-
         return fsck(self)
 
     def gc(self, *, dry_run: bool = False) -> GcResult:
         """Remove what nothing reaches. See :func:`sesstree.repo.maintenance.gc`."""
-        from .maintenance import gc
-
         return gc(self, dry_run=dry_run)
 
     def stats(self, *, progress: Callable[[int, int], None] | None = None) -> Stats:
         """Nodes, refs, logical and physical bytes. See :func:`sesstree.repo.maintenance.stats`."""
-        from .maintenance import stats
-
         return stats(self, progress=progress)
 
     # -- writing -----------------------------------------------------------------------------
@@ -652,25 +452,4 @@ class Store:
         self.backend.commit([raw_node(n) for n in nodes], planned)
         for u in planned:
             self._policy.moved(u, None)
-
-
-def raw_node(node: Node) -> RawNode:
-    """Encode a node for a backend, checking its type and its id."""
-    if not is_registered(node.type):
-        raise InvalidEventError(f"unknown event type {node.type!r}: register it first")
-    encoded = encode_data(node.data)
-    if node_id_from_encoded(node.parent, node.type, encoded) != node.id:
-        raise InvalidEventError(f"node {node.id[:12]} does not hash to its id")
-    return RawNode(node.id, node.parent, node.type, encoded)
-
-
-def _lost(node: NodeId) -> StoreCorruptError:
-    """The error for a node the store gave out (a ref's target, a resolved id) and lost."""
-    return StoreCorruptError(f"node {node[:12]} cannot be found: the store is damaged")
-
-
-def _nodes_of(chain: Chain) -> list[Node]:
-    ids = chain.ids
-    parents: list[NodeId | None] = [chain.base, *ids][: len(ids)]
-    return [Node(i, p, t, d) for i, p, t, d in zip(ids, parents, chain.types, chain.datas, strict=True)]
 
