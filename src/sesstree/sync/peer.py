@@ -15,8 +15,8 @@ from typing import Literal, Protocol
 import msgspec
 
 from ..errors import ConflictError, InvalidRefNameError, MissingNodeError, RemoteError
-from ..node import NodeId, check_ref_name, encode_data
-from ..repo.store import SESSIONS, TAGS, Store
+from ..node import SESSIONS, TAGS, NodeId, check_ref_name, encode_data, short_name, tag_name
+from ..repo.store import Store
 from ..store.base import RawNode
 from .pack import verify
 
@@ -127,8 +127,8 @@ def apply_push(store: Store, nodes: Sequence[RawNode], updates: Sequence[Update]
 
 
 def _apply_one(store: Store, u: Update, reason: str) -> RefResult:
-    kind = "session" if u.ref.startswith(SESSIONS) else "tag"
-    short = u.ref.split("/", 1)[1]
+    tag = tag_name(u.ref)  # (check_pushed_ref let only a session or a tag through)
+    kind, short = ("tag", tag) if tag is not None else ("session", short_name(u.ref))
     now = store.ref(u.ref)
     if now == u.new:
         return RefResult(u.ref, now, u.new, "up-to-date")
