@@ -67,7 +67,7 @@ class StoredReads:
 
     def chain_at(self, node: NodeId, limit: int | None = None) -> Chain:
         """The events from the root to ``node`` (only the newest ``limit``), oldest first, for
-        a node id the store gave out; :meth:`chain` reads one by revision.
+        a node id the store gave out; :meth:`Store.chain` reads one by revision.
 
         Raises:
             StoreCorruptError: ``node`` or one of its ancestors is not stored (damage).
@@ -99,7 +99,7 @@ class StoredReads:
     def put_nodes(self, nodes: Sequence[RawNode]) -> None:
         """Store encoded nodes (parents first or already stored; idempotent) and move no ref:
         what a fetch or a received push stores before it moves refs. The nodes must have
-        been checked (:func:`sesstree.sync.pack.verify`); a ref moves with :meth:`move_ref`.
+        been checked (:func:`sesstree.sync.pack.verify`); a ref moves with :meth:`Store.move_ref`.
 
         Raises:
             MissingNodeError: a parent is neither stored nor among ``nodes``.
