@@ -19,7 +19,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from sesstree import Store, open_store
+from sesstree import Store, open_store, sync
 from sesstree.server import create_app
 from sesstree.sync import clone
 
@@ -75,7 +75,7 @@ def bench_push(root: Path, big: int) -> None:
         if size > 10_000:
             fill(remote, "other", size - 10_000, offset=10_000)
         local = open_store(root / f"local-{size}")
-        local.pull(remote, ["long"])
+        sync.pull(local, remote, ["long"])
         with serving(remote) as url:
             sent, seconds = _time_pushes(local, url)
         figures[size] = seconds
@@ -93,7 +93,7 @@ def _time_pushes(local: Store, url: str) -> tuple[list[tuple[int, int]], float]:
     def one() -> None:
         local.session("long").append("user/message",
                                      {"role": "user", "content": f"more {len(sent)}"})
-        r = local.push(url, ["long"], token=TOKEN)
+        r = sync.push(local, url, ["long"], token=TOKEN)
         sent.append((r.nodes, r.round_trips))
     return sent, best(one, 7)
 
@@ -165,9 +165,9 @@ def bench_noop_fetch(root: Path, sessions: int) -> None:
                                                {"role": "user", "content": f"fork {i}"})
     local = open_store(root / "many-local")
     with serving(remote) as url:
-        local.fetch(url)
+        sync.fetch(local, url)
         fetched = []
-        seconds = best(lambda: fetched.append(local.fetch(url)), 5)
+        seconds = best(lambda: fetched.append(sync.fetch(local, url)), 5)
     print(f"{sessions:,} sessions: {fetched[-1].round_trips} round trip, {fetched[-1].nodes} "
           f"nodes, {seconds * 1000:.0f} ms")
     local.close()

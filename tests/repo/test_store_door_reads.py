@@ -35,11 +35,11 @@ def test_the_reads_answer_what_the_store_holds(store: Store) -> None:
     assert ref is not None and ref.target == head_a
     assert store.ref(tag_ref("nope")) is None
     assert store.has([head_a, MISSING]) == {head_a}
-    stored = store.node(head_b)
+    stored = store.get_node(head_b)
     assert stored is not None and stored.depth == 4 and stored.type == "user/message"
-    assert store.node(MISSING) is None
-    assert store.chain_of(head_a).ids == store.chain("a").ids
-    assert store.chain_of(head_a, 2).ids == store.chain("a").ids[-2:]
+    assert store.get_node(MISSING) is None
+    assert store.chain_at(head_a).ids == store.chain("a").ids
+    assert store.chain_at(head_a, 2).ids == store.chain("a").ids[-2:]
     assert [r.name for r in store.refs_at([v1, head_b])] == ["sessions/b", "tags/v1"]
     assert [r.name for r in store.newest_refs(SESSIONS, 1)] == ["sessions/b"]
     assert store.count_nodes() == 6
@@ -59,7 +59,7 @@ def test_the_reads_answer_what_the_store_holds(store: Store) -> None:
 
 def test_a_missing_node_is_damage_not_a_key_error(store: Store) -> None:
     with pytest.raises(StoreCorruptError, match="damaged"):
-        store.chain_of(MISSING)
+        store.chain_at(MISSING)
     # What the web view's path cache reads goes through the same door.
     with pytest.raises(StoreCorruptError, match="damaged"):
         PathCache(store).path(MISSING)

@@ -18,7 +18,7 @@ import msgspec
 import pytest
 from sync_kit import TOKEN, all_ids, grow, refs_of, served, serving
 
-from sesstree import RemoteError, Store, open_store
+from sesstree import RemoteError, Store, open_store, sync
 from sesstree.node import node_id_from_encoded
 from sesstree.server.app import MAX_NODES, MAX_STARTS
 from sesstree.store.base import RawNode
@@ -113,7 +113,7 @@ def test_a_server_answering_nested_too_deep_is_one_error(tmp_path: Path) -> None
             peer.close()
         with open_store(tmp_path / "mine") as mine:
             with pytest.raises(RemoteError):
-                mine.fetch(url)
+                sync.fetch(mine, url)
             assert refs_of(mine) == {}
 
 

@@ -16,7 +16,7 @@ import msgspec
 import pytest
 from sync_kit import TOKEN, all_ids, grow, refs_of, served, serving
 
-from sesstree import PushRejectedError, RemoteError, Store, open_store
+from sesstree import PushRejectedError, RemoteError, Store, open_store, sync
 from sesstree.server import app as server_app
 from sesstree.server import create_app
 from sesstree.sync import clone
@@ -62,13 +62,13 @@ def test_push_over_http_needs_the_token(origin: Store, mine: Store,
     head = origin.session_head("main")
     grow(mine, "main", 2, text="new")
     with pytest.raises(RemoteError, match="needs a token to write"):
-        mine.push("origin", ["main"])
+        sync.push(mine, "origin", ["main"])
     with pytest.raises(RemoteError, match="refused the token") as info:
-        mine.push("origin", ["main"], token="wrong-token")
+        sync.push(mine, "origin", ["main"], token="wrong-token")
     assert "wrong-token" not in str(info.value)
     assert origin.session_head("main") == head
     monkeypatch.setenv("SESS_TOKEN", TOKEN)
-    result = mine.push("origin", ["main"])
+    result = sync.push(mine, "origin", ["main"])
     assert result.nodes == 2
     assert origin.session_head("main") == mine.session_head("main")
 
@@ -84,14 +84,14 @@ def test_a_pusher_guessing_tokens_is_made_to_wait(tmp_path: Path, origin: Store,
             grow(mine, "main", 1, text="new")
             for _ in range(2):
                 with pytest.raises(RemoteError, match="refused the token"):
-                    mine.push(u, ["main"], token="guess-" + TOKEN)
+                    sync.push(mine, u, ["main"], token="guess-" + TOKEN)
             with pytest.raises(RemoteError) as info:  # now even the right token must wait
-                mine.push(u, ["main"], token=TOKEN)
+                sync.push(mine, u, ["main"], token=TOKEN)
             assert str(info.value) == (f"{u} refused /api/v1/push (HTTP 429): too many wrong "
                                        "tokens from this address: try again in 1 s")
-            mine.fetch(u)  # reading never waits
+            sync.fetch(mine, u)  # reading never waits
             now[0] += 1
-            assert mine.push(u, ["main"], token=TOKEN).nodes == 1
+            assert sync.push(mine, u, ["main"], token=TOKEN).nodes == 1
             assert origin.session_head("main") == mine.session_head("main")
         finally:
             mine.close()
@@ -103,7 +103,7 @@ def test_a_server_without_a_token_is_read_only(tmp_path: Path, origin: Store) ->
         try:
             grow(other, "main", 1)
             with pytest.raises(RemoteError, match="read-only"):
-                other.push("origin", ["main"], token=TOKEN)
+                sync.push(other, "origin", ["main"], token=TOKEN)
         finally:
             other.close()
 
@@ -126,11 +126,11 @@ def test_one_new_event_on_a_long_session_is_one_node_in_three_round_trips(
         grow(remote, "big", 10_000)
         if extra:
             grow(remote, "other", extra)
-        local.pull(remote, ["big"])  # in-process: the setup need not go through HTTP
+        sync.pull(local, remote, ["big"])  # in-process: the setup need not go through HTTP
         grow(local, "big", 1, text="one more")
         seen: list[str] = []
         with serving(_counting(create_app(remote, token=TOKEN), seen)) as u:
-            result = local.push(u, ["big"], token=TOKEN)
+            result = sync.push(local, u, ["big"], token=TOKEN)
         assert result.nodes == 1
         assert result.round_trips == len(seen) <= 3
         assert seen == ["/api/v1/refs", "/api/v1/has", "/api/v1/push"]
@@ -172,7 +172,7 @@ def _race(tmp_path: Path, origin: Store) -> None:
 
             def run(name: str, store: Store) -> None:
                 try:
-                    outcome[name] = store.push("origin", ["main"], token=TOKEN)
+                    outcome[name] = sync.push(store, "origin", ["main"], token=TOKEN)
                 except PushRejectedError as exc:
                     outcome[name] = exc
             threads = [threading.Thread(target=run, args=p) for p in (("a", a), ("b", b))]
@@ -265,7 +265,7 @@ def test_a_forged_pack_into_an_existing_store_stores_nothing(tmp_path: Path,
 
     with open_store(tmp_path / "victim") as victim, serving(tamper) as u:
         with pytest.raises(RemoteError, match="do not hash to its id"):
-            victim.fetch(u)
+            sync.fetch(victim, u)
         assert victim.backend.count_nodes() == 0
         assert victim.backend.list_refs("") == []
 
@@ -278,16 +278,16 @@ def test_oversized_and_inflating_bodies_are_refused(origin: Store, mine: Store, 
     head = origin.session_head("main")
     monkeypatch.setattr(server_app, "MAX_BODY", 2000)
     with pytest.raises(RemoteError, match="HTTP 413"):
-        mine.push("origin", ["main"], token=TOKEN)
+        sync.push(mine, "origin", ["main"], token=TOKEN)
     reply = httpx.post(url + "/api/v1/has", content=b"\x00" * 5000)
     assert reply.status_code == 413
     monkeypatch.setattr(server_app, "MAX_BODY", pack_module.MAX_BODY)
     monkeypatch.setattr(pack_module, "MAX_UNPACKED", 1000)
     with pytest.raises(RemoteError, match="inflates past"):
-        mine.push("origin", ["main"], token=TOKEN)
+        sync.push(mine, "origin", ["main"], token=TOKEN)
     assert origin.session_head("main") == head
     monkeypatch.setattr(pack_module, "MAX_UNPACKED", 2**27)
-    mine.push("origin", ["main"], token=TOKEN)
+    sync.push(mine, "origin", ["main"], token=TOKEN)
     assert origin.session_head("main") == mine.session_head("main")
 
 
@@ -304,16 +304,16 @@ def test_an_unreachable_or_foreign_server_is_one_clear_error(tmp_path: Path) -> 
     store = open_store(tmp_path / "s")
     try:
         with pytest.raises(RemoteError, match=r"cannot reach http://127\.0\.0\.1:1"):
-            store.fetch("http://127.0.0.1:1")
+            sync.fetch(store, "http://127.0.0.1:1")
         with pytest.raises(RemoteError, match="invalid URL"):
-            store.fetch("http://")
+            sync.fetch(store, "http://")
 
         async def other(scope: dict[str, Any], receive: Any, send: Any) -> None:
             await send({"type": "http.response.start", "status": 404, "headers": []})
             await send({"type": "http.response.body", "body": b"nope"})
         with serving(other) as u:
             with pytest.raises(RemoteError, match="is not a sesstree server"):
-                store.fetch(u)
+                sync.fetch(store, u)
     finally:
         store.close()
 
@@ -330,7 +330,7 @@ def test_a_server_listing_impossible_refs_is_refused(tmp_path: Path, refs: dict[
 
     with open_store(tmp_path / "s") as store, serving(liar) as u:
         store.session("main").append("user/message", {"role": "user", "content": "x"})
-        for action in (lambda: store.fetch(u), lambda: store.push(u, ["main"], token=TOKEN)):
+        for action in (lambda: sync.fetch(store, u), lambda: sync.push(store, u, ["main"], token=TOKEN)):
             with pytest.raises(RemoteError, match="lists"):
                 action()
         assert [r.name for r in store.backend.list_refs("")] == ["sessions/main"]
@@ -343,5 +343,5 @@ def test_an_answer_past_the_bound_is_refused(tmp_path: Path, url: str,
     monkeypatch.setattr(http_module, "MAX_UNPACKED", 100)
     with open_store(tmp_path / "s") as store:
         with pytest.raises(RemoteError, match="answered /api/v1/refs with more than"):
-            store.fetch(url)
+            sync.fetch(store, url)
         assert store.backend.count_nodes() == 0

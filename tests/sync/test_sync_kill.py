@@ -13,7 +13,7 @@ from typing import Any
 
 from sync_kit import TOKEN, serving
 
-from sesstree import open_store
+from sesstree import open_store, sync
 from sesstree.server import create_app
 from sesstree.sync import clone
 from sesstree.sync.pack import PACK_BYTES
@@ -68,7 +68,7 @@ def test_killed_pusher_moves_no_ref_and_rerun_completes(tmp_path: Path) -> None:
             stored = origin.backend.count_nodes() - 1
             assert 0 < stored < count
             with open_store(tmp_path / "mine") as again:
-                result = again.push("origin", ["main"], token=TOKEN)
+                result = sync.push(again, "origin", ["main"], token=TOKEN)
                 assert result.nodes == count - stored
                 assert origin.session_head("main") == again.session_head("main")
             assert origin.fsck() == []

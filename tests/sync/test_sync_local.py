@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from sync_kit import all_ids, grow, refs_of
 
-from sesstree import PushRejectedError, RemoteError, Store, open_store
+from sesstree import PushRejectedError, RemoteError, Store, open_store, sync
 from sesstree.sync import add_remote, clone, list_remotes, remove_remote
 from sesstree.sync.remotes import remotes_file
 
@@ -65,13 +65,13 @@ def test_push_sends_only_what_is_missing_in_three_round_trips(origin: Store, min
                                                                tmp_path: Path) -> None:
     before = origin.backend.count_nodes()
     grow(mine, "main", 1, text="new")
-    result = mine.push("origin", ["main"])
+    result = sync.push(mine, "origin", ["main"])
     assert (result.nodes, result.round_trips) == (1, 3)
     assert origin.session_head("main") == mine.session_head("main")
     assert origin.backend.count_nodes() == before + 1
     assert mine.resolve("origin/main") == mine.session_head("main")
     # Nothing new: one round trip to read the refs, nothing sent.
-    again = mine.push("origin", ["main"])
+    again = sync.push(mine, "origin", ["main"])
     assert (again.nodes, again.round_trips) == (0, 1)
     assert again.results[0].status == "up-to-date"
 
@@ -80,7 +80,7 @@ def test_forks_share_their_prefix_on_the_wire(origin: Store, mine: Store) -> Non
     base = grow(mine, "long", 200, start="main")
     grow(mine, "fork-a", 3, start=base)
     grow(mine, "fork-b", 4, start="long~50")
-    result = mine.push("origin", ["long", "fork-a", "fork-b"])
+    result = sync.push(mine, "origin", ["long", "fork-a", "fork-b"])
     # 200 + 3 + 4 distinct nodes, each sent once.
     assert result.nodes == 207
     assert origin.fsck() == []
@@ -88,14 +88,14 @@ def test_forks_share_their_prefix_on_the_wire(origin: Store, mine: Store) -> Non
 
 
 def test_fetch_of_nothing_new_is_one_round_trip(mine: Store) -> None:
-    assert mine.fetch("origin").round_trips == 1
+    assert sync.fetch(mine, "origin").round_trips == 1
 
 
 def test_fetch_moves_tracking_refs_and_prunes_gone_sessions(origin: Store, mine: Store) -> None:
     head = grow(origin, "main", 2)
     origin.delete_session("side")
     grow(origin, "fresh", 1)
-    result = mine.fetch("origin")
+    result = sync.fetch(mine, "origin")
     assert result.nodes == 3
     assert mine.resolve("origin/main") == head
     assert mine.has_session("side")  # the local session is kept
@@ -108,14 +108,14 @@ def test_fetch_moves_tracking_refs_and_prunes_gone_sessions(origin: Store, mine:
 
 def test_pull_fast_forwards_and_refuses_a_divergence(origin: Store, mine: Store) -> None:
     head = grow(origin, "main", 2)
-    result = mine.pull("origin", ["main"])
+    result = sync.pull(mine, "origin", ["main"])
     assert result.sessions == [("main", "fast-forward", head and origin.resolve("main~2"), head)]
     assert mine.session_head("main") == head
     base = head
     grow(origin, "main", 1, text="theirs")
     mine_head = grow(mine, "main", 2, text="ours")
     with pytest.raises(RemoteError) as info:
-        mine.pull("origin", ["main"])
+        sync.pull(mine, "origin", ["main"])
     message = str(info.value)
     assert f"diverged at {base[:12]}" in message
     assert "sess branch origin/main" in message
@@ -130,11 +130,11 @@ def test_non_fast_forward_push_is_refused_then_forced_and_undoable(origin: Store
     ours = grow(mine, "main", 1, text="ours")
     log_before = origin.reflog("main")
     with pytest.raises(PushRejectedError) as info:
-        mine.push("origin", ["main"])
+        sync.push(mine, "origin", ["main"])
     assert theirs[:12] in str(info.value) and ours[:12] in str(info.value)
     assert origin.session_head("main") == theirs
     assert origin.reflog("main") == log_before
-    mine.push("origin", ["main"], force=True)
+    sync.push(mine, "origin", ["main"], force=True)
     assert origin.session_head("main") == ours
     assert origin.reflog("main")[-1].reason == "push: forced update"
     assert origin.resolve("main@{1}") == theirs  # the forced push is undoable there
@@ -144,15 +144,15 @@ def test_non_fast_forward_push_is_refused_then_forced_and_undoable(origin: Store
 
 def test_tags_travel_with_tags_and_are_never_moved_silently(origin: Store, mine: Store) -> None:
     mine.tag("v2", "main~1")
-    result = mine.push("origin", tags=True)
+    result = sync.push(mine, "origin", tags=True)
     assert {r.ref: r.status for r in result.results}["tags/v2"] == "ok"
     assert origin.resolve("v2") == mine.resolve("v2")
     mine.delete_tag("v1")
     mine.tag("v1", "main")
     with pytest.raises(PushRejectedError, match="tag v1 already exists"):
-        mine.push("origin", tags=True)
+        sync.push(mine, "origin", tags=True)
     assert origin.resolve("v1") == origin.resolve("main~3")
-    mine.push("origin", tags=True, force=True)
+    sync.push(mine, "origin", tags=True, force=True)
     assert origin.resolve("v1") == mine.resolve("main")
 
 
@@ -179,15 +179,15 @@ def test_remotes_are_kept_beside_the_store_without_tokens(tmp_path: Path, mine: 
     with pytest.raises(Exception, match="unknown revision"):
         mine.resolve("origin/main")
     with pytest.raises(RemoteError, match="no remote named 'origin'"):
-        mine.fetch("origin")
+        sync.fetch(mine, "origin")
 
 
 def test_a_store_can_be_given_directly(tmp_path: Path, origin: Store) -> None:
     other = open_store(":memory:")
     try:
-        fetched = other.fetch(origin)
+        fetched = sync.fetch(other, origin)
         assert fetched.nodes == origin.backend.count_nodes()
-        other.pull(origin, ["side"])
+        sync.pull(other, origin, ["side"])
         assert other.session_head("side") == origin.session_head("side")
     finally:
         other.close()
@@ -203,14 +203,14 @@ def test_interrupted_push_moves_no_ref_and_a_rerun_sends_the_rest(origin: Store,
     LocalPeer(origin, "origin", owned=False).receive(half, [])
     assert origin.session_head("main") == mine.resolve("main~40")
     assert origin.fsck() == []
-    result = mine.push("origin", ["main"])
+    result = sync.push(mine, "origin", ["main"])
     assert result.nodes == 20
     assert origin.session_head("main") == mine.session_head("main")
 
 
 def test_gc_keeps_what_remote_sessions_reach(origin: Store, mine: Store) -> None:
     grow(origin, "only-there", 5, start="main")
-    mine.fetch("origin")
+    sync.fetch(mine, "origin")
     head = origin.session_head("only-there")
     assert not mine.has_session("only-there")
     mine.gc()
@@ -263,21 +263,21 @@ def test_sync_decides_by_the_graph_not_by_what_the_views_call_shared(tmp_path: P
         root = here.chain("chat").ids[0]
         assert there.chain("chat").ids[0] == root
         theirs, ours = there.session_head("chat"), here.session_head("chat")
-        created = here.push(there, ["solo"])
+        created = sync.push(here, there, ["solo"])
         assert [r.status for r in created.results] == ["ok"]
         assert created.nodes == 4  # the shared turn/start is there already, and not sent
         with pytest.raises(PushRejectedError):
-            here.push(there, ["chat"])
+            sync.push(here, there, ["chat"])
         assert there.session_head("chat") == theirs
         with pytest.raises(RemoteError, match=r"session chat and \S+ diverged at .*nothing changed") \
                 as info:
-            here.pull(there, ["chat"])
+            sync.pull(here, there, ["chat"])
         # What is shown follows the sharing rule (the two hold one event, not one history).
         assert "diverged at their start (no history in common)" in str(info.value)
         assert here.session_head("chat") == ours
         _agent_turn(there, "chat", "and tomorrow?")
-        assert here.pull(there, ["solo"]).sessions[0][1] == "up-to-date"
-        here.push(there, ["chat"], force=True)
+        assert sync.pull(here, there, ["solo"]).sessions[0][1] == "up-to-date"
+        sync.push(here, there, ["chat"], force=True)
         assert there.session_head("chat") == ours and there.fsck() == []
     finally:
         here.close()

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from sync_kit import TOKEN, all_ids, grow, refs_of, served
 
-from sesstree import PushRejectedError, open_store
+from sesstree import PushRejectedError, open_store, sync
 from sesstree.sync import add_remote, clone, list_remotes
 from sesstree.sync.remotes import remotes_file
 
@@ -23,11 +23,11 @@ def test_postgres_to_sqlite_and_back(tmp_path: Path, postgres_url: str) -> None:
             assert all_ids(mine) == all_ids(pg)
             assert mine.fsck() == [] and pg.fsck() == []
             grow(mine, "fork", 3, text="local")
-            result = mine.push("origin", ["fork"])
+            result = sync.push(mine, "origin", ["fork"])
             assert result.nodes == 3
             assert pg.session_head("fork") == mine.session_head("fork")
             grow(pg, "main", 2, text="server")
-            mine.pull("origin", ["main"])
+            sync.pull(mine, "origin", ["main"])
             assert mine.session_head("main") == pg.session_head("main")
             assert pg.fsck() == []
 
@@ -48,7 +48,7 @@ def test_sqlite_cloned_into_postgres(tmp_path: Path, postgres_url: str) -> None:
             grow(origin, "a", 1, text="more")
             grow(pg, "a", 1, text="diverging")
             with pytest.raises(PushRejectedError, match="non-fast-forward"):
-                pg.push("origin", ["a"])
+                sync.push(pg, "origin", ["a"])
 
 
 def test_postgres_served_over_http(tmp_path: Path, postgres_url: str) -> None:
@@ -58,12 +58,12 @@ def test_postgres_served_over_http(tmp_path: Path, postgres_url: str) -> None:
             assert all_ids(mine) == all_ids(pg)
             grow(mine, "main", 2, text="pushed over http")
             grow(mine, "new", 2, start="main~3")
-            result = mine.push(url, ["main", "new"], token=TOKEN)
+            result = sync.push(mine, url, ["main", "new"], token=TOKEN)
             assert result.nodes == 4
             assert refs_of(pg) == refs_of(mine)
             assert pg.fsck() == []
         # A SQLite store pushing to the PostgreSQL one by URL, as a named remote.
         with open_store(tmp_path / "other") as other:
             add_remote(other, "lab", postgres_url)
-            other.fetch("lab")
+            sync.fetch(other, "lab")
             assert other.resolve("lab/new") == pg.session_head("new")

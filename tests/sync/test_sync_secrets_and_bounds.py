@@ -17,7 +17,7 @@ import pytest
 from cli_kit import Sess
 from sync_kit import TOKEN, all_ids, grow, refs_of, served, serving
 
-from sesstree import RemoteError, Store, open_store
+from sesstree import RemoteError, Store, open_store, sync
 from sesstree.server import create_app
 from sesstree.server.app import MAX_WALK, MAX_WALK_IDS
 from sesstree.sync import add_remote, clone, list_remotes
@@ -55,12 +55,12 @@ def test_pull_from_a_url_with_a_password_logs_and_shows_none(tmp_path: Path,
                                                              origin: Store) -> None:
     with served(origin) as url, open_store(tmp_path / "mine") as mine:
         secret_url = with_password(url)
-        mine.pull(secret_url, ["main"])
+        sync.pull(mine, secret_url, ["main"])
         assert mine.session_head("main") == origin.session_head("main")
         assert PASSWORD not in reflog_text(mine)
         assert "pull http://127.0.0.1:" in reflog_text(mine)
         with pytest.raises(RemoteError, match="has no session 'nosuch'") as info:
-            mine.pull(secret_url, ["nosuch"])
+            sync.pull(mine, secret_url, ["nosuch"])
         assert PASSWORD not in str(info.value) and "127.0.0.1" in str(info.value)
 
 
@@ -70,11 +70,11 @@ def test_pull_from_a_postgres_url_with_a_password_logs_none(tmp_path: Path,
         grow(pg, "main", 3)
     secret_url = with_password(postgres_url)  # the test server trusts: the password is unused
     with open_store(tmp_path / "mine") as mine:
-        mine.pull(secret_url, ["main"])
+        sync.pull(mine, secret_url, ["main"])
         assert mine.session_head("main") is not None
         assert PASSWORD not in reflog_text(mine)
         with pytest.raises(RemoteError, match="has no session 'nosuch'") as info:
-            mine.pull(secret_url, ["nosuch"])
+            sync.pull(mine, secret_url, ["nosuch"])
         assert PASSWORD not in str(info.value)
 
 
@@ -158,7 +158,7 @@ def test_an_http_remote_is_stored_without_its_user_and_password(tmp_path: Path,
         assert path is not None
         assert PASSWORD not in path.read_text() and "alice" not in path.read_text()
         assert list_remotes(mine)[0].url == url + "/"
-        mine.fetch("origin")  # the stripped URL still reaches the server
+        sync.fetch(mine, "origin")  # the stripped URL still reaches the server
         assert mine.resolve("origin/main") == origin.session_head("main")
 
 
@@ -237,7 +237,7 @@ def test_a_server_that_sends_other_nodes_than_asked_stores_nothing(tmp_path: Pat
 
     with open_store(tmp_path / "victim") as victim, serving(swap) as url:
         with pytest.raises(RemoteError, match="other than those asked for"):
-            victim.fetch(url)
+            sync.fetch(victim, url)
         assert victim.backend.list_refs("") == []
 
 
@@ -277,7 +277,7 @@ def test_a_walk_longer_than_asked_is_refused(tmp_path: Path, origin: Store) -> N
             serving(lying_walks(origin, extra=1, depth=10**12)) as url:
         with pytest.raises(RemoteError, match=r"listed 17 ids back from [0-9a-f]{12} when "
                                               r"asked for at most 16"):
-            victim.fetch(url)
+            sync.fetch(victim, url)
         assert victim.backend.count_nodes() == 0
         assert victim.backend.list_refs("") == []
 
@@ -289,9 +289,9 @@ def test_a_server_listing_ids_forever_ends_in_one_error(tmp_path: Path, origin: 
     with open_store(tmp_path / "victim") as victim:
         with serving(lying_walks(origin, extra=0, depth=10**12)) as url, \
                 pytest.raises(RemoteError, match="more than 50000 ids to walk"):
-            victim.fetch(url)
+            sync.fetch(victim, url)
         # A server claiming a short line but listing on is stopped at the depth it gave.
         with serving(lying_walks(origin, extra=0, depth=100)) as url, \
                 pytest.raises(RemoteError, match=r"more than 100 ids back from .* the depth"):
-            victim.fetch(url)
+            sync.fetch(victim, url)
         assert victim.backend.count_nodes() == 0

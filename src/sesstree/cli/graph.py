@@ -306,7 +306,7 @@ def stream_graph(
         # Asked only where paths meet, and about the openers before such a place: a few
         # nodes per fork, each read once.
         if key not in marks:
-            stored = store.node(links.ids([key])[key])
+            stored = store.get_node(links.ids([key])[key])
             marks[key] = stored is None or related.is_mark(stored.type)
         return marks[key]
 

@@ -242,7 +242,7 @@ def _relation(store: Store, head: NodeId | None, target: NodeId, path: Sequence[
         return "up to date"
     if head in set(path):
         return "fast-forward"
-    if target in set(store.chain_of(head).ids):
+    if target in set(store.chain_at(head).ids):
         return "ahead"
     return "differs"
 

@@ -88,7 +88,7 @@ class Provenance:
                 return name
         for name in held:
             head = heads[name]
-            if head is not None and path[-1] in set(self.store.chain_of(head).ids):
+            if head is not None and path[-1] in set(self.store.chain_at(head).ids):
                 return name
         return None
 

@@ -135,7 +135,7 @@ class PathIndex:
     def _walk_session(self, name: str, head: NodeId) -> None:
         limit = 64
         while True:
-            chain = self.store.chain_of(head, limit)
+            chain = self.store.chain_at(head, limit)
             state = self.state_at(chain.base)
             if state is not None:
                 self.walk(state, chain.ids, chain.types, chain.datas, name)

@@ -339,7 +339,7 @@ class Recorder:
         return found[-1] if found else None
 
     def _walk_to(self, node: NodeId) -> WalkState:
-        chain = self.store.chain_of(node)
+        chain = self.store.chain_at(node)
         return self.index.walk(ROOT, chain.ids, chain.types, chain.datas, None)
 
     @staticmethod

@@ -31,7 +31,7 @@ import msgspec
 from blake3 import blake3
 
 from ..errors import StoreError
-from ..node import session_ref, symbolic
+from ..node import NodeId, parse_symbolic, session_ref, short_name, symbolic
 from ..store.base import Backend
 from .files import unwritable, write_private
 from .scan import reflog_page
@@ -299,6 +299,25 @@ class Checkout:
         pending, self._pending.value = self._waiting(), None
         if committed and pending is not None and self.keeper.get() == self._pending.seen:
             self.keeper.set(pending)
+
+    def current(self, session_head: Callable[[str], NodeId | None]
+                ) -> tuple[str | None, NodeId | None]:
+        """``(session name, node)`` of HEAD, as :meth:`Store.head` returns it; ``session_head``
+        says where a session points."""
+        raw = self.raw()
+        if (followed := parse_symbolic(raw)) is not None:
+            name = short_name(followed)
+            node = session_head(name)
+            # A session that is gone: a rename or delete this HEAD was following may have
+            # committed in a process killed before it could move HEAD (see settle).
+            settled = self.settle(raw) if node is None else None
+            if settled is None:
+                return name, node
+            raw = settled
+            if (followed := parse_symbolic(raw)) is not None:
+                name = short_name(followed)
+                return name, session_head(name)
+        return None, NodeId(raw)
 
     def settle(self, raw: str) -> str | None:
         """For a HEAD ``raw`` naming a session that is gone: where a move noted for it went

@@ -2,18 +2,34 @@
 
 from __future__ import annotations
 
+from typing import Protocol
+
 import msgspec
 
 from ..errors import StoreCorruptError
-from ..node import NodeId, node_id_from_encoded
-from ..store.base import Progress
+from ..node import SESSIONS, TAGS, NodeId, node_id_from_encoded
+from ..store.base import Backend, Progress
 from .scan import scale_reads
-from .store import SESSIONS, TAGS, Store
 
-__all__ = ["GcResult", "Stats", "ancestors", "fsck", "gc", "stats"]
+__all__ = ["GcResult", "Stats", "Upkept", "ancestors", "fsck", "gc", "stats"]
 
 _json = msgspec.json.Encoder()
 _msgpack = msgspec.msgpack.Decoder()
+
+
+class Upkept(Protocol):
+    """What upkeep needs of a store: its backend and this checkout's HEAD. A
+    :class:`~sesstree.repo.store.Store` is one; this module does not import it, as Store
+    calls down into this one."""
+
+    @property
+    def backend(self) -> Backend:
+        """The store's backend."""
+        ...
+
+    def head(self) -> tuple[str | None, NodeId | None]:
+        """``(session name, node)`` of HEAD, as :meth:`Store.head` returns it."""
+        ...
 
 
 class Stats(msgspec.Struct, frozen=True):
@@ -45,7 +61,7 @@ class GcResult(msgspec.Struct, frozen=True):
     kept: int
 
 
-def fsck(store: Store, *, progress: Progress | None = None) -> list[str]:
+def fsck(store: Upkept, *, progress: Progress | None = None) -> list[str]:
     """Every fault found: re-hash every node, check parents, refs, reflog, HEAD and indexes.
 
     An empty list means the store is sound. Everything is read from one snapshot, so writers
@@ -64,7 +80,7 @@ def fsck(store: Store, *, progress: Progress | None = None) -> list[str]:
         return [str(exc)]
 
 
-def _fsck(store: Store) -> list[str]:
+def _fsck(store: Upkept) -> list[str]:
     backend = store.backend
     faults = list(backend.check())
     seen: dict[NodeId, int] = {}
@@ -93,7 +109,7 @@ def _fsck(store: Store) -> list[str]:
     return list(dict.fromkeys(faults))
 
 
-def _fsck_streaming(store: Store, progress: Progress | None) -> list[str]:
+def _fsck_streaming(store: Upkept, progress: Progress | None) -> list[str]:
     backend = store.backend
     scan = scale_reads(backend)
     assert scan is not None
@@ -118,7 +134,7 @@ def ancestors(tips: set[NodeId], parent: dict[NodeId, NodeId | None]) -> set[Nod
     return live
 
 
-def gc(store: Store, *, dry_run: bool = False, progress: Progress | None = None) -> GcResult:
+def gc(store: Upkept, *, dry_run: bool = False, progress: Progress | None = None) -> GcResult:
     """Remove nodes (and payloads) that no ref, tag, HEAD or reflog entry reaches.
 
     Reflog entries keep their nodes alive, so a rewind, reset or deleted session can always
@@ -138,7 +154,7 @@ def gc(store: Store, *, dry_run: bool = False, progress: Progress | None = None)
     return GcResult(dead, removed, kept)
 
 
-def stats(store: Store, *, progress: Progress | None = None) -> Stats:
+def stats(store: Upkept, *, progress: Progress | None = None) -> Stats:
     """Count nodes and refs and compare the store's size with a JSONL file per session.
 
     ``progress`` is called ``(rows done, rows in all)`` while a maintained index of path sizes

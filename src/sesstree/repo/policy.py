@@ -25,15 +25,12 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING
+from typing import Protocol
 
+from ..node import NodeId
 from ..store.base import RefUpdate
 
-if TYPE_CHECKING:
-    from ..node import NodeId
-    from .session import Session
-
-__all__ = ["LogGroup", "WritePolicy"]
+__all__ = ["Handle", "LogGroup", "WritePolicy"]
 
 
 class LogGroup:
@@ -48,6 +45,18 @@ class LogGroup:
         self.head: NodeId | None = None
 
 
+class Handle(Protocol):
+    """What the policy needs of a session handle (a :class:`~sesstree.repo.session.Session`
+    is one; this module does not import it, as Session imports this one)."""
+
+    #: The open log group of the handle, or None.
+    log_group_open: LogGroup | None
+
+    def refresh(self) -> None:
+        """Re-read where the session points (after a batch rolled its moves back)."""
+        ...
+
+
 class _Batch:
     """One thread's open batch."""
 
@@ -56,7 +65,7 @@ class _Batch:
     def __init__(self) -> None:
         self.depth = 0
         # Session handles moved inside the open batch (a dict: ordered, O(1) membership).
-        self.moved: dict[Session, None] = {}
+        self.moved: dict[Handle, None] = {}
         # ref -> (moves so far, where the last one put it).
         self.refs: dict[str, tuple[int, NodeId | None]] = {}
 
@@ -92,7 +101,7 @@ class WritePolicy:
         return self._batch().depth
 
     def update(self, ref: str, old: NodeId | None, new: NodeId | None, reason: str,
-               handle: Session | None) -> RefUpdate:
+               handle: Handle | None) -> RefUpdate:
         """The compare-and-set that moves ``ref``, logged as the policy says. Call
         :meth:`moved` once the backend has committed it."""
         group = handle.log_group_open if handle is not None else None
@@ -109,7 +118,7 @@ class WritePolicy:
                                  fold=True)
         return RefUpdate(ref, old, new, reason)
 
-    def moved(self, update: RefUpdate, handle: Session | None) -> None:
+    def moved(self, update: RefUpdate, handle: Handle | None) -> None:
         """Note a committed move (see :meth:`update`)."""
         group = handle.log_group_open if handle is not None else None
         if group is not None:

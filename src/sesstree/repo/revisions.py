@@ -17,18 +17,27 @@ parsing, step counts take at most 9 digits, and the steps are split in one scan.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Iterator
+from typing import Protocol
 
 from ..errors import AmbiguousPrefixError, UnknownRevisionError
 from ..fmt import plural
-from ..node import REMOTES, SESSIONS, TAGS, NodeId, remote_ref, session_ref, short_name, tag_ref
+from ..node import (
+    REMOTES,
+    SESSIONS,
+    TAGS,
+    NodeId,
+    RefName,
+    remote_ref,
+    session_ref,
+    short_name,
+    tag_ref,
+)
+from ..store.base import Backend, Chain, ReflogEntry
 
-if TYPE_CHECKING:
-    from .store import Store
-
-__all__ = ["MAX_REVISION", "MESSAGE_STEP_TYPES", "REMOTES", "SESSIONS", "TAGS", "parse_steps",
-           "resolve", "session_name_of", "split_steps", "steps_suffix"]
+__all__ = ["MAX_REVISION", "MESSAGE_STEP_TYPES", "REMOTES", "SESSIONS", "TAGS", "Revisable",
+           "logged_refs", "named_for_log", "parse_steps", "resolve", "session_name_of",
+           "split_steps", "steps_suffix"]
 
 # SESSIONS, TAGS and REMOTES (remote-tracking refs ``remotes/REMOTE/NAME``, read as the revision
 # ``REMOTE/NAME``) are defined in node.py and re-exported here, where they have been importable.
@@ -51,7 +60,33 @@ MESSAGE_STEP_TYPES = frozenset({
 _STEP_WINDOW = 64
 
 
-def resolve(store: Store, rev: str | NodeId) -> NodeId:
+class Revisable(Protocol):
+    """What reading a revision needs of a store. A :class:`~sesstree.repo.store.Store` is one;
+    this module does not import it, as Store calls down into this one."""
+
+    @property
+    def backend(self) -> Backend:
+        """The store's backend (for id prefixes)."""
+        ...
+
+    def head(self) -> tuple[str | None, NodeId | None]:
+        """``(session name, node)`` of HEAD."""
+        ...
+
+    def target(self, name: str) -> NodeId | None:
+        """Where the ref ``name`` (a full name) points, or None."""
+        ...
+
+    def reflog(self, name: str | None = None) -> list[ReflogEntry]:
+        """The moves of session ``name`` (or of the full ref name given)."""
+        ...
+
+    def chain_at(self, node: NodeId, limit: int | None = None) -> Chain:
+        """The newest ``limit`` events up to ``node``; StoreCorruptError if one is lost."""
+        ...
+
+
+def resolve(store: Revisable, rev: str | NodeId) -> NodeId:
     """The node ``rev`` names in ``store`` (see the module docstring).
 
     Raises:
@@ -72,7 +107,7 @@ def resolve(store: Store, rev: str | NodeId) -> NodeId:
         elif unit == "t":
             node = _turns_back(store, node, count, rev)
         elif count:
-            chain = store.backend.chain(node, count + 1)
+            chain = store.chain_at(node, count + 1)
             if len(chain.ids) <= count:
                 start = _shown(base) if i == 0 else f"its step to {node[:10]}"
                 raise UnknownRevisionError(
@@ -82,13 +117,13 @@ def resolve(store: Store, rev: str | NodeId) -> NodeId:
     return node
 
 
-def _back_from(store: Store, node: NodeId) -> Iterator[tuple[NodeId, str, NodeId | None]]:
+def _back_from(store: Revisable, node: NodeId) -> Iterator[tuple[NodeId, str, NodeId | None]]:
     """The events from ``node`` back to the root, newest first: id, type and parent; read in
     growing windows, so a step that lands near ``node`` reads little."""
     window = _STEP_WINDOW
     head: NodeId | None = node
     while head is not None:
-        chain = store.backend.chain(head, window)
+        chain = store.chain_at(head, window)
         parents = [chain.base, *chain.ids[:-1]]
         for i in range(len(chain.ids) - 1, -1, -1):
             yield chain.ids[i], chain.types[i], parents[i]
@@ -96,7 +131,7 @@ def _back_from(store: Store, node: NodeId) -> Iterator[tuple[NodeId, str, NodeId
         window *= 2
 
 
-def _messages_back(store: Store, node: NodeId, count: int, rev: str) -> NodeId:
+def _messages_back(store: Revisable, node: NodeId, count: int, rev: str) -> NodeId:
     """``~Nm``: the message ``count`` messages before the newest one at or before ``node``."""
     seen = 0
     for id, type, _ in _back_from(store, node):
@@ -110,7 +145,7 @@ def _messages_back(store: Store, node: NodeId, count: int, rev: str) -> NodeId:
         f"{count}{most}")
 
 
-def _turns_back(store: Store, node: NodeId, count: int, rev: str) -> NodeId:
+def _turns_back(store: Revisable, node: NodeId, count: int, rev: str) -> NodeId:
     """``~Nt``: the session before its last ``count`` turns (those that start at or before
     ``node``) started: the end of the turn ``count`` turns back."""
     if count == 0:
@@ -129,7 +164,7 @@ def _turns_back(store: Store, node: NodeId, count: int, rev: str) -> NodeId:
         f"{_shown(rev)}: only {plural(seen, 'turn')} lead there, cannot go back {count}")
 
 
-def session_name_of(store: Store, rev: str) -> str:
+def session_name_of(store: Revisable, rev: str) -> str:
     """The session a revision is about: ``quest-1~2``, ``quest-1@{1}`` and ``quest-1^`` name
     ``quest-1``; ``HEAD`` names the current session."""
     if rev in ("HEAD", "@"):
@@ -144,12 +179,38 @@ def session_name_of(store: Store, rev: str) -> str:
     return short_name(base)
 
 
+def logged_refs(name: str) -> tuple[RefName, RefName | None]:
+    """The ref whose reflog ``sess reflog NAME`` reads, and the one to read if that has none:
+    a full ref name (``tags/v1``) is itself; a short one is a session, else (``REMOTE/NAME``)
+    a remote session."""
+    if name.startswith((SESSIONS, TAGS, REMOTES)):
+        return RefName(name), None
+    return session_ref(name), remote_ref(name) if "/" in name else None
+
+
+def named_for_log(rev: str | None, head_name: Callable[[], str | None]) -> str:
+    """``rev`` (default HEAD) as a reflog entry keeps it: a revision that starts at an
+    attached HEAD names HEAD's session instead (``HEAD~2`` on ``quest-1`` is
+    ``quest-1~2``), so the entry still says where it came from once HEAD has moved."""
+    rev = rev or "HEAD"
+    if rev.startswith("HEAD"):
+        rest = rev[4:]
+    elif rev.startswith("@"):
+        rest = rev if rev.startswith("@{") else rev[1:]
+    else:
+        return rev
+    if rest and not rest.startswith(("~", "^", "@{")):
+        return rev
+    name = head_name()
+    return name + rest if name is not None else rev
+
+
 def steps_suffix(rev: str) -> bool:
     """True if ``rev`` ends in steps back (``~N``, ``^``): it names a node, not a session."""
     return _SUFFIX.search(rev) is not None
 
 
-def _resolve_base(store: Store, base: str, rev: str) -> NodeId:
+def _resolve_base(store: Revisable, base: str, rev: str) -> NodeId:
     if (m := _REFLOG_REV.match(base)) is not None:
         if len(m.group(2)) > _MAX_DIGITS:
             raise UnknownRevisionError(f"{_shown(rev)}: no reflog goes back that far")
@@ -160,9 +221,9 @@ def _resolve_base(store: Store, base: str, rev: str) -> NodeId:
             raise UnknownRevisionError(f"HEAD ({name}) has no events yet")
         return node
     for ref in (base, session_ref(base), tag_ref(base), remote_ref(base)):
-        found = store.backend.get_ref(ref)
+        found = store.target(ref)
         if found is not None:
-            return found.target
+            return found
     prefix = base.lower()
     if _HEX.match(prefix):
         matches = store.backend.resolve_prefix(prefix, limit=6)
@@ -179,7 +240,7 @@ def _resolve_base(store: Store, base: str, rev: str) -> NodeId:
     )
 
 
-def _from_reflog(store: Store, name: str, n: int, rev: str) -> NodeId:
+def _from_reflog(store: Revisable, name: str, n: int, rev: str) -> NodeId:
     """``NAME@{N}``: where the ref pointed N moves ago (0 = now), deleted refs included."""
     if name in ("HEAD", "@", ""):
         head_name, _ = store.head()
@@ -188,9 +249,9 @@ def _from_reflog(store: Store, name: str, n: int, rev: str) -> NodeId:
         name = head_name
     entries = store.reflog(name)
     if not entries and not name.startswith((SESSIONS, TAGS, REMOTES)):
-        entries = store.backend.reflog(tag_ref(name))  # a tag by its short name
+        entries = store.reflog(tag_ref(name))  # a tag by its short name
         if not entries and "/" in name:
-            entries = store.backend.reflog(remote_ref(name))  # REMOTE/NAME
+            entries = store.reflog(remote_ref(name))  # REMOTE/NAME
     if n >= len(entries):
         raise UnknownRevisionError(f"{rev}: the reflog of {name} has only {len(entries)} entries")
     target = entries[-1 - n].new

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import ConflictError, InvalidEventError, UnknownRevisionError
 from ..events import MESSAGE_TYPES, Derived, is_registered, message_type
-from ..node import Node, NodeId, encode_data, node_id_from_encoded
+from ..node import Node, NodeId, encode_data, node_id_from_encoded, session_ref
 from ..sending import derive_messages
 from ..store.base import Chain, RawNode
 from .policy import LogGroup
@@ -38,7 +38,7 @@ class Session:
     def __init__(self, store: Store, name: str) -> None:
         self.store = store
         self.name = name
-        self.ref = "sessions/" + name
+        self.ref = session_ref(name)
         self._subscribers: list[Subscriber] = []
         self._head: NodeId | None = None
         # The events are read on first use, so that a handle (and a fork) costs O(1).
@@ -63,7 +63,9 @@ class Session:
     def __len__(self) -> int:
         if self._loaded:
             return len(self._types)
-        stored = self.store.backend.get(self._head) if self._head is not None else None
+        # A head this handle saw may be gone since (deleted, its reflog expired, collected):
+        # then the handle has no events, as before it was read.
+        stored = self.store.get_node(self._head) if self._head is not None else None
         return stored.depth if stored is not None else 0
 
     def refresh(self) -> None:
@@ -80,7 +82,8 @@ class Session:
         if self._loaded:
             return
         if self._head is not None:
-            self._chain = self.store.backend.chain(self._head)
+            # Through the store's translating read: damage is a StoreCorruptError, not a KeyError.
+            self._chain = self.store.chain_at(self._head)
             self._types, self._datas = self._chain.types, self._chain.datas
         self._loaded = True
 

@@ -1,7 +1,11 @@
 """The store: sessions and tags as refs into one DAG, HEAD, revisions, log and diff.
 
 Everything here works through the :class:`~sesstree.store.base.Backend` seam, so it behaves the
-same on every backend. Maintenance (gc, fsck, stats) lives in :mod:`sesstree.repo.maintenance`.
+same on every backend, and :class:`Store` is the one door to it above the seam. What Store
+does is split by concern into the modules it calls down into: opening a store
+(:mod:`.opening`), what reads hand out (:mod:`.view`), session metadata (:mod:`.meta`),
+revisions (:mod:`.revisions`), HEAD (:mod:`.head`), the write policy (:mod:`.policy`) and
+maintenance (:mod:`.maintenance`); none of them imports Store back.
 """
 
 from __future__ import annotations
@@ -13,13 +17,8 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import msgspec
 
-from ..errors import (
-    InvalidEventError,
-    RefExistsError,
-    StoreCorruptError,
-    UnknownRevisionError,
-)
-from ..events import Derived, is_registered
+from ..errors import RefExistsError, StoreCorruptError, UnknownRevisionError
+from ..events import Derived
 from ..node import (
     REMOTES,
     SESSIONS,
@@ -27,10 +26,6 @@ from ..node import (
     Node,
     NodeId,
     check_ref_name,
-    encode_data,
-    node_id_from_encoded,
-    parse_symbolic,
-    remote_ref,
     session_ref,
     short_name,
     symbolic,
@@ -38,7 +33,6 @@ from ..node import (
 )
 from ..sending import derive_messages
 from ..store.base import (
-    PROVENANCE_KEY,
     Backend,
     Chain,
     ImportOrigin,
@@ -46,41 +40,23 @@ from ..store.base import (
     Ref,
     ReflogEntry,
     RefUpdate,
-    SessionMeta,
 )
 from ..store.engines import STORE_FILE, open_backend
-from ..store.storable import meta_field_problem
 from ..store.urls import is_store_url
 from .head import Checkout, FileHead, HeadKeeper, MetaHead, head_file_for
+from .maintenance import GcResult, Stats, fsck, gc, stats
+from .meta import checked_meta, meta_fields, write_fields, write_origin
 from .policy import WritePolicy
-from .related import shared_length
-from .revisions import resolve, session_name_of, steps_suffix
+from .reads import StoredReads
+from .revisions import logged_refs, named_for_log, resolve, session_name_of, steps_suffix
+from .scan import list_refs_with_depth, reflog_page
+from .view import Diff, SessionInfo, diff_of, nodes_of, raw_node
 
 if TYPE_CHECKING:
-    from ..store.base import ReflogStamp, StoredNode
-    from ..sync import FetchResult, PullResult, PushResult
-    from .maintenance import GcResult, Stats
-    from .scan import Links
     from .session import Session
 
-__all__ = ["REMOTES", "SESSIONS", "STORE_FILE", "TAGS", "Diff", "SessionInfo", "Store", "open_store"]
-
-class SessionInfo(msgspec.Struct, frozen=True):
-    """One session as ``sess branch`` lists it."""
-
-    name: str
-    head: NodeId
-    length: int
-    moved: float
-
-
-class Diff(msgspec.Struct, frozen=True):
-    """Two revisions, where they part (the last node of the history they share, see
-    :mod:`sesstree.repo.related`) and what each added after it (oldest first)."""
-
-    base: NodeId | None
-    only_a: list[Node]
-    only_b: list[Node]
+__all__ = ["REMOTES", "SESSIONS", "STORE_FILE", "TAGS", "Diff", "SessionInfo", "Store", "open_store",
+           "raw_node"]
 
 
 def open_store(
@@ -109,11 +85,15 @@ def open_store(
     return Store(backend)
 
 
-class Store:
-    """A session store: one DAG of events, with sessions and tags as named refs into it."""
+class Store(StoredReads):
+    """A session store: one DAG of events, with sessions and tags as named refs into it.
+
+    What is stored is read by id through the methods of :class:`.reads.StoredReads` (the
+    reads sync and the server need); this class adds names, HEAD, revisions and writes.
+    """
 
     def __init__(self, backend: Backend, *, head: HeadKeeper | None = None) -> None:
-        self.backend = backend
+        super().__init__(backend)
         #: Where HEAD is kept: in the store (a local store), or on this machine (a shared one).
         self._head: HeadKeeper = head if head is not None else MetaHead(backend)
         #: Batches and how ref moves are logged: one policy for every backend.
@@ -167,8 +147,6 @@ class Store:
 
     def sessions(self) -> list[SessionInfo]:
         """Every session, sorted by name."""
-        from .scan import list_refs_with_depth
-
         # One read of the refs with their depths: no head is fetched (a ref names only stored
         # nodes, so the depth is there; fsck checks both).
         return [SessionInfo(short_name(ref.name), ref.target, depth, ref.moved)
@@ -204,20 +182,8 @@ class Store:
         return self.session(new)
 
     def _named(self, rev: str | None) -> str:
-        """``rev`` (default HEAD) as a reflog entry keeps it: a revision that starts at an
-        attached HEAD names HEAD's session instead (``HEAD~2`` on ``quest-1`` is
-        ``quest-1~2``), so the entry still says where it came from once HEAD has moved."""
-        rev = rev or "HEAD"
-        if rev.startswith("HEAD"):
-            rest = rev[4:]
-        elif rev.startswith("@"):
-            rest = rev if rev.startswith("@{") else rev[1:]
-        else:
-            return rev
-        if rest and not rest.startswith(("~", "^", "@{")):
-            return rev
-        name, _ = self.head()
-        return name + rest if name is not None else rev
+        """``rev`` as a reflog entry keeps it (see :func:`.revisions.named_for_log`)."""
+        return named_for_log(rev, lambda: self.head()[0])
 
     def delete_session(self, name: str) -> NodeId:
         """Delete session ``name``; its reflog stays, so ``sess branch NAME ID`` restores it.
@@ -298,8 +264,7 @@ class Store:
     def get_session_meta(self, name: str) -> dict[str, Any] | None:
         """The metadata stored with a session (``NAME.meta.json`` on import/export), or None.
         Its import provenance is apart: :meth:`session_origin`."""
-        meta = self.backend.get_session_meta(name)
-        return dict(meta.fields) if meta is not None and meta.fields else None
+        return meta_fields(self.backend, name)
 
     def set_session_meta(self, name: str, meta: dict[str, Any] | None) -> None:
         """Store (or with None drop) a session's metadata, a JSON object. Not hashed, not part
@@ -309,24 +274,9 @@ class Store:
         Raises:
             InvalidEventError: ``meta`` is not a JSON object.
         """
-        if meta is not None:
-            try:
-                meta = msgspec.json.decode(msgspec.json.encode(meta))
-            except UnicodeEncodeError:  # a lone surrogate: say where (see store.text)
-                where = meta_field_problem(meta) if isinstance(meta, dict) else None
-                raise InvalidEventError(f"session metadata of {name!r}: "
-                                        f"{where or 'it is not valid Unicode'}") from None
-            except (TypeError, msgspec.EncodeError, OverflowError) as exc:
-                raise InvalidEventError(f"session metadata must be JSON: {exc}") from None
-            if not isinstance(meta, dict):
-                raise InvalidEventError("session metadata must be a JSON object")
-            if PROVENANCE_KEY in meta:
-                raise InvalidEventError(f"session metadata key {PROVENANCE_KEY!r} is sesstree's "
-                                        "own: set_session_origin() records an import")
+        fields = checked_meta(name, meta)
         with self.batch():
-            old = self.backend.get_session_meta(name)
-            origin = old.origin if old is not None else None
-            self.backend.set_session_meta(name, SessionMeta(meta or {}, origin))
+            write_fields(self.backend, name, fields)
 
     def session_origin(self, name: str) -> ImportOrigin | None:
         """Where session ``name`` was imported from (a file and its format), or None."""
@@ -337,9 +287,7 @@ class Store:
         """Record (or with None forget) where session ``name`` was imported from; its other
         metadata is kept as it is."""
         with self.batch():
-            old = self.backend.get_session_meta(name)
-            fields = old.fields if old is not None else {}
-            self.backend.set_session_meta(name, SessionMeta(fields, origin))
+            write_origin(self.backend, name, origin)
 
     # -- tags and HEAD -----------------------------------------------------------------------
 
@@ -376,20 +324,7 @@ class Store:
 
     def head(self) -> tuple[str | None, NodeId | None]:
         """``(session name, node)`` of HEAD; name is None when detached, node None when empty."""
-        raw = self._checkout.raw()
-        if (followed := parse_symbolic(raw)) is not None:
-            name = short_name(followed)
-            node = self.session_head(name)
-            # A session that is gone: a rename or delete this HEAD was following may have
-            # committed in a process killed before it could move HEAD (see sesstree.repo.head).
-            settled = self._checkout.settle(raw) if node is None else None
-            if settled is None:
-                return name, node
-            raw = settled
-            if (followed := parse_symbolic(raw)) is not None:
-                name = short_name(followed)
-                return name, self.session_head(name)
-        return None, NodeId(raw)
+        return self._checkout.current(self.session_head)
 
     def checkout(self, rev: str) -> tuple[str | None, NodeId]:
         """Point HEAD at a session (by name) or, detached, at any other revision's node."""
@@ -433,106 +368,21 @@ class Store:
                 f"node {node[:12]} cannot be found: the store is damaged"
             ) from None
 
-    # -- reads for the layers above (one door: no caller reads .backend) ----
-
-    @contextmanager
-    def snapshot(self) -> Iterator[None]:
-        """Reads inside the block see one state of the store: a page built from several reads
-        never mixes a write that lands between two of them."""
-        with self.backend.snapshot():
-            yield
-
-    def has(self, ids: Sequence[NodeId]) -> set[NodeId]:
-        """Which of ``ids`` are stored (one read, whatever the count)."""
-        return self.backend.has(ids)
-
-    def ref(self, name: str) -> Ref | None:
-        """The ref of full name ``name`` (:func:`~sesstree.node.session_ref`,
-        :func:`~sesstree.node.tag_ref`), or None if there is none."""
-        return self.backend.get_ref(name)
-
-    def refs(self, prefix: str = "") -> list[Ref]:
-        """Every ref whose full name starts with ``prefix`` (``SESSIONS``, ``TAGS``, "" for all),
-        sorted by name: one read."""
-        return self.backend.list_refs(prefix)
-
-    def node(self, id: NodeId) -> StoredNode | None:
-        """Stored node ``id`` as the store keeps it (type, depth, encoded data), or None;
-        :meth:`show` decodes a revision's node."""
-        return self.backend.get(id)
-
-    def chain_of(self, node: NodeId, limit: int | None = None) -> Chain:
-        """The events from the root to stored node ``node`` (only the newest ``limit``), oldest
-        first: :meth:`chain` without parsing a revision, for ids read from the store.
-
-        Raises:
-            StoreCorruptError: the node, or one on its path, is missing (only damage does that).
-        """
-        return self._chain_of(node, limit)
-
-    def session_metas(self) -> dict[str, SessionMeta]:
-        """The stored metadata of every session that has some, by session name: one read."""
-        return self.backend.list_session_meta()
-
-    def count_nodes(self) -> int:
-        """How many nodes the store holds."""
-        return self.backend.count_nodes()
-
-    def refs_at(self, targets: Sequence[NodeId]) -> list[Ref]:
-        """The refs that point at one of ``targets``, sorted by name (an index lookup each where
-        the engine has one)."""
-        from .scan import refs_at
-
-        return refs_at(self.backend, targets)
-
-    def newest_refs(self, prefix: str, limit: int, offset: int = 0) -> list[Ref]:
-        """The ``limit`` refs under ``prefix`` that moved last after the newest ``offset``, newest
-        first (ties by name): read through an index on move time where the engine has one."""
-        from .scan import newest_refs
-
-        return newest_refs(self.backend, prefix, limit, offset)
-
-    def reflog_stamp(self) -> ReflogStamp:
-        """A stamp of the reflog that changes whenever any ref moves (what a live page polls)."""
-        from .scan import reflog_stamp
-
-        return reflog_stamp(self.backend)
-
-    def reflog_times(self, ref: str, targets: Sequence[NodeId]) -> dict[NodeId, float]:
-        """When ref ``ref`` (a full name) last moved to each of ``targets`` it moved to."""
-        from .scan import reflog_times
-
-        return reflog_times(self.backend, ref, targets)
-
-    def links(self) -> Links:
-        """Every node as an integer key and its parent's key, newest first (see
-        :class:`~sesstree.repo.scan.Links`): reachability without reading a payload."""
-        from .scan import Links
-
-        return Links(self.backend)
-
     def log(self, rev: str | NodeId = "HEAD", limit: int | None = None) -> list[Node]:
         """Nodes walking back from ``rev``, newest first."""
         chain = self.chain(rev, limit)
-        nodes = _nodes_of(chain)
+        nodes = nodes_of(chain)
         nodes.reverse()
         return nodes
 
     def show(self, rev: str | NodeId) -> Node:
         """One node in full."""
-        target = self.resolve(rev)
-        stored = self.backend.get(target)
-        if stored is None:  # resolved ids come from the store: only damage loses one
-            raise StoreCorruptError(f"node {target[:12]} cannot be found: the store is damaged")
+        stored = self.node(self.resolve(rev))  # resolved ids come from the store
         return Node(stored.id, stored.parent, stored.type, msgspec.msgpack.decode(stored.encoded))
 
     def depth(self, rev: str | NodeId) -> int:
         """How many events lead to ``rev``, itself included."""
-        target = self.resolve(rev)
-        stored = self.backend.get(target)
-        if stored is None:
-            raise StoreCorruptError(f"node {target[:12]} cannot be found: the store is damaged")
-        return stored.depth
+        return self.node(self.resolve(rev)).depth
 
     def derive(self, rev: str | NodeId = "HEAD", *, sending: bool = False) -> Derived:
         """The derived chat messages at ``rev`` and the problems found in them; with
@@ -550,28 +400,16 @@ class Store:
         they share as :mod:`sesstree.repo.related` reads it (None when they share none). Records of
         the run that both repeat after their last shared message or turn end (the next
         turn's ``turn/start``) are listed on each side; an ancestor is shared whole."""
-        ca, cb = self.chain(a), self.chain(b)
-        k = 0
-        for x, y in zip(ca.ids, cb.ids, strict=False):
-            if x != y:
-                break
-            k += 1
-        k = shared_length(ca.types, k, len(ca.ids), len(cb.ids))
-        return Diff(
-            ca.ids[k - 1] if k else None,
-            _nodes_of(ca)[k:],
-            _nodes_of(cb)[k:],
-        )
+        return diff_of(self.chain(a), self.chain(b))
 
     def reflog(self, name: str | None = None) -> list[ReflogEntry]:
         """Every move of session ``name`` (a tag with ``tags/NAME``), or of every ref."""
         if name is None:
             return self.backend.reflog()
-        if name.startswith((SESSIONS, TAGS, REMOTES)):
-            return self.backend.reflog(name)
-        entries = self.backend.reflog(session_ref(name))
-        if not entries and "/" in name:
-            entries = self.backend.reflog(remote_ref(name))  # REMOTE/NAME, a remote session
+        ref, fallback = logged_refs(name)
+        entries = self.backend.reflog(ref)
+        if not entries and fallback is not None:
+            entries = self.backend.reflog(fallback)  # REMOTE/NAME, a remote session
         return entries
 
     def reflog_page(self, name: str, limit: int, offset: int = 0) -> tuple[list[ReflogEntry], int]:
@@ -582,66 +420,28 @@ class Store:
         Raises:
             ValueError: ``limit`` or ``offset`` is negative.
         """
-        from .scan import reflog_page
-
         if limit < 0 or offset < 0:
             raise ValueError(f"a reflog page needs a limit and an offset of 0 or more, "
                              f"not {limit} and {offset}")
-        if name.startswith((SESSIONS, TAGS, REMOTES)):
-            return reflog_page(self.backend, name, limit, offset)
-        page = reflog_page(self.backend, session_ref(name), limit, offset)
-        if not page[1] and "/" in name:
-            page = reflog_page(self.backend, remote_ref(name), limit, offset)
+        ref, fallback = logged_refs(name)
+        page = reflog_page(self.backend, ref, limit, offset)
+        if not page[1] and fallback is not None:
+            page = reflog_page(self.backend, fallback, limit, offset)
         return page
 
     # -- maintenance -------------------------------------------------------------------------
 
     def fsck(self) -> list[str]:
         """Every fault in the store (empty when sound). See :func:`sesstree.repo.maintenance.fsck`."""
-        from .maintenance import fsck
-
         return fsck(self)
 
     def gc(self, *, dry_run: bool = False) -> GcResult:
         """Remove what nothing reaches. See :func:`sesstree.repo.maintenance.gc`."""
-        from .maintenance import gc
-
         return gc(self, dry_run=dry_run)
 
     def stats(self, *, progress: Callable[[int, int], None] | None = None) -> Stats:
         """Nodes, refs, logical and physical bytes. See :func:`sesstree.repo.maintenance.stats`."""
-        from .maintenance import stats
-
         return stats(self, progress=progress)
-
-    # -- syncing -----------------------------------------------------------------------------
-
-    def push(self, remote: str | os.PathLike[str] | Store = "origin",
-             sessions: Sequence[str] | None = None, *, force: bool = False, tags: bool = False,
-             dry_run: bool = False, token: str | None = None) -> PushResult:
-        """Send sessions (default: HEAD's) to ``remote`` (a remote's name, a path, a
-        ``postgresql://`` or ``http(s)://`` URL, or a Store), only the nodes it lacks. See
-        :func:`sesstree.sync.push`; raises PushRejectedError for refs refused."""
-        from ..sync import push
-
-        return push(self, remote, sessions, force=force, tags=tags, dry_run=dry_run,
-                    token=token)
-
-    def fetch(self, remote: str | os.PathLike[str] | Store = "origin", *,
-              token: str | None = None) -> FetchResult:
-        """Bring what ``remote`` has and this store lacks, and move the remote-tracking refs
-        ``REMOTE/NAME``. See :func:`sesstree.sync.fetch`."""
-        from ..sync import fetch
-
-        return fetch(self, remote, token=token)
-
-    def pull(self, remote: str | os.PathLike[str] | Store = "origin",
-             sessions: Sequence[str] | None = None, *, token: str | None = None) -> PullResult:
-        """Fetch, then fast-forward sessions (default: HEAD's) to the remote's; a divergence
-        is refused (RemoteError naming the node). See :func:`sesstree.sync.pull`."""
-        from ..sync import pull
-
-        return pull(self, remote, sessions, token=token)
 
     # -- writing -----------------------------------------------------------------------------
 
@@ -657,20 +457,4 @@ class Store:
         self.backend.commit([raw_node(n) for n in nodes], planned)
         for u in planned:
             self._policy.moved(u, None)
-
-
-def raw_node(node: Node) -> RawNode:
-    """Encode a node for a backend, checking its type and its id."""
-    if not is_registered(node.type):
-        raise InvalidEventError(f"unknown event type {node.type!r}: register it first")
-    encoded = encode_data(node.data)
-    if node_id_from_encoded(node.parent, node.type, encoded) != node.id:
-        raise InvalidEventError(f"node {node.id[:12]} does not hash to its id")
-    return RawNode(node.id, node.parent, node.type, encoded)
-
-
-def _nodes_of(chain: Chain) -> list[Node]:
-    ids = chain.ids
-    parents: list[NodeId | None] = [chain.base, *ids][: len(ids)]
-    return [Node(i, p, t, d) for i, p, t, d in zip(ids, parents, chain.types, chain.datas, strict=True)]
 

@@ -32,7 +32,7 @@ from ..errors import (
     StoreLockedError,
 )
 from ..node import NodeId
-from ..repo.store import SESSIONS, TAGS, Store
+from ..repo.store import Store
 from ..sync import pack
 from ..sync.pack import (
     MAX_BODY,
@@ -44,7 +44,7 @@ from ..sync.pack import (
     pack_ids,
     unpack_ids,
 )
-from ..sync.peer import Update, apply_push, read_chains, walk_store
+from ..sync.peer import Update, apply_push, listed_refs, read_chains, walk_store
 from ..web.guard import build_app
 from ..web.security import Auth
 from ..web.throttle import Throttle
@@ -131,17 +131,14 @@ def create_app(store: Store, *, token: str | None, host: str = "127.0.0.1",
         return run
 
     async def refs(request: Request) -> Response:
-        def read() -> dict[str, str]:
-            backend = store.backend
-            with backend.snapshot():
-                return {r.name: r.target for p in (SESSIONS, TAGS) for r in backend.list_refs(p)}
-        return JSONResponse({"version": 1, "refs": await run_in_threadpool(read)})
+        refs = await run_in_threadpool(listed_refs, store)
+        return JSONResponse({"version": 1, "refs": refs})
 
     async def has(request: Request) -> Response:
         ids = unpack_ids((await _msgpack_body(request, _Has)).ids)
         if len(ids) > MAX_HAS:
             raise _Refused(413, f"at most {MAX_HAS} ids per request")
-        have = await run_in_threadpool(store.backend.has, ids)
+        have = await run_in_threadpool(store.has, ids)
         return _msgpack({"have": pack_ids(i for i in ids if i in have)})
 
     async def walk(request: Request) -> Response:
@@ -154,7 +151,7 @@ def create_app(store: Store, *, token: str | None, host: str = "127.0.0.1",
 
         def read() -> list[list[Any]]:
             out: list[list[Any]] = []
-            with store.backend.snapshot():
+            with store.snapshot():
                 for start, limit in starts:
                     w = walk_store(store, start, min(limit, MAX_WALK))
                     out.append([w.depth, pack_ids(w.ids),
@@ -168,7 +165,7 @@ def create_app(store: Store, *, token: str | None, host: str = "127.0.0.1",
             raise _Refused(413, f"at most {MAX_NODES} nodes per request")
 
         def read() -> bytes:
-            with store.backend.snapshot():
+            with store.snapshot():
                 # Cut at about PACK_BYTES (read now, not at import): the client asks again for
                 # the rest, so large nodes never make an answer too big to accept.
                 return encode_pack(read_chains(store, chains, max_bytes=pack.PACK_BYTES))

@@ -4,8 +4,9 @@ Every node is content-addressed, so two stores find what one lacks by comparing 
 only that (:mod:`.negotiate`); the receiver verifies every node before storing it
 (:mod:`.pack`); refs move by compare-and-set. The other store may be a folder, a PostgreSQL
 URL, or a store served over HTTP by ``sess serve`` (:mod:`sesstree.server`): the same protocol
-runs over each (:mod:`.peer`). ``Store.push``, ``Store.fetch`` and ``Store.pull`` call the
-functions here. See ``docs/sync.md``.
+runs over each (:mod:`.peer`). Sync is functions that take a store (``push(store, remote)``,
+``fetch``, ``pull``, ``clone``), as dulwich's porcelain is: the repository layer below never
+calls up into this package. See ``docs/sync.md``.
 """
 
 from __future__ import annotations

@@ -12,6 +12,7 @@ from ..repo.store import STORE_FILE, Store, open_store
 from ..store.urls import is_store_url, redact_url
 from .peer import LocalPeer, Peer
 from .remotes import Remote, get_remote
+from .token import sendable_token
 
 __all__ = ["open_peer", "read_token_file", "sendable_token"]
 
@@ -66,14 +67,3 @@ def read_token_file(path: str | os.PathLike[str]) -> str:
     if not token or not token[0].strip():
         raise RemoteError(f"the token file {path} is empty")
     return sendable_token(token[0].strip(), f"the token file {path}")
-
-
-def sendable_token(token: str, source: str) -> str:
-    """``token`` if an HTTP header can carry it (printable ASCII), else a RemoteError naming
-    ``source`` (where the token came from) but never the token."""
-    # Checked here, not left to the HTTP client: its encoding error quotes the whole
-    # "Bearer TOKEN" header, and a server could never match a header it cannot be sent.
-    if not (token.isascii() and token.isprintable()):
-        raise RemoteError(f"{source} holds a character other than printable ASCII, which an "
-                          "HTTP header cannot carry (the token is not shown)")
-    return token

@@ -17,8 +17,6 @@ import msgspec
 from ..errors import RemoteError
 from ..node import NodeId
 from ..store.base import RawNode
-from ..store.urls import strip_userinfo
-from .connect import sendable_token
 from .pack import (
     MAX_STARTS,
     MAX_UNPACKED,
@@ -30,6 +28,8 @@ from .pack import (
     unpack_ids,
 )
 from .peer import RefResult, Update, Walk
+from .shown import shown_url, url_problem
+from .token import sendable_token
 
 __all__ = ["API", "HttpPeer", "shown_url", "url_problem"]
 
@@ -38,28 +38,6 @@ API = "/api/v1"
 _msgpack = msgspec.msgpack.Encoder()
 MSGPACK = "application/x-msgpack"
 PACK = "application/x-sesstree-pack"
-
-
-def shown_url(url: str) -> str:
-    """``url`` without any user or password part, query or fragment, for messages; never
-    raises (text that does not parse is cut by hand: see
-    :func:`sesstree.store.urls.strip_userinfo`)."""
-    try:
-        parsed = httpx.URL(url)
-        if parsed.host:
-            return str(parsed.copy_with(username=None, password=None, query=None,
-                                        fragment=None)).rstrip("/")
-    except (httpx.InvalidURL, ValueError, TypeError):
-        pass
-    return strip_userinfo(url).rstrip("/")
-
-
-def url_problem(url: str, exc: Exception) -> str:
-    """Why ``url`` does not parse, safe to show: httpx's reason quotes pieces of the URL (a
-    password with an unquoted ``/`` is read as the port), so with a user part it is left out."""
-    if "@" in url:
-        return "not a valid http(s) URL (quote special characters in the user part as %XX)"
-    return str(exc).splitlines()[0][:200] if str(exc) else "not a valid http(s) URL"
 
 
 class HttpPeer:

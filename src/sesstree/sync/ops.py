@@ -24,8 +24,17 @@ from ..errors import (
     StoreNotFoundError,
     UnknownRevisionError,
 )
-from ..node import NodeId
-from ..repo.store import SESSIONS, TAGS, Store, open_store
+from ..node import (
+    SESSIONS,
+    NodeId,
+    remote_ref,
+    session_name,
+    session_ref,
+    short_name,
+    tag_name,
+    tag_ref,
+)
+from ..repo.store import Store, open_store
 from ..store.base import RawNode
 from ..store.urls import is_store_url
 from .connect import open_peer
@@ -42,7 +51,6 @@ __all__ = [
 
 #: Most nodes asked for in one read of the sender's chains.
 NODES_PER_REQUEST = 5000
-REMOTES = "remotes/"
 _HEX64 = re.compile(r"^[0-9a-f]{64}\Z")
 #: Called with (nodes, bytes) moved so far, as a transfer goes.
 Progress = Callable[[int, int], None]
@@ -97,13 +105,13 @@ def _transfer(src: Peer, missing: list[Missing], store: Store, progress: Progres
     while done < total:
         group, expected = _next_group(missing, done, per_request)
         nodes = src.nodes(group)
-        verify(nodes, store.backend.has, src.name)
+        verify(nodes, store.has, src.name)
         if not nodes or len(nodes) > len(expected) or any(
                 n.id != i for n, i in zip(nodes, expected, strict=False)):
             raise RemoteError(f"{src.name} answered with nodes other than those asked for: "
                               "nothing moved")
         counters[1] += getattr(src, "last_bytes", 0) or sum(len(n.encoded) + 70 for n in nodes)
-        store.backend.commit(nodes, [])
+        store.put_nodes(nodes)
         done += len(nodes)
         counters[0] += len(nodes)
         per_request = (NODES_PER_REQUEST if len(nodes) == len(expected)
@@ -145,14 +153,14 @@ def fetch(store: Store, remote: str | os.PathLike[str] | Store = "origin", *,
         refs = _listed(peer)
         result = FetchResult(peer.name, refs)
         tips = sorted(set(refs.values()))
-        here = store.backend.has(tips) if tips else set()
+        here = store.has(tips)
         wanted = [t for t in tips if t not in here]
-        missing = find_missing(wanted, peer.walk, lambda ids: store.backend.has(ids),
+        missing = find_missing(wanted, peer.walk, store.has,
                                peer=peer.name)
         counters = [0, 0]
         _transfer(peer, missing, store, progress, counters)
         result.nodes, result.bytes = counters
-        lost = set(tips) - store.backend.has(tips) if tips else set()
+        lost = set(tips) - store.has(tips)
         if lost:
             raise RemoteError(f"{peer.name} did not send node {min(lost)[:12]}, which it lists "
                               "as a ref: nothing moved")
@@ -182,33 +190,35 @@ def _listed(peer: Peer) -> dict[str, NodeId]:
 
 
 def _track(store: Store, name: str, refs: dict[str, NodeId], result: FetchResult) -> None:
-    prefix = f"{REMOTES}{name}/"
-    current = {r.name: r.target for r in store.backend.list_refs(prefix)}
-    wanted = {prefix + ref[len(SESSIONS):]: node for ref, node in refs.items()
-              if ref.startswith(SESSIONS)}
-    for ref, node in wanted.items():
-        old = current.get(ref)
+    prefix = remote_ref(f"{name}/")
+    current = {r.name: r.target for r in store.refs(prefix)}
+    wanted: dict[str, NodeId] = {remote_ref(f"{name}/{short}"): node
+                                 for ref, node in refs.items()
+                                 if (short := session_name(ref)) is not None}
+    for track, node in wanted.items():
+        old = current.get(track)
         if old != node:
             how = ("created" if old is None else "fast-forward" if is_ancestor(store, old, node)
                    else "forced update")
-            store.move_ref(ref, old, node, f"fetch {name}: {how}")
-            result.moved.append((ref, old, node))
-    for ref, old in current.items():
-        if ref not in wanted:
-            store.move_ref(ref, old, None, f"fetch {name}: gone from the remote")
-            result.moved.append((ref, old, None))
+            store.move_ref(track, old, node, f"fetch {name}: {how}")
+            result.moved.append((track, old, node))
+    for track, old in current.items():
+        if track not in wanted:
+            store.move_ref(track, old, None, f"fetch {name}: gone from the remote")
+            result.moved.append((track, old, None))
 
 
 def _copy_tags(store: Store, refs: dict[str, NodeId], result: FetchResult, peer: str) -> None:
     for ref, node in refs.items():
-        if not ref.startswith(TAGS):
+        short = tag_name(ref)
+        if short is None:
             continue
-        mine = store.backend.get_ref(ref)
+        mine = store.target(ref)
         if mine is None:
             store.move_ref(ref, None, node, f"fetch: tag from {peer}")
             result.moved.append((ref, None, node))
-        elif mine.target != node:
-            result.skipped_tags.append(ref[len(TAGS):])
+        elif mine != node:
+            result.skipped_tags.append(short)
 
 
 def _default_sessions(store: Store, sessions: Sequence[str] | None, verb: str) -> list[str]:
@@ -233,7 +243,7 @@ def pull(store: Store, remote: str | os.PathLike[str] | Store = "origin",
     # The label goes into the reflog and messages: a URL's password must reach neither.
     label = shown_location(os.fspath(remote)) if not isinstance(remote, Store) else fetched.remote
     for name in names:
-        theirs = fetched.refs.get(SESSIONS + name)
+        theirs = fetched.refs.get(session_ref(name))
         if theirs is None:
             problems.append(f"{label} has no session {name!r}")
             continue
@@ -241,10 +251,10 @@ def pull(store: Store, remote: str | os.PathLike[str] | Store = "origin",
         if mine == theirs:
             out.append((name, "up-to-date", mine, theirs))
         elif mine is None:
-            store.move_ref(SESSIONS + name, None, theirs, f"pull {label}: created")
+            store.move_ref(session_ref(name), None, theirs, f"pull {label}: created")
             out.append((name, "created", None, theirs))
         elif is_ancestor(store, mine, theirs):
-            store.move_ref(SESSIONS + name, mine, theirs, f"pull {label}: fast-forward")
+            store.move_ref(session_ref(name), mine, theirs, f"pull {label}: fast-forward")
             out.append((name, "fast-forward", mine, theirs))
         elif is_ancestor(store, theirs, mine):
             out.append((name, "ahead", mine, theirs))
@@ -316,12 +326,12 @@ def push(store: Store, remote: str | os.PathLike[str] | Store = "origin",
     if configured is not None:
         with store.batch():
             for r in result.results:
-                if r.status in ("ok", "up-to-date") and r.ref.startswith(SESSIONS) and r.new:
-                    track = f"{REMOTES}{configured.name}/{r.ref[len(SESSIONS):]}"
-                    old = store.backend.get_ref(track)
-                    if old is None or old.target != r.new:
-                        store.move_ref(track, None if old is None else old.target, r.new,
-                                       f"push {configured.name}: updated")
+                short = session_name(r.ref)
+                if r.status in ("ok", "up-to-date") and short is not None and r.new:
+                    track = remote_ref(f"{configured.name}/{short}")
+                    old = store.target(track)
+                    if old != r.new:
+                        store.move_ref(track, old, r.new, f"push {configured.name}: updated")
     rejected = [r for r in result.results if r.status == "rejected"]
     if rejected:
         raise PushRejectedError("; ".join(r.reason for r in rejected), list(result.results))
@@ -348,22 +358,23 @@ def _plan(store: Store, names: list[str], tags: bool, theirs: dict[str, NodeId],
         head = store.session_head(name)
         if head is None:
             raise UnknownRevisionError(f"no session named {name!r}")
-        wanted.append((SESSIONS + name, head))
+        wanted.append((session_ref(name), head))
     if tags:
-        wanted += [(TAGS + t.name, t.target) for t in store.tags()]
+        wanted += [(tag_ref(t.name), t.target) for t in store.tags()]
     for ref, new in wanted:
         old = theirs.get(ref)
-        kind, short = ref.split("/", 1)
+        tag = tag_name(ref)
+        short = tag if tag is not None else short_name(ref)
         if old == new:
             refused.append(RefResult(ref, old, new, "up-to-date"))
             continue
         if old is not None and not force:
-            if kind == "tags":
+            if tag is not None:
                 refused.append(RefResult(ref, old, old, "rejected",
                                          f"tag {short} already exists on the remote at "
                                          f"{old[:12]} (use --force to move it)"))
                 continue
-            if not store.backend.has([old]):
+            if not store.has([old]):
                 refused.append(RefResult(ref, old, old, "rejected",
                                          f"non-fast-forward: the remote's session {short} "
                                          f"is at {old[:12]}, which this store does not have "
@@ -403,7 +414,7 @@ def clone(source: str | os.PathLike[str], path: str | os.PathLike[str], *,
             for ref, node in sorted(fetched.refs.items()):
                 if ref.startswith(SESSIONS):
                     store.move_ref(ref, None, node, f"clone: from {fetched.remote}")
-        names = [r[len(SESSIONS):] for r in sorted(fetched.refs) if r.startswith(SESSIONS)]
+        names = [n for r in sorted(fetched.refs) if (n := session_name(r)) is not None]
         if names and "main" not in names:
             store.set_head_session(names[0])
         if status is not None:

@@ -15,8 +15,8 @@ from typing import Literal, Protocol
 import msgspec
 
 from ..errors import ConflictError, InvalidRefNameError, MissingNodeError, RemoteError
-from ..node import NodeId, check_ref_name, encode_data
-from ..repo.store import SESSIONS, TAGS, Store
+from ..node import SESSIONS, TAGS, NodeId, check_ref_name, encode_data, short_name, tag_name
+from ..repo.store import Store
 from ..store.base import RawNode
 from .pack import verify
 
@@ -99,10 +99,10 @@ def check_pushed_ref(ref: str) -> None:
 
 def is_ancestor(store: Store, old: NodeId, new: NodeId) -> bool:
     """True if ``old`` is ``new`` or on its path back to the root (a fast-forward)."""
-    a, b = store.backend.get(old), store.backend.get(new)
+    a, b = store.get_node(old), store.get_node(new)
     if a is None or b is None or a.depth > b.depth:
         return False
-    return store.backend.chain(new, b.depth - a.depth + 1).ids[0] == old
+    return store.chain_at(new, b.depth - a.depth + 1).ids[0] == old
 
 
 def apply_push(store: Store, nodes: Sequence[RawNode], updates: Sequence[Update], *,
@@ -118,8 +118,8 @@ def apply_push(store: Store, nodes: Sequence[RawNode], updates: Sequence[Update]
                 raise RemoteError(f"{peer} sent an update of {u.ref} to {node[:70]!r}, "
                                   "which is not a node id")
     if nodes:
-        verify(nodes, store.backend.has, peer)
-        store.backend.commit(list(nodes), [])
+        verify(nodes, store.has, peer)
+        store.put_nodes(nodes)
     results = []
     for u in updates:
         results.append(_apply_one(store, u, reason))
@@ -127,13 +127,12 @@ def apply_push(store: Store, nodes: Sequence[RawNode], updates: Sequence[Update]
 
 
 def _apply_one(store: Store, u: Update, reason: str) -> RefResult:
-    kind = "session" if u.ref.startswith(SESSIONS) else "tag"
-    short = u.ref.split("/", 1)[1]
-    current = store.backend.get_ref(u.ref)
-    now = None if current is None else current.target
+    tag = tag_name(u.ref)  # (check_pushed_ref let only a session or a tag through)
+    kind, short = ("tag", tag) if tag is not None else ("session", short_name(u.ref))
+    now = store.target(u.ref)
     if now == u.new:
         return RefResult(u.ref, now, u.new, "up-to-date")
-    if not store.backend.has([u.new]):
+    if not store.has([u.new]):
         return RefResult(u.ref, now, now, "rejected", f"node {u.new[:12]} was not sent")
     if now != u.old:
         return RefResult(u.ref, now, now, "rejected",
@@ -152,8 +151,7 @@ def _apply_one(store: Store, u: Update, reason: str) -> RefResult:
         store.move_ref(u.ref, now, u.new, f"{reason}: {how}")
     except ConflictError:
         # Another push moved it between the read above and this compare-and-set.
-        moved = store.backend.get_ref(u.ref)
-        at = None if moved is None else moved.target
+        at = store.target(u.ref)
         return RefResult(u.ref, at, at, "rejected",
                          f"{kind} {short} moved meanwhile: it is at {_short(at)}, the push "
                          f"expected {_short(u.old)} (fetch, then push again)")
@@ -178,14 +176,12 @@ class LocalPeer:
     def refs(self) -> dict[str, NodeId]:
         """Every session and tag."""
         self.round_trips += 1
-        backend = self.store.backend
-        with backend.snapshot():
-            return {r.name: r.target for p in (SESSIONS, TAGS) for r in backend.list_refs(p)}
+        return listed_refs(self.store)
 
     def has(self, ids: Sequence[NodeId]) -> set[NodeId]:
         """Which of ``ids`` are stored."""
         self.round_trips += 1
-        return self.store.backend.has(list(ids)) if ids else set()
+        return self.store.has(ids)
 
     def walk(self, starts: Sequence[tuple[NodeId, int]]) -> list[Walk]:
         """Ids back from each start."""
@@ -209,12 +205,19 @@ class LocalPeer:
             self.store.close()
 
 
+def listed_refs(store: Store) -> dict[str, NodeId]:
+    """Every session and tag of ``store`` by full name, read from one snapshot: what a peer
+    lists (``/refs`` of the server, a local peer's :meth:`LocalPeer.refs`)."""
+    with store.snapshot():
+        return {r.name: r.target for p in (SESSIONS, TAGS) for r in store.refs(p)}
+
+
 def walk_store(store: Store, start: NodeId, limit: int) -> Walk:
     """Up to ``limit`` ids back from ``start`` in ``store``; depth 0 if it is not stored."""
-    node = store.backend.get(start)
+    node = store.get_node(start)  # an id a peer asks about: it may not be stored here
     if node is None or limit <= 0:
         return Walk(0 if node is None else node.depth, [], start if node else None)
-    chain = store.backend.chain(start, limit)
+    chain = store.chain_at(start, limit)
     ids = chain.ids
     ids.reverse()
     return Walk(node.depth, ids, chain.base)
@@ -232,10 +235,9 @@ def read_chains(store: Store, chains: Sequence[tuple[NodeId, int]], *,
     for tip, count in chains:
         if max_bytes is not None and out and size >= max_bytes:
             break
-        try:
-            chain = store.backend.chain(tip, count)
-        except KeyError:
-            raise RemoteError(f"node {tip[:12]} is not stored") from None
+        chain = store.chain_if_stored(tip, count)
+        if chain is None:
+            raise RemoteError(f"node {tip[:12]} is not stored")
         ids = chain.ids
         parent = chain.base
         for i, type_, data in zip(ids, chain.types, chain.datas, strict=True):

@@ -15,9 +15,10 @@ from pathlib import Path
 import msgspec
 
 from ..errors import RemoteError, StoreError
+from ..node import remote_ref
 from ..repo.files import unwritable, write_private
 from ..repo.head import head_file_for
-from ..repo.store import Store
+from ..repo.store import STORE_FILE, Store
 from ..store.urls import is_store_url
 from .shown import shown_location
 
@@ -46,17 +47,13 @@ class _File(msgspec.Struct):
 
 def remotes_file(store: Store) -> Path | None:
     """Where ``store``'s remotes are kept (None: in memory)."""
-    backend = store.backend
-    path = getattr(backend, "path", None)
-    if isinstance(path, Path):
-        from ..repo.store import STORE_FILE
-
-        return (path.parent / REMOTES_FILE if path.name == STORE_FILE
-                else path.with_name(path.name + "." + REMOTES_FILE))
-    url = getattr(backend, "url", None)
-    if isinstance(url, str):
-        key = head_file_for(url).name
-        return head_file_for(url).parent.parent / "remotes" / (key + ".json")
+    where = store.location
+    if isinstance(where, Path):
+        return (where.parent / REMOTES_FILE if where.name == STORE_FILE
+                else where.with_name(where.name + "." + REMOTES_FILE))
+    if isinstance(where, str):
+        key = head_file_for(where).name
+        return head_file_for(where).parent.parent / "remotes" / (key + ".json")
     return None
 
 
@@ -117,7 +114,7 @@ def normalize_url(url: str) -> str:
 def _http_url(url: str) -> str:
     import httpx
 
-    from .http import shown_url, url_problem
+    from .shown import shown_url, url_problem
 
     try:
         parsed = httpx.URL(url)
@@ -157,9 +154,9 @@ def remove_remote(store: Store, name: str) -> Remote:
     remote = remotes.pop(name, None)
     if remote is None:
         raise RemoteError(f"no remote named {name!r} (see 'sess remote list')")
-    prefix = f"remotes/{name}/"
+    prefix = remote_ref(f"{name}/")
     with store.batch():
-        for ref in store.backend.list_refs(prefix):
+        for ref in store.refs(prefix):
             store.move_ref(ref.name, ref.target, None, f"remote: removed {name}")
     _save(store, remotes)
     return remote

@@ -120,7 +120,7 @@ def source_of(store: Store, name: str, head: NodeId) -> str:
 
 def _from_history(store: Store, name: str, head: NodeId) -> str:
     # Only the newest events are read: a session's reflog or whole history can be long.
-    tail = store.chain_of(head, HISTORY_TAIL)
+    tail = store.chain_at(head, HISTORY_TAIL)
     return _told_by(tail.types, tail.datas)
 
 

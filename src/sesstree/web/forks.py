@@ -84,4 +84,4 @@ def _on_path(store: Store, head: NodeId, node: NodeId) -> bool:
     """True if ``node`` is on the path to ``head`` and at most ``DIFF_READ`` events back (so
     the page reads no more than the diff does; a node further back is not looked for)."""
     back = depth_of(store, head) - depth_of(store, node)
-    return 0 <= back < DIFF_READ and store.chain_of(head, back + 1).ids[0] == node
+    return 0 <= back < DIFF_READ and store.chain_at(head, back + 1).ids[0] == node

@@ -26,7 +26,7 @@ ID_BYTES = 32
 def depth_of(store: Store, id: NodeId) -> int:
     """How many events lead to the stored node ``id`` (the web view only handles ids it read
     from the store, so it skips revision parsing)."""
-    stored = store.node(id)
+    stored = store.get_node(id)
     if stored is None:
         raise StoreCorruptError(f"node {id[:12]} cannot be found: the store is damaged")
     return stored.depth
@@ -34,7 +34,7 @@ def depth_of(store: Store, id: NodeId) -> int:
 
 def node_of(store: Store, id: NodeId) -> Node:
     """The stored node ``id``, decoded."""
-    stored = store.node(id)
+    stored = store.get_node(id)
     if stored is None:
         raise StoreCorruptError(f"node {id[:12]} cannot be found: the store is damaged")
     return Node(stored.id, stored.parent, stored.type, msgspec.msgpack.decode(stored.encoded))
@@ -88,11 +88,11 @@ class PathCache:
         if before is not None and earlier is not None:
             grown = depth_of(self.store, head) - len(earlier) // ID_BYTES
             if grown > 0:
-                tail = self.store.chain_of(head, grown)
+                tail = self.store.chain_at(head, grown)
                 if tail.base == before:  # a fast-forward: keep what was read, add the tail
                     self._noted(name, head, tail, whole=False)
                     return earlier + _packed(tail.ids)
-        chain = self.store.chain_of(head)
+        chain = self.store.chain_at(head)
         self._noted(name, head, chain, whole=True)
         return _packed(chain.ids)
 

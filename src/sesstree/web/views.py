@@ -364,7 +364,7 @@ def _fork_at(fork: Fork | None, items: list[Item], ids: list[NodeId], first: int
 
 def _type_of(store: Store, raw: bytes) -> str:
     """The type of the stored node with raw id ``raw``."""
-    stored = store.node(NodeId(raw.hex()))
+    stored = store.get_node(NodeId(raw.hex()))
     if stored is None:
         raise StoreCorruptError(f"node {raw.hex()[:12]} cannot be found: the store is damaged")
     return stored.type
