@@ -54,10 +54,11 @@ from .commit import BLOB_MIN, SIZE_WAL_AFTER, Writer
 from .dicts import Dictionary
 from .gc import collect_garbage
 from .nodes import SqliteNodes
-from .opening import DURABLE_WAL_PAGES, FORMAT_VERSION, PAGE_SIZE, WAL_PAGES
+from .opening import DURABLE_WAL_PAGES, PAGE_SIZE, WAL_PAGES
 from .refs import RefReads, RefWrites
 from .release import Hold
 from .scans import SqliteScans
+from .schema import FORMAT_VERSION
 from .state import ConnState
 from .sums import FILL_CLOSE, FILL_IDLE, fill_sums
 from .txn import Transactions

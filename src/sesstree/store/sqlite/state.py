@@ -18,8 +18,8 @@ from typing import NoReturn
 from ...errors import StoreCorruptError
 from ...node import NodeId
 from .media import translate, translating
-from .opening import has_codec, reflog_has_started
 from .paths import PathReader
+from .schema import has_codec, reflog_has_started
 from .sql import FOLD, FOLD_NEWEST, REFLOG_ROWS, without_codec, without_started
 
 __all__ = ["ConnState"]
