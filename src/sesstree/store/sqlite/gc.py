@@ -22,8 +22,9 @@ import time
 from array import array
 from collections.abc import Iterator
 
-from ...node import NodeId
+from ...node import NodeId, parse_symbolic
 from ..base import Progress
+from ..meta_rows import HEAD
 from .state import ConnState
 from .sums import forget_sums
 from .txn import Transactions
@@ -109,8 +110,8 @@ def _rows(db: sqlite3.Connection, sql: str) -> Iterator[tuple[int, int | None]]:
 
 
 def _detached_head(db: sqlite3.Connection) -> int | None:
-    row = db.execute("SELECT value FROM meta WHERE key = 'HEAD'").fetchone()
-    if row is None or str(row[0]).startswith("ref: "):
+    row = db.execute("SELECT value FROM meta WHERE key = ?", (HEAD,)).fetchone()
+    if row is None or parse_symbolic(str(row[0])) is not None:
         return None
     try:
         key = bytes.fromhex(str(row[0]))

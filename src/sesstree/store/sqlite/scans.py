@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterator, Sequence
 
 import msgspec
 
-from ...node import NodeId
+from ...node import SESSIONS, TAGS, NodeId
 from ..base import Counts, Progress, Ref, ReflogEntry, ReflogStamp
 from ..storable import storable
 from .paths import verify_node
@@ -67,6 +67,9 @@ _NEWEST_REFS = (
     "AND l.n = (SELECT n FROM reflog WHERE ref = l.ref ORDER BY n DESC LIMIT 1) "
     "ORDER BY l.time DESC, l.ref LIMIT ?3 OFFSET ?4"
 )
+# _LIVE_REFS gives the first five characters of each ref name (as many as TAGS has): its kind.
+_SESSION_KIND = SESSIONS[:5]
+assert len(TAGS) == 5
 _json = msgspec.json.Encoder()
 _msgpack = msgspec.msgpack.Decoder()
 
@@ -231,10 +234,10 @@ class SqliteScans:
             for kind, new in db.execute(_LIVE_REFS):
                 if new is None:
                     continue  # a deleted ref
-                if kind == "sessi":
+                if kind == _SESSION_KIND:
                     sessions += 1
                     heads.append(int(new))
-                elif kind == "tags/":
+                elif kind == TAGS:
                     tags += 1
         logical = self._logical_bytes(heads, progress)
         return Counts(nodes, sessions, tags, entries, logical)
