@@ -332,7 +332,7 @@ def bench_load(tmp: Path, n: int, results: dict[str, Any]) -> None:
         db = store.backend._db  # type: ignore[attr-defined]
         framed = db.execute("SELECT data, codec FROM nodes WHERE codec IS NOT NULL").fetchall()
         framed += db.execute("SELECT data, codec FROM blobs").fetchall()
-        codec = store.backend._paths.codec  # type: ignore[attr-defined]
+        codec = store.backend._state.paths.codec  # type: ignore[attr-defined]
         frames, codecs = [f for f, _ in framed], [c for _, c in framed]
         floors = {
             # the store's frames inflated, in one call per dictionary
@@ -417,7 +417,7 @@ def bench_append(tmp: Path, n: int, results: dict[str, Any]) -> None:
         with open_store(where) as store:
             backend: Any = store.backend
             t = time.perf_counter()
-            backend._train()
+            backend._dicts.train()
             spent = time.perf_counter() - t
             assert backend._db.execute("SELECT count(*) FROM dicts").fetchone()[0] == 1
             return spent

@@ -153,6 +153,7 @@ def test_gc_by_another_connection_does_not_leave_a_dangling_ref(tmp_path: Path) 
     """A writer that cached a node's row must not point a ref at it after another
     connection's gc removed it (written, never named, then written again and named)."""
     from sesstree import make_node
+    from sesstree.node import session_ref
     from sesstree.store.base import RefUpdate
 
     folder = tmp_path / "s"
@@ -161,7 +162,7 @@ def test_gc_by_another_connection_does_not_leave_a_dangling_ref(tmp_path: Path) 
         child = make_node(root.id, "user/message", {"role": "user", "content": "y"})
         a.write([root, child])  # an aborted import: nothing names these nodes
         assert b.gc().removed == 2
-        a.write([root, child], [RefUpdate("sessions/q", None, child.id, "import")])
+        a.write([root, child], [RefUpdate(session_ref("q"), None, child.id, "import")])
         assert [m["content"] for m in b.messages("q")] == ["x", "y"]
         check_no_dangling(b)
         check_no_dangling(a)

@@ -11,7 +11,7 @@ from functools import partial
 import msgspec
 
 from ..errors import ConflictError, MissingNodeError
-from ..node import ID_VERSION, NodeId
+from ..node import ID_VERSION, NodeId, parse_symbolic
 from .base import (
     Chain,
     RawNode,
@@ -315,7 +315,7 @@ class MemoryBackend:
                 roots.add(keep)
             roots.update(t for e in self._reflog for t in (e.old, e.new) if t is not None)
             head = self._head
-            if head is not None and not head.startswith("ref: "):
+            if head is not None and parse_symbolic(head) is None:
                 roots.add(NodeId(head))
             live: set[NodeId] = set()
             for root in roots:

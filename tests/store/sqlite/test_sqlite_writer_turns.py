@@ -62,6 +62,7 @@ def test_gc_keeps_what_a_concurrent_write_reaches_again(tmp_path: Path) -> None:
     """A node gc found unreachable, then reached again by a write before its chunk is
     deleted (a child appended to it, a ref pointed at it), is kept with its ancestors."""
     from sesstree import make_node
+    from sesstree.node import session_ref
     from sesstree.store.base import RefUpdate
     from sesstree.store.sqlite import gc as sqlite_gc
 
@@ -78,7 +79,7 @@ def test_gc_keeps_what_a_concurrent_write_reaches_again(tmp_path: Path) -> None:
             real(plan, db)  # type: ignore[arg-type]
             # After the snapshot, before the first delete: another connection writes.
             leaf = make_node(mid.id, "user/message", {"role": "user", "content": "leaf"})
-            other.write([leaf], [RefUpdate("sessions/late", None, leaf.id, "late")])
+            other.write([leaf], [RefUpdate(session_ref("late"), None, leaf.id, "late")])
 
         sqlite_gc._Plan.__init__ = plan_then_write  # type: ignore[method-assign]
         try:

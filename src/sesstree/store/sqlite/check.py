@@ -14,7 +14,7 @@ from pathlib import Path
 from blake3 import blake3
 
 from ...errors import InvalidRefNameError, StoreCorruptError
-from ...node import check_ref_name
+from ...node import REMOTES, check_ref_name, session_name, tag_name
 from ..codec import dict_hash
 from .sql import CHECKS
 from .wal import scan_wal
@@ -38,6 +38,20 @@ LIMIT 20
 
 def _short(key: object) -> str:
     return key.hex()[:12] if isinstance(key, bytes) else repr(key)[:12]
+
+
+def _name_of(ref: str) -> str:
+    """The name inside a stored ref (``sessions/NAME``, ``tags/NAME``, ``remotes/R/NAME``)."""
+    name = session_name(ref)
+    if name is None:
+        name = tag_name(ref)
+    if name is None and ref.startswith(REMOTES):  # remote-tracking refs: remotes/REMOTE/NAME
+        remote, _, name = ref[len(REMOTES):].partition("/")
+        if not remote:
+            raise InvalidRefNameError(ref)
+    if name is None:
+        raise InvalidRefNameError(ref)
+    return name
 
 
 def check_store(
@@ -64,14 +78,8 @@ def check_store(
         faults.append(f"reflog entry {n} of {ref} does not follow the entry before it "
                       "(a damaged log: the ref may show an older position)")
     for (ref,) in db.execute("SELECT DISTINCT ref FROM reflog"):
-        kind, _, name = str(ref).partition("/")
-        if kind == "remotes":  # remote-tracking refs: remotes/REMOTE/NAME
-            remote, _, name = name.partition("/")
-            kind = "remotes" if remote and "/" not in remote else ""
         try:
-            if kind not in ("sessions", "tags", "remotes"):
-                raise InvalidRefNameError(ref)
-            check_ref_name(name)
+            check_ref_name(_name_of(str(ref)))
         except InvalidRefNameError:
             faults.append(f"reflog names a ref that cannot exist: {ref!r} (damaged)")
     wal = scan_wal(path)

@@ -1,132 +1,73 @@
 """The SQLite backend's commits: a node and its ref's move, as one statement on the hot path of
-every append, or one transaction, or a part of a batch (a part of :class:`SqliteBackend`).
+every append, or one transaction, or a part of a batch.
 
-A ref's move is its reflog entry (the reflog is the truth of every ref, see
-:mod:`sesstree.store.sqlite.backend`): the compare-and-set is one ``INSERT ... WHERE newest IS old``,
-and a fold rewrites the newest entry. Inside a batch, which holds the write lock, where each ref
-is now is known (``_heads``), and folds are written once, before anything reads the log.
+The ref's move itself is a compare-and-set of :class:`~sesstree.store.sqlite.txn.Transactions`;
+inside a batch, which holds the write lock, where each ref is now is known there, and a fold
+of a ref the batch moved already waits to be written once.
 """
 
 from __future__ import annotations
 
 import sqlite3
-import threading
 import time
-from collections.abc import Sequence
-from contextlib import AbstractContextManager
-from pathlib import Path
-from typing import NoReturn
+from collections.abc import Callable, Sequence
 
 from blake3 import blake3
 
-from ...errors import ConflictError, MissingNodeError, StoreLockedError
-from ...node import NodeId
-from ..base import RawNode, RefUpdate, describe
+from ...errors import MissingNodeError
+from ..base import RawNode, RefUpdate
 from ..codec import SMALL_MIN
 from ..rows import row_data
 from ..storable import check_commit
-from .dicts import DictWrites
-from .lock import WriteLock
+from .dicts import Dictionary
 from .opening import WAL_PAGES
-from .paths import PathReader
-from .sql import APPEND_FOLD, APPEND_ONE, CAS, INSERT_NODE, NEWEST
-from .wal import IdleCheckpointer, preallocate_wal
+from .sql import APPEND_FOLD, APPEND_ONE, INSERT_NODE
+from .state import ConnState
+from .txn import Transactions
+from .wal import preallocate_wal
 
-__all__ = ["BLOB_MIN", "SIZE_WAL_AFTER", "CommitWrites"]
+__all__ = ["BLOB_MIN", "SIZE_WAL_AFTER", "Writer"]
 
 #: Payloads larger than this are stored once, by hash, compressed (tool results, files).
 BLOB_MIN = 1024
 #: A connection that has committed this many single appends is a long writer: its WAL is then
 #: given its full size once, so that later appends overwrite blocks instead of growing the file.
 SIZE_WAL_AFTER = 1_000
-_CACHE_MAX = 200_000
 
 
-class CommitWrites(DictWrites):
-    """How the SQLite backend commits (mixed into it; it provides what is declared here)."""
+class Writer:
+    """Commits nodes and ref moves on the backend's connection: the one-statement append, one
+    transaction, or a part of an open batch.
 
-    path: Path
-    _db: sqlite3.Connection
-    _lock: threading.RLock
-    _timeout: float
-    _queue: WriteLock
-    _queue_depth: int
-    _idle: IdleCheckpointer
-    _paths: PathReader
-    _dict_looked: bool
-    _fold_sql: str
-    _fold_newest_sql: str
-    _appends_to_size_wal: int
-    _batch_depth: int
-    _heads: dict[str, int | None]
-    _unwritten: dict[str, tuple[int | None, float, str]]
-    _txn_new: list[NodeId]
-    _known: dict[NodeId, tuple[int, int]]
-    _data_version: int
+    Owns the count of appends left before the WAL is given its size (see sqlite_wal); reads
+    and changes the shared :class:`ConnState` (the row cache, the queue's and batch's depth),
+    moves refs through ``txn`` and stores payloads with the dictionary ``dicts`` finds.
+    """
 
-    def _errors(self) -> AbstractContextManager[None]:  # pragma: no cover - the backend's
-        raise NotImplementedError
-
-    def _translate(self, exc: sqlite3.Error) -> NoReturn:  # pragma: no cover - the backend's
-        raise NotImplementedError
-
-    def _starved(self) -> StoreLockedError:  # pragma: no cover - the backend's
-        raise NotImplementedError
-
-    def _refuse_if_full(self) -> None:  # pragma: no cover - the backend's
-        raise NotImplementedError
-
-    def _rollback(self) -> None:  # pragma: no cover - the backend's
-        raise NotImplementedError
-
-    def _log(self, name: str, old: int | None, new: int | None, reason: str, now: float,
-             fold: bool = False) -> bool:
-        """The compare-and-set: move ``name`` from ``old`` to ``new`` and log it (or, with
-        ``fold``, rewrite its newest entry), or do nothing."""
-        if fold and self._db.execute(self._fold_sql, (name, old, new, now, reason)).rowcount == 1:
-            return True
-        # Not folded: the ref has no entry to fold into, or it is not at `old` (then the CAS
-        # below writes nothing either).
-        return self._db.execute(CAS, (name, old, new, now, reason)).rowcount == 1
-
-    def _seq_of(self, id: NodeId) -> tuple[int, int] | None:
-        known = self._known.get(id)
-        if known is None:
-            row = self._db.execute(
-                "SELECT seq, depth FROM nodes WHERE id = ?", (bytes.fromhex(id),)
-            ).fetchone()
-            if row is None:
-                return None
-            known = (row[0], row[1])
-            self._remember(id, known)
-        return known
-
-    def _sync_cache(self) -> None:
-        """Forget cached row numbers if another connection has committed since we looked."""
-        version = self._db.execute("PRAGMA data_version").fetchone()[0]
-        if version != self._data_version:
-            self._known.clear()
-            self._data_version = version
-
-    def _remember(self, id: NodeId, value: tuple[int, int]) -> None:
-        if len(self._known) >= _CACHE_MAX:
-            self._known.clear()
-        self._known[id] = value
-
-    def _ref_seq(self, name: str) -> int | None:
-        if name in self._heads:
-            return self._heads[name]
-        row = self._db.execute(NEWEST, (name,)).fetchone()
-        return None if row is None or row[0] is None else int(row[0])
+    def __init__(self, state: ConnState, txn: Transactions, dicts: Dictionary,
+                 refuse_if_full: Callable[[], None]) -> None:
+        self._state = state
+        self._txn = txn
+        self._dicts = dicts
+        self._refuse_if_full = refuse_if_full
+        # Objects that stay the same for the life of the connection, looked up once.
+        self._db = state.db
+        self._lock = state.lock
+        self._queue = txn.queue
+        self._idle = txn.idle
+        # Appends committed by this connection, until the WAL is given its size (a long
+        # writer's appends then stop growing the file; see sqlite_wal). A durable store's WAL
+        # was sized when it was opened.
+        self._appends_to_size_wal = -1 if state.durable else SIZE_WAL_AFTER
 
     def _insert(self, node: RawNode) -> tuple[int, int]:
-        known = self._known.get(node.id)
+        known = self._state.known.get(node.id)
         if known is not None:
             return known
         parent_seq: int | None = None
         depth = 1
         if node.parent is not None:
-            parent = self._seq_of(node.parent)
+            parent = self._state.seq_of(node.parent)
             if parent is None:
                 raise MissingNodeError(f"parent {node.parent[:12]} of {node.id[:12]} is not stored")
             parent_seq, depth = parent[0], parent[1] + 1
@@ -134,58 +75,60 @@ class CommitWrites(DictWrites):
         bid: int | None = None
         codec: int | None = None
         db = self._db
-        if not self._dict_looked:
-            self._find_dict()
+        if not self._dicts.looked:
+            self._dicts.find()
         if len(node.encoded) > BLOB_MIN:
             digest = blake3(node.encoded).digest()
             known_blob = db.execute("SELECT bid FROM blobs WHERE hash = ?", (digest,)).fetchone()
             if known_blob is not None:
                 bid = known_blob[0]
             else:
-                bcodec, blob = self._paths.codec.pack_blob(node.encoded)
+                bcodec, blob = self._state.paths.codec.pack_blob(node.encoded)
                 cur = db.execute(
                     "INSERT INTO blobs(hash, data, codec) VALUES (?, ?, ?)", (digest, blob, bcodec)
                 )
                 bid = cur.lastrowid
-                self._count_plain(bcodec == 0)
+                self._dicts.count_plain(bcodec == 0)
             inline = None
         row = row_data(node.type, inline)
         if bid is None:
-            codec, row = self._paths.codec.pack(row)
-            self._count_plain(len(row) >= SMALL_MIN)
+            codec, row = self._state.paths.codec.pack(row)
+            self._dicts.count_plain(len(row) >= SMALL_MIN)
         key = bytes.fromhex(node.id)
         cur = db.execute(INSERT_NODE, (key, parent_seq, depth, row, bid, codec))
         if cur.rowcount == 1:
             assert cur.lastrowid is not None
             value = (cur.lastrowid, depth)
-            self._txn_new.append(node.id)
+            self._state.txn_new.append(node.id)
         else:
             row = db.execute("SELECT seq, depth FROM nodes WHERE id = ?", (key,)).fetchone()
             value = (row[0], row[1])
-        self._remember(node.id, value)
+        self._state.remember(node.id, value)
         return value
 
     def commit(self, nodes: Sequence[RawNode], updates: Sequence[RefUpdate]) -> None:
+        """Store ``nodes`` and move refs by ``updates``, all or nothing (see Backend.commit)."""
         check_commit(nodes, updates)
+        state = self._state
         with self._lock:
-            if self._batch_depth:
-                with self._errors():
+            if state.batch_depth:
+                with state.errors():
                     self._commit_batched(nodes, updates)
                 return
-            # The writers' queue, inline rather than through _queued: this is every append's
-            # path, and a generator-based context manager costs about a microsecond.
-            if self._queue_depth:
+            # The writers' queue, inline rather than through Transactions.queued: this is every
+            # append's path, and a generator-based context manager costs about a microsecond.
+            if state.queue_depth:
                 self._commit_alone(nodes, updates)
                 return
             self._refuse_if_full()
             queue = self._queue
-            if not queue.acquire(self._timeout):
-                raise self._starved()
-            self._queue_depth = 1
+            if not queue.acquire(state.timeout):
+                raise self._txn.starved()
+            state.queue_depth = 1
             try:
                 self._commit_alone(nodes, updates)
             finally:
-                self._queue_depth = 0
+                state.queue_depth = 0
                 queue.release()
                 self._idle.wrote()
             # (Training the dictionary waits for the writer's next pause, see sqlite_dicts.)
@@ -199,20 +142,20 @@ class CommitWrites(DictWrites):
             return
         try:
             db.execute("BEGIN IMMEDIATE")
-            self._sync_cache()
+            self._state.sync_cache()
             self._check_then_insert(nodes, updates)
             now = time.time()
             for u in updates:
-                if not self._log(u.name, self._old_seq(u), self._new_seq(u), u.reason, now,
+                if not self._txn.log(u.name, self._old_seq(u), self._new_seq(u), u.reason, now,
                                  u.fold):
-                    raise self._conflict(u)
+                    raise self._txn.conflict(u)
             db.execute("COMMIT")
-            self._txn_new.clear()
+            self._state.txn_new.clear()
         except sqlite3.Error as exc:
-            self._rollback()
-            self._translate(exc)
+            self._txn.rollback()
+            self._state.translate(exc)
         except BaseException:
-            self._rollback()
+            self._txn.rollback()
             raise
 
     def _append_one(self, node: RawNode, u: RefUpdate) -> bool:
@@ -220,20 +163,21 @@ class CommitWrites(DictWrites):
         if it does not apply."""
         if u.new != node.id or u.old != node.parent:
             return False
-        if not self._dict_looked:
-            self._find_dict()
+        dicts = self._dicts
+        if not dicts.looked:
+            dicts.find()
         encoded = node.encoded
-        codec = self._paths.codec
+        codec = self._state.paths.codec
         if len(encoded) > BLOB_MIN:
             # Compressed before knowing whether the blob is stored already: a lookup first
             # would be a second statement, and compressing 2 KB costs less than one.
             bcodec, blob = codec.pack_blob(encoded)
             packed, row, digest = None, row_data(node.type, None), blake3(encoded).digest()
-            self._count_plain(bcodec == 0)
+            dicts.count_plain(bcodec == 0)
         else:
             packed, row = codec.pack(row_data(node.type, encoded))
             blob, bcodec, digest = None, None, None
-            self._count_plain(len(encoded) >= SMALL_MIN)
+            dicts.count_plain(len(encoded) >= SMALL_MIN)
         try:
             self._db.execute(APPEND_FOLD if u.fold and u.old is not None else APPEND_ONE, (
                 u.name, bytes.fromhex(node.parent) if node.parent is not None else None,
@@ -245,13 +189,13 @@ class CommitWrites(DictWrites):
             # Here the parent is the ref's expected old value: if it is not stored, the ref
             # cannot be there either, so this is a lost compare-and-set (a retry on the new
             # head works), whatever else is missing.
-            raise self._conflict(u) from None
+            raise self._txn.conflict(u) from None
         except sqlite3.Error as exc:
-            self._translate(exc)
+            self._state.translate(exc)
         self._appends_to_size_wal -= 1
         if self._appends_to_size_wal == 0:
             try:
-                preallocate_wal(self._db, self.path, WAL_PAGES, sync=False)
+                preallocate_wal(self._db, self._state.path, WAL_PAGES, sync=False)
             except (OSError, sqlite3.Error):
                 pass  # only a speed-up: the append itself is committed, and the WAL just grows
         return True
@@ -260,15 +204,15 @@ class CommitWrites(DictWrites):
         """The row the update expects its ref at; a node that is not stored cannot be it."""
         if u.old is None:
             return None
-        found = self._seq_of(u.old)
+        found = self._state.seq_of(u.old)
         if found is None:
-            raise self._conflict(u)
+            raise self._txn.conflict(u)
         return found[0]
 
     def _new_seq(self, u: RefUpdate) -> int | None:
         if u.new is None:
             return None
-        found = self._seq_of(u.new)
+        found = self._state.seq_of(u.new)
         if found is None:
             raise MissingNodeError(f"{u.name}: target {u.new[:12]} is not stored")
         return found[0]
@@ -278,8 +222,8 @@ class CommitWrites(DictWrites):
         helps) even when a node is missing too, and inside a batch it writes nothing that
         would spoil the batch."""
         for u in updates:
-            if self._ref_seq(u.name) != self._old_seq(u):
-                raise self._conflict(u)
+            if self._txn.ref_seq(u.name) != self._old_seq(u):
+                raise self._txn.conflict(u)
         for n in nodes:
             self._insert(n)
 
@@ -288,31 +232,13 @@ class CommitWrites(DictWrites):
         now = time.time()
         for u in updates:
             old, new = self._old_seq(u), self._new_seq(u)  # cached lookups
-            if u.fold and u.name in self._heads:
+            if u.fold and u.name in self._txn.heads:
                 # The batch moved this ref, holding the write lock since: its newest entry is
                 # the batch's, and where the ref is, is known. The rewrite can wait.
-                self._unwritten[u.name] = (new, now, u.reason)
-                self._heads[u.name] = new
+                self._txn.unwritten[u.name] = (new, now, u.reason)
+                self._txn.heads[u.name] = new
                 continue
-            self._write_folds()  # the log this move is compared with must be up to date
-            if not self._log(u.name, old, new, u.reason, now, u.fold):  # pragma: no cover
-                raise self._conflict(u)  # checked above, under the write lock
-            self._heads[u.name] = new
-
-    def _write_folds(self) -> None:
-        """Write the folds a batch has kept back (see ``_unwritten``)."""
-        if self._unwritten:
-            unwritten, self._unwritten = self._unwritten, {}
-            self._db.executemany(self._fold_newest_sql, [
-                (name, new, when, reason) for name, (new, when, reason) in unwritten.items()
-            ])
-
-    def _conflict(self, u: RefUpdate) -> ConflictError:
-        current = self._ref_seq(u.name)
-        found = None
-        if current is not None:
-            row = self._db.execute("SELECT id FROM nodes WHERE seq = ?", (current,)).fetchone()
-            found = row[0].hex() if row else None
-        return ConflictError(
-            f"{u.name} moved: expected {describe(u.old)}, found {describe(found)}"
-        )
+            self._txn.write_folds()  # the log this move is compared with must be up to date
+            if not self._txn.log(u.name, old, new, u.reason, now, u.fold):  # pragma: no cover
+                raise self._txn.conflict(u)  # checked above, under the write lock
+            self._txn.heads[u.name] = new

@@ -21,14 +21,13 @@ import sqlite3
 import time
 from array import array
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
 
-from ...node import NodeId
+from ...node import NodeId, parse_symbolic
 from ..base import Progress
+from ..meta_rows import HEAD
+from .state import ConnState
 from .sums import forget_sums
-
-if TYPE_CHECKING:
-    from .backend import SqliteBackend
+from .txn import Transactions
 
 __all__ = ["CHUNK", "collect_garbage"]
 
@@ -111,8 +110,8 @@ def _rows(db: sqlite3.Connection, sql: str) -> Iterator[tuple[int, int | None]]:
 
 
 def _detached_head(db: sqlite3.Connection) -> int | None:
-    row = db.execute("SELECT value FROM meta WHERE key = 'HEAD'").fetchone()
-    if row is None or str(row[0]).startswith("ref: "):
+    row = db.execute("SELECT value FROM meta WHERE key = ?", (HEAD,)).fetchone()
+    if row is None or parse_symbolic(str(row[0])) is not None:
         return None
     try:
         key = bytes.fromhex(str(row[0]))
@@ -140,13 +139,14 @@ def _chunks(seqs: Iterator[int]) -> Iterator[list[int]]:
 
 
 def collect_garbage(
-    backend: SqliteBackend, dry_run: bool, keep: NodeId | None = None,
+    state: ConnState, txn: Transactions, dry_run: bool, keep: NodeId | None = None,
     progress: Progress | None = None,
 ) -> tuple[list[NodeId], int, int]:
     """Remove (unless ``dry_run``) what nothing reaches, nor ``keep``; return the unreachable
-    ids (newest first), how many nodes were removed, and how many are kept."""
-    db = backend._db
-    with backend.snapshot():
+    ids (newest first), how many nodes were removed, and how many are kept. Reads in one
+    snapshot of ``txn``, deletes in its short write transactions."""
+    db = state.db
+    with txn.snapshot():
         plan = _Plan(db)
         if keep is not None:
             row = db.execute("SELECT seq FROM nodes WHERE id = ?", (bytes.fromhex(keep),)).fetchone()
@@ -160,7 +160,7 @@ def collect_garbage(
     # Children before parents. The doomed rows are listed afresh at each chunk, so rows that a
     # chunk's catch-up saves are skipped.
     for chunk in _chunks(plan.doomed()):
-        with backend._write():
+        with txn.write():
             plan.catch_up(db, chunk)
             chunk = [s for s in chunk if plan.state[s] == _DEAD]
             if chunk:
@@ -170,13 +170,13 @@ def collect_garbage(
                 gone += _ids(db, chunk)
                 db.execute(f"DELETE FROM nodes WHERE seq IN ({marks})", chunk)
                 db.execute(f"DELETE FROM path_bytes WHERE seq IN ({marks})", chunk)
-                if backend._codec_columns:
+                if state.codec_columns:
                     forget_sums(db, chunk)
                 for s in chunk:
                     plan.state[s] = _ABSENT
                 row = db.execute("SELECT coalesce(max(seq), 0) FROM nodes").fetchone()
                 plan.mark = min(plan.mark, int(row[0]))
-                backend._known.clear()
+                state.known.clear()
         if progress is not None:
             progress(len(gone), total)
         time.sleep(0)  # between chunks, a writer woken from the queue gets to run first
@@ -184,7 +184,7 @@ def collect_garbage(
     order = sorted(bids)
     for k in range(0, len(order), CHUNK):
         part = order[k:k + CHUNK]
-        with backend._write():
+        with txn.write():
             db.execute(
                 f"DELETE FROM blobs WHERE bid IN ({_marks(part)}) AND NOT EXISTS "
                 "(SELECT 1 FROM nodes WHERE nodes.bid = blobs.bid)", part

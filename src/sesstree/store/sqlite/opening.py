@@ -11,7 +11,6 @@ import sqlite3
 from pathlib import Path
 
 from ...errors import StoreCorruptError, StoreFormatError, StoreLockedError, StoreNotFoundError
-from ...node import ID_VERSION
 from .create import create_store_file, remove_leftovers
 from .media import (
     is_media_error,
@@ -22,32 +21,14 @@ from .media import (
     translating,
     unopenable,
 )
-from .sql import APPEND_TEMP, SCHEMA, SCHEMA_2, add_codec, without_started
+from .schema import FORMAT_VERSION, build, has_codec, reflog_has_started, upgrade
+from .sql import APPEND_TEMP, without_started
 from .wal import preallocate_wal
 from .walguard import OPENING, guard_wal
 
-__all__ = [
-    "DURABLE_WAL_PAGES", "FORMAT_VERSION", "PAGE_SIZE", "WAL_PAGES", "has_codec",
-    "open_connection", "reflog_has_started",
-]
+__all__ = ["DURABLE_WAL_PAGES", "FORMAT_VERSION", "PAGE_SIZE", "WAL_PAGES", "open_connection"]
 
 
-def reflog_has_started(db: sqlite3.Connection) -> bool:
-    """Whether the store's reflog keeps when a folded entry's first move was made (stores
-    made before that have no such column, and are read and written without it)."""
-    return any(row[1] == "started" for row in db.execute("PRAGMA table_info(reflog)"))
-
-
-def has_codec(db: sqlite3.Connection) -> bool:
-    """Whether the store has format 4's codec columns (see sqlite_sql.add_codec)."""
-    return any(row[1] == "codec" for row in db.execute("PRAGMA table_info(nodes)"))
-
-
-#: 1: the tables; 2: the indexes and derived table of SCHEMA_2; 3: its index on move time;
-#: 4: zstd frames and dictionaries (sqlite_sql.add_codec). An older store is upgraded when it
-#: is first opened for writing (nothing is rewritten: old rows read as they were); read-only
-#: it is read as it is. An older sesstree refuses a newer format: it could not read frames.
-FORMAT_VERSION = 4
 #: A commit writes whole pages to the WAL, and an append dirties three: smaller pages make it
 #: cheaper, while 1 KB pages would cost disk space (measured in bench/bench_store.py).
 PAGE_SIZE = 2048
@@ -102,43 +83,15 @@ def open_connection(
     return db, read_only
 
 
-def _build_schema(db: sqlite3.Connection) -> None:
-    """Page size, WAL mode, tables and format version of a new store (sqlite_create)."""
-    db.execute(f"PRAGMA page_size={PAGE_SIZE}")
-    db.execute("PRAGMA journal_mode=WAL")
-    db.execute("BEGIN IMMEDIATE")
-    for statement in (*SCHEMA, *SCHEMA_2):
-        db.execute(statement)
-    add_codec(db)
-    db.executemany(
-        "INSERT INTO meta VALUES (?, ?)",
-        [("format", str(FORMAT_VERSION)), ("ids", f"blake3-msgpack-v{ID_VERSION}")],
-    )
-    db.execute("COMMIT")
-
-
-def _upgrade(db: sqlite3.Connection, path: Path) -> None:
-    """Format 1, 2 or 3 to 4: add the indexes and the derived table, then the codec columns
-    and the dictionaries' table (each only if missing), in one transaction (another process
-    opening the store meanwhile waits for it, then sees format 4)."""
-    db.execute("BEGIN IMMEDIATE")
-    try:
-        row = db.execute("SELECT value FROM meta WHERE key = 'format'").fetchone()
-        if row is not None and str(row[0]) in ("1", "2", "3"):
-            for statement in SCHEMA_2:
-                db.execute(statement)
-            add_codec(db)
-            db.execute("UPDATE meta SET value = ? WHERE key = 'format'", (str(FORMAT_VERSION),))
-        db.execute("COMMIT")
-    except BaseException:
-        db.execute("ROLLBACK")
-        raise
+def _build(db: sqlite3.Connection) -> None:
+    """A new store's schema, in the file sqlite_create renames into place (see sqlite_schema)."""
+    build(db, PAGE_SIZE)
 
 
 def _create(path: Path, durable: bool) -> None:
     """Create the store file atomically (see sqlite_create), mapping OS errors."""
     try:
-        create_store_file(path, _build_schema, sync=durable)
+        create_store_file(path, _build, sync=durable)
     except (OSError, sqlite3.Error) as exc:
         raise media_error(path, exc) from None
 
@@ -185,7 +138,7 @@ def _prepare(db: sqlite3.Connection, path: Path, durable: bool, read_only: bool)
         if version < 1:
             raise StoreCorruptError(f"{path} has no valid format version")
         if version < FORMAT_VERSION and not read_only:
-            _upgrade(db, path)
+            upgrade(db)  # (see sqlite_schema)
         mode = db.execute("PRAGMA journal_mode").fetchone()[0]
         if str(mode).lower() != "wal" and not read_only:
             mode = db.execute("PRAGMA journal_mode=WAL").fetchone()[0]

@@ -1,92 +1,71 @@
-"""Reading refs, the reflog and the settings of an SQLite store: a part of
-:class:`SqliteBackend`.
+"""Refs, the reflog and the settings (HEAD, session metadata) of an SQLite store: their reads
+and the writes that are not commits (rename, expiry, settings).
 
 A ref's value is its newest reflog entry (see :mod:`sesstree.store.sqlite.backend`).
 """
 
 from __future__ import annotations
 
-import sqlite3
-import threading
-from contextlib import AbstractContextManager
-from pathlib import Path
+import time
 from typing import Any
 
-from ...errors import StoreCorruptError
 from ...node import NodeId
-from ..base import Ref, ReflogEntry, SessionMeta, StoreFormat
+from ..base import Ref, ReflogEntry, RefUpdate, SessionMeta, StoreFormat
 from ..meta_rows import HEAD, LEGACY, SESSION, session_meta_of
-from ..storable import storable
+from ..storable import check_commit, check_head, check_session_meta, storable
 from .sql import LIST_REFS
+from .state import ConnState
+from .txn import Transactions
 
-__all__ = ["RefReads"]
+__all__ = ["RefReads", "RefWrites"]
 
 
 class RefReads:
-    """The ref, reflog and settings reads of the SQLite backend (which provides what is
-    declared here)."""
+    """The ref, reflog and settings reads of the backend's connection. Owns nothing: what an
+    open batch has not written of its refs' moves yet is written first (``txn``)."""
 
-    path: Path
-    _db: sqlite3.Connection
-    _lock: threading.RLock
-    _reflog_sql: str
-
-    def _errors(self) -> AbstractContextManager[None]:  # pragma: no cover - the backend's
-        raise NotImplementedError
-
-    def _write_folds(self) -> None:  # pragma: no cover - the backend's
-        raise NotImplementedError
-
-    def _hex(self, value: object) -> NodeId:
-        """A node id read from the file, which must be 32 bytes."""
-        if not isinstance(value, bytes) or len(value) != 32:
-            raise StoreCorruptError(f"store {self.path} is damaged: a node id is unreadable")
-        return NodeId(value.hex())
-
-    def _id_of_seq(self, seq: int | None) -> NodeId | None:
-        if seq is None:
-            return None
-        row = self._db.execute("SELECT id FROM nodes WHERE seq = ?", (seq,)).fetchone()
-        return self._hex(row[0]) if row else None
+    def __init__(self, state: ConnState, txn: Transactions) -> None:
+        self._state = state
+        self._txn = txn
 
     def get_ref(self, name: str) -> Ref | None:
         if not storable(name):  # a name no store can hold names nothing
             return None
-        with self._lock, self._errors():
-            self._write_folds()
-            row = self._db.execute(
+        with self._state.lock, self._state.errors():
+            self._txn.write_folds()
+            row = self._state.db.execute(
                 "SELECT d.id, l.time FROM reflog l LEFT JOIN nodes d ON d.seq = l.new "
                 "WHERE l.ref = ? ORDER BY l.n DESC LIMIT 1",
                 (name,),
             ).fetchone()
             if row is None or row[0] is None:
                 return None
-            return Ref(name, self._hex(row[0]), row[1])
+            return Ref(name, self._state.hex(row[0]), row[1])
 
     def list_refs(self, prefix: str) -> list[Ref]:
         if not storable(prefix):  # a name no store can hold names nothing
             return []
-        with self._lock, self._errors():
-            self._write_folds()
-            rows = self._db.execute(LIST_REFS, (prefix, len(prefix))).fetchall()
-            return [Ref(r[0], self._hex(r[1]), r[2]) for r in rows]
+        with self._state.lock, self._state.errors():
+            self._txn.write_folds()
+            rows = self._state.db.execute(LIST_REFS, (prefix, len(prefix))).fetchall()
+            return [Ref(r[0], self._state.hex(r[1]), r[2]) for r in rows]
 
     def reflog(self, name: str | None = None) -> list[ReflogEntry]:
         if not storable(name or ''):  # a name no store can hold names nothing
             return []
-        sql = self._reflog_sql
-        with self._lock, self._errors():
-            self._write_folds()
+        sql = self._state.reflog_sql
+        with self._state.lock, self._state.errors():
+            self._txn.write_folds()
             if name is None:
-                rows = self._db.execute(sql + " ORDER BY l.time, l.ref, l.n").fetchall()
+                rows = self._state.db.execute(sql + " ORDER BY l.time, l.ref, l.n").fetchall()
             else:
-                rows = self._db.execute(sql + " WHERE l.ref = ? ORDER BY l.n", (name,)).fetchall()
-        return self._entries(rows)
+                rows = self._state.db.execute(sql + " WHERE l.ref = ? ORDER BY l.n", (name,)).fetchall()
+        return self.entries(rows)
 
-    def _entries(self, rows: list[Any]) -> list[ReflogEntry]:
+    def entries(self, rows: list[Any]) -> list[ReflogEntry]:
         """Reflog entries from rows of ``_reflog_sql`` (ref, old id, new id, time, reason,
         started)."""
-        hexed = self._hex
+        hexed = self._state.hex
         return [
             ReflogEntry(r[0], None if r[1] is None else hexed(r[1]),
                         None if r[2] is None else hexed(r[2]), r[3], r[4], r[5])
@@ -97,32 +76,93 @@ class RefReads:
         # A range on the primary key, not LIKE: names may hold % and _, and a range uses the
         # index. With `name`, the one key.
         if name is not None:
-            rows = self._db.execute("SELECT key, value FROM meta WHERE key = ?",
+            rows = self._state.db.execute("SELECT key, value FROM meta WHERE key = ?",
                                     (prefix + name,)).fetchall()
         else:
-            rows = self._db.execute("SELECT key, value FROM meta WHERE key >= ? AND key < ?",
+            rows = self._state.db.execute("SELECT key, value FROM meta WHERE key >= ? AND key < ?",
                                     (prefix, prefix + "\U0010ffff")).fetchall()
         return [(str(k), str(v)) for k, v in rows if str(k).startswith(prefix)]
 
     def get_session_meta(self, name: str) -> SessionMeta | None:
         if not storable(name):  # a name no store can hold names nothing
             return None
-        with self._lock, self._errors():
+        with self._state.lock, self._state.errors():
             rows = self._meta_range(SESSION, name) + self._meta_range(LEGACY, name)
         return session_meta_of(rows).get(name)
 
     def list_session_meta(self) -> dict[str, SessionMeta]:
-        with self._lock, self._errors():
+        with self._state.lock, self._state.errors():
             rows = self._meta_range(SESSION) + self._meta_range(LEGACY)
         return session_meta_of(rows)
 
     def get_head(self) -> str | None:
-        with self._lock, self._errors():
+        with self._state.lock, self._state.errors():
             rows = self._meta_range(HEAD, "")
         return rows[0][1] if rows else None
 
     def store_format(self) -> StoreFormat:
-        with self._lock, self._errors():
-            rows = dict(self._db.execute(
+        with self._state.lock, self._state.errors():
+            rows = dict(self._state.db.execute(
                 "SELECT key, value FROM meta WHERE key IN ('format', 'ids')").fetchall())
         return StoreFormat(int(rows.get("format", 0)), str(rows.get("ids", "")))
+
+
+class RefWrites:
+    """Renaming a ref, expiring its log, and writing the settings, each in one write
+    transaction of ``txn``. Owns nothing."""
+
+    def __init__(self, state: ConnState, txn: Transactions) -> None:
+        self._state = state
+        self._txn = txn
+
+    def rename_ref(self, old: str, new: str, target: NodeId, reason: str) -> None:
+        check_commit((), [RefUpdate(old, target, None, reason), RefUpdate(new, None, target,
+                                                                          reason)])
+        state, txn = self._state, self._txn
+        with txn.write():
+            txn.heads.pop(old, None)
+            txn.heads.pop(new, None)
+            seq = state.seq_of(target)
+            if seq is None or txn.ref_seq(old) != seq[0]:
+                raise txn.conflict(RefUpdate(old, target, None, reason))
+            if txn.ref_seq(new) is not None:
+                raise txn.conflict(RefUpdate(new, None, target, reason))
+            # The log of `old` moves over, after whatever `new` had before (a deleted session).
+            row = state.db.execute(
+                "SELECT coalesce(max(n), 0) FROM reflog WHERE ref = ?", (new,)
+            ).fetchone()
+            state.db.execute(
+                "UPDATE reflog SET ref = ?, n = n + ? WHERE ref = ?", (new, row[0], old)
+            )
+            txn.log(new, seq[0], seq[0], reason, time.time())
+
+    def expire_reflog(self, name: str) -> int:
+        if not storable(name):  # a name no store can hold names nothing
+            return 0
+        db = self._state.db
+        with self._txn.write():
+            # A live ref's newest entry is its value: it stays. A deleted ref's go entirely.
+            live = self._txn.ref_seq(name) is not None
+            cur = db.execute(
+                "DELETE FROM reflog WHERE ref = ?1 AND (NOT ?2 OR n < "
+                "(SELECT max(n) FROM reflog WHERE ref = ?1))",
+                (name, live),
+            )
+            # The entry kept no longer remembers where the ref was before it.
+            db.execute("UPDATE reflog SET old = NULL WHERE ref = ?", (name,))
+            return int(cur.rowcount)
+
+    def set_session_meta(self, name: str, meta: SessionMeta | None) -> None:
+        text = check_session_meta(name, meta)
+        db = self._state.db
+        with self._txn.write():
+            db.execute("DELETE FROM meta WHERE key = ?", (LEGACY + name,))
+            if text is not None:
+                db.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (SESSION + name, text))
+            else:
+                db.execute("DELETE FROM meta WHERE key = ?", (SESSION + name,))
+
+    def set_head(self, value: str) -> None:
+        check_head(value)
+        with self._txn.write():
+            self._state.db.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (HEAD, value))

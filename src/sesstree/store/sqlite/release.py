@@ -14,13 +14,13 @@ from __future__ import annotations
 
 import sqlite3
 import threading
-from pathlib import Path
 from typing import Any, cast
 
 from .media import full_error, without_index
 from .opening import open_connection
+from .state import ConnState
 
-__all__ = ["RELEASE_AFTER", "LooseHold", "Reopening"]
+__all__ = ["RELEASE_AFTER", "Hold", "Reopening"]
 
 #: Seconds between looks at whether the store is idle. A process waiting to open the store
 #: waits up to its timeout (10 s by default), so it gets in.
@@ -32,7 +32,7 @@ class Reopening:
     (:meth:`release`), opened again by the first use after that. Everything that holds the
     backend's connection holds this, so no one is left with a closed one."""
 
-    def __init__(self, owner: LooseHold, db: sqlite3.Connection) -> None:
+    def __init__(self, owner: Hold, db: sqlite3.Connection) -> None:
         self._owner = owner
         #: The open connection, or None while let go of.
         self.real: sqlite3.Connection | None = db
@@ -40,7 +40,7 @@ class Reopening:
         self.closed = threading.Event()
 
     def __getattr__(self, name: str) -> Any:
-        return getattr(self.real or self._owner._open_again(), name)
+        return getattr(self.real or self._owner.open_again(), name)
 
     def release(self) -> None:
         """Close the connection if no transaction is open on it (the next use opens it)."""
@@ -56,76 +56,70 @@ class Reopening:
             db.close()
 
 
-class LooseHold:
-    """The SQLite backend's opening of its store, and its letting go of a store opened
-    without its index (see the module docstring)."""
+class Hold:
+    """Opens the store for the backend, and lets go of a store opened without its index (see
+    the module docstring). Owns the :class:`Reopening` stand-in, if any, and its thread; it
+    sets the connection and how it was opened in the backend's :class:`ConnState`."""
 
-    path: Path
-    _durable: bool
-    _timeout: float
-    _lock: threading.RLock
-    _batch_depth: int
-    _data_version: int
-    _db: sqlite3.Connection
+    def __init__(self, state: ConnState) -> None:
+        self._state = state
 
-    def _setup(self) -> None:  # pragma: no cover - the backend's
-        raise NotImplementedError
-
-    def _connect(self, create: bool) -> None:
+    def connect(self, create: bool) -> None:
         """Open the store (again), and set up what depends on how it was opened: read-only
         (read-only media, a full disk) or not, with its index or without."""
+        state = self._state
         db, read_only = open_connection(
-            self.path, create=create, durable=self._durable, timeout=self._timeout
+            state.path, create=create, durable=state.durable, timeout=state.timeout
         )
-        #: True when the store could only be opened for reading (read-only media, or a full
-        #: disk).
-        self.read_only = read_only
-        #: True on a disk too full for ``store.db-shm``: reads work, every write raises
-        #: StoreFullError (and query_only refuses any that would not).
-        self.full = read_only and without_index(db)
-        if self.full:
+        state.read_only = read_only
+        state.full = read_only and without_index(db)
+        if state.full:
             db.execute("PRAGMA query_only=1")
-        held: object = getattr(self, "_db", None)
+        held: object = getattr(state, "db", None)
         if isinstance(held, Reopening):
             held.real = db
-            self._data_version = -1  # (another process may have written meanwhile)
-        elif self.full:
+            state.data_version = -1  # (another process may have written meanwhile)
+        elif state.full:
             reopening = Reopening(self, db)
-            self._db = cast(sqlite3.Connection, reopening)  # (it acts as one)
+            state.db = cast(sqlite3.Connection, reopening)  # (it acts as one)
             threading.Thread(target=self._release_loop, args=(reopening,), daemon=True,
                              name="sesstree-release").start()
         else:
-            self._db = db
-        self._setup()
+            state.db = db
+        state.setup()
 
-    def _open_again(self) -> sqlite3.Connection:
-        with self._lock:
-            held: object = self._db
+    def open_again(self) -> sqlite3.Connection:
+        """The connection of a store let go of, opened again."""
+        state = self._state
+        with state.lock:
+            held: object = state.db
             assert isinstance(held, Reopening)
             if held.real is None:
-                self._connect(create=False)  # (a sesstree error if it cannot: still let go)
+                self.connect(create=False)  # (a sesstree error if it cannot: still let go)
             assert held.real is not None
             return held.real
 
-    def _refuse_if_full(self) -> None:
+    def refuse_if_full(self) -> None:
         """Before a write (the lock held, no transaction open): on a store opened without
         room for its index, open it again, as there may be room now; refuse it if not."""
-        held: object = self._db
-        if self.full and isinstance(held, Reopening):
-            with self._lock:
+        state = self._state
+        held: object = state.db
+        if state.full and isinstance(held, Reopening):
+            with state.lock:
                 held.release()
-                self._open_again()
-        if self.full:
-            raise full_error(self.path)
+                self.open_again()
+        if state.full:
+            raise full_error(state.path)
 
     def _release_loop(self, held: Reopening) -> None:
         """Let go of ``held`` whenever it is idle, until the backend closes it."""
-        while not held.closed.wait(RELEASE_AFTER) and self.full:
+        state = self._state
+        while not held.closed.wait(RELEASE_AFTER) and state.full:
             # (Once opened again with room, it is held as any connection is.)
-            if not self._lock.acquire(blocking=False):
+            if not state.lock.acquire(blocking=False):
                 continue  # in use, so not idle
             try:
-                if self.full and not self._batch_depth:
+                if state.full and not state.batch_depth:
                     held.release()
             finally:
-                self._lock.release()
+                state.lock.release()

@@ -1,4 +1,4 @@
-"""Reads of an SQLite store whose cost follows what they touch: a part of :class:`SqliteBackend`.
+"""Reads of an SQLite store whose cost follows what they touch.
 
 - ``list_refs_with_depth``: the refs and their targets' depths in one query (``sess branch``
   does not fetch and verify each session's head).
@@ -14,22 +14,20 @@
 
 from __future__ import annotations
 
-import sqlite3
-import threading
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import AbstractContextManager
-from pathlib import Path
-from typing import Any
 
 import msgspec
 
-from ...node import NodeId
+from ...node import SESSIONS, TAGS, NodeId
 from ..base import Counts, Progress, Ref, ReflogEntry, ReflogStamp
 from ..storable import storable
 from .paths import verify_node
+from .refs import RefReads
 from .sql import LIST_REFS
+from .state import ConnState
+from .txn import Transactions
 
-__all__ = ["SLICE", "ScanReads"]
+__all__ = ["SLICE", "SqliteScans"]
 
 #: Rows read per query by the streaming reads (bounded memory, and short read statements).
 SLICE = 2_000
@@ -69,6 +67,9 @@ _NEWEST_REFS = (
     "AND l.n = (SELECT n FROM reflog WHERE ref = l.ref ORDER BY n DESC LIMIT 1) "
     "ORDER BY l.time DESC, l.ref LIMIT ?3 OFFSET ?4"
 )
+# _LIVE_REFS gives the first five characters of each ref name (as many as TAGS has): its kind.
+_SESSION_KIND = SESSIONS[:5]
+assert len(TAGS) == 5
 _json = msgspec.json.Encoder()
 _msgpack = msgspec.msgpack.Decoder()
 
@@ -77,91 +78,71 @@ def _marks(n: int) -> str:
     return ",".join("?" * n)
 
 
-class ScanReads:
-    """The bounded reads of the SQLite backend (which provides what is declared here)."""
+class SqliteScans:
+    """The bounded reads of the backend's connection (see the module docstring). Owns
+    nothing: the ``path_bytes`` index it keeps is written through ``txn``, and reflog rows
+    are read as ``refs`` reads them."""
 
-    path: Path
-    read_only: bool
-    _db: sqlite3.Connection
-    _lock: threading.RLock
-    _reflog_sql: str
-
-    def _errors(self) -> AbstractContextManager[None]:  # pragma: no cover - the backend's
-        raise NotImplementedError
-
-    def _hex(self, value: object) -> NodeId:  # pragma: no cover - RefReads'
-        raise NotImplementedError
-
-    def _entries(self, rows: list[Any]) -> list[ReflogEntry]:  # pragma: no cover - RefReads'
-        raise NotImplementedError
-
-    def _write_folds(self) -> None:  # pragma: no cover - the backend's
-        raise NotImplementedError
-
-    def _expand(  # pragma: no cover - the backend's
-        self, id: bytes | None, data: bytes, blob: bytes | None, codec: int | None,
-        bcodec: int | None,
-    ) -> tuple[str, bytes, bytes]:
-        raise NotImplementedError
-
-    def _q(self, sql: str) -> str:  # pragma: no cover - the backend's
-        raise NotImplementedError
+    def __init__(self, state: ConnState, txn: Transactions, refs: RefReads) -> None:
+        self._state = state
+        self._txn = txn
+        self._refs = refs
 
     def list_refs_with_depth(self, prefix: str) -> list[tuple[Ref, int]]:
         if not storable(prefix):  # a name no store can hold names nothing
             return []
-        with self._lock, self._errors():
-            self._write_folds()  # (moves of an open batch, so that the log is the truth)
-            rows = self._db.execute(_LIST_REFS_DEPTH, (prefix, len(prefix))).fetchall()
-        return [(Ref(r[0], self._hex(r[1]), r[2]), int(r[3])) for r in rows]
+        with self._state.lock, self._state.errors():
+            self._txn.write_folds()  # (moves of an open batch, so that the log is the truth)
+            rows = self._state.db.execute(_LIST_REFS_DEPTH, (prefix, len(prefix))).fetchall()
+        return [(Ref(r[0], self._state.hex(r[1]), r[2]), int(r[3])) for r in rows]
 
     def refs_at(self, targets: Sequence[NodeId]) -> list[Ref]:
         wanted = list(dict.fromkeys(targets))
         found: dict[str, Ref] = {}
-        with self._lock, self._errors():
-            self._write_folds()
+        with self._state.lock, self._state.errors():
+            self._txn.write_folds()
             for k in range(0, len(wanted), _MARKS):
                 part = [bytes.fromhex(t) for t in wanted[k:k + _MARKS]]
-                for ref, key, moved in self._db.execute(
+                for ref, key, moved in self._state.db.execute(
                     _REFS_AT.format(marks=_marks(len(part))), part
                 ):
-                    found[ref] = Ref(ref, self._hex(key), moved)
+                    found[ref] = Ref(ref, self._state.hex(key), moved)
         return [found[k] for k in sorted(found)]
 
     def node_keys(self, ids: Sequence[NodeId]) -> dict[NodeId, int]:
         out: dict[NodeId, int] = {}
         unique = list(dict.fromkeys(ids))
-        with self._lock, self._errors():
+        with self._state.lock, self._state.errors():
             for k in range(0, len(unique), _MARKS):
                 part = [bytes.fromhex(i) for i in unique[k:k + _MARKS]]
-                for key, seq in self._db.execute(
+                for key, seq in self._state.db.execute(
                     f"SELECT id, seq FROM nodes WHERE id IN ({_marks(len(part))})", part
                 ):
-                    out[self._hex(key)] = int(seq)
+                    out[self._state.hex(key)] = int(seq)
         return out
 
     def ids_of_keys(self, keys: Sequence[int]) -> dict[int, NodeId]:
         out: dict[int, NodeId] = {}
         unique = list(dict.fromkeys(keys))
-        with self._lock, self._errors():
+        with self._state.lock, self._state.errors():
             for k in range(0, len(unique), _MARKS):
                 part = unique[k:k + _MARKS]
-                for seq, key in self._db.execute(
+                for seq, key in self._state.db.execute(
                     f"SELECT seq, id FROM nodes WHERE seq IN ({_marks(len(part))})", part
                 ):
-                    out[int(seq)] = self._hex(key)
+                    out[int(seq)] = self._state.hex(key)
         return out
 
     def iter_links(self) -> Iterator[tuple[int, int | None]]:
         below: int | None = None
         while True:
-            with self._lock, self._errors():
+            with self._state.lock, self._state.errors():
                 if below is None:
-                    rows = self._db.execute(
+                    rows = self._state.db.execute(
                         "SELECT seq, parent FROM nodes ORDER BY seq DESC LIMIT ?", (SLICE,)
                     ).fetchall()
                 else:
-                    rows = self._db.execute(
+                    rows = self._state.db.execute(
                         "SELECT seq, parent FROM nodes WHERE seq < ? ORDER BY seq DESC LIMIT ?",
                         (below, SLICE),
                     ).fetchall()
@@ -171,20 +152,20 @@ class ScanReads:
             below = rows[-1][0]
 
     def verify_nodes(self, progress: Progress | None = None) -> Iterator[str]:
-        with self._lock, self._errors():
-            top = int(self._db.execute("SELECT coalesce(max(seq), 0) FROM nodes").fetchone()[0])
+        with self._state.lock, self._state.errors():
+            top = int(self._state.db.execute("SELECT coalesce(max(seq), 0) FROM nodes").fetchone()[0])
         after = 0
         while True:
-            with self._lock, self._errors():
-                rows = self._db.execute(self._q(_VERIFY), (after, SLICE)).fetchall()
+            with self._state.lock, self._state.errors():
+                rows = self._state.db.execute(self._state.q(_VERIFY), (after, SLICE)).fetchall()
             if not rows:
                 return
             for seq, key, parent_seq, parent, data, blob, codec, bcodec in rows:
                 if parent_seq is not None and parent is None:
                     continue  # a missing parent: the link checks name it
                 try:
-                    with self._lock:
-                        body = self._expand(key, data, blob, codec, bcodec)[2]
+                    with self._state.lock:
+                        body = self._state.paths.expand(key, data, blob, codec, bcodec)[2]
                     intact = isinstance(key, bytes) and verify_node(key, parent, body)
                 except Exception:  # damage of any kind is a finding, not a crash
                     intact = False
@@ -203,49 +184,49 @@ class ScanReads:
     def newest_refs(self, prefix: str, limit: int, offset: int = 0) -> list[Ref]:
         if not storable(prefix):  # a name no store can hold names nothing
             return []
-        with self._lock, self._errors():
-            self._write_folds()
-            rows = self._db.execute(_NEWEST_REFS, (prefix, len(prefix), limit, offset)).fetchall()
-        return [Ref(r[0], self._hex(r[1]), r[2]) for r in rows]
+        with self._state.lock, self._state.errors():
+            self._txn.write_folds()
+            rows = self._state.db.execute(_NEWEST_REFS, (prefix, len(prefix), limit, offset)).fetchall()
+        return [Ref(r[0], self._state.hex(r[1]), r[2]) for r in rows]
 
     def reflog_stamp(self) -> ReflogStamp:
-        with self._lock, self._errors():
-            self._write_folds()
-            entries, newest = self._db.execute("SELECT count(*), max(time) FROM reflog").fetchone()
+        with self._state.lock, self._state.errors():
+            self._txn.write_folds()
+            entries, newest = self._state.db.execute("SELECT count(*), max(time) FROM reflog").fetchone()
         return ReflogStamp(int(entries), float(newest or 0.0))
 
     def reflog_page(self, name: str, limit: int, offset: int = 0) -> tuple[list[ReflogEntry], int]:
         if not storable(name):  # a name no store can hold names nothing
             return [], 0
-        with self._lock, self._errors():
-            self._write_folds()
-            total = int(self._db.execute("SELECT count(*) FROM reflog WHERE ref = ?",
+        with self._state.lock, self._state.errors():
+            self._txn.write_folds()
+            total = int(self._state.db.execute("SELECT count(*) FROM reflog WHERE ref = ?",
                                          (name,)).fetchone()[0])
-            rows = self._db.execute(self._reflog_sql + " WHERE l.ref = ? ORDER BY l.n DESC "
+            rows = self._state.db.execute(self._state.reflog_sql + " WHERE l.ref = ? ORDER BY l.n DESC "
                                     "LIMIT ? OFFSET ?", (name, limit, offset)).fetchall()
-        return self._entries(rows), total
+        return self._refs.entries(rows), total
 
     def reflog_times(self, name: str, targets: Sequence[NodeId]) -> dict[NodeId, float]:
         if not storable(name):  # a name no store can hold names nothing
             return {}
         wanted = list(dict.fromkeys(targets))
         out: dict[NodeId, float] = {}
-        with self._lock, self._errors():
-            self._write_folds()
+        with self._state.lock, self._state.errors():
+            self._txn.write_folds()
             for k in range(0, len(wanted), _MARKS):
                 part = [bytes.fromhex(t) for t in wanted[k:k + _MARKS]]
                 # Oldest first, so that the newest move to a node is the one kept.
-                for key, time in self._db.execute(
+                for key, time in self._state.db.execute(
                     "SELECT d.id, l.time FROM nodes d JOIN reflog l ON l.new = d.seq "
                     f"WHERE d.id IN ({_marks(len(part))}) AND l.ref = ? ORDER BY l.n",
                     [*part, name],
                 ):
-                    out[self._hex(key)] = float(time)
+                    out[self._state.hex(key)] = float(time)
         return out
 
     def counts(self, progress: Progress | None = None) -> Counts:
-        with self._lock, self._errors():
-            db = self._db
+        with self._state.lock, self._state.errors():
+            db = self._state.db
             nodes = int(db.execute("SELECT count(*) FROM nodes").fetchone()[0])
             entries = int(db.execute("SELECT count(*) FROM reflog").fetchone()[0])
             sessions = tags = 0
@@ -253,23 +234,23 @@ class ScanReads:
             for kind, new in db.execute(_LIVE_REFS):
                 if new is None:
                     continue  # a deleted ref
-                if kind == "sessi":
+                if kind == _SESSION_KIND:
                     sessions += 1
                     heads.append(int(new))
-                elif kind == "tags/":
+                elif kind == TAGS:
                     tags += 1
         logical = self._logical_bytes(heads, progress)
         return Counts(nodes, sessions, tags, entries, logical)
 
     def _logical_bytes(self, heads: list[int], progress: Progress | None) -> int:
         """The sum of the sessions' paths as JSONL lines, from the ``path_bytes`` index."""
-        if self._has_path_bytes() and not self.read_only:
+        if self._has_path_bytes() and not self._state.read_only:
             self._update_path_bytes(progress)
             total = 0
-            with self._lock, self._errors():
+            with self._state.lock, self._state.errors():
                 for k in range(0, len(heads), _MARKS):
                     part = heads[k:k + _MARKS]
-                    row = self._db.execute(
+                    row = self._state.db.execute(
                         f"SELECT coalesce(sum(bytes), 0) FROM path_bytes "
                         f"WHERE seq IN ({_marks(len(part))})", part
                     ).fetchone()
@@ -280,7 +261,7 @@ class ScanReads:
                     seen[h] = seen.get(h, 0) + 1
                 for h, times in seen.items():
                     if times > 1:
-                        row = self._db.execute(
+                        row = self._state.db.execute(
                             "SELECT bytes FROM path_bytes WHERE seq = ?", (h,)
                         ).fetchone()
                         total += (times - 1) * (int(row[0]) if row else 0)
@@ -298,8 +279,8 @@ class ScanReads:
         """A ``report(seq)`` for a pass over the rows after ``after``: it calls ``progress``
         once a slice, and only for a pass of more than one slice (a usual ``stats`` catches
         up on a few rows, and draws nothing); ``report(None)`` marks the end."""
-        with self._lock, self._errors():
-            top = int(self._db.execute("SELECT coalesce(max(seq), 0) FROM nodes").fetchone()[0])
+        with self._state.lock, self._state.errors():
+            top = int(self._state.db.execute("SELECT coalesce(max(seq), 0) FROM nodes").fetchone()[0])
         if progress is None or top - after <= SLICE:
             return lambda seq: None
         mark = [after]
@@ -314,16 +295,16 @@ class ScanReads:
         return report
 
     def _has_path_bytes(self) -> bool:
-        with self._lock, self._errors():
-            return self._db.execute(
+        with self._state.lock, self._state.errors():
+            return self._state.db.execute(
                 "SELECT 1 FROM sqlite_master WHERE name = 'path_bytes'"
             ).fetchone() is not None
 
     def _lines(self, after: int) -> Iterator[tuple[int, int | None, int]]:
         """(seq, parent seq, size as one JSONL line) of every row after ``after``, in slices."""
         while True:
-            with self._lock, self._errors():
-                rows = self._db.execute(self._q(
+            with self._state.lock, self._state.errors():
+                rows = self._state.db.execute(self._state.q(
                     "SELECT n.seq, n.parent, n.data, b.data, n.codec, b.codec FROM nodes n "
                     "LEFT JOIN blobs b ON b.bid = n.bid WHERE n.seq > ? ORDER BY n.seq LIMIT ?"),
                     (after, SLICE),
@@ -332,8 +313,8 @@ class ScanReads:
                 return
             for seq, parent, data, blob, codec, bcodec in rows:
                 try:
-                    with self._lock:
-                        encoded = self._expand(None, data, blob, codec, bcodec)[1]
+                    with self._state.lock:
+                        encoded = self._state.paths.expand(None, data, blob, codec, bcodec)[1]
                     line = len(_json.encode(_msgpack.decode(encoded))) + 1
                 except Exception:  # damaged: fsck reports it; stats counts it as empty
                     line = 1
@@ -343,8 +324,8 @@ class ScanReads:
     def _update_path_bytes(self, progress: Progress | None = None) -> None:
         """Bring ``path_bytes`` up to date with the rows written since it was last updated,
         one short write transaction per slice (a derived index: fsck-free, rebuilt if lost)."""
-        with self._lock, self._errors():
-            row = self._db.execute("SELECT coalesce(max(seq), 0) FROM path_bytes").fetchone()
+        with self._state.lock, self._state.errors():
+            row = self._state.db.execute("SELECT coalesce(max(seq), 0) FROM path_bytes").fetchone()
         after = int(row[0])
         report = self._sizing(after, progress)
         batch: list[tuple[int, int]] = []
@@ -356,8 +337,8 @@ class ScanReads:
                 if parent in known:
                     base = known[parent]
                 else:
-                    with self._lock, self._errors():
-                        found = self._db.execute(
+                    with self._state.lock, self._state.errors():
+                        found = self._state.db.execute(
                             "SELECT bytes FROM path_bytes WHERE seq = ?", (parent,)
                         ).fetchone()
                     base = int(found[0]) if found else 0
@@ -372,6 +353,5 @@ class ScanReads:
         report(None)
 
     def _store_path_bytes(self, rows: list[tuple[int, int]]) -> None:
-        write = getattr(self, "_write")  # noqa: B009 - the backend's short write transaction
-        with write():
-            self._db.executemany("INSERT OR REPLACE INTO path_bytes VALUES (?, ?)", rows)
+        with self._txn.write():
+            self._state.db.executemany("INSERT OR REPLACE INTO path_bytes VALUES (?, ?)", rows)

@@ -5,10 +5,6 @@ See :mod:`sesstree.store.sqlite.backend` for the layout and why it is shaped thi
 
 from __future__ import annotations
 
-import sqlite3
-
-from .sums import SUMS_TABLE
-
 __all__ = [
     "APPEND_FOLD",
     "APPEND_ONE",
@@ -27,37 +23,12 @@ __all__ = [
     "READ_RUN",
     "REFLOG_ROWS",
     "RUN_BREAK",
-    "SCHEMA",
-    "SCHEMA_2",
     "STARTED_SET",
     "WALK_ROWS",
-    "add_codec",
     "without_codec",
     "without_started",
 ]
 
-SCHEMA = [
-    "CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID",
-    "CREATE TABLE blobs(bid INTEGER PRIMARY KEY, hash BLOB NOT NULL UNIQUE, data BLOB NOT NULL)",
-    """CREATE TABLE nodes(
-        seq INTEGER PRIMARY KEY,
-        id BLOB NOT NULL UNIQUE,
-        parent INTEGER,
-        depth INTEGER NOT NULL,
-        data BLOB NOT NULL,
-        bid INTEGER
-    )""",
-    """CREATE TABLE reflog(
-        ref TEXT NOT NULL,
-        n INTEGER NOT NULL,
-        old INTEGER,
-        new INTEGER,
-        time REAL NOT NULL,
-        reason TEXT NOT NULL,
-        started REAL,
-        PRIMARY KEY (ref, n)
-    ) WITHOUT ROWID""",
-]
 # An entry a move is folded into keeps when its first move was made (`started`, see
 # ReflogEntry). Stores made before the column existed have none: `without_started` takes the
 # clause out of the statements below for them (they read NULL instead).
@@ -69,40 +40,11 @@ def without_started(sql: str) -> str:
     return sql.replace(STARTED_SET, "").replace("l.started", "NULL")
 
 
-# Format 2: what lets gc, stats and ref labels read only what they need. `nodes_bid` finds
-# the nodes that use a payload (gc removes a payload no node names, one seek each);
-# `reflog_new` finds the refs at a node (`log -n 20` labels 20 lines without listing every
-# ref; a new node's row number is the largest, so an append adds to the index's last page);
-# `path_bytes` is each node's path size as JSONL lines, filled by `stats` as it goes.
-SCHEMA_2 = [
-    "CREATE INDEX IF NOT EXISTS nodes_bid ON nodes(bid) WHERE bid IS NOT NULL",
-    "CREATE INDEX IF NOT EXISTS reflog_new ON reflog(new) WHERE new IS NOT NULL",
-    "CREATE TABLE IF NOT EXISTS path_bytes(seq INTEGER PRIMARY KEY, bytes INTEGER NOT NULL)",
-    # Format 3: the refs that moved last (the web view's first page), read in time order.
-    "CREATE INDEX IF NOT EXISTS reflog_time ON reflog(time)",
-]
-
-
-def add_codec(db: sqlite3.Connection) -> None:
-    """Format 4: payloads compressed with zstd (see sesstree.store.codec). ``nodes.codec`` and
-    ``blobs.codec`` say how a payload is stored (NULL: as format 3 stored it, plain msgpack in
-    a node row, zlib in a blob), ``dicts`` holds the trained dictionaries, each with the blake3
-    of its bytes. Adding a column rewrites nothing: old rows read NULL."""
-    for table in ("nodes", "blobs"):
-        if not any(r[1] == "codec" for r in db.execute(f"PRAGMA table_info({table})")):
-            db.execute(f"ALTER TABLE {table} ADD COLUMN codec INTEGER")
-    db.execute(
-        "CREATE TABLE IF NOT EXISTS dicts(id INTEGER PRIMARY KEY, hash BLOB NOT NULL, "
-        "data BLOB NOT NULL)"
-    )
-    # Digests over blocks of rows (sqlite_sums), a derived index.
-    db.execute(SUMS_TABLE)
-
-
 def without_codec(sql: str) -> str:
     """``sql`` for a format-3 store opened read-only (no codec columns: every payload is
     plain msgpack in its row or zlib in a blob)."""
     return sql.replace("n.codec", "NULL").replace("b.codec", "NULL")
+
 
 NEWEST = "SELECT new FROM reflog WHERE ref = ?1 ORDER BY n DESC LIMIT 1"
 # Compare-and-set and log in one statement: the row is written only if the newest entry of the

@@ -1,0 +1,143 @@
+"""Nodes of an SQLite store by id: one node, a chain (a path read as one range, see
+:mod:`sesstree.store.sqlite.paths`), which ids are stored, a prefix, every node, a delete.
+
+Every node read is checked against its id: damage shows as an error, never as data.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+
+from ...errors import StoreCorruptError
+from ...node import NodeId
+from ..base import Chain, StoredNode
+from .paths import verify_node
+from .scans import SLICE
+from .sql import NODE_COLS
+from .state import ConnState
+from .txn import Transactions
+
+__all__ = ["SqliteNodes"]
+
+
+class SqliteNodes:
+    """The node reads (and the delete) of the backend's connection. Owns nothing: rows are
+    found through the shared row cache of ``state``, payloads expanded by its path reader."""
+
+    def __init__(self, state: ConnState, txn: Transactions) -> None:
+        self._state = state
+        self._txn = txn
+        self._lock = state.lock  # (the same lock for the connection's whole life)
+
+    def get(self, id: NodeId) -> StoredNode | None:
+        state = self._state
+        with self._lock, state.errors():
+            row = state.db.execute(state.q(
+                f"SELECT {NODE_COLS}, n.depth, p.id FROM nodes n LEFT JOIN nodes p "
+                "ON p.seq = n.parent LEFT JOIN blobs b ON b.bid = n.bid WHERE n.id = ?"),
+                (bytes.fromhex(id),),
+            ).fetchone()
+            if row is None:
+                return None
+            type, encoded, body = state.paths.expand(row[1], row[3], row[4], row[5], row[6])
+            # Checked against its id like every read: damage shows as an error, never as data.
+            # (A parent row that is missing gives no parent id, and so fails the check.)
+            if (row[2] is not None and row[8] is None) or not verify_node(row[1], row[8], body):
+                raise StoreCorruptError(
+                    f"store {state.path} is damaged: node {row[1].hex()[:12]} does not hash to its id"
+                )
+            parent = state.hex(row[8]) if row[8] is not None else None
+            return StoredNode(state.hex(row[1]), parent, row[7], type, encoded)
+
+    def has(self, ids: Sequence[NodeId]) -> set[NodeId]:
+        state = self._state
+        with self._lock, state.errors():
+            if not state.db.in_transaction:
+                state.sync_cache()
+            return {i for i in ids if state.seq_of(i) is not None}
+
+    def chain(self, head: NodeId, limit: int | None = None) -> Chain:
+        state = self._state
+        with self._lock, state.errors():
+            if not state.db.in_transaction:
+                state.sync_cache()
+            found = state.seq_of(head)
+            if found is None:
+                raise KeyError(head)
+            seq, depth = found
+            need = depth if limit is None else min(limit, depth)
+            types, datas, ids, base = state.paths.read(seq, need, need == depth)
+            return Chain(types, datas, depth - need + 1, state.id_of_seq(base), packed_ids=ids)
+
+    def resolve_prefix(self, prefix: str, limit: int = 2) -> list[NodeId]:
+        state = self._state
+        lo = bytes.fromhex((prefix + "0" * 64)[:64])
+        hi = bytes.fromhex((prefix + "f" * 64)[:64])
+        with self._lock, state.errors():
+            rows = state.db.execute(
+                "SELECT id FROM nodes WHERE id BETWEEN ? AND ? LIMIT ?", (lo, hi, limit)
+            ).fetchall()
+            if not rows and state.db.execute(
+                "SELECT 1 FROM nodes NOT INDEXED WHERE id BETWEEN ? AND ? LIMIT 1", (lo, hi)
+            ).fetchone():
+                # Only on a miss (a mistyped id, usually): the table has what the index
+                # does not, so the index is damaged. Saying "no such node" would be wrong.
+                raise StoreCorruptError(
+                    f"store {state.path} is damaged: its id index misses node {prefix}"
+                )
+        found = [state.hex(r[0]) for r in rows]
+        if any(not i.startswith(prefix.lower()) for i in found):
+            # The index gave a row outside the range it was asked for: it is damaged.
+            raise StoreCorruptError(
+                f"store {state.path} is damaged: its id index misses node {prefix}"
+            )
+        return found
+
+    def iter_nodes(self) -> Iterator[StoredNode]:
+        # A slice of rows per query: memory stays bounded whatever the store holds.
+        state = self._state
+        after = 0
+        while True:
+            with self._lock, state.errors():
+                rows = state.db.execute(state.q(
+                    "SELECT n.seq, n.id, p.id, n.depth, n.data, b.data, n.codec, b.codec "
+                    "FROM nodes n LEFT JOIN nodes p ON p.seq = n.parent "
+                    "LEFT JOIN blobs b ON b.bid = n.bid WHERE n.seq > ? ORDER BY n.seq LIMIT ?"),
+                    (after, SLICE),
+                ).fetchall()
+            if not rows:
+                return
+            after = rows[-1][0]
+            for r in rows:
+                try:
+                    with self._lock:
+                        type, encoded, _ = state.paths.expand(r[1], r[4], r[5], r[6], r[7])
+                except StoreCorruptError:
+                    # Yield it as it is: it will not hash to its id, and fsck reports it as such.
+                    type, encoded = "", r[4] if isinstance(r[4], bytes) else b""
+                yield StoredNode(
+                    state.hex(r[1]), state.hex(r[2]) if r[2] is not None else None, r[3], type,
+                    encoded,
+                )
+
+    def count_nodes(self) -> int:
+        state = self._state
+        with self._lock, state.errors():
+            return int(state.db.execute("SELECT count(*) FROM nodes").fetchone()[0])
+
+    def delete_nodes(self, ids: Sequence[NodeId]) -> int:
+        state = self._state
+        with self._txn.write():
+            db = state.db
+            cur = db.executemany(
+                "DELETE FROM nodes WHERE id = ?", [(bytes.fromhex(i),) for i in ids]
+            )
+            # One seek in nodes_bid per payload (format 2), not a scan of nodes per payload.
+            db.execute(
+                "DELETE FROM blobs WHERE NOT EXISTS (SELECT 1 FROM nodes WHERE nodes.bid = blobs.bid)"
+            )
+            db.execute("DELETE FROM path_bytes WHERE seq NOT IN (SELECT seq FROM nodes)")
+            if state.codec_columns:
+                db.execute("DELETE FROM sums")  # (rare: the digests are made again)
+            state.known.clear()
+            return cur.rowcount

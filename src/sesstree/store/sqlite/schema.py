@@ -1,0 +1,145 @@
+"""The SQLite store's schema, top to bottom: the tables of format 1, then one numbered migration
+per format since, each taking a store from format N to N + 1.
+
+A new store runs the tables and every migration, in order; an older one, when it is first
+opened for writing, runs the migrations after its format, in order, in one transaction, and
+the new format is written last (another process opening the store meanwhile waits for it,
+then sees the new format). Nothing is rewritten: old rows read as they were. Opened read-only,
+an older store is read as it is (see ``has_codec`` and ``reflog_has_started`` for the
+differences the readers allow for). An older sesstree refuses a newer format: it could not
+read what the newer one writes.
+
+To change the format, append a migration: ``FORMAT_VERSION`` follows.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable
+
+from ...node import ID_VERSION
+from .sums import SUMS_TABLE
+
+__all__ = [
+    "FORMAT_VERSION", "MIGRATIONS", "TABLES", "build", "has_codec", "reflog_has_started",
+    "upgrade",
+]
+
+#: Format 1: the tables. See :mod:`sesstree.store.sqlite.backend` for the layout and why.
+#: (Stores made before the reflog kept ``started`` lack that column: see reflog_has_started.)
+TABLES = [
+    "CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID",
+    "CREATE TABLE blobs(bid INTEGER PRIMARY KEY, hash BLOB NOT NULL UNIQUE, data BLOB NOT NULL)",
+    """CREATE TABLE nodes(
+        seq INTEGER PRIMARY KEY,
+        id BLOB NOT NULL UNIQUE,
+        parent INTEGER,
+        depth INTEGER NOT NULL,
+        data BLOB NOT NULL,
+        bid INTEGER
+    )""",
+    """CREATE TABLE reflog(
+        ref TEXT NOT NULL,
+        n INTEGER NOT NULL,
+        old INTEGER,
+        new INTEGER,
+        time REAL NOT NULL,
+        reason TEXT NOT NULL,
+        started REAL,
+        PRIMARY KEY (ref, n)
+    ) WITHOUT ROWID""",
+]
+
+Migration = Callable[[sqlite3.Connection], None]
+#: MIGRATIONS[k] takes a store from format k + 1 to k + 2.
+MIGRATIONS: list[Migration] = []
+migration = MIGRATIONS.append
+
+
+@migration
+def m002_scan_indexes(db: sqlite3.Connection) -> None:
+    """Format 2: what lets gc, stats and ref labels read only what they need. ``nodes_bid``
+    finds the nodes that use a payload (gc removes a payload no node names, one seek each);
+    ``reflog_new`` finds the refs at a node (``log -n 20`` labels 20 lines without listing
+    every ref; a new node's row number is the largest, so an append adds to the index's last
+    page); ``path_bytes`` is each node's path size as JSONL lines, filled by ``stats``."""
+    db.execute("CREATE INDEX IF NOT EXISTS nodes_bid ON nodes(bid) WHERE bid IS NOT NULL")
+    db.execute("CREATE INDEX IF NOT EXISTS reflog_new ON reflog(new) WHERE new IS NOT NULL")
+    db.execute(
+        "CREATE TABLE IF NOT EXISTS path_bytes(seq INTEGER PRIMARY KEY, bytes INTEGER NOT NULL)"
+    )
+
+
+@migration
+def m003_reflog_time(db: sqlite3.Connection) -> None:
+    """Format 3: the refs that moved last (the web view's first page), read in time order."""
+    db.execute("CREATE INDEX IF NOT EXISTS reflog_time ON reflog(time)")
+
+
+@migration
+def m004_codec(db: sqlite3.Connection) -> None:
+    """Format 4: payloads compressed with zstd (see sesstree.store.codec). ``nodes.codec`` and
+    ``blobs.codec`` say how a payload is stored (NULL: as format 3 stored it, plain msgpack in
+    a node row, zlib in a blob), ``dicts`` holds the trained dictionaries, each with the blake3
+    of its bytes, and ``sums`` the digests over blocks of rows (sqlite_sums), a derived index.
+    Adding a column rewrites nothing: old rows read NULL."""
+    for table in ("nodes", "blobs"):
+        if not any(r[1] == "codec" for r in db.execute(f"PRAGMA table_info({table})")):
+            db.execute(f"ALTER TABLE {table} ADD COLUMN codec INTEGER")
+    db.execute(
+        "CREATE TABLE IF NOT EXISTS dicts(id INTEGER PRIMARY KEY, hash BLOB NOT NULL, "
+        "data BLOB NOT NULL)"
+    )
+    db.execute(SUMS_TABLE)
+
+
+#: The format this sesstree writes, and the newest it reads.
+FORMAT_VERSION = 1 + len(MIGRATIONS)
+
+
+def build(db: sqlite3.Connection, page_size: int) -> None:
+    """Page size, WAL mode, tables, every migration and the format of a new store (in the
+    private file that sqlite_create renames into place)."""
+    db.execute(f"PRAGMA page_size={page_size}")
+    db.execute("PRAGMA journal_mode=WAL")
+    db.execute("BEGIN IMMEDIATE")
+    for statement in TABLES:
+        db.execute(statement)
+    for step in MIGRATIONS:
+        step(db)
+    db.executemany(
+        "INSERT INTO meta VALUES (?, ?)",
+        [("format", str(FORMAT_VERSION)), ("ids", f"blake3-msgpack-v{ID_VERSION}")],
+    )
+    db.execute("COMMIT")
+
+
+def upgrade(db: sqlite3.Connection) -> None:
+    """Bring an older store to FORMAT_VERSION: the migrations after its format, in order, in
+    one transaction, the new format written last. The format is read again inside the
+    transaction: another process may have upgraded the store meanwhile."""
+    db.execute("BEGIN IMMEDIATE")
+    try:
+        row = db.execute("SELECT value FROM meta WHERE key = 'format'").fetchone()
+        older = {str(v): v for v in range(1, FORMAT_VERSION)}
+        version = older.get(str(row[0])) if row is not None else None
+        if version is not None:
+            for step in MIGRATIONS[version - 1:]:
+                step(db)
+            db.execute("UPDATE meta SET value = ? WHERE key = 'format'", (str(FORMAT_VERSION),))
+        db.execute("COMMIT")
+    except BaseException:
+        db.execute("ROLLBACK")
+        raise
+
+
+def reflog_has_started(db: sqlite3.Connection) -> bool:
+    """Whether the store's reflog keeps when a folded entry's first move was made (stores
+    made before that have no such column, and are read and written without it)."""
+    return any(row[1] == "started" for row in db.execute("PRAGMA table_info(reflog)"))
+
+
+def has_codec(db: sqlite3.Connection) -> bool:
+    """Whether the store has format 4's codec columns (a store of an older format opened
+    read-only has not)."""
+    return any(row[1] == "codec" for row in db.execute("PRAGMA table_info(nodes)"))

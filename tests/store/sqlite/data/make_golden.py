@@ -1,0 +1,57 @@
+"""How ``formatN.db`` and the "read" part of ``formatN.json`` were made: run with the sesstree of
+that format first on the path (format 1: f1241fa, format 2: 16907e7, format 3: 31cfdea).
+
+    PYTHONPATH=<checkout of that commit>/src python make_golden.py FOLDER > read.json
+
+The "upgraded" part is ``test_sqlite_golden.dump`` of that store once the sesstree before
+numbered migrations (8e3a8aa) had opened it, read it (``test_sqlite_golden.read``) and closed it.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from sesstree import open_store
+
+LONG = "line of a file\n" * 200  # over 1 KB: a payload stored apart (a zlib blob before format 4)
+MESSAGES = [
+    {"role": "system", "content": "You are terse."},
+    {"role": "user", "content": "h\u00e9llo \u2603 \U0001f600"},
+    {"role": "assistant", "content": None, "tool_calls": [{
+        "id": "c1", "type": "function",
+        "function": {"name": "read", "arguments": "{\"path\": \"a.txt\"}"}}]},
+    {"role": "tool", "tool_call_id": "c1", "content": LONG},
+    {"role": "assistant", "content": "done"},
+]
+
+
+def main() -> None:
+    folder = Path(sys.argv[1])
+    with open_store(folder) as store:
+        session = store.session("main")
+        for m in MESSAGES:
+            session.add_message(m)
+        store.fork("side", "main")
+        store.session("side").add_message({"role": "user", "content": "and then?"})
+        store.session("side").add_message({"role": "tool", "tool_call_id": "c1", "content": LONG})
+        store.tag("v1", "main")
+        store.session("gone").add_message({"role": "user", "content": "soon deleted"})
+        store.delete_session("gone")
+        store.rename_session("side", "branch")
+        store.set_session_meta("main", {"title": "golden"})
+        store.set_head_session("main")
+    with open_store(folder) as store:
+        out = {
+            "messages": {n: store.messages(n) for n in ("main", "branch")},
+            "tags": [[t.name, t.target] for t in store.tags()],
+            "reflog": [[e.ref, e.old, e.new, e.time, e.reason] for e in store.reflog()],
+            "head": list(store.head()),
+            "fsck": store.fsck(),
+        }
+    print(json.dumps(out, indent=1, sort_keys=True))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,79 @@
+"""Stores of every older format, as the sesstree of that format wrote them, open, read and
+upgrade exactly as they did.
+
+``data/formatN.db`` was written by the sesstree of format N (formats 1 to 3; format 1's reflog
+has no ``started`` column, and its payload over 1 KB is a zlib blob), with
+``data/make_golden.py``. ``data/formatN.json`` holds what that sesstree read back from it
+("read"), and the content of the file once the sesstree of 8e3a8aa (format 4, upgrading with
+its own code before numbered migrations) had upgraded it ("upgraded": the schema as SQLite
+keeps it, and a digest of every table's rows): however the upgrade is written, it must leave
+the same bytes in every row and the same schema.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sesstree import open_store
+
+DATA = Path(__file__).parent / "data"
+
+
+def dump(path: Path) -> dict[str, Any]:
+    """The schema SQLite keeps for the store file ``path`` (in creation order), its page size,
+    and for every table its row count and a digest of its rows (bytes as hex)."""
+    db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        schema = [list(r) for r in db.execute(
+            "SELECT type, name, tbl_name, sql FROM sqlite_master ORDER BY rowid")]
+        tables: dict[str, list[Any]] = {}
+        for kind, name, _, _ in schema:
+            if kind != "table":
+                continue
+            rows = sorted(
+                json.dumps([v.hex() if isinstance(v, bytes) else v for v in row])
+                for row in db.execute(f"SELECT * FROM {name}")
+            )
+            digest = hashlib.sha256("\n".join(rows).encode()).hexdigest()
+            tables[name] = [len(rows), digest]
+        page_size = db.execute("PRAGMA page_size").fetchone()[0]
+    finally:
+        db.close()
+    return {"schema": schema, "tables": tables, "page_size": page_size}
+
+
+def read(folder: Path) -> dict[str, Any]:
+    """What a store reads back: the sessions' messages, tags, reflog, HEAD and fsck."""
+    with open_store(folder) as store:
+        return {
+            "messages": {n: store.messages(n) for n in ("main", "branch")},
+            "tags": [[t.name, t.target] for t in store.tags()],
+            "reflog": [[e.ref, e.old, e.new, e.time, e.reason] for e in store.reflog()],
+            "head": list(store.head()),
+            "fsck": store.fsck(),
+        }
+
+
+@pytest.mark.parametrize("version", [1, 2, 3])
+def test_an_old_store_reads_and_upgrades_as_it_did(tmp_path: Path, version: int) -> None:
+    golden = json.loads((DATA / f"format{version}.json").read_text())
+    folder = tmp_path / "s"
+    folder.mkdir()
+    shutil.copyfile(DATA / f"format{version}.db", folder / "store.db")
+    assert dump(folder / "store.db")["tables"]["meta"][0] >= 2  # (the file is a store)
+    assert read(folder) == golden["read"]  # opened for writing: upgraded on the way in
+    assert dump(folder / "store.db") == golden["upgraded"]
+    # And an upgraded store takes writes, on the reflog it has (format 1: without `started`).
+    with open_store(folder) as store:
+        store.session("main").add_message({"role": "user", "content": "after the upgrade"})
+        assert store.messages("main") == [
+            *golden["read"]["messages"]["main"], {"role": "user", "content": "after the upgrade"}
+        ]
+        assert store.fsck() == []
