@@ -81,9 +81,7 @@ def _allowed(base: str, classes: dict[str, list[str]]) -> bool:
 PACKAGES = [
     "store",
     "sqlite",
-    pytest.param("postgres", marks=pytest.mark.xfail(
-        strict=True, reason="the PostgreSQL engine is rebuilt by composition in its own change: "
-        "remove this mark then")),
+    "postgres",
 ]
 
 
