@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from sesstree import open_store
 from sesstree.errors import StoreError, StoreNotFoundError
 from sesstree.store import engines
 from sesstree.store.base import Backend
@@ -59,6 +60,27 @@ def test_a_registered_scheme_opens_with_its_opener(
     assert isinstance(backend, MemoryBackend)
     assert open_url("DEMO://there", create=True, durable=False, timeout=1.0) is not backend
     assert seen == [("demo://here/x", False, True, 3.0), ("DEMO://there", True, False, 1.0)]
+
+
+def test_a_store_a_url_engine_opens_keeps_head_on_this_machine(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A URL names a store that others share: whichever engine opens it, this user's HEAD is
+    a file on this machine (as for PostgreSQL), never a value in the shared store."""
+    monkeypatch.setattr(engines, "_OPENERS", dict(engines._OPENERS))
+    monkeypatch.setenv("SESS_HOME", str(tmp_path / "home"))
+    shared = MemoryBackend()
+
+    def opener(url: str, *, create: bool, durable: bool, timeout: float) -> Backend:
+        return shared
+
+    register("demo", opener)
+    with open_store("demo://u:pw@here/x") as store:
+        store.session("work").add_message({"role": "user", "content": "hi"})
+        store.set_head_session("work")
+        assert store.head()[0] == "work"
+    assert shared.get_head() is None
+    assert len(list((tmp_path / "home" / "heads").iterdir())) == 1
 
 
 def test_a_url_no_engine_registered_is_refused() -> None:

@@ -41,8 +41,7 @@ from ..store.base import (
     ReflogEntry,
     RefUpdate,
 )
-from ..store.engines import STORE_FILE, open_backend
-from ..store.urls import is_store_url
+from ..store.engines import STORE_FILE, engine_of, open_backend
 from .head import Checkout, FileHead, HeadKeeper, MetaHead, head_file_for
 from .maintenance import GcResult, Stats, fsck, gc, stats
 from .meta import checked_meta, meta_fields, write_fields, write_origin
@@ -79,8 +78,9 @@ def open_store(
         StoreReadOnlyError, StoreFullError: a new store cannot be created on this medium.
     """
     backend = open_backend(path, create=create, durable=durability == "durable", timeout=timeout)
-    if is_store_url(path):
-        # A shared store: this user's HEAD is kept on this machine, not in the store.
+    if engine_of(path) is not None:
+        # A store a URL names is shared (PostgreSQL, or any engine registered for a scheme):
+        # this user's HEAD is kept on this machine, not in the store.
         return Store(backend, head=FileHead(head_file_for(str(path))))
     return Store(backend)
 
