@@ -11,7 +11,7 @@ from sesstree import open_store
 from sesstree.errors import StoreError, StoreNotFoundError
 from sesstree.store import engines
 from sesstree.store.base import Backend
-from sesstree.store.engines import STORE_FILE, open_backend, open_url, register
+from sesstree.store.engines import STORE_FILE, open_backend, register
 from sesstree.store.memory import MemoryBackend
 from sesstree.store.sqlite.backend import SqliteBackend
 
@@ -58,7 +58,7 @@ def test_a_registered_scheme_opens_with_its_opener(
     register("Demo", opener)
     backend = open_backend("demo://here/x", create=False, durable=True, timeout=3.0)
     assert isinstance(backend, MemoryBackend)
-    assert open_url("DEMO://there", create=True, durable=False, timeout=1.0) is not backend
+    assert open_backend("DEMO://there", timeout=1.0) is not backend
     assert seen == [("demo://here/x", False, True, 3.0), ("DEMO://there", True, False, 1.0)]
 
 
@@ -83,9 +83,13 @@ def test_a_store_a_url_engine_opens_keeps_head_on_this_machine(
     assert len(list((tmp_path / "home" / "heads").iterdir())) == 1
 
 
-def test_a_url_no_engine_registered_is_refused() -> None:
-    with pytest.raises(StoreError, match="no engine opens store URLs like mysql://"):
-        open_url("mysql://u@h/db", create=True, durable=False, timeout=1.0)
+def test_a_url_no_engine_registered_is_a_folder_path_as_before(tmp_path: Path,
+                                                              monkeypatch: pytest.MonkeyPatch
+                                                              ) -> None:
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(StoreNotFoundError, match="no store at mysql:/u@h/db"):
+        open_backend("mysql://u@h/db", create=False)
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_without_psycopg_a_url_names_what_to_install(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -6,7 +6,8 @@
 - a URL whose scheme an engine registered: that engine (today ``postgresql://`` and
   ``postgres://``, :mod:`sesstree.store.postgres`);
 - anything else: a folder holding an SQLite file, or that file itself
-  (:mod:`sesstree.store.sqlite`).
+  (:mod:`sesstree.store.sqlite`); so is ``mysql://...`` while no engine registered
+  ``mysql``, as sesstree always read it: a path.
 
 An engine that opens URLs registers its scheme with :func:`register`, giving an opener that
 takes the URL and the options of :func:`open_backend`. An opener imports its engine when it is
@@ -27,7 +28,7 @@ from .sqlite.backend import SqliteBackend
 from .sqlite.media import media_error
 from .urls import URL_SCHEMES
 
-__all__ = ["MEMORY", "STORE_FILE", "Opener", "engine_of", "open_backend", "open_url", "register"]
+__all__ = ["MEMORY", "STORE_FILE", "Opener", "engine_of", "open_backend", "register"]
 
 #: The location of a throwaway store in memory.
 MEMORY = ":memory:"
@@ -59,19 +60,6 @@ def engine_of(location: object) -> Opener | None:
         return None
     scheme, sep, _ = location.partition("://")
     return _OPENERS.get(scheme.lower()) if sep else None
-
-
-def open_url(url: str, *, create: bool, durable: bool, timeout: float) -> Backend:
-    """The backend of a store URL, by the engine registered for its scheme.
-
-    Raises:
-        StoreError: no engine opens URLs of that scheme, the engine's driver is not installed,
-            or any error of the engine's backend.
-    """
-    opener = engine_of(url)
-    if opener is None:
-        raise StoreError(f"no engine opens store URLs like {url.partition('://')[0]}://...")
-    return opener(url, create=create, durable=durable, timeout=timeout)
 
 
 def open_backend(
