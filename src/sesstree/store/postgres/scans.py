@@ -208,8 +208,8 @@ class PgScans:
                 "logical_bytes": logical, "physical_bytes": self._reads.physical_bytes()}
 
     def counts(self, progress: Progress | None = None) -> Counts:
-        # (Sizes are kept on every node as it is written: there is nothing to catch up on.)
         """The server counts (:meth:`server_stats`), as the store reports them."""
+        # (Sizes are kept on every node as it is written: there is nothing to catch up on.)
         s = self.server_stats()
         return Counts(s["nodes"], s["sessions"], s["tags"], s["reflog_entries"],
                       s["logical_bytes"])
