@@ -2,10 +2,11 @@
 
 Everything here works through the :class:`~sesstree.store.base.Backend` seam, so it behaves the
 same on every backend, and :class:`Store` is the one door to it above the seam. What Store
-does is split by concern into the modules it calls down into: opening a store
-(:mod:`.opening`), what reads hand out (:mod:`.view`), session metadata (:mod:`.meta`),
-revisions (:mod:`.revisions`), HEAD (:mod:`.head`), the write policy (:mod:`.policy`) and
-maintenance (:mod:`.maintenance`); none of them imports Store back.
+does is split by concern into the modules it calls down into: which engine opens a location
+(:mod:`sesstree.store.engines`), the reads by id and full ref name (:mod:`.reads`, its base
+class), what reads hand out (:mod:`.view`), session metadata (:mod:`.meta`), revisions
+(:mod:`.revisions`), HEAD (:mod:`.head`), the write policy (:mod:`.policy`) and maintenance
+(:mod:`.maintenance`); none of them imports Store back.
 """
 
 from __future__ import annotations
