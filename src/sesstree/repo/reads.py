@@ -37,8 +37,9 @@ class StoredReads:
 
     @property
     def location(self) -> Path | str | None:
-        """Where the store is: its SQLite file, its ``postgresql://`` URL (as given, with any
-        password), or None for a store in memory. What files kept beside a store key on."""
+        """Where the store is: its SQLite file, its ``postgresql://`` URL (its password left
+        out, as messages show it), or None for a store in memory. What files kept beside a
+        store key on."""
         path = getattr(self.backend, "path", None)
         if isinstance(path, Path):
             return path

@@ -2,10 +2,11 @@
 
 Everything here works through the :class:`~sesstree.store.base.Backend` seam, so it behaves the
 same on every backend, and :class:`Store` is the one door to it above the seam. What Store
-does is split by concern into the modules it calls down into: opening a store
-(:mod:`.opening`), what reads hand out (:mod:`.view`), session metadata (:mod:`.meta`),
-revisions (:mod:`.revisions`), HEAD (:mod:`.head`), the write policy (:mod:`.policy`) and
-maintenance (:mod:`.maintenance`); none of them imports Store back.
+does is split by concern into the modules it calls down into: which engine opens a location
+(:mod:`sesstree.store.engines`), the reads by id and full ref name (:mod:`.reads`, its base
+class), what reads hand out (:mod:`.view`), session metadata (:mod:`.meta`), revisions
+(:mod:`.revisions`), HEAD (:mod:`.head`), the write policy (:mod:`.policy`) and maintenance
+(:mod:`.maintenance`); none of them imports Store back.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import msgspec
 
-from ..errors import RefExistsError, StoreCorruptError, UnknownRevisionError
+from ..errors import RefExistsError, UnknownRevisionError
 from ..events import Derived
 from ..node import (
     REMOTES,
@@ -29,6 +30,7 @@ from ..node import (
     session_ref,
     short_name,
     symbolic,
+    tag_name,
     tag_ref,
 )
 from ..sending import derive_messages
@@ -320,7 +322,8 @@ class Store(StoredReads):
 
     def tags(self) -> list[Ref]:
         """Every tag, with the short name (no ``tags/``)."""
-        return [Ref(r.name[len(TAGS):], r.target, r.moved) for r in self.backend.list_refs(TAGS)]
+        return [Ref(name, r.target, r.moved) for r in self.backend.list_refs(TAGS)
+                if (name := tag_name(r.name)) is not None]
 
     def head(self) -> tuple[str | None, NodeId | None]:
         """``(session name, node)`` of HEAD; name is None when detached, node None when empty."""
@@ -356,17 +359,8 @@ class Store(StoredReads):
 
     def chain(self, rev: str | NodeId, limit: int | None = None) -> Chain:
         """The events from the root to ``rev`` (only the newest ``limit``), oldest first."""
-        return self._chain_of(self.resolve(rev), limit)
-
-    def _chain_of(self, node: NodeId, limit: int | None) -> Chain:
-        try:
-            return self.backend.chain(node, limit)
-        except KeyError:
-            # Every id resolved here came from the store (a ref, a prefix), and gc never
-            # removes what a ref reaches: only damage makes it disappear.
-            raise StoreCorruptError(
-                f"node {node[:12]} cannot be found: the store is damaged"
-            ) from None
+        # Every id resolved here came from the store (a ref, a prefix): one it lost is damage.
+        return self.chain_at(self.resolve(rev), limit)
 
     def log(self, rev: str | NodeId = "HEAD", limit: int | None = None) -> list[Node]:
         """Nodes walking back from ``rev``, newest first."""

@@ -12,7 +12,6 @@ from collections import OrderedDict
 
 import msgspec
 
-from ..errors import StoreCorruptError
 from ..node import Node, NodeId
 from ..repo.store import Store
 from ..store.base import Chain
@@ -25,18 +24,13 @@ ID_BYTES = 32
 
 def depth_of(store: Store, id: NodeId) -> int:
     """How many events lead to the stored node ``id`` (the web view only handles ids it read
-    from the store, so it skips revision parsing)."""
-    stored = store.get_node(id)
-    if stored is None:
-        raise StoreCorruptError(f"node {id[:12]} cannot be found: the store is damaged")
-    return stored.depth
+    from the store, so it skips revision parsing); StoreCorruptError if it is lost."""
+    return store.node(id).depth
 
 
 def node_of(store: Store, id: NodeId) -> Node:
-    """The stored node ``id``, decoded."""
-    stored = store.get_node(id)
-    if stored is None:
-        raise StoreCorruptError(f"node {id[:12]} cannot be found: the store is damaged")
+    """The stored node ``id``, decoded; StoreCorruptError if it is lost."""
+    stored = store.node(id)
     return Node(stored.id, stored.parent, stored.type, msgspec.msgpack.decode(stored.encoded))
 
 

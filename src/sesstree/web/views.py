@@ -13,7 +13,7 @@ from typing import Any
 
 import msgspec
 
-from ..errors import StoreCorruptError, UnknownRevisionError
+from ..errors import UnknownRevisionError
 from ..node import TAGS, Node, NodeId, session_ref, tag_name
 from ..repo.folding import turn_start_index
 from ..repo.recorded import reflog_dates
@@ -363,11 +363,9 @@ def _fork_at(fork: Fork | None, items: list[Item], ids: list[NodeId], first: int
 
 
 def _type_of(store: Store, raw: bytes) -> str:
-    """The type of the stored node with raw id ``raw``."""
-    stored = store.get_node(NodeId(raw.hex()))
-    if stored is None:
-        raise StoreCorruptError(f"node {raw.hex()[:12]} cannot be found: the store is damaged")
-    return stored.type
+    """The type of the stored node with raw id ``raw`` (an id of a path the store gave out:
+    StoreCorruptError if it is lost)."""
+    return store.node(NodeId(raw.hex())).type
 
 
 def _version(store: Store) -> str:
