@@ -7,21 +7,25 @@ has no ``started`` column, and its payload over 1 KB is a zlib blob), with
 ("read"), and the content of the file once the sesstree of 8e3a8aa (format 4, upgrading with
 its own code before numbered migrations) had upgraded it ("upgraded": the schema as SQLite
 keeps it, and a digest of every table's rows): however the upgrade is written, it must leave
-the same bytes in every row and the same schema.
+the same bytes in every row and the same schema. On read-only media, or on a disk too full for
+the WAL's index, such a store is read as it is and left byte for byte as it was.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shutil
 import sqlite3
+import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
+from small_disk import leave_free, make_room, mounted
 
-from sesstree import open_store
+from sesstree import StoreFullError, StoreReadOnlyError, open_store
 
 DATA = Path(__file__).parent / "data"
 
@@ -77,3 +81,54 @@ def test_an_old_store_reads_and_upgrades_as_it_did(tmp_path: Path, version: int)
             *golden["read"]["messages"]["main"], {"role": "user", "content": "after the upgrade"}
         ]
         assert store.fsck() == []
+
+
+def _golden_store(version: int, folder: Path) -> dict[str, Any]:
+    """A copy of the golden store of ``version`` in ``folder`` (made); returns its golden JSON."""
+    folder.mkdir(parents=True)
+    shutil.copyfile(DATA / f"format{version}.db", folder / "store.db")
+    return json.loads((DATA / f"format{version}.json").read_text())  # type: ignore[no-any-return]
+
+
+def _mount(*args: str) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("read-only media needs a bind mount, which needs root")
+    done = subprocess.run(["mount", *args], capture_output=True, text=True)
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount here: {done.stderr.strip()}")
+
+
+@pytest.mark.parametrize("version", [1, 2, 3])
+def test_an_old_store_on_read_only_media_reads_as_it_did_and_is_left_as_it_is(
+    tmp_path: Path, version: int
+) -> None:
+    golden = _golden_store(version, tmp_path / "src" / "s")
+    before = (tmp_path / "src" / "s" / "store.db").read_bytes()
+    view = tmp_path / "ro"
+    view.mkdir()
+    _mount("--bind", str(tmp_path / "src"), str(view))
+    try:
+        _mount("-o", "remount,ro,bind", str(view))
+        assert read(view / "s") == golden["read"]  # read as it is: no upgrade
+        with open_store(view / "s") as store, pytest.raises(StoreReadOnlyError):
+            store.set_session_meta("main", {"title": "changed"})
+    finally:
+        subprocess.run(["umount", "-l", str(view)], capture_output=True, check=False)
+    assert (tmp_path / "src" / "s" / "store.db").read_bytes() == before
+
+
+@pytest.mark.parametrize("version", [1, 2, 3])
+def test_an_old_store_on_a_full_disk_reads_then_upgrades_once_there_is_room(
+    tmp_path: Path, version: int
+) -> None:
+    with mounted(tmp_path / "disk", "1m") as disk:
+        golden = _golden_store(version, disk / "s")
+        before = (disk / "s" / "store.db").read_bytes()
+        leave_free(disk, 0)  # no room for the WAL's index: read without it, write nothing
+        assert read(disk / "s") == golden["read"]
+        with open_store(disk / "s") as store, pytest.raises(StoreFullError):
+            store.set_session_meta("main", {"title": "changed"})
+        assert (disk / "s" / "store.db").read_bytes() == before
+        make_room(disk)
+        assert read(disk / "s") == golden["read"]  # opened for writing: upgraded on the way in
+        assert dump(disk / "s" / "store.db") == golden["upgraded"]

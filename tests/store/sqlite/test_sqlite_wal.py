@@ -6,7 +6,8 @@ there: that commit and every later one are gone at the next open. sesstree check
 writer's commits when it pauses and when it closes, so little lives only in the WAL
 (test_sqlite_checkpoints.py). Damage that hides commits is found before SQLite opens the
 store, the log is kept, and every command refuses with one line until the loss is accepted
-(sqlite_walguard); fsck reports it too. What sesstree cannot do is bring those commits back.
+(sesstree.store.sqlite.walguard); fsck reports it too. What sesstree cannot do is bring those
+commits back.
 """
 
 from __future__ import annotations

@@ -27,7 +27,9 @@ compare-and-set, :class:`~.commit.Writer` commits, :class:`~.dicts.Dictionary` f
 the compression dictionary, :class:`~.nodes.SqliteNodes` reads nodes and paths,
 :class:`~.refs.RefReads` and :class:`~.refs.RefWrites` the refs and settings,
 :class:`~.scans.SqliteScans` the bounded reads, and :func:`~.gc.collect_garbage` collects.
-Their methods are bound onto the backend when it is made, so a call costs no extra layer.
+The hot paths (``commit``, ``chain``, ``get``, ``has``) are the collaborators' own methods,
+bound onto the backend when it is made, so such a call costs no extra layer; the other methods
+delegate to theirs.
 """
 
 from __future__ import annotations
@@ -69,7 +71,7 @@ __all__ = [
 ]
 
 # A writer idle this many seconds has its commits folded into the main file (see
-# sqlite_wal.IdleCheckpointer): recent history does not live on only in the WAL.
+# wal.IdleCheckpointer): recent history does not live on only in the WAL.
 IDLE_CHECKPOINT = 1.0
 # How long a closing writer waits for the write lock to train the dictionary when it is due
 # (a pause does not wait: the next one tries again).
@@ -88,7 +90,7 @@ class SqliteBackend:
         self._state = state = ConnState(self.path, timeout=timeout, durable=durable)
         self._hold = hold = Hold(state)
         hold.connect(create)
-        #: The connection (one object for the store's whole life: see sqlite_release).
+        #: The connection (one object for the store's whole life: see release.py).
         self._db = state.db
         self._txn = txn = Transactions(state, hold.refuse_if_full, self._checkpoint_idle,
                                        IDLE_CHECKPOINT)
@@ -120,7 +122,7 @@ class SqliteBackend:
         StoreFullError."""
         return self._state.full
 
-    # -- transactions (sqlite_txn) ------------------------------------------------------------
+    # -- transactions (txn.py) -----------------------------------------------------------------
 
     def batch(self) -> AbstractContextManager[None]:
         """One transaction for every write inside the block."""
@@ -130,7 +132,7 @@ class SqliteBackend:
         """Every read inside the block sees one state of the store."""
         return self._txn.snapshot()
 
-    # -- nodes (sqlite_nodes) -----------------------------------------------------------------
+    # -- nodes (nodes.py) ----------------------------------------------------------------------
 
     def resolve_prefix(self, prefix: str, limit: int = 2) -> list[NodeId]:
         return self._nodes.resolve_prefix(prefix, limit)
@@ -144,7 +146,7 @@ class SqliteBackend:
     def delete_nodes(self, ids: Sequence[NodeId]) -> int:
         return self._nodes.delete_nodes(ids)
 
-    # -- refs and settings (sqlite_refs) ------------------------------------------------------
+    # -- refs and settings (refs.py) -----------------------------------------------------------
 
     def get_ref(self, name: str) -> Ref | None:
         return self._refs.get_ref(name)
@@ -179,7 +181,7 @@ class SqliteBackend:
     def set_head(self, value: str) -> None:
         self._ref_writes.set_head(value)
 
-    # -- bounded reads (sqlite_scans) ---------------------------------------------------------
+    # -- bounded reads (scans.py) --------------------------------------------------------------
 
     def list_refs_with_depth(self, prefix: str) -> list[tuple[Ref, int]]:
         return self._scans.list_refs_with_depth(prefix)
@@ -253,7 +255,7 @@ class SqliteBackend:
             self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
 
     def _checkpoint_idle(self, blocks: int = FILL_IDLE) -> None:
-        """Give the blocks written since a digest (sqlite_sums), then fold this writer's
+        """Give the blocks written since a digest (sums.py), then fold this writer's
         commits into the main file (see IdleCheckpointer), unless a transaction is open: then
         the next pause will."""
         with self._state.lock:

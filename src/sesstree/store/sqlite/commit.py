@@ -39,8 +39,8 @@ class Writer:
     """Commits nodes and ref moves on the backend's connection: the one-statement append, one
     transaction, or a part of an open batch.
 
-    Owns the count of appends left before the WAL is given its size (see sqlite_wal); reads
-    and changes the shared :class:`ConnState` (the row cache, the queue's and batch's depth),
+    Owns the count of appends left before the WAL is given its size (see wal.py); changes
+    the shared :class:`ConnState`'s row cache and queue depth (and reads the batch's depth),
     moves refs through ``txn`` and stores payloads with the dictionary ``dicts`` finds.
     """
 
@@ -56,7 +56,7 @@ class Writer:
         self._queue = txn.queue
         self._idle = txn.idle
         # Appends committed by this connection, until the WAL is given its size (a long
-        # writer's appends then stop growing the file; see sqlite_wal). A durable store's WAL
+        # writer's appends then stop growing the file; see wal.py). A durable store's WAL
         # was sized when it was opened.
         self._appends_to_size_wal = -1 if state.durable else SIZE_WAL_AFTER
 
@@ -131,7 +131,7 @@ class Writer:
                 state.queue_depth = 0
                 queue.release()
                 self._idle.wrote()
-            # (Training the dictionary waits for the writer's next pause, see sqlite_dicts.)
+            # (Training the dictionary waits for the writer's next pause, see dicts.py.)
 
     def _commit_alone(self, nodes: Sequence[RawNode], updates: Sequence[RefUpdate]) -> None:
         """A commit outside any batch: the one-statement append, or one transaction."""

@@ -36,7 +36,7 @@ PAGE_SIZE = 2048
 # fsyncs) make committed appends cheaper; the WAL file is reused, so it stays about this size.
 WAL_PAGES = 10_000
 # A durable store checkpoints sooner, so that its WAL stays within the size it is given when
-# opened (see sqlite_wal.preallocate_wal): ~4 MB with 2 KB pages.
+# opened (see wal.preallocate_wal): ~4 MB with 2 KB pages.
 DURABLE_WAL_PAGES = 2_000
 
 
@@ -59,7 +59,7 @@ def open_connection(
         _create(path, durable)
     with OPENING:  # (no other thread's check may close store.db-shm during the connect)
         if not (create and size == 0):
-            guard_wal(path)  # before SQLite can drop what a damaged WAL hides (sqlite_walguard)
+            guard_wal(path)  # before SQLite can drop what a damaged WAL hides (walguard.py)
         db, read_only = _connect(path, timeout)
     try:
         try:
@@ -84,12 +84,12 @@ def open_connection(
 
 
 def _build(db: sqlite3.Connection) -> None:
-    """A new store's schema, in the file sqlite_create renames into place (see sqlite_schema)."""
+    """A new store's schema, in the file create.py renames into place (see schema.py)."""
     build(db, PAGE_SIZE)
 
 
 def _create(path: Path, durable: bool) -> None:
-    """Create the store file atomically (see sqlite_create), mapping OS errors."""
+    """Create the store file atomically (see create.py), mapping OS errors."""
     try:
         create_store_file(path, _build, sync=durable)
     except (OSError, sqlite3.Error) as exc:
@@ -109,7 +109,7 @@ def _connect(path: Path, timeout: float) -> tuple[sqlite3.Connection, bool]:
     except sqlite3.Error as exc:
         db.close()
         if is_media_error(exc) and not unopenable(exc):
-            # A disk too full for the WAL's index file (sqlite_media): read without it.
+            # A disk too full for the WAL's index file (media.py): read without it.
             with translating(path):
                 return open_without_index(path, timeout), True
         if not unopenable(exc):
@@ -138,7 +138,7 @@ def _prepare(db: sqlite3.Connection, path: Path, durable: bool, read_only: bool)
         if version < 1:
             raise StoreCorruptError(f"{path} has no valid format version")
         if version < FORMAT_VERSION and not read_only:
-            upgrade(db)  # (see sqlite_schema)
+            upgrade(db)  # (see schema.py)
         mode = db.execute("PRAGMA journal_mode").fetchone()[0]
         if str(mode).lower() != "wal" and not read_only:
             mode = db.execute("PRAGMA journal_mode=WAL").fetchone()[0]

@@ -71,7 +71,7 @@ class PathReader:
             q: (q if codec else without_codec(q))
             for q in (READ_RANGE, READ_RUN, BLOBS_IN, WALK_ROWS)
         }
-        # Block digests (sqlite_sums) come with format 4.
+        # Block digests (sums.py) come with format 4.
         self._sums = codec
 
     def _damaged(self, what: str) -> StoreCorruptError:
@@ -233,7 +233,7 @@ class PathReader:
                 ranges: list[tuple[int, int, int]]) -> None:
         """Hash every node of a path (its parent is the node before it) against its id.
 
-        The whole blocks of rows that have a digest (sqlite_sums) are checked with one blake3
+        The whole blocks of rows that have a digest (sums.py) are checked with one blake3
         call each; the other nodes, and those of a block whose digest does not match, with
         one call per node (~1.5 us each), kept to list comprehensions and compared at once.
         """

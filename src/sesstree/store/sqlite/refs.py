@@ -63,7 +63,7 @@ class RefReads:
         return self.entries(rows)
 
     def entries(self, rows: list[Any]) -> list[ReflogEntry]:
-        """Reflog entries from rows of ``_reflog_sql`` (ref, old id, new id, time, reason,
+        """Reflog entries from rows of ``state.reflog_sql`` (ref, old id, new id, time, reason,
         started)."""
         hexed = self._state.hex
         return [

@@ -81,7 +81,7 @@ def m004_codec(db: sqlite3.Connection) -> None:
     """Format 4: payloads compressed with zstd (see sesstree.store.codec). ``nodes.codec`` and
     ``blobs.codec`` say how a payload is stored (NULL: as format 3 stored it, plain msgpack in
     a node row, zlib in a blob), ``dicts`` holds the trained dictionaries, each with the blake3
-    of its bytes, and ``sums`` the digests over blocks of rows (sqlite_sums), a derived index.
+    of its bytes, and ``sums`` the digests over blocks of rows (sums.py), a derived index.
     Adding a column rewrites nothing: old rows read NULL."""
     for table in ("nodes", "blobs"):
         if not any(r[1] == "codec" for r in db.execute(f"PRAGMA table_info({table})")):
@@ -99,7 +99,7 @@ FORMAT_VERSION = 1 + len(MIGRATIONS)
 
 def build(db: sqlite3.Connection, page_size: int) -> None:
     """Page size, WAL mode, tables, every migration and the format of a new store (in the
-    private file that sqlite_create renames into place)."""
+    private file that create.py renames into place)."""
     db.execute(f"PRAGMA page_size={page_size}")
     db.execute("PRAGMA journal_mode=WAL")
     db.execute("BEGIN IMMEDIATE")

@@ -18,7 +18,6 @@ __all__ = [
     "LIST_REFS",
     "NEWEST",
     "NODE_COLS",
-    "READ_IDS",
     "READ_RANGE",
     "READ_RUN",
     "REFLOG_ROWS",
@@ -173,7 +172,6 @@ BLOBS_IN = (
     "SELECT n.seq, b.data, b.codec FROM nodes n JOIN blobs b ON b.bid = n.bid "
     "WHERE n.seq BETWEEN ?1 AND ?2 AND n.bid IS NOT NULL"
 )
-READ_IDS = "SELECT CAST(group_concat(id, x'') AS BLOB) FROM nodes WHERE seq BETWEEN ?1 AND ?2"
 WALK_ROWS = (
     "SELECT n.seq, n.parent, n.id, n.data, b.data, n.codec, b.codec FROM nodes n "
     "LEFT JOIN blobs b ON b.bid = n.bid WHERE n.seq BETWEEN ? AND ? ORDER BY n.seq DESC"

@@ -86,7 +86,7 @@ class Transactions:
 
     @contextmanager
     def queued(self) -> Iterator[None]:
-        """Hold this store's place in the writers' queue (see sqlite_lock) for the block."""
+        """Hold this store's place in the writers' queue (see lock.py) for the block."""
         state = self._state
         if state.queue_depth:
             state.queue_depth += 1

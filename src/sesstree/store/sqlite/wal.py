@@ -64,7 +64,7 @@ class IdleCheckpointer:
     A committed transaction first lives only in the WAL; SQLite copies it into the main file
     at a checkpoint, every ``wal_autocheckpoint`` pages (~20 MB here). A flipped bit in the
     WAL makes SQLite treat the log as ending just before the damaged frame, so that commit and
-    every later one would be lost at the next open (sqlite_walguard finds that before SQLite
+    every later one would be lost at the next open (walguard.py finds that before SQLite
     opens the store, and keeps the log, but cannot bring the commits back). Checkpointing
     as soon as a writer pauses (an agent waiting for its model, a CLI command ending) keeps
     that exposure to what was written in the last :attr:`idle` seconds of activity instead of
@@ -132,7 +132,7 @@ def scan_wal(path: Path, tries: int = 3) -> str | None:
     neither is reported. Only the frames past SQLite's end are checked, so this costs little
     even for a large log. A writer at work can be caught half-way through a frame while the
     file is read, so a finding counts only if it is the same on ``tries`` readings in a row.
-    (The check before SQLite opens a store at rest is in sqlite_walguard.)
+    (The check before SQLite opens a store at rest is in walguard.py.)
     """
     path = Path(os.path.realpath(path))  # SQLite's log is beside the file a link leads to
     first = _scan_once(path)

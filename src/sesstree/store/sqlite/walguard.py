@@ -17,7 +17,7 @@ looks for commits it would drop:
   it covers (an index older than the log, from a folder copied while a writer ran), the
   next rule;
 - without a usable index: a commit frame of the same log past the end whose checksum chains
-  from the frame before it (sqlite_wal.hidden_commit): damage followed by later commits.
+  from the frame before it (wal.hidden_commit): damage followed by later commits.
 
 A torn last transaction (a crash while writing it) is neither: it was never acknowledged. The
 check runs only when the WAL has content and nobody holds a lock on ``store.db-shm``: while a
@@ -95,7 +95,7 @@ def guard_wal(path: Path) -> None:
     # Look again with sesstree's writers held off: a process that opened the store meanwhile
     # may be writing (its own open looked at the log first).
     try:
-        with locked(given):  # (the lock file writers of this path take: sqlite_lock)
+        with locked(given):  # (the lock file writers of this path take: lock.py)
             if _in_use(path):
                 return
             report = find_damage(path)
@@ -229,7 +229,7 @@ def _sqlite_keeps(first_page: bytes, page_size: int, data: bytes) -> int | None:
     """How many frames of the log ``data`` SQLite's own recovery keeps, or None if it could not
     be asked. It is asked on a private copy (a store file of one page and the log), opened
     read-only, so that nothing can touch the store's files: SQLite checks the chain at C
-    speed, where the same walk in Python (sqlite_wal.walk_log) takes ~50 us a frame."""
+    speed, where the same walk in Python (wal.walk_log) takes ~50 us a frame."""
     import tempfile  # (here: only the first open after a crash needs it)
 
     try:
