@@ -54,7 +54,6 @@ from ..base import (
 from .check import check_store
 from .commit import BLOB_MIN, SIZE_WAL_AFTER, Writer
 from .dicts import Dictionary
-from .gc import collect_garbage
 from .nodes import SqliteNodes
 from .opening import DURABLE_WAL_PAGES, PAGE_SIZE, WAL_PAGES
 from .refs import RefReads, RefWrites
@@ -226,6 +225,9 @@ class SqliteBackend:
         with state.lock, state.errors():
             self._txn.write_folds()
         with state.errors():
+            # Imported here: only gc needs it, and `sess log` should not load it at start-up.
+            from .gc import collect_garbage
+
             return collect_garbage(state, self._txn, dry_run, keep)
 
     def sweep(
@@ -233,6 +235,8 @@ class SqliteBackend:
     ) -> tuple[list[NodeId], int, int]:
         """:meth:`collect_garbage`, reporting its progress."""
         with self._state.errors():
+            from .gc import collect_garbage
+
             return collect_garbage(self._state, self._txn, dry_run, keep, progress)
 
     def check(self) -> list[str]:
