@@ -50,7 +50,8 @@ class TextStyle:
     #: A ``tool/call`` record's name and arguments are part of its text.
     records: bool = False
     #: Every part of an event is joined as it is, empty ones too (so line counts stay those
-    #: of the event), and a tool call without a function object counts as an empty call;
+    #: of the event), and a tool call whose ``function`` is missing or empty (null, ``{}``)
+    #: counts as an empty call (one whose ``function`` is some other value does not);
     #: without it empty parts are left out.
     keep_empty: bool = True
     #: An event with no text is its data as compact JSON (what ``--grep`` matches); without
