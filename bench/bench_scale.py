@@ -287,7 +287,7 @@ def bench_load(tmp: Path, n: int, results: dict[str, Any]) -> None:
     parts a verified load of derived messages cannot skip."""
     from blake3 import blake3
 
-    from sesstree import derive_messages
+    from sesstree.events import derive_exact
 
     msgs = Traffic(5).messages(n)
     jsonl = tmp / f"load-{n}.jsonl"
@@ -341,8 +341,8 @@ def bench_load(tmp: Path, n: int, results: dict[str, Any]) -> None:
             "sql_read": best(lambda: db.execute(READ_RANGE, (1, n)).fetchone()),
             # the events decoded from msgpack in one call (as a path is)
             "decode": best(lambda: msgspec.msgpack.decode(packed)),
-            # the messages derived from decoded events (sesstree.derive_messages)
-            "derive": best(lambda: derive_messages(chain.types, chain.datas)),
+            # the messages derived from decoded events (events.derive_exact: exact, no sending view)
+            "derive": best(lambda: derive_exact(chain.types, chain.datas)),
             # one blake3 per node over its hashed form: what checking each id costs
             "blake3_per_node": best(lambda: [blake3(h + b).digest()
                                              for h, b in zip(heads, bodies, strict=True)]),

@@ -307,6 +307,26 @@ def test_derive_keeps_stored_order_and_repair_moves_results_up() -> None:
     assert repair_messages(datas).messages == repaired.messages
 
 
+def test_the_sending_view_does_not_check_pairs_it_then_throws_away(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # The view reports its own changes; the exact pass's pairing check (a second walk of
+    # every message, on each agent step) was computed and dropped.
+    import sesstree.events as events
+
+    types = ["tool/result", "assistant/message", "user/message", "tool/result"]
+    datas = [result("gone"), calls("c1"), user("x"), result("c1")]
+    exact = derive_messages(types, datas)
+    assert [p.kind for p in exact.problems] == ["orphan-result"]
+
+    def refused(messages: Any) -> Any:
+        raise AssertionError("the exact pairing check ran for the sending view")
+
+    monkeypatch.setattr(events, "find_problems", refused)
+    repaired = derive_messages(types, datas, repair=True)
+    assert repaired == repair_messages(exact.messages)
+    assert events.derive_exact(types, datas, problems=False) == events.Derived(exact.messages, [])
+
+
 def test_the_exact_derivation_knows_nothing_of_the_sending_view() -> None:
     """events is the lower layer: the sending view builds on it, never the other way."""
     import sesstree

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from text_corpus import contents, datas
 
+from sesstree import text as text_module
 from sesstree.cli.conversation import GREP, node_text
 from sesstree.fmt import LINE, summary
 from sesstree.node import Node, NodeId
@@ -76,3 +77,16 @@ def test_pretty_json_is_clipped_with_a_note() -> None:
     whole = json_text({"k": "v" * MAX_SHOWN}, pretty=True)
     assert text == whole[:MAX_SHOWN] + f"\n… ({len(whole) - MAX_SHOWN:,} more characters)"
     assert content_text({"b": 1, "a": 2}) == '{"b":1,"a":2}'
+
+
+def test_text_parts_are_read_without_a_call_each(monkeypatch: pytest.MonkeyPatch) -> None:
+    # `--grep` and the search render every event they read: a call per text part doubled the
+    # time of a list content, so only the other parts go through the slower path.
+    asked: list[Any] = []
+    slow = text_module._part_text
+    monkeypatch.setattr(text_module, "_part_text", lambda p, s: asked.append(p) or slow(p, s))
+    image = {"type": "image_url", "image_url": {"url": "u"}}
+    parts = [{"type": "text", "text": "a"}, {"type": "text", "text": ""}, image]
+    assert content_text(parts) == "a\n\n\n\n[image u]"
+    assert content_text(parts, LINE) == "a"
+    assert asked == [image, image]

@@ -146,14 +146,16 @@ def _summary(data: Any) -> dict[str, Any]:
 
 
 def derive_exact(
-    types: Sequence[str], datas: Sequence[Any], ids: Sequence[str] | None = None
+    types: Sequence[str], datas: Sequence[Any], ids: Sequence[str] | None = None, *,
+    problems: bool = True,
 ) -> Derived:
     """Derive the chat messages from a session's events, oldest first, exactly as stored.
 
     ``ids`` (hex node ids) are needed only to honour a compaction marker's ``first_kept``.
     ``problems`` lists tool calls and results that are not paired; the messages are not
     changed for them. The public :func:`sesstree.derive_messages` (in :mod:`sesstree.sending`,
-    which builds on this module, never the other way) adds the sending view.
+    which builds on this module, never the other way) adds the sending view, which reports
+    its own changes: it asks for ``problems=False``, the messages without that check.
     """
     out: list[dict[str, Any]] = []
     append = out.append
@@ -218,6 +220,8 @@ def derive_exact(
             if message is not None:
                 append(message)
                 waiting = None
+    if not problems:
+        return Derived(out, [])
     if waiting is None:
         return Derived(out, find_problems(out))
     # Well formed up to the tail: the calls still waiting there are pending, not orphans.

@@ -37,8 +37,9 @@ def derive_messages(
     changed for them (:func:`sesstree.events.derive_exact`). With ``repair=True`` the result
     is the sending view instead (:func:`repair_messages`).
     """
-    derived = derive_exact(types, datas, ids)
-    return repair_messages(derived.messages) if repair else derived
+    if repair:  # the view says what it changed: the exact pairing check would be thrown away
+        return repair_messages(derive_exact(types, datas, ids, problems=False).messages)
+    return derive_exact(types, datas, ids)
 
 
 def repair_messages(messages: Sequence[dict[str, Any]]) -> Derived:

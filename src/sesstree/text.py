@@ -22,7 +22,7 @@ _compact = msgspec.json.Encoder()
 _sorted = msgspec.json.Encoder(order="sorted")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class TextStyle:
     """How content becomes text; every field is a difference some reader needs."""
 
@@ -50,7 +50,8 @@ class TextStyle:
     #: A ``tool/call`` record's name and arguments are part of its text.
     records: bool = False
     #: Every part of an event is joined as it is, empty ones too (so line counts stay those
-    #: of the event), and a tool call without a function object counts as an empty call;
+    #: of the event), and a tool call whose ``function`` is missing or empty (null, ``{}``)
+    #: counts as an empty call (one whose ``function`` is some other value does not);
     #: without it empty parts are left out.
     keep_empty: bool = True
     #: An event with no text is its data as compact JSON (what ``--grep`` matches); without
@@ -81,19 +82,31 @@ def content_text(content: Any, style: TextStyle = FULL) -> str:
     if isinstance(content, str):
         return content
     if isinstance(content, list):
-        parts = (_part_text(p, style) for p in content)
-        if style.loose:
-            return style.joiner.join(p for p in parts if p)
-        return style.joiner.join(p for p in parts if p is not None)
-    return json_text(content, pretty=style.pretty, limit=style.limit)
+        # One loop with the text part inline: `--grep` and the search run this on every
+        # event they read, and a call per part would cost them more than the rest together.
+        out: list[str] = []
+        append = out.append
+        loose = style.loose
+        for part in content:
+            text = part.get("text") if isinstance(part, dict) else None
+            if isinstance(text, str):
+                if text or not loose:
+                    append(text)
+                continue
+            shown = _part_text(part, style)
+            if shown is not None and (shown or not loose):
+                append(shown)
+        return style.joiner.join(out)
+    if not style.pretty:
+        return _compact.encode(content).decode()
+    return json_text(content, pretty=True, limit=style.limit)
 
 
 def _part_text(part: Any, style: TextStyle) -> str | None:
-    """One part's text, or None where ``style`` leaves the part out."""
+    """One part's text, or None where ``style`` leaves the part out (a part whose ``text``
+    is a string is taken as it is by :func:`content_text` before this is asked)."""
     if isinstance(part, dict):
         text = part.get("text")
-        if isinstance(text, str):
-            return text
         if style.loose:
             return str(text) if text else None
         if style.placeholder == "url":
@@ -139,4 +152,4 @@ def event_text(type: str, data: Any, style: TextStyle = FULL) -> str:
             return text
     if isinstance(data, str):
         return data
-    return json_text(data) if style.fallback_json else ""
+    return _compact.encode(data).decode() if style.fallback_json else ""
