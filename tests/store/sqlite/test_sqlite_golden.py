@@ -118,6 +118,26 @@ def test_an_old_store_on_read_only_media_reads_as_it_did_and_is_left_as_it_is(
 
 
 @pytest.mark.parametrize("version", [1, 2, 3])
+def test_an_append_to_an_old_store_on_read_only_media_is_refused_as_read_only(
+    tmp_path: Path, version: int
+) -> None:
+    """An old store has no dictionary table yet: an append must still be refused with the
+    read-only error, not fail looking for the dictionary."""
+    _golden_store(version, tmp_path / "src" / "s")
+    before = (tmp_path / "src" / "s" / "store.db").read_bytes()
+    view = tmp_path / "ro"
+    view.mkdir()
+    _mount("--bind", str(tmp_path / "src"), str(view))
+    try:
+        _mount("-o", "remount,ro,bind", str(view))
+        with open_store(view / "s") as store, pytest.raises(StoreReadOnlyError):
+            store.session("main").add_message({"role": "user", "content": "one more"})
+    finally:
+        subprocess.run(["umount", "-l", str(view)], capture_output=True, check=False)
+    assert (tmp_path / "src" / "s" / "store.db").read_bytes() == before
+
+
+@pytest.mark.parametrize("version", [1, 2, 3])
 def test_an_old_store_on_a_full_disk_reads_then_upgrades_once_there_is_room(
     tmp_path: Path, version: int
 ) -> None:

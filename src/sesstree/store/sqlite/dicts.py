@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import sqlite3
 
-from ...errors import SesstreeError, StoreCorruptError
+from ...errors import SesstreeError, StoreCorruptError, StoreReadOnlyError
 from ..codec import SMALL_MIN, TRAIN_AFTER, TRAIN_SAMPLES, CodecError, dict_hash, train
 from .state import ConnState
 from .txn import Transactions
@@ -61,6 +61,16 @@ class Dictionary:
     def find(self) -> None:
         """Make new frames with the store's newest dictionary, if it has one (at this
         connection's first write)."""
+        if not self._state.codec_columns:
+            # A store of a format before 4 that could not be upgraded when it was opened: it
+            # has no dictionary table, nor the statements a write of format 4 uses.
+            if self._state.read_only:
+                raise StoreReadOnlyError(
+                    f"store {self._state.path} is on read-only media or files (attempt to write "
+                    "a readonly database); reads still work"
+                )
+            self.looked = True
+            return
         self.looked = True
         row = self._state.db.execute(
             "SELECT (SELECT max(id) FROM dicts), (SELECT max(seq) FROM nodes)"
