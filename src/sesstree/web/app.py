@@ -20,6 +20,7 @@ from ..errors import (
     InvalidRefNameError,
     RefExistsError,
     SesstreeError,
+    StoreFullError,
     StoreLockedError,
     UnknownRevisionError,
 )
@@ -79,6 +80,8 @@ def status_of(exc: SesstreeError) -> int:
         return 400
     if isinstance(exc, StoreLockedError):
         return 503
+    if isinstance(exc, StoreFullError):
+        return 507  # Insufficient Storage: the server's disk, as sync's routes answer it
     return 500
 
 
