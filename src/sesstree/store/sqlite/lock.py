@@ -26,6 +26,7 @@ import threading
 from pathlib import Path
 
 from .create import FILE_MODE, lock_path
+from .threads import start_daemon
 
 __all__ = ["WriteLock"]
 
@@ -95,7 +96,7 @@ class WriteLock:
                 else:
                     got.set()
 
-        threading.Thread(target=wait, name="sesstree-write-lock", daemon=True).start()
+        start_daemon(wait, "sesstree-write-lock")
         if got.wait(timeout):
             self._held = lock
             return True

@@ -19,6 +19,7 @@ from typing import Any, cast
 from .media import full_error, without_index
 from .opening import open_connection
 from .state import ConnState
+from .threads import start_daemon
 
 __all__ = ["RELEASE_AFTER", "Hold", "Reopening"]
 
@@ -82,8 +83,7 @@ class Hold:
         elif state.full:
             reopening = Reopening(self, db)
             state.db = cast(sqlite3.Connection, reopening)  # (it acts as one)
-            threading.Thread(target=self._release_loop, args=(reopening,), daemon=True,
-                             name="sesstree-release").start()
+            start_daemon(self._release_loop, "sesstree-release", reopening)
         else:
             state.db = db
         state.setup()

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from ...errors import StoreError
+from .threads import start_daemon
 
 __all__ = [
     "FRAME_HEADER", "WAL_HEADER", "IdleCheckpointer", "checksum", "frame_checksum", "header_valid",
@@ -94,9 +95,7 @@ class IdleCheckpointer:
         """Called after each commit: cheap, it only counts."""
         self._writes += 1
         if self._thread is None:
-            self._thread = threading.Thread(target=self._loop, name="sesstree-checkpoint",
-                                            daemon=True)
-            self._thread.start()
+            self._thread = start_daemon(self._loop, "sesstree-checkpoint")
 
     def _loop(self) -> None:
         seen = 0
