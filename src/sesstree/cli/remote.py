@@ -136,15 +136,23 @@ def serve(locator: StoreLocator, store_path: str | None, host: str, port: int,
     shown = f"[{host}]" if ":" in host else host
     where = locator.url() or str(locator.find())
     mode = "writes need the token" if token else "read-only"
-    click.echo(f"Serving {redact_url(where)} on http://{shown}:{bound} ({mode}); Ctrl-C stops",
-               err=True)
+    line = f"Serving {redact_url(where)} on http://{shown}:{bound} ({mode}); Ctrl-C stops"
+
+    class Server(uvicorn.Server):
+        async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+            await super().startup(sockets)
+            # Said once uvicorn's signal handlers are in place and the app is made: a Ctrl-C
+            # from then on stops the server, where one in the middle of start-up was lost.
+            if not self.should_exit:
+                click.echo(line, err=True)
+
     # proxy_headers off: uvicorn would otherwise take the client's address from the
     # X-Forwarded-For of any connection from 127.0.0.1, so a local guesser could name a new
     # address with every guess and never be throttled (web/throttle.py counts per address).
     config = uvicorn.Config(create_app(store, token=token, host=host), log_level="warning",
                             server_header=False, proxy_headers=False)
     try:
-        uvicorn.Server(config).run(sockets=[sock])
+        Server(config).run(sockets=[sock])
     finally:
         sock.close()
 
