@@ -60,7 +60,14 @@ class Terminal:
         os.write(self.master, text)
 
     def exit_code(self) -> int:
-        code = self.proc.wait(timeout=60)
+        try:
+            code = self.proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            # Killed, so that a failure here leaves no process behind to disturb later tests.
+            self.proc.kill()
+            self.proc.wait()
+            os.close(self.master)
+            raise
         try:  # what it printed last
             while select.select([self.master], [], [], 0)[0]:
                 data = os.read(self.master, 4096)
