@@ -41,24 +41,24 @@ def backend_kind(request: pytest.FixtureRequest) -> str:
     return str(request.param)
 
 
-@pytest.fixture
-def store(backend_kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Store]:
-    """A fresh store on each backend, closed after the test."""
-    s = _open(backend_kind, tmp_path / "s", request)
+def _fresh(kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Store]:
+    s = _open(kind, tmp_path / "s", request)
     try:
         yield s
     finally:
         s.close()
+
+
+@pytest.fixture
+def store(backend_kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Store]:
+    """A fresh store on each backend, closed after the test."""
+    yield from _fresh(backend_kind, tmp_path, request)
 
 
 @pytest.fixture
 def every_backend_store(backend_kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Store]:
     """:func:`store` under a name that a folder's own ``store`` fixture does not shadow."""
-    s = _open(backend_kind, tmp_path / "s", request)
-    try:
-        yield s
-    finally:
-        s.close()
+    yield from _fresh(backend_kind, tmp_path, request)
 
 
 @pytest.fixture

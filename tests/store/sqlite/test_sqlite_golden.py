@@ -19,6 +19,8 @@ import os
 import shutil
 import sqlite3
 import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -98,22 +100,28 @@ def _mount(*args: str) -> None:
         pytest.skip(f"cannot mount here: {done.stderr.strip()}")
 
 
+@contextmanager
+def _read_only_view(folder: Path, view: Path) -> Iterator[Path]:
+    """``folder`` seen read-only at ``view`` (a read-only bind mount) inside the block."""
+    view.mkdir()
+    _mount("--bind", str(folder), str(view))
+    try:
+        _mount("-o", "remount,ro,bind", str(view))
+        yield view
+    finally:
+        subprocess.run(["umount", "-l", str(view)], capture_output=True, check=False)
+
+
 @pytest.mark.parametrize("version", [1, 2, 3])
 def test_an_old_store_on_read_only_media_reads_as_it_did_and_is_left_as_it_is(
     tmp_path: Path, version: int
 ) -> None:
     golden = _golden_store(version, tmp_path / "src" / "s")
     before = (tmp_path / "src" / "s" / "store.db").read_bytes()
-    view = tmp_path / "ro"
-    view.mkdir()
-    _mount("--bind", str(tmp_path / "src"), str(view))
-    try:
-        _mount("-o", "remount,ro,bind", str(view))
+    with _read_only_view(tmp_path / "src", tmp_path / "ro") as view:
         assert read(view / "s") == golden["read"]  # read as it is: no upgrade
         with open_store(view / "s") as store, pytest.raises(StoreReadOnlyError):
             store.set_session_meta("main", {"title": "changed"})
-    finally:
-        subprocess.run(["umount", "-l", str(view)], capture_output=True, check=False)
     assert (tmp_path / "src" / "s" / "store.db").read_bytes() == before
 
 
@@ -125,15 +133,9 @@ def test_an_append_to_an_old_store_on_read_only_media_is_refused_as_read_only(
     read-only error, not fail looking for the dictionary."""
     _golden_store(version, tmp_path / "src" / "s")
     before = (tmp_path / "src" / "s" / "store.db").read_bytes()
-    view = tmp_path / "ro"
-    view.mkdir()
-    _mount("--bind", str(tmp_path / "src"), str(view))
-    try:
-        _mount("-o", "remount,ro,bind", str(view))
+    with _read_only_view(tmp_path / "src", tmp_path / "ro") as view:
         with open_store(view / "s") as store, pytest.raises(StoreReadOnlyError):
             store.session("main").add_message({"role": "user", "content": "one more"})
-    finally:
-        subprocess.run(["umount", "-l", str(view)], capture_output=True, check=False)
     assert (tmp_path / "src" / "s" / "store.db").read_bytes() == before
 
 
