@@ -28,6 +28,8 @@ __all__ = [
     "Counts",
     "ImportOrigin",
     "ObjectStore",
+    "PackCounts",
+    "Packing",
     "Progress",
     "RawNode",
     "Ref",
@@ -310,6 +312,30 @@ class Counts(msgspec.Struct, frozen=True):
     tags: int
     reflog_entries: int
     logical_bytes: int
+
+
+class PackCounts(msgspec.Struct, frozen=True):
+    """How much of a store is packed (see :mod:`sesstree.store.packs`): its packs, the nodes
+    in them and the loose ones, and the packs' bytes as stored and before compression."""
+
+    packs: int
+    packed_nodes: int
+    loose_nodes: int
+    stored_bytes: int
+    raw_bytes: int
+
+
+class Packing(Protocol):
+    """What an engine that keeps packs does besides reading them (optional: the memory engine
+    keeps none)."""
+
+    def pack_counts(self) -> PackCounts:
+        """Packs, packed and loose nodes, and the packs' bytes, without reading any pack."""
+
+    def repack(self, progress: Progress | None = None) -> PackCounts:
+        """Pack every loose tail of every ref, whatever its length (and finish an upgrade's
+        packing if one is pending), in short transactions: the store stays usable, and a kill
+        loses nothing. Returns the counts after."""
 
 
 class ReflogStamp(msgspec.Struct, frozen=True):
