@@ -55,6 +55,7 @@ __all__ = [
     "apart_body",
     "build_frame",
     "checksum",
+    "describe",
     "hashed_head",
     "open_frame",
     "raw_nodes",
@@ -95,6 +96,15 @@ def hashed_head(parent: bytes | None) -> bytes:
 def checksum(codec: int, depth: int, count: int, data: bytes) -> bytes:
     """The checksum a pack row keeps: over how to read it and its compressed bytes."""
     return blake3(_header.pack(codec, depth, count) + data).digest()
+
+
+def describe(pid: object, depth: object, count: object, ids: bytes | None = None) -> str:
+    """A pack as an error names it: its number, the depths of the nodes it holds and, when
+    its frame could be read, its first and last node ids (short)."""
+    span = f"depths {depth}..{depth + count - 1}" if type(depth) is int and type(count) is int \
+        else f"depth {depth!r}"
+    ends = f", nodes {ids[:6].hex()}..{ids[-32:-26].hex()}" if ids and len(ids) >= 32 else ""
+    return f"pack {pid} ({span}{ends})"
 
 
 def _array_head(n: int) -> bytes:
