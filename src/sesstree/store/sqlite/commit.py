@@ -21,6 +21,7 @@ from ..rows import row_data
 from ..storable import check_commit
 from .dicts import Dictionary
 from .opening import WAL_PAGES
+from .packing import Packer
 from .sql import APPEND_FOLD, APPEND_ONE, INSERT_NODE
 from .state import ConnState
 from .txn import Transactions
@@ -45,8 +46,10 @@ class Writer:
     """
 
     def __init__(self, state: ConnState, txn: Transactions, dicts: Dictionary,
-                 refuse_if_full: Callable[[], None]) -> None:
+                 refuse_if_full: Callable[[], None], packer: Packer | None = None) -> None:
         self._state = state
+        #: Packs a tail that commits made long enough (format 5; None for an older store).
+        self.packer = packer
         self._txn = txn
         self._dicts = dicts
         self._refuse_if_full = refuse_if_full
@@ -132,6 +135,13 @@ class Writer:
                 queue.release()
                 self._idle.wrote()
             # (Training the dictionary waits for the writer's next pause, see dicts.py.)
+            packer = self.packer
+            if packer is not None:
+                due = [u.name for u in updates if u.new is not None and packer.note(u.name)]
+                if due:
+                    # Committed: packing is a transaction of its own, after it (packing.py).
+                    with state.errors():
+                        packer.after_commit(due)
 
     def _commit_alone(self, nodes: Sequence[RawNode], updates: Sequence[RefUpdate]) -> None:
         """A commit outside any batch: the one-statement append, or one transaction."""
@@ -229,6 +239,10 @@ class Writer:
 
     def _commit_batched(self, nodes: Sequence[RawNode], updates: Sequence[RefUpdate]) -> None:
         self._check_then_insert(nodes, updates)
+        if self.packer is not None:
+            for u in updates:  # (packed when the batch has committed: see Backend.batch)
+                if u.new is not None:
+                    self.packer.note(u.name)
         now = time.time()
         for u in updates:
             old, new = self._old_seq(u), self._new_seq(u)  # cached lookups

@@ -180,6 +180,11 @@ def collect_garbage(
         if progress is not None:
             progress(len(gone), total)
         time.sleep(0)  # between chunks, a writer woken from the queue gets to run first
+    if gone and state.packs:
+        # Packs that lost rows are rebuilt from what is left, or dropped (packing.py).
+        from .packing import trim_packs
+
+        trim_packs(state, txn)
     # Payloads go last, once every node that used them is gone, again in short turns.
     order = sorted(bids)
     for k in range(0, len(order), CHUNK):

@@ -25,6 +25,7 @@ __all__ = [
     "STARTED_SET",
     "WALK_ROWS",
     "without_codec",
+    "without_packs",
     "without_started",
 ]
 
@@ -43,6 +44,12 @@ def without_codec(sql: str) -> str:
     """``sql`` for a format-3 store opened read-only (no codec columns: every payload is
     plain msgpack in its row or zlib in a blob)."""
     return sql.replace("n.codec", "NULL").replace("b.codec", "NULL")
+
+
+def without_packs(sql: str) -> str:
+    """``sql`` for a store of format 4 or older opened read-only (no packs: every row is
+    loose)."""
+    return sql.replace("n.pack", "NULL")
 
 
 NEWEST = "SELECT new FROM reflog WHERE ref = ?1 ORDER BY n DESC LIMIT 1"
@@ -124,7 +131,7 @@ INSERT_NODE = (
 # Columns of one node (from `nodes n LEFT JOIN blobs b ON b.bid = n.bid`). `data` is the
 # msgpack of the type followed by the payload: its msgpack, a zstd frame of it (`n.codec` not
 # NULL), or nil when the payload is stored apart, compressed, in blobs.
-NODE_COLS = "n.seq, n.id, n.parent, n.data, b.data, n.codec, b.codec"
+NODE_COLS = "n.seq, n.id, n.parent, n.data, b.data, n.codec, b.codec, n.pack"
 # The newest entry of every ref whose name starts with ?1 (?2 = its length), found with one
 # index seek per ref name instead of a scan of the whole log.
 LIST_REFS = """
