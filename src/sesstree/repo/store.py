@@ -38,6 +38,7 @@ from ..store.base import (
     Backend,
     Chain,
     ImportOrigin,
+    PackCounts,
     RawNode,
     Ref,
     ReflogEntry,
@@ -45,7 +46,7 @@ from ..store.base import (
 )
 from ..store.engines import STORE_FILE, engine_of, open_backend
 from .head import Checkout, FileHead, HeadKeeper, MetaHead, head_file_for
-from .maintenance import GcResult, Stats, fsck, gc, stats
+from .maintenance import GcResult, Stats, fsck, gc, repack, stats
 from .meta import checked_meta, meta_fields, write_fields, write_origin
 from .policy import WritePolicy
 from .reads import StoredReads
@@ -432,6 +433,10 @@ class Store(StoredReads):
     def gc(self, *, dry_run: bool = False) -> GcResult:
         """Remove what nothing reaches. See :func:`sesstree.repo.maintenance.gc`."""
         return gc(self, dry_run=dry_run)
+
+    def repack(self, *, progress: Callable[[int, int], None] | None = None) -> PackCounts | None:
+        """Pack every loose tail. See :func:`sesstree.repo.maintenance.repack`."""
+        return repack(self, progress=progress)
 
     def stats(self, *, progress: Callable[[int, int], None] | None = None) -> Stats:
         """Nodes, refs, logical and physical bytes. See :func:`sesstree.repo.maintenance.stats`."""

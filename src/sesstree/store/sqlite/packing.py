@@ -240,7 +240,7 @@ class Packer:
                     "to its id")
             frame = build_frame(ids, base_id, entries, apart)
             codec, data = state.paths.codec.pack_blob(frame)
-            depth = int(first_depth)  # (an int: checked above)
+            depth = first_depth if type(first_depth) is int else 0  # (checked above)
             cur = db.execute(
                 "INSERT INTO packs(depth, base, count, size, codec, sum, data) "
                 "VALUES (?, ?, ?, ?, ?, ?, ?)",
