@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import msgspec
 
-from ..errors import RefExistsError, UnknownRevisionError
+from ..errors import RefExistsError, StoreCorruptError, UnknownRevisionError
 from ..events import Derived
 from ..node import (
     REMOTES,
@@ -361,7 +361,11 @@ class Store(StoredReads):
     def chain(self, rev: str | NodeId, limit: int | None = None) -> Chain:
         """The events from the root to ``rev`` (only the newest ``limit``), oldest first."""
         # Every id resolved here came from the store (a ref, a prefix): one it lost is damage.
-        return self.chain_at(self.resolve(rev), limit)
+        node = self.resolve(rev)
+        try:
+            return self.chain_at(node, limit)
+        except StoreCorruptError as exc:
+            raise StoreCorruptError(f"{rev}: {exc}") from None
 
     def log(self, rev: str | NodeId = "HEAD", limit: int | None = None) -> list[Node]:
         """Nodes walking back from ``rev``, newest first."""

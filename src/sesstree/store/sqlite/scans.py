@@ -163,6 +163,8 @@ class SqliteScans:
             for seq, key, parent_seq, parent, data, blob, codec, bcodec, pack, depth in rows:
                 if parent_seq is not None and parent is None:
                     continue  # a missing parent: the link checks name it
+                if pack is not None:
+                    continue  # checked with its pack, once per pack (packcheck.py, in check())
                 try:
                     with self._state.lock:
                         body = self._state.paths.row(key, data, blob, codec, bcodec, pack,
