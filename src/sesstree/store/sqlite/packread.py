@@ -257,17 +257,20 @@ class PackedReader:
             raise self._damaged("a node row is unreadable")
         bodies: list[bytes] = [r[4] for r in rows]
         framed = [k for k, r in enumerate(rows) if r[6] is not None]
-        try:
-            if framed:
-                for k, body in zip(framed, self.codec.unpack_all(
-                        [bodies[k] for k in framed], [rows[k][6] for k in framed], _ROW_LIMIT),
-                        strict=True):
-                    bodies[k] = body
-            for k, r in enumerate(rows):
-                if r[5] is not None:
+        if framed:
+            try:
+                inflated = self.codec.unpack_all(
+                    [bodies[k] for k in framed], [rows[k][6] for k in framed], _ROW_LIMIT)
+            except CodecError as exc:  # (its index: which of the frames it was given)
+                raise self._cannot_inflate(rows[framed[exc.index]], exc) from None
+            for k, body in zip(framed, inflated, strict=True):
+                bodies[k] = body
+        for k, r in enumerate(rows):
+            if r[5] is not None:
+                try:
                     bodies[k] = bodies[k][:-1] + self.codec.unpack(r[5], r[7], BLOB_LIMIT)
-        except CodecError as exc:
-            raise self._damaged(f"a node's payload cannot be inflated ({exc})") from None
+                except CodecError as exc:
+                    raise self._cannot_inflate(r, exc) from None
         ids = b"".join(r[3] for r in rows)
         heads = [hashed_head(parent), *[hashed_head(r[3]) for r in rows[:-1]]]
         for k, (h, b) in enumerate(zip(heads, bodies, strict=True)):
@@ -281,6 +284,10 @@ class PackedReader:
         except (msgspec.DecodeError, ValueError) as exc:
             raise self._damaged(f"a node row is unreadable ({exc})") from None
         return types, flat[1::2], ids
+
+    def _cannot_inflate(self, row: Any, exc: CodecError) -> StoreCorruptError:
+        """The error of a loose row whose payload cannot be inflated: it names the node."""
+        return self._damaged(f"node {row[3].hex()[:12]}: its payload cannot be inflated ({exc})")
 
 
 def _array(n: int) -> bytes:
