@@ -22,7 +22,7 @@ from ..storable import check_commit
 from .dicts import Dictionary
 from .opening import WAL_PAGES
 from .packing import Packer
-from .sql import APPEND_FOLD, APPEND_ONE, INSERT_NODE
+from .sql import APPEND_FOLD, APPEND_ONE, INSERT_LOOSE, INSERT_NODE
 from .state import ConnState
 from .txn import Transactions
 from .wal import preallocate_wal
@@ -98,9 +98,10 @@ class Writer:
             codec, row = self._state.paths.codec.pack(row)
             self._dicts.count_plain(len(row) >= SMALL_MIN)
         key = bytes.fromhex(node.id)
-        cur = db.execute(INSERT_NODE, (key, parent_seq, depth, row, bid, codec))
+        cur = db.execute(INSERT_NODE, (key, parent_seq, depth, bid))
         if cur.rowcount == 1:
             assert cur.lastrowid is not None
+            db.execute(INSERT_LOOSE, (cur.lastrowid, row, codec))
             value = (cur.lastrowid, depth)
             self._state.txn_new.append(node.id)
         else:

@@ -14,7 +14,7 @@ from ..base import Chain, StoredNode
 from .packing import trim_packs
 from .paths import verify_node
 from .scans import SLICE
-from .sql import NODE_COLS
+from .sql import LOOSE_JOIN, NODE_COLS
 from .state import ConnState
 from .txn import Transactions
 
@@ -35,7 +35,8 @@ class SqliteNodes:
         with self._lock, state.errors():
             row = state.db.execute(state.q(
                 f"SELECT {NODE_COLS}, n.depth, p.id FROM nodes n LEFT JOIN nodes p "
-                "ON p.seq = n.parent LEFT JOIN blobs b ON b.bid = n.bid WHERE n.id = ?"),
+                f"ON p.seq = n.parent {LOOSE_JOIN} LEFT JOIN blobs b ON b.bid = n.bid "
+                "WHERE n.id = ?"),
                 (bytes.fromhex(id),),
             ).fetchone()
             if row is None:
@@ -103,8 +104,8 @@ class SqliteNodes:
         while True:
             with self._lock, state.errors():
                 rows = state.db.execute(state.q(
-                    "SELECT n.seq, n.id, p.id, n.depth, n.data, b.data, n.codec, b.codec, n.pack "
-                    "FROM nodes n LEFT JOIN nodes p ON p.seq = n.parent "
+                    "SELECT n.seq, n.id, p.id, n.depth, coalesce(l.data, n.data), b.data, coalesce(l.codec, n.codec), b.codec, "
+                    "n.pack FROM nodes n LEFT JOIN nodes p ON p.seq = n.parent LEFT JOIN loose l ON l.seq = n.seq "
                     "LEFT JOIN blobs b ON b.bid = n.bid WHERE n.seq > ? ORDER BY n.seq LIMIT ?"),
                     (after, SLICE),
                 ).fetchall()

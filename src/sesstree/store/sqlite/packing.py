@@ -56,8 +56,9 @@ WITH RECURSIVE up(seq, parent) AS (
 SELECT seq, parent FROM up
 """
 _ROWS = (
-    "SELECT n.seq, n.parent, n.pack, n.id, n.data, b.data, n.codec, b.codec, n.bid, b.hash, "
-    "n.depth FROM nodes n LEFT JOIN blobs b ON b.bid = n.bid WHERE n.seq IN ({marks})"
+    "SELECT n.seq, n.parent, n.pack, n.id, coalesce(l.data, n.data), b.data, coalesce(l.codec, n.codec), b.codec, n.bid, "
+    "b.hash, n.depth FROM nodes n LEFT JOIN loose l ON l.seq = n.seq LEFT JOIN blobs b ON b.bid = n.bid "
+    "WHERE n.seq IN ({marks})"
 )
 # Every ref's head (the newest entry of each ref name): one index seek per name.
 _HEADS = """
@@ -247,18 +248,17 @@ class Packer:
                 (depth, base, count, len(frame), codec, checksum(codec, depth, count, data), data),
             )
             pid = cur.lastrowid
-            # The rows are written again without their payloads, not updated in place: an update
-            # that shrinks a row leaves its page as large as it was (SQLite merges pages only
-            # when rows go), and the store would keep the loose rows' size for ever.
+            # The payloads leave `loose` (whole pages freed for the next appends); a node's row
+            # only gains its pack (a row written before format 5 also drops its payload).
             packed = seqs[:count]
-            db.execute(f"DELETE FROM nodes WHERE seq IN ({','.join('?' * count)})", packed)
-            db.executemany(
-                "INSERT INTO nodes(seq, id, parent, depth, data, bid, codec, pack) "
-                "VALUES (?, ?, ?, ?, x'', ?, NULL, ?)",
-                [(r[0], r[3], r[1], r[10], r[8] if k in apart else None, pid)
-                 for k, r in enumerate(rows[:count])])
+            where = f"seq IN ({','.join('?' * count)})"
+            db.execute(f"DELETE FROM loose WHERE {where}", packed)
+            db.execute(f"UPDATE nodes SET pack = ?, data = x'', codec = NULL WHERE {where}",
+                       [pid, *packed])
             if inlined:
                 marks = ",".join("?" * len(inlined))
+                db.execute(f"UPDATE nodes SET bid = NULL WHERE {where} AND bid IN ({marks})",
+                           [*packed, *inlined])
                 db.execute(f"DELETE FROM blobs WHERE bid IN ({marks}) AND NOT EXISTS "
                            "(SELECT 1 FROM nodes WHERE nodes.bid = blobs.bid)", inlined)
         return count

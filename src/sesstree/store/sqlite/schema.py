@@ -21,7 +21,7 @@ from ...node import ID_VERSION
 from .sums import SUMS_TABLE
 
 __all__ = [
-    "FORMAT_VERSION", "MIGRATIONS", "PACKS_TABLE", "TABLES", "build", "has_codec", "has_packs",
+    "FORMAT_VERSION", "LOOSE_TABLE", "MIGRATIONS", "PACKS_TABLE", "TABLES", "build", "has_codec", "has_packs",
     "reflog_has_started", "upgrade",
 ]
 
@@ -107,11 +107,20 @@ PACKS_TABLE = """CREATE TABLE IF NOT EXISTS packs(
 )"""
 
 
+#: A loose node's type and payload (format 5): its row in ``nodes`` is only the index, so that
+#: packing it deletes this row (whole pages freed for the next appends) and sets the node's
+#: ``pack``, instead of shrinking a row in place (which leaves its page as large as it was).
+LOOSE_TABLE = (
+    "CREATE TABLE IF NOT EXISTS loose(seq INTEGER PRIMARY KEY, data BLOB NOT NULL, codec INTEGER)"
+)
+
+
 @migration
 def m005_packs(db: sqlite3.Connection) -> None:
     """Format 5: packs, immutable compressed runs of consecutive nodes of one path (see
-    sesstree.store.packs). ``nodes.pack`` is the pack a node's payload is in (NULL: loose, in
-    its row as before); ``packs`` holds them (AUTOINCREMENT: a pack number is never reused, so
+    sesstree.store.packs). ``nodes.pack`` is the pack a node's payload is in (NULL: loose);
+    a loose node's type and payload are in ``loose`` (rows written before format 5 keep them in
+    their ``nodes`` row until they are packed); ``packs`` holds them (AUTOINCREMENT: a pack number is never reused, so
     a reader's cached pack can never be another one). The migration only adds them: the
     history already stored is packed afterwards, online, a pack per short transaction
     (``pack_pending`` in meta says that job is not finished; see sqlite/packing.py). The block
@@ -119,6 +128,7 @@ def m005_packs(db: sqlite3.Connection) -> None:
     if not any(r[1] == "pack" for r in db.execute("PRAGMA table_info(nodes)")):
         db.execute("ALTER TABLE nodes ADD COLUMN pack INTEGER")
     db.execute(PACKS_TABLE)
+    db.execute(LOOSE_TABLE)
     db.execute("DELETE FROM sums")
     if db.execute("SELECT 1 FROM nodes LIMIT 1").fetchone() is not None:
         db.execute("INSERT OR REPLACE INTO meta VALUES ('pack_pending', '1')")
