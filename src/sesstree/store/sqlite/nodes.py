@@ -34,7 +34,7 @@ class SqliteNodes:
         state = self._state
         with self._lock, state.errors():
             row = state.db.execute(state.q(
-                f"SELECT {NODE_COLS}, n.depth, p.id FROM nodes n LEFT JOIN nodes p "
+                f"SELECT {NODE_COLS}, n.depth, p.id, p.depth FROM nodes n LEFT JOIN nodes p "
                 "ON p.seq = n.parent LEFT JOIN blobs b ON b.bid = n.bid WHERE n.id = ?"),
                 (bytes.fromhex(id),),
             ).fetchone()
@@ -47,6 +47,12 @@ class SqliteNodes:
             if (row[2] is not None and row[9] is None) or not verify_node(row[1], row[9], body):
                 raise StoreCorruptError(
                     f"store {state.path} is damaged: node {row[1].hex()[:12]} does not hash to its id"
+                )
+            # No hash covers the depth (an index): it must follow the parent's.
+            up = row[10] + 1 if isinstance(row[10], int) else None
+            if not isinstance(row[8], int) or row[8] != (1 if row[2] is None else up):
+                raise StoreCorruptError(
+                    f"store {state.path} is damaged: node {row[1].hex()[:12]} has a wrong depth index"
                 )
             parent = state.hex(row[9]) if row[9] is not None else None
             return StoredNode(state.hex(row[1]), parent, row[8], type, encoded)
