@@ -142,8 +142,9 @@ class Dictionary:
         """The payloads of the newest rows, each cut to _SAMPLE_MAX (damaged ones skipped)."""
         out = []
         for key, data, blob, codec, bcodec, pack, depth in self._state.db.execute(self._state.q(
-            "SELECT n.id, coalesce(l.data, n.data), b.data, coalesce(l.codec, n.codec), b.codec, n.pack, n.depth FROM nodes n "
-            "LEFT JOIN loose l ON l.seq = n.seq LEFT JOIN blobs b ON b.bid = n.bid ORDER BY n.seq DESC LIMIT ?"), (TRAIN_SAMPLES,)
+            "SELECT n.id, coalesce(l.data, n.data), b.data, coalesce(l.codec, n.codec), "
+            "b.codec, n.pack, n.depth FROM nodes n LEFT JOIN loose l ON l.seq = n.seq "
+            "LEFT JOIN blobs b ON b.bid = n.bid ORDER BY n.seq DESC LIMIT ?"), (TRAIN_SAMPLES,)
         ):
             try:
                 # What is compressed: a row's type and payload, or a payload stored apart.

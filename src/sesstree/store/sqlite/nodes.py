@@ -34,7 +34,7 @@ class SqliteNodes:
         state = self._state
         with self._lock, state.errors():
             row = state.db.execute(state.q(
-                f"SELECT {NODE_COLS}, n.depth, p.id FROM nodes n LEFT JOIN nodes p "
+                f"SELECT {NODE_COLS}, n.depth, p.id, p.depth FROM nodes n LEFT JOIN nodes p "
                 f"ON p.seq = n.parent {LOOSE_JOIN} LEFT JOIN blobs b ON b.bid = n.bid "
                 "WHERE n.id = ?"),
                 (bytes.fromhex(id),),
@@ -48,6 +48,12 @@ class SqliteNodes:
             if (row[2] is not None and row[9] is None) or not verify_node(row[1], row[9], body):
                 raise StoreCorruptError(
                     f"store {state.path} is damaged: node {row[1].hex()[:12]} does not hash to its id"
+                )
+            # No hash covers the depth (an index): it must follow the parent's.
+            up = row[10] + 1 if isinstance(row[10], int) else None
+            if not isinstance(row[8], int) or row[8] != (1 if row[2] is None else up):
+                raise StoreCorruptError(
+                    f"store {state.path} is damaged: node {row[1].hex()[:12]} has a wrong depth index"
                 )
             parent = state.hex(row[9]) if row[9] is not None else None
             return StoredNode(state.hex(row[1]), parent, row[8], type, encoded)
@@ -104,8 +110,9 @@ class SqliteNodes:
         while True:
             with self._lock, state.errors():
                 rows = state.db.execute(state.q(
-                    "SELECT n.seq, n.id, p.id, n.depth, coalesce(l.data, n.data), b.data, coalesce(l.codec, n.codec), b.codec, "
-                    "n.pack FROM nodes n LEFT JOIN nodes p ON p.seq = n.parent LEFT JOIN loose l ON l.seq = n.seq "
+                    "SELECT n.seq, n.id, p.id, n.depth, coalesce(l.data, n.data), b.data, "
+                    "coalesce(l.codec, n.codec), b.codec, n.pack FROM nodes n "
+                    "LEFT JOIN nodes p ON p.seq = n.parent LEFT JOIN loose l ON l.seq = n.seq "
                     "LEFT JOIN blobs b ON b.bid = n.bid WHERE n.seq > ? ORDER BY n.seq LIMIT ?"),
                     (after, SLICE),
                 ).fetchall()
@@ -142,6 +149,8 @@ class SqliteNodes:
                 "DELETE FROM blobs WHERE NOT EXISTS (SELECT 1 FROM nodes WHERE nodes.bid = blobs.bid)"
             )
             db.execute("DELETE FROM path_bytes WHERE seq NOT IN (SELECT seq FROM nodes)")
+            if state.packs:
+                db.execute("DELETE FROM loose WHERE seq NOT IN (SELECT seq FROM nodes)")
             if state.codec_columns:
                 db.execute("DELETE FROM sums")  # (rare: the digests are made again)
             if state.packs:

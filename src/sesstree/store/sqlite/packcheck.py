@@ -31,6 +31,16 @@ def check_packs(db: sqlite3.Connection, reader: PackedReader) -> list[str]:
         faults += _check_one(db, reader, pid, rows_of.pop(pid, []))
     for pid, rows in rows_of.items():
         faults.append(f"{len(rows)} node rows name {describe(pid, None, None)}, which is missing")
+    for (seq,) in db.execute(
+        "SELECT l.seq FROM loose l LEFT JOIN nodes n ON n.seq = l.seq "
+        "WHERE n.seq IS NULL OR n.pack IS NOT NULL LIMIT 20"
+    ):
+        faults.append(f"the loose payload of row {seq} belongs to no loose node")
+    for (key,) in db.execute(
+        "SELECT n.id FROM nodes n WHERE n.pack IS NULL AND n.data = x'' AND NOT EXISTS "
+        "(SELECT 1 FROM loose l WHERE l.seq = n.seq) LIMIT 20"
+    ):
+        faults.append(f"node {bytes(key).hex()[:12]}: its payload is missing")
     return faults
 
 

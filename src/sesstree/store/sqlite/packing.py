@@ -56,8 +56,9 @@ WITH RECURSIVE up(seq, parent) AS (
 SELECT seq, parent FROM up
 """
 _ROWS = (
-    "SELECT n.seq, n.parent, n.pack, n.id, coalesce(l.data, n.data), b.data, coalesce(l.codec, n.codec), b.codec, n.bid, "
-    "b.hash, n.depth FROM nodes n LEFT JOIN loose l ON l.seq = n.seq LEFT JOIN blobs b ON b.bid = n.bid "
+    "SELECT n.seq, n.parent, n.pack, n.id, coalesce(l.data, n.data), b.data, "
+    "coalesce(l.codec, n.codec), b.codec, n.bid, b.hash, n.depth FROM nodes n "
+    "LEFT JOIN loose l ON l.seq = n.seq LEFT JOIN blobs b ON b.bid = n.bid "
     "WHERE n.seq IN ({marks})"
 )
 # Every ref's head (the newest entry of each ref name): one index seek per name.

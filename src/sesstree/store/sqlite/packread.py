@@ -28,8 +28,9 @@ __all__ = ["PackedReader"]
 _PACK = "SELECT depth, base, count, size, codec, sum, data FROM packs WHERE pid = ?"
 _HEAD = "SELECT pack, depth, id FROM nodes WHERE seq = ?"
 _LOOSE = (
-    "SELECT n.seq, n.parent, n.pack, n.id, coalesce(l.data, n.data), b.data, coalesce(l.codec, n.codec), b.codec FROM nodes n "
-    "LEFT JOIN loose l ON l.seq = n.seq LEFT JOIN blobs b ON b.bid = n.bid WHERE n.seq BETWEEN ? AND ? ORDER BY n.seq DESC"
+    "SELECT n.seq, n.parent, n.pack, n.id, coalesce(l.data, n.data), b.data, "
+    "coalesce(l.codec, n.codec), b.codec FROM nodes n LEFT JOIN loose l ON l.seq = n.seq "
+    "LEFT JOIN blobs b ON b.bid = n.bid WHERE n.seq BETWEEN ? AND ? ORDER BY n.seq DESC"
 )
 _BLOB = "SELECT data, codec FROM blobs WHERE hash = ?"
 _msgpack = msgspec.msgpack.Decoder()

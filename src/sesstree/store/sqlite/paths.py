@@ -391,5 +391,7 @@ def _lengths(text: str | None) -> list[int]:
 def verify_node(id: bytes, parent: bytes | None, body: bytes) -> bool:
     """True if a node's hashed body (type then payload, see PathReader.expand) hashes to
     ``id`` below ``parent``."""
+    if parent is not None and not isinstance(parent, bytes):
+        return False  # a damaged id column of the parent's row: SQLite gives what it holds
     head = _ROOT_HEAD if parent is None else _PARENT_HEAD + parent
     return bool(blake3(head + body).digest() == id)

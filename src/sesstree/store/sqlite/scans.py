@@ -42,8 +42,9 @@ _REFS_AT = (
     "WHERE d.id IN ({marks}) AND l.n = (SELECT max(n) FROM reflog WHERE ref = l.ref)"
 )
 _VERIFY = (
-    "SELECT n.seq, n.id, n.parent, p.id, coalesce(l.data, n.data), b.data, coalesce(l.codec, n.codec), b.codec, n.pack, "
-    "n.depth FROM nodes n LEFT JOIN nodes p ON p.seq = n.parent LEFT JOIN loose l ON l.seq = n.seq "
+    "SELECT n.seq, n.id, n.parent, p.id, coalesce(l.data, n.data), b.data, "
+    "coalesce(l.codec, n.codec), b.codec, n.pack, n.depth FROM nodes n "
+    "LEFT JOIN nodes p ON p.seq = n.parent LEFT JOIN loose l ON l.seq = n.seq "
     "LEFT JOIN blobs b ON b.bid = n.bid "
     "WHERE n.seq > ? ORDER BY n.seq LIMIT ?"
 )
@@ -309,8 +310,10 @@ class SqliteScans:
         while True:
             with self._state.lock, self._state.errors():
                 rows = self._state.db.execute(self._state.q(
-                    "SELECT n.seq, n.parent, coalesce(l.data, n.data), b.data, coalesce(l.codec, n.codec), b.codec, n.id, n.pack, "
-                    "n.depth FROM nodes n LEFT JOIN loose l ON l.seq = n.seq LEFT JOIN blobs b ON b.bid = n.bid WHERE n.seq > ? "
+                    "SELECT n.seq, n.parent, coalesce(l.data, n.data), b.data, "
+                    "coalesce(l.codec, n.codec), b.codec, n.id, n.pack, n.depth FROM nodes n "
+                    "LEFT JOIN loose l ON l.seq = n.seq LEFT JOIN blobs b ON b.bid = n.bid "
+                    "WHERE n.seq > ? "
                     "ORDER BY n.seq LIMIT ?"),
                     (after, SLICE),
                 ).fetchall()

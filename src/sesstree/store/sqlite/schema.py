@@ -119,10 +119,11 @@ LOOSE_TABLE = (
 def m005_packs(db: sqlite3.Connection) -> None:
     """Format 5: packs, immutable compressed runs of consecutive nodes of one path (see
     sesstree.store.packs). ``nodes.pack`` is the pack a node's payload is in (NULL: loose);
-    a loose node's type and payload are in ``loose`` (rows written before format 5 keep them in
-    their ``nodes`` row until they are packed); ``packs`` holds them (AUTOINCREMENT: a pack number is never reused, so
-    a reader's cached pack can never be another one). The migration only adds them: the
-    history already stored is packed afterwards, online, a pack per short transaction
+    a loose node's type and payload are in ``loose`` (rows written before format 5 keep them
+    in their ``nodes`` row until they are packed); ``packs`` holds the packs (AUTOINCREMENT: a
+    pack number is never reused, so a reader's cached pack can never be another one). The
+    migration only adds them: the history already stored is packed afterwards, online, a pack
+    per short transaction
     (``pack_pending`` in meta says that job is not finished; see sqlite/packing.py). The block
     digests of format 4 are not kept any more (a loose tail is short; a pack has a checksum)."""
     if not any(r[1] == "pack" for r in db.execute("PRAGMA table_info(nodes)")):

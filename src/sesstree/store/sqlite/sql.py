@@ -96,7 +96,7 @@ _BID = "(SELECT bid FROM main.blobs WHERE hash = NEW.hash)"
 # node was inserted. After it, changes() and last_insert_rowid() still say what the node insert
 # did (1 and its row, or 0), which the statements after it read.
 _PUT_LOOSE = (
-    "INSERT INTO main.loose(seq, data, codec) SELECT last_insert_rowid(), NEW.data, NEW.codec "
+    "INSERT INTO loose(seq, data, codec) SELECT last_insert_rowid(), NEW.data, NEW.codec "
     "WHERE changes() = 1;"
 )
 APPEND_TEMP = [
