@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import sqlite3
 from collections import OrderedDict
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import msgspec
@@ -33,6 +35,21 @@ _LOOSE = (
     "LEFT JOIN blobs b ON b.bid = n.bid WHERE n.seq BETWEEN ? AND ? ORDER BY n.seq DESC"
 )
 _BLOB = "SELECT data, codec FROM blobs WHERE hash = ?"
+# The packs of a path from the pack ?1 of a row at depth ?3, newest first, until they hold ?2
+# nodes or the path's parent row is not packed: each with its base row's depth and id (the
+# row the next pack is reached from).
+_WALK = """
+WITH RECURSIVE walk(pid, k, got) AS (
+    SELECT ?1, 0, ?3 - (SELECT depth FROM packs WHERE pid = ?1) + 1
+    UNION ALL
+    SELECT n.pack, walk.k + 1, walk.got + (SELECT count FROM packs WHERE pid = n.pack)
+    FROM walk JOIN packs p ON p.pid = walk.pid JOIN nodes n ON n.seq = p.base
+    WHERE n.pack IS NOT NULL AND walk.got < ?2
+)
+SELECT p.pid, p.depth, p.base, p.count, p.size, p.codec, p.sum, p.data, b.depth, b.id
+FROM walk JOIN packs p ON p.pid = walk.pid LEFT JOIN nodes b ON b.seq = p.base
+ORDER BY walk.k
+"""
 _msgpack = msgspec.msgpack.Decoder()
 #: Raw-decoded packs kept for node reads (get, scans): a scan reads each pack's rows in turn.
 _RAW_CACHE = 8
@@ -172,26 +189,30 @@ class PackedReader:
                 types, datas, ids, next_seq, base_id = self._loose(next_seq, need - got)
                 expect = None
             else:
-                pack, opened = self.opened(head[0])
-                pos = head[1] - pack.depth if type(head[1]) is int else -1
-                if not 0 <= pos < pack.count or opened.id_at(pos) != head[2]:
-                    raise self._damaged(
-                        f"{describe(pack.pid, pack.depth, pack.count, opened.ids)} does not hold "
-                        f"the node of row {next_seq} at its place")
-                take = min(pos + 1, need - got)
-                lo = pos + 1 - take
-                types, datas = opened.types[lo : pos + 1], opened.datas[lo : pos + 1]
-                ids = opened.ids[32 * lo : 32 * (pos + 1)]
-                if opened.apart:
-                    self._fill_apart(pack, opened, datas, lo, pos)
-                if lo:
-                    base_id, next_seq = opened.id_at(lo - 1), None
-                else:
-                    base_id, next_seq, expect = opened.base, pack.base, opened.base
+                # Every pack of the path in one statement, inflated one ahead of the decode.
+                for pack, opened, (depth, key, seq) in self._packs_from(head, next_seq, need - got):
+                    pos = depth - pack.depth if type(depth) is int else -1
+                    if not 0 <= pos < pack.count or opened.id_at(pos) != key:
+                        raise self._damaged(
+                            f"{describe(pack.pid, pack.depth, pack.count, opened.ids)} does not "
+                            f"hold the node of row {seq} at its place")
+                    take = min(pos + 1, need - got)
+                    lo = pos + 1 - take
+                    types, datas = opened.types[lo : pos + 1], opened.datas[lo : pos + 1]
+                    ids = opened.ids[32 * lo : 32 * (pos + 1)]
+                    if opened.apart:
+                        self._fill_apart(pack, opened, datas, lo, pos)
                     if (pack.base is None) != (opened.base is None):
                         raise self._damaged(
                             f"{describe(pack.pid, pack.depth, pack.count, opened.ids)} has a "
                             "base its row does not")
+                    parts.append((types, datas, ids))
+                    got += len(types)
+                    if lo:
+                        base_id, next_seq = opened.id_at(lo - 1), None
+                        break
+                    base_id, next_seq, expect = opened.base, pack.base, opened.base
+                continue
             parts.append((types, datas, ids))
             got += len(types)
         if got < need or (whole and base_id is not None):
@@ -202,6 +223,51 @@ class PackedReader:
         all_types = [t for p in parts for t in p[0]]
         all_datas = [d for p in parts for d in p[1]]
         return all_types, all_datas, b"".join(p[2] for p in parts), base_id
+
+    def _packs_from(self, head: Any, seq: int, need: int) -> Iterator[
+            tuple[_Pack, OpenedPack, tuple[Any, Any, int]]]:
+        """The packs of the path from the packed row ``seq`` (``head``: its pack, depth and
+        id), newest first, as far as ``need`` nodes go or the packs do, each with the row it
+        was reached from (depth, id, row number): one statement reads them all, and each
+        pack is inflated in a second thread while the one before it is decoded."""
+        rows = self._db.execute(_WALK, (head[0], need, head[1])).fetchall()
+        checked: list[tuple[_Pack, Any]] = []
+        for row in rows:
+            pid, depth, base, count, size, codec, digest, data = row[:8]
+            if not (type(depth) is int and type(count) is int and count > 0 and type(size) is int
+                    and type(codec) is int and isinstance(data, bytes)
+                    and (base is None or type(base) is int)) or checksum(
+                        codec, depth, count, data) != digest:
+                raise self._damaged(f"{describe(pid, depth, count)} fails its checksum")
+            checked.append((_Pack(pid, depth, base, count, b""), (data, codec, size)))
+        if not checked or checked[0][0].pid != head[0]:
+            raise self._damaged(f"{describe(head[0], None, None)} is missing")
+        frames = _inflating(self.codec, [how for _, how in checked])
+        came_from: tuple[Any, Any, int] = (head[1], head[2], seq)
+        for k, (pack, _) in enumerate(checked):
+            try:
+                pack.frame = next(frames)
+            except CodecError as exc:
+                raise self._damaged(
+                    f"{describe(pack.pid, pack.depth, pack.count)} cannot be inflated ({exc})"
+                ) from None
+            if len(pack.frame) != checked[k][1][2]:
+                raise self._damaged(f"{describe(pack.pid, pack.depth, pack.count)} inflates "
+                                    "to the wrong size")
+            try:
+                opened = open_frame(pack.frame, pack.count)
+            except PackDamage as exc:
+                raise self._damaged(f"{describe(pack.pid, pack.depth, pack.count)}: {exc}") \
+                    from None
+            pack.frame = b""
+            yield pack, opened, came_from
+            if pack.base is None:
+                return
+            row = rows[k]
+            if k + 1 < len(rows):
+                if row[9] != opened.base:
+                    raise self._damaged(f"node row {pack.base} is not the parent its pack names")
+                came_from = (row[8], row[9], pack.base)
 
     def _fill_apart(self, pack: _Pack, opened: OpenedPack, datas: list[Any], lo: int,
                     hi: int) -> None:
@@ -289,6 +355,40 @@ class PackedReader:
     def _cannot_inflate(self, row: Any, exc: CodecError) -> StoreCorruptError:
         """The error of a loose row whose payload cannot be inflated: it names the node."""
         return self._damaged(f"node {row[3].hex()[:12]}: its payload cannot be inflated ({exc})")
+
+
+_pool: ThreadPoolExecutor | None = None
+#: Below this many compressed bytes a path's packs are inflated in the reading thread (a
+#: hand-off to the second thread costs more than it saves).
+_POOL_MIN = 64 * 1024
+
+
+def _inflating(codec: Any, frames: list[tuple[bytes, int, int]]) -> Iterator[bytes]:
+    """The frames (data, codec, size) inflated, in order. With more than one and enough bytes,
+    a second thread inflates the next while the caller decodes this one: zstd lets go of the
+    GIL, msgspec does not, so on two cores the two overlap. (Each thread has its own
+    decompression contexts: see Codec.)"""
+    global _pool
+    if len(frames) < 2 or sum(len(f[0]) for f in frames) < _POOL_MIN:
+        for data, how, size in frames:
+            yield codec.unpack(data, how, size)
+        return
+    if _pool is None:
+        _pool = ThreadPoolExecutor(1, thread_name_prefix="sesstree-inflate")
+    pool = _pool
+    for how in {f[1] for f in frames}:
+        codec.preload(how)  # (here: the other thread must not read the store for it)
+    ahead = pool.submit(codec.unpack, frames[0][0], frames[0][1], frames[0][2])
+    for k in range(len(frames)):
+        current = ahead
+        if k + 1 < len(frames):
+            data, how, size = frames[k + 1]
+            ahead = pool.submit(codec.unpack, data, how, size)
+        try:
+            yield current.result()
+        except GeneratorExit:
+            ahead.cancel()
+            raise
 
 
 def _array(n: int) -> bytes:
