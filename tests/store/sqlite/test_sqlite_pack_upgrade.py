@@ -125,7 +125,10 @@ def write_until_packed(folder: Path, most: int) -> int:
             store.session("w").add_message({"role": "user", "content": f"w {closes}"})
         closes += 1
     with open_store(folder, create=False) as store:
-        assert store.backend.pack_counts().loose_nodes == off_refs(store)
+        # Loose are only the nodes no ref reaches, and ``w``'s newest messages (a tail shorter
+        # than PACK_MIN is left loose once the job went past ``w``).
+        loose = store.backend.pack_counts().loose_nodes
+        assert off_refs(store) <= loose <= off_refs(store) + min(closes, packing.PACK_MIN - 1)
         got = summary(store)
         assert got["nodes"][0] == GOLDEN["nodes"][0] + closes
         assert {k: v for k, v in got.items() if k != "nodes"} == {
@@ -141,9 +144,6 @@ def test_writers_closing_finish_the_packing_without_a_repack(long4: Path) -> Non
     print(f"the packing finished after {closes} writers closed")
 
 
-@pytest.mark.xfail(strict=True, reason="each connection starts the pending packing again from "
-                   "the first ref name (Packer._cursor is not kept in the store): writers that "
-                   "close before they get past the refs already done never finish it")
 def test_the_pending_packing_goes_on_where_the_last_writer_stopped(
     long4: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

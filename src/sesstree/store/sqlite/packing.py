@@ -118,8 +118,10 @@ class Packer:
             head = self._head(name)
             if head is not None:
                 self.pack_tail(head, PACK_MIN, None)
-        if not self._pending():
+        cursor = self._pending()
+        if cursor is None:
             return False
+        self._cursor = max(self._cursor, cursor)
         return not self.repack_refs(None, UPGRADE_AT_CLOSE if closing else UPGRADE_AT_PAUSE)
 
     def repack(self, progress: Progress | None = None) -> PackCounts:
@@ -152,6 +154,11 @@ class Packer:
                 if progress is not None:
                     progress(done, total)
                 if budget is not None and time.monotonic() - start > budget:
+                    # Where it got is kept in the store, so the next writer (another
+                    # process, or this one reopened) goes on from there.
+                    with self._txn.write():
+                        state.db.execute("UPDATE meta SET value = ? WHERE key = ?",
+                                         (name, PENDING))
                     return False
         self._cursor = ""
         with self._txn.write():
@@ -303,11 +310,13 @@ class Packer:
             return None
         return int(row[0]) if row is not None and row[0] is not None else None
 
-    def _pending(self) -> bool:
+    def _pending(self) -> str | None:
+        """Where an upgrade's packing got to (the last ref name it did; "1" for none yet), or
+        None when none is pending."""
         state = self._state
         with state.lock, state.errors():
-            return state.db.execute(
-                "SELECT 1 FROM meta WHERE key = ?", (PENDING,)).fetchone() is not None
+            row = state.db.execute("SELECT value FROM meta WHERE key = ?", (PENDING,)).fetchone()
+        return None if row is None else str(row[0])
 
 
 def trim_packs(state: ConnState, txn: Transactions) -> int:
