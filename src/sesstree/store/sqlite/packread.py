@@ -35,6 +35,8 @@ _LOOSE = (
     "LEFT JOIN blobs b ON b.bid = n.bid WHERE n.seq BETWEEN ? AND ? ORDER BY n.seq DESC"
 )
 _BLOB = "SELECT data, codec FROM blobs WHERE hash = ?"
+_MAP = f"PRAGMA mmap_size={1 << 30}"
+_UNMAP = "PRAGMA mmap_size=0"
 # The packs of a path from the pack ?1 of a row at depth ?3, newest first, until they hold ?2
 # nodes or the path's parent row is not packed: each with its base row's depth and id (the
 # row the next pack is reached from).
@@ -230,7 +232,15 @@ class PackedReader:
         id), newest first, as far as ``need`` nodes go or the packs do, each with the row it
         was reached from (depth, id, row number): one statement reads them all, and each
         pack is inflated in a second thread while the one before it is decoded."""
-        rows = self._db.execute(_WALK, (head[0], need, head[1])).fetchall()
+        # Through a memory map for this one statement: a pack spans many overflow pages, and a
+        # fresh connection (a resume) would read each with a call of its own. The map goes
+        # when the rows are read, so the process does not keep the pages it touched.
+        db = self._db
+        db.execute(_MAP)
+        try:
+            rows = db.execute(_WALK, (head[0], need, head[1])).fetchall()
+        finally:
+            db.execute(_UNMAP)
         checked: list[tuple[_Pack, Any]] = []
         for row in rows:
             pid, depth, base, count, size, codec, digest, data = row[:8]
