@@ -8,9 +8,11 @@ from typing import Any
 
 import pytest
 from core_testkit import assistant, user
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from sesstree import InvalidEventError, Store, derive_messages, make_node, repair_messages
-from sesstree.events import MESSAGE_TYPES, VOCABULARY, is_registered, message_type
+from sesstree.events import MESSAGE_TYPES, VOCABULARY, Derived, is_registered, message_type
 from sesstree.sending import ORPHAN_RESULT, PENDING_RESULT
 
 
@@ -400,3 +402,115 @@ def test_compaction_keeps_the_system_prompt() -> None:
     )
     assert derived.messages == [
         system, {"role": "user", "content": "<summary>\nthey talked\n</summary>"}, user("new")]
+
+
+# -- the fast path: a history of plain messages is its payloads -------------------------------
+
+_CALL_IDS = st.one_of(st.sampled_from(["c1", "c2", "c3"]), st.integers(0, 2), st.none(),
+                      st.just(["not", "hashable"]))
+_ROLES = st.sampled_from(["system", "user", "assistant", "tool", "developer"])
+_TEXT = st.text("ab ", max_size=4)
+_NOT_AN_OBJECT = st.one_of(st.none(), st.integers(), _TEXT, st.lists(st.integers(), max_size=2))
+
+
+class _Subclass(dict):  # type: ignore[type-arg]
+    """An object that is not exactly a dict: the per-event path leaves it out."""
+
+
+def _with_role(body: st.SearchStrategy[dict[str, Any]], role: st.SearchStrategy[str]
+               ) -> st.SearchStrategy[dict[str, Any]]:
+    """``body`` with a role, with none, or with some other role."""
+    return st.tuples(body, st.one_of(role, _ROLES, st.none())).map(
+        lambda br: br[0] if br[1] is None else {"role": br[1], **br[0]})
+
+
+def _message(role: str) -> st.SearchStrategy[Any]:
+    plain = st.fixed_dictionaries({"content": _TEXT})
+    calls = st.fixed_dictionaries({"content": st.none(), "tool_calls": st.one_of(
+        st.lists(st.one_of(st.fixed_dictionaries({"id": _CALL_IDS}), _TEXT), max_size=3),
+        _TEXT)})
+    result = st.fixed_dictionaries({"tool_call_id": _CALL_IDS, "content": _TEXT})
+    body = {"assistant": st.one_of(plain, calls), "tool": result}.get(role, plain)
+    return st.one_of(_with_role(body, st.just(role)), _NOT_AN_OBJECT,
+                     body.map(lambda b: _Subclass(role=role, **b)))
+
+
+_MESSAGE_DATA = {"system/message": _message("system"), "user/message": _message("user"),
+                 "assistant/message": _message("assistant"), "tool/result": _message("tool"),
+                 "message": _message("developer")}
+_MARKER = st.one_of(st.fixed_dictionaries({"summary": _TEXT}, optional={
+    "first_kept": st.text("ab", max_size=2), "message": _with_role(
+        st.fixed_dictionaries({"content": _TEXT}), _ROLES)}), _NOT_AN_OBJECT)
+_RECORDS = ["turn/start", "turn/end", "step/start", "step/end", "usage", "error", "tool/call",
+            "assistant/chunk", "myapp/bookmark", "myapp/unregistered"]
+_ANY = st.one_of(st.fixed_dictionaries({"content": _TEXT}), _NOT_AN_OBJECT, _MESSAGE_DATA["tool/result"])
+
+
+def _events(types: list[str]) -> st.SearchStrategy[list[tuple[str, Any]]]:
+    data = {**_MESSAGE_DATA, "compaction/marker": _MARKER}
+    return st.lists(st.sampled_from(types).flatmap(
+        lambda t: st.tuples(st.just(t), data.get(t, _ANY))), max_size=12)
+
+
+#: Histories the fast path takes (messages, records between them), ones it must not (an
+#: extension event that renders a message, every rule), and ones in between.
+_HISTORIES = st.one_of(
+    _events(sorted(MESSAGE_TYPES)),
+    _events([*sorted(MESSAGE_TYPES), *_RECORDS]),
+    _events([*sorted(MESSAGE_TYPES), "myapp/note"]),
+    _events([*sorted(VOCABULARY), *_RECORDS, "myapp/note"]),
+)
+
+
+@settings(suppress_health_check=[HealthCheck.function_scoped_fixture], max_examples=400)
+@given(events=_HISTORIES, id_letters=st.lists(st.text("ab", min_size=1, max_size=3), min_size=12))
+def test_the_fast_path_derives_what_the_per_event_path_does(
+        registry: Callable[..., None], events: list[tuple[str, Any]], id_letters: list[str]) -> None:
+    """On any mix of events and payloads, ``derive_exact`` (which takes the fast path when it
+    can) gives exactly the messages and problems of the per-event path, and the messages do
+    not depend on whether problems were asked for."""
+    import sesstree.events as events_module
+
+    registry("myapp/bookmark")
+    registry("myapp/note", lambda d: d if isinstance(d, dict) and "role" in d else None)
+    types, datas = [t for t, _ in events], [d for _, d in events]
+    ids = id_letters[: len(events)]
+    for given_ids in (None, ids, lambda: ids):
+        each = events_module._derive_each(types, datas, given_ids, True)
+        assert events_module.derive_exact(types, datas, given_ids) == each
+        assert events_module.derive_exact(types, datas, given_ids, problems=False) == (
+            events_module._derive_each(types, datas, given_ids, False)) == Derived(each.messages, [])
+
+
+def test_plain_messages_are_derived_without_the_per_event_path(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Messages with their roles, with records of the run between them, are the history as
+    they are: the same objects, in a new list; the per-event path is not run for them."""
+    import sesstree.events as events
+
+    datas = [user("hi"), calls("c1"), result("c1"), calls("c2")]
+    types = [message_type(m) for m in datas]
+    with_records = (["turn/start", *types, "usage"], [{}, *datas, {}])
+    expected = [events.derive_exact(*history).messages for history in ((types, datas), with_records)]
+
+    def refused(*args: Any) -> Any:
+        raise AssertionError("the per-event path ran for plain messages")
+
+    monkeypatch.setattr(events, "_derive_each", refused)
+    for history, messages in zip(((types, datas), with_records), expected, strict=True):
+        derived = events.derive_exact(*history, problems=False)
+        assert derived == Derived(messages, []) and derived.messages == datas
+        assert derived.messages is not datas
+        assert all(a is b for a, b in zip(derived.messages, datas, strict=True))
+
+
+def test_a_tool_call_id_that_is_not_a_string_is_a_problem_not_a_crash() -> None:
+    """An id that cannot be hashed (a list) made the pairing check raise TypeError: now the
+    full check reads it, as it reads every id, as text."""
+    types = ["assistant/message", "tool/result"]
+    call = {"role": "assistant", "tool_calls": [{"id": ["x"]}]}
+    answered = derive_messages(types, [call, {"role": "tool", "tool_call_id": ["x"]}])
+    assert answered.problems == []
+    other = derive_messages(types, [call, {"role": "tool", "tool_call_id": ["y"]}])
+    assert [(p.kind, p.tool_call_id) for p in other.problems] == [
+        ("orphan-result", "['y']"), ("pending-call", "['x']")]

@@ -21,9 +21,10 @@ model API is the separate sending view, :func:`sesstree.sending.repair_messages`
 
 from __future__ import annotations
 
+import operator
 import re
 from collections.abc import Callable, Sequence
-from itertools import repeat
+from itertools import compress, repeat
 from typing import Any
 
 import msgspec
@@ -145,27 +146,77 @@ def _summary(data: Any) -> dict[str, Any]:
     return _tagged("summary", summary)
 
 
+#: Ids of a session's events, or a function that gives them (called only when they are needed).
+Ids = Sequence[str] | Callable[[], Sequence[str]]
+#: Types that derive their message by a rule of their own (tagged, replacing what came before).
+_RULED = frozenset({"context/message", "steering/message", "compaction/marker"})
+
+
 def derive_exact(
-    types: Sequence[str], datas: Sequence[Any], ids: Sequence[str] | None = None, *,
+    types: Sequence[str], datas: Sequence[Any], ids: Ids | None = None, *,
     problems: bool = True,
 ) -> Derived:
     """Derive the chat messages from a session's events, oldest first, exactly as stored.
 
-    ``ids`` (hex node ids) are needed only to honour a compaction marker's ``first_kept``.
+    ``ids`` (hex node ids, or a function that gives them) are needed only to honour a
+    compaction marker's ``first_kept``: a function is called only when a marker is there.
     ``problems`` lists tool calls and results that are not paired; the messages are not
     changed for them. The public :func:`sesstree.derive_messages` (in :mod:`sesstree.sending`,
     which builds on this module, never the other way) adds the sending view, which reports
     its own changes: it asks for ``problems=False``, the messages without that check.
     """
+    if not problems:
+        # (With problems, the pass over every event that checks the pairs derives them too.)
+        plain = _plain_messages(types, datas)
+        if plain is not None:
+            return Derived(plain, [])
+    return _derive_each(types, datas, ids, problems)
+
+
+def _plain_messages(types: Sequence[str], datas: Sequence[Any]) -> list[dict[str, Any]] | None:
+    """The derived messages when they are the payloads as they are, else None.
+
+    So they are when every event that derives a message is a message event whose data is an
+    object with its role, and every other one is a record of the run (which derives none).
+    Each check is one pass in C over the events (a set, a ``map``), not a Python loop over
+    them: what makes deriving an ordinary session cost next to nothing. None when an event
+    needs a rule of its own (:func:`derive_exact` then applies it).
+    """
+    if len(types) != len(datas):
+        return None  # (the rules pair them as zip does)
+    if MESSAGE_TYPES.issuperset(types):
+        messages = list(datas)
+    else:
+        present = set(types)
+        if not present.isdisjoint(_RULED) or any(
+            _registry.get(t) is not None for t in present - VOCABULARY
+        ):
+            return None
+        messages = list(compress(datas, map(MESSAGE_TYPES.__contains__, types)))
+    # A payload that is not an object is left out, and one without its role is given it:
+    # both are for the rules.
+    if messages and (set(map(type, messages)) != {dict}
+                     or not all(map(operator.contains, messages, repeat("role")))):
+        return None
+    return messages
+
+
+def _derive_each(types: Sequence[str], datas: Sequence[Any], ids: Ids | None,
+                 problems: bool) -> Derived:
+    """:func:`derive_exact` event by event, by the rules of the module docstring."""
     out: list[dict[str, Any]] = []
     append = out.append
-    # Index in `out` of the first message derived from each node, for compaction.
-    starts: dict[str, int] | None = {} if ids is not None else None
-    # Tool calls still waiting for their result; None once pairing needs the slow path.
-    waiting: set[Any] | None = set()
+    # Index in `out` of the first message derived from each node, for compaction: only a
+    # marker needs the ids.
+    node_ids = (ids() if callable(ids) else ids) if ids is not None and (
+        "compaction/marker" in types) else None
+    starts: dict[str, int] | None = {} if node_ids is not None else None
+    # Tool calls still waiting for their result; None once pairing needs find_problems (or
+    # when no problems are asked for).
+    waiting: set[Any] | None = set() if problems else None
     message_types = MESSAGE_TYPES
     # Without ids, pair every event with None (an endless repeat, hence not strict).
-    nodes = ids if ids is not None else repeat(None)
+    nodes = node_ids if node_ids is not None else repeat(None)
     for type, data, node_id in zip(types, datas, nodes, strict=False):
         if starts is not None and node_id is not None:
             starts[node_id] = len(out)
@@ -177,20 +228,21 @@ def derive_exact(
             append(data)
             if waiting is not None:
                 # Inline check that results directly follow their calls, so a well-formed
-                # history needs no second pass.
+                # history needs no second pass. (An id that cannot be hashed, a list say, is
+                # for find_problems, which reads every id as text.)
                 if type == "tool/result":
-                    call = data.get("tool_call_id")
-                    if call in waiting:
-                        waiting.discard(call)
-                    else:
+                    try:
+                        waiting.remove(data.get("tool_call_id"))
+                    except (KeyError, TypeError):
                         waiting = None
                 elif waiting:
                     waiting = None
                 elif "tool_calls" in data:
                     calls = data["tool_calls"]
-                    if isinstance(calls, list) and all(isinstance(c, dict) for c in calls):
-                        waiting = {c.get("id") for c in calls}
-                    else:
+                    try:
+                        waiting = ({c.get("id") for c in calls} if isinstance(calls, list)
+                                   and all(isinstance(c, dict) for c in calls) else None)
+                    except TypeError:
                         waiting = None
         elif type == "context/message":
             append(_tagged("context", data))
@@ -226,7 +278,7 @@ def derive_exact(
         return Derived(out, find_problems(out))
     # Well formed up to the tail: the calls still waiting there are pending, not orphans.
     return Derived(out, [Problem("pending-call", str(c), PENDING_DETAIL) for c in sorted(
-        waiting, key=str)] if waiting else [])
+        waiting, key=str)])
 
 
 PENDING_DETAIL = "no result yet (the call is at the tail of the session)"

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from .events import PENDING_DETAIL, Derived, Problem, call_ids, derive_exact, pending_at
+from .events import PENDING_DETAIL, Derived, Ids, Problem, call_ids, derive_exact, pending_at
 
 __all__ = ["ORPHAN_RESULT", "PENDING_RESULT", "derive_messages", "repair_messages"]
 
@@ -26,16 +26,16 @@ PENDING_RESULT = "[sesstree: this tool call has no result yet]"
 def derive_messages(
     types: Sequence[str],
     datas: Sequence[Any],
-    ids: Sequence[str] | None = None,
+    ids: Ids | None = None,
     *,
     repair: bool = False,
 ) -> Derived:
     """Derive the chat messages from a session's events, oldest first, exactly as stored.
 
-    ``ids`` (hex node ids) are needed only to honour a compaction marker's ``first_kept``.
-    ``problems`` lists tool calls and results that are not paired; the messages are not
-    changed for them (:func:`sesstree.events.derive_exact`). With ``repair=True`` the result
-    is the sending view instead (:func:`repair_messages`).
+    ``ids`` (hex node ids, or a function that gives them) are needed only to honour a
+    compaction marker's ``first_kept``. ``problems`` lists tool calls and results that are
+    not paired; the messages are not changed for them (:func:`sesstree.events.derive_exact`).
+    With ``repair=True`` the result is the sending view instead (:func:`repair_messages`).
     """
     if repair:  # the view says what it changed: the exact pairing check would be thrown away
         return repair_messages(derive_exact(types, datas, ids, problems=False).messages)

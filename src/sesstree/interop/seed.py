@@ -15,9 +15,9 @@ from typing import Any
 import msgspec
 
 from ..errors import InputError
+from ..events import derive_exact
 from ..node import check_ref_name
 from ..repo.store import Store
-from ..sending import derive_messages
 from .common import ImportResult, land, message_chain, write_new
 from .jsonl import decode_line, read_records
 from .provenance import PROVENANCE_KEY, Origin, Provenance
@@ -94,7 +94,7 @@ def render_seed(store: Store, rev: str, out: Path | None = None) -> list[tuple[P
     """The two files :func:`export_seed` writes: the JSONL first, then the metadata."""
     name = store.session_name_of(rev)
     chain = store.chain(rev)
-    messages = derive_messages(chain.types, chain.datas, chain.ids, repair=False).messages
+    messages = derive_exact(chain.types, chain.datas, lambda: chain.ids, problems=False).messages
     jsonl = out if out is not None else Path(f"{name.replace('/', '_')}.jsonl")
     meta_path = jsonl.with_name(jsonl.name.removesuffix(".jsonl") + ".meta.json")
     meta = store.get_session_meta(name) if store.has_session(name) else None

@@ -7,7 +7,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ConflictError, InvalidEventError, StoreCorruptError, UnknownRevisionError
-from ..events import MESSAGE_TYPES, Derived, is_registered, message_type
+from ..events import MESSAGE_TYPES, Derived, derive_exact, is_registered, message_type
 from ..node import Node, NodeId, encode_data, node_id_from_encoded, session_ref
 from ..sending import derive_messages
 from ..store.base import Chain, RawNode
@@ -197,8 +197,8 @@ class Session:
         """The derived messages and the problems found in them (unpaired tool calls and
         results). With ``sending``, the sending view and the repairs made to it."""
         self._ensure_loaded()
-        ids = self._ids() if "compaction/marker" in self._types else None
-        return derive_messages(self._types, self._datas, ids, repair=sending)
+        # The ids only if a compaction marker needs them: a load does not build them.
+        return derive_messages(self._types, self._datas, self._ids, repair=sending)
 
     def messages(self) -> list[dict[str, Any]]:
         """The session's OpenAI-style chat messages, exactly as they were added, in order.
@@ -206,7 +206,10 @@ class Session:
         The list is new on every call, but the message dicts in it are the handle's own (no
         copy is made of a 10,000-message history): copy one before changing it.
         """
-        return self.derive().messages
+        self._ensure_loaded()
+        # Only the messages: the check for unpaired tool calls (a pass over every message) is
+        # for those who show problems (:meth:`derive`).
+        return derive_exact(self._types, self._datas, self._ids, problems=False).messages
 
     def sending_view(self) -> Derived:
         """What a model API is sent: the messages with every tool call answered, results

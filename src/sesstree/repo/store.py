@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import msgspec
 
 from ..errors import RefExistsError, StoreCorruptError, UnknownRevisionError
-from ..events import Derived
+from ..events import Derived, derive_exact
 from ..node import (
     REMOTES,
     SESSIONS,
@@ -387,12 +387,14 @@ class Store(StoredReads):
         """The derived chat messages at ``rev`` and the problems found in them; with
         ``sending``, the sending view (see :meth:`Session.sending_view`)."""
         chain = self.chain(rev)
-        ids = chain.ids if "compaction/marker" in chain.types else None
-        return derive_messages(chain.types, chain.datas, ids, repair=sending)
+        # (The ids are built only if a compaction marker needs them.)
+        return derive_messages(chain.types, chain.datas, lambda: chain.ids, repair=sending)
 
     def messages(self, rev: str | NodeId = "HEAD") -> list[dict[str, Any]]:
         """The OpenAI-style chat messages at ``rev``, exactly as they were added."""
-        return self.derive(rev).messages
+        chain = self.chain(rev)
+        # Only the messages, without the pairing check of tool calls :meth:`derive` reports.
+        return derive_exact(chain.types, chain.datas, lambda: chain.ids, problems=False).messages
 
     def diff(self, a: str | NodeId, b: str | NodeId) -> Diff:
         """Where two revisions part and what each added since: the last node of the history

@@ -9,7 +9,7 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from sesstree import Store, open_store
+from sesstree import Store, StoreError, make_node, open_store
 from sesstree.node import NodeId
 from sesstree.testing import Engine, grow, user
 from sesstree.testing.contract import *  # noqa: F403 - the contract's tests and fixtures
@@ -52,3 +52,39 @@ def test_a_store_whose_reflog_predates_started_folds_without_it(tmp_path: Path) 
             ("append: user/message (batch of 2 moves)", None)]
         assert [m["content"] for m in q.messages()][-4:] == ["a", "b", "c", "d"]
         assert store.fsck() == []
+
+
+def test_a_connection_that_only_reads_prepares_no_writes(tmp_path: Path) -> None:
+    """Loading, listing and the log compile none of the statements appends run and make no
+    lock files: those are the first write's to make (then a write works as ever)."""
+    with open_store(tmp_path / "s") as store:
+        grow(store, "q", 3)
+    for name in ("store.db.lock", "store.db.turn"):
+        (tmp_path / "s" / name).unlink()
+    with open_store(tmp_path / "s") as store:
+        assert len(store.messages("q")) == 3 and store.sessions() and store.log("q")
+        db = store.backend._db  # type: ignore[attr-defined]
+        assert db.execute("SELECT count(*) FROM sqlite_temp_master").fetchone()[0] == 0
+        assert sorted(p.name for p in (tmp_path / "s").iterdir()) == [
+            "store.db", "store.db-shm", "store.db-wal"]
+        store.session("q").add_message(user("written"))
+        assert db.execute("SELECT count(*) FROM sqlite_temp_master").fetchone()[0] > 0
+        assert (tmp_path / "s" / "store.db.lock").exists()
+    with open_store(tmp_path / "s") as store:
+        assert store.messages("q")[-1] == user("written")
+
+
+def test_appends_work_after_a_rollback_took_their_statements(tmp_path: Path) -> None:
+    """A first write inside a snapshot makes the append statements in its transaction; a
+    failed write there rolls that transaction back, and the statements with it: the next
+    append makes them again instead of failing on a missing view."""
+    with open_store(tmp_path / "s") as store:
+        q = store.session("q")
+        with store.snapshot():
+            q.add_message(user("in a snapshot"))
+            a = make_node(None, "user/message", user("a"))
+            with pytest.raises(StoreError):  # (no transaction can start inside one)
+                store.write([a, make_node(a.id, "user/message", user("b"))])
+        q.refresh()
+        q.add_message(user("after"))
+        assert store.messages("q")[-1] == user("after")

@@ -35,6 +35,8 @@ _FLAGS = os.O_RDWR | os.O_CREAT | os.O_CLOEXEC
 _flock = fcntl.flock
 _TRY = fcntl.LOCK_EX | fcntl.LOCK_NB
 _UNLOCK = fcntl.LOCK_UN
+# The descriptors of a queue whose files are not open yet (-1: they cannot be, read-only media).
+_UNOPENED = -2
 
 
 def turn_path(store_file: Path) -> Path:
@@ -48,6 +50,10 @@ class WriteLock:
     def __init__(self, store_file: Path) -> None:
         self._paths = (turn_path(store_file), lock_path(store_file))
         self._held = -1  # the descriptor that holds the lock now, if any
+        # Opened by the first write: a connection that only reads (most) never needs them.
+        self._turn = self._lock = _UNOPENED
+
+    def _open(self) -> None:
         try:
             self._turn = os.open(self._paths[0], _FLAGS, FILE_MODE)
         except OSError:
@@ -63,7 +69,10 @@ class WriteLock:
         """Take the lock, waiting up to ``timeout`` seconds; False if that was not enough."""
         lock, turn = self._lock, self._turn
         if lock < 0:
-            return True
+            if lock != _UNOPENED:
+                return True
+            self._open()
+            return self.acquire(timeout)
         try:
             _flock(turn, _TRY)
         except BlockingIOError:

@@ -7,6 +7,7 @@ foreign or newer file stays exactly as it was.
 
 from __future__ import annotations
 
+import re
 import sqlite3
 from pathlib import Path
 
@@ -21,12 +22,15 @@ from .media import (
     translating,
     unopenable,
 )
-from .schema import FORMAT_VERSION, build, has_codec, reflog_has_started, upgrade
+from .schema import FORMAT_VERSION, build, reflog_has_started, upgrade
 from .sql import APPEND_TEMP, without_started
 from .wal import preallocate_wal
 from .walguard import OPENING, guard_wal
 
-__all__ = ["DURABLE_WAL_PAGES", "FORMAT_VERSION", "PAGE_SIZE", "WAL_PAGES", "open_connection"]
+__all__ = [
+    "DURABLE_WAL_PAGES", "FORMAT_VERSION", "PAGE_SIZE", "WAL_PAGES", "open_connection",
+    "prepare_appends",
+]
 
 
 #: A commit writes whole pages to the WAL, and an append dirties three: smaller pages make it
@@ -153,12 +157,30 @@ def _prepare(db: sqlite3.Connection, path: Path, durable: bool, read_only: bool)
         # much memory as the file, up to the map's size. Through SQLite's page cache memory
         # stays within cache_size; loads measured the same within noise (bench/bench_scale.py).
         db.execute("PRAGMA temp_store=MEMORY")
-        started = reflog_has_started(db)
-        if has_codec(db):  # (a format-3 store opened read-only: nothing is appended to it)
-            for statement in APPEND_TEMP:
-                db.execute(statement if started else without_started(statement))
+        # (The statements appends run are made by the first write: prepare_appends.)
         if durable and not read_only:
             try:
                 preallocate_wal(db, path, DURABLE_WAL_PAGES)
             except (OSError, sqlite3.Error):
                 pass  # only a speed-up (a full disk, say): the WAL then grows as it goes
+
+
+# A CREATE TEMP statement, which IF NOT EXISTS makes safe to run again.
+_CREATE_TEMP = re.compile(r"^(\s*CREATE\s+TEMP\s+\w+)\s+(?!IF\b)", re.IGNORECASE)
+
+
+def prepare_appends(db: sqlite3.Connection) -> bool:
+    """Make the temporary view and triggers through which an append is one statement
+    (sql.APPEND_TEMP) on ``db``, if it has not got them yet.
+
+    Made by the first write rather than on open: they cost a quarter of an open to compile,
+    and most connections (a ``sess log``, a load) never write. True when they stay made; False
+    when a transaction was open (a write inside a snapshot), as its rollback would undo them,
+    so the next write makes sure again.
+    """
+    kept = not db.in_transaction
+    started = reflog_has_started(db)
+    for statement in APPEND_TEMP:
+        statement = statement if started else without_started(statement)
+        db.execute(_CREATE_TEMP.sub(r"\1 IF NOT EXISTS ", statement, count=1))
+    return kept

@@ -16,8 +16,8 @@ import sqlite3
 import threading
 from typing import Any, cast
 
-from .media import full_error, without_index
-from .opening import open_connection
+from .media import full_error, translating, without_index
+from .opening import open_connection, prepare_appends
 from .state import ConnState
 from .threads import start_daemon
 
@@ -64,6 +64,8 @@ class Hold:
 
     def __init__(self, state: ConnState) -> None:
         self._state = state
+        # Whether the connection has the statements appends run (see refuse_if_full).
+        self._appends_ready = False
 
     def connect(self, create: bool) -> None:
         """Open the store (again), and set up what depends on how it was opened: read-only
@@ -74,19 +76,31 @@ class Hold:
         )
         state.read_only = read_only
         state.full = read_only and without_index(db)
+        self._appends_ready = False  # (a new connection has none of them)
         if state.full:
             db.execute("PRAGMA query_only=1")
         held: object = getattr(state, "db", None)
+        made: Reopening | None = None
         if isinstance(held, Reopening):
             held.real = db
             state.data_version = -1  # (another process may have written meanwhile)
         elif state.full:
-            reopening = Reopening(self, db)
-            state.db = cast(sqlite3.Connection, reopening)  # (it acts as one)
-            start_daemon(self._release_loop, "sesstree-release", reopening)
+            made = Reopening(self, db)
+            state.db = cast(sqlite3.Connection, made)  # (it acts as one)
         else:
             state.db = db
-        state.setup()
+        try:
+            # The first reads of the tables' columns: a damaged schema text is found here.
+            with translating(state.path):
+                state.setup()
+        except BaseException:
+            for reopening in (held, made):
+                if isinstance(reopening, Reopening):
+                    reopening.real = None  # (let go of: a later use tries again)
+            db.close()
+            raise
+        if made is not None:
+            start_daemon(self._release_loop, "sesstree-release", made)
 
     def open_again(self) -> sqlite3.Connection:
         """The connection of a store let go of, opened again."""
@@ -101,7 +115,9 @@ class Hold:
 
     def refuse_if_full(self) -> None:
         """Before a write (the lock held, no transaction open): on a store opened without
-        room for its index, open it again, as there may be room now; refuse it if not."""
+        room for its index, open it again, as there may be room now; refuse it if not. Then,
+        on the connection's first write, make the statements appends run
+        (:func:`~.opening.prepare_appends`): a connection that only reads never pays for them."""
         state = self._state
         held: object = state.db
         if state.full and isinstance(held, Reopening):
@@ -110,6 +126,10 @@ class Hold:
                 self.open_again()
         if state.full:
             raise full_error(state.path)
+        if not self._appends_ready and state.codec_columns:
+            # (A format-3 store opened read-only has no codec columns: it is never appended to.)
+            with translating(state.path):
+                self._appends_ready = prepare_appends(state.db)
 
     def _release_loop(self, held: Reopening) -> None:
         """Let go of ``held`` whenever it is idle, until the backend closes it."""
