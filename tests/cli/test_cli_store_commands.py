@@ -257,8 +257,10 @@ def test_fsck_clean_store(sess: Sess) -> None:
 def test_fsck_finds_a_tampered_node(sess: Sess, tmp_path: Path) -> None:
     ids = sess.quest()
     with closing(sqlite3.connect(tmp_path / ".sess" / "store.db")) as db, db:
-        changed = db.execute("UPDATE nodes SET data = ? WHERE id = ?",
-                             (encode_data({"role": "user", "content": "I go EAST."}),
+        # (A loose node's type and payload are in `loose`; its `nodes` row is the index.)
+        changed = db.execute("UPDATE loose SET data = ? WHERE seq = "
+                             "(SELECT seq FROM nodes WHERE id = ?)",
+                             (b"\xacuser/message" + encode_data({"role": "user", "content": "I go EAST."}),
                               bytes.fromhex(ids[2]))).rowcount
     assert changed == 1
     result = sess("fsck")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import random
 import shutil
@@ -12,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import zstandard
 
 from sesstree import open_store
 from sesstree.store.codec import TRAIN_AFTER
@@ -38,9 +41,23 @@ def db_at(folder: Path) -> sqlite3.Connection:
 
 
 def codecs(folder: Path) -> dict[object, int]:
+    """How the store's loose rows keep their type and payload: codec -> rows (None: plain).
+    Format 5 keeps them in ``loose``; a row an upgraded format-4 store wrote keeps them in its
+    own ``nodes`` row until it is packed. Packed rows are not counted."""
     db = db_at(folder)
     try:
-        return dict(db.execute("SELECT codec, count(*) FROM nodes GROUP BY codec").fetchall())
+        return dict(db.execute(
+            "SELECT coalesce(l.codec, n.codec), count(*) FROM nodes n "
+            "LEFT JOIN loose l ON l.seq = n.seq WHERE n.pack IS NULL GROUP BY 1").fetchall())
+    finally:
+        db.close()
+
+
+def blob_codecs(folder: Path) -> dict[object, int]:
+    """The codecs of the store's blobs (payloads stored apart): codec -> blobs."""
+    db = db_at(folder)
+    try:
+        return dict(db.execute("SELECT codec, count(*) FROM blobs GROUP BY codec").fetchall())
     finally:
         db.close()
 
@@ -60,6 +77,52 @@ def repacked(folder: Path) -> list[tuple[int, int, int, int]]:
         counts = store.repack()
         assert counts is not None and counts.loose_nodes == 0
     return packs(folder)
+
+
+#: A format-4 store written by the sesstree of format 4, its file compressed (see
+#: ``tests/store/sqlite/data/make_format4_long.py``), and what that sesstree read back from it.
+FORMAT4_LONG = Path(__file__).resolve().parents[1] / "store" / "sqlite" / "data" / "format4_long"
+FORMAT4_READ: dict[str, Any] = json.loads(FORMAT4_LONG.with_suffix(".json").read_text())
+
+
+def format4_long(folder: Path) -> Path:
+    """A copy of the long format-4 store in ``folder`` (made). Its later rows (1003 to 1150)
+    include 81 zstd frames made with its dictionary 1, one per row, which format 5 never
+    writes: the tests of per-row frames damage those (see ``frames_on``)."""
+    folder.mkdir(parents=True)
+    packed = FORMAT4_LONG.with_suffix(".db.zst").read_bytes()
+    (folder / "store.db").write_bytes(zstandard.ZstdDecompressor().decompress(packed))
+    return folder
+
+
+def path_rows(folder: Path, session: str) -> list[tuple[int, bytes, bytes, int | None, int | None]]:
+    """The rows on ``session``'s path, newest first: (row, node id, ``nodes.data``,
+    ``nodes.codec``, ``nodes.pack``)."""
+    db = db_at(folder)
+    try:
+        return [tuple(r) for r in db.execute("""
+            WITH RECURSIVE up(seq) AS (
+                SELECT (SELECT new FROM reflog WHERE ref = ? ORDER BY n DESC LIMIT 1)
+                UNION ALL SELECT n.parent FROM nodes n JOIN up ON n.seq = up.seq
+                WHERE n.parent IS NOT NULL)
+            SELECT n.seq, n.id, n.data, n.codec, """
+            + ("n.pack" if "pack" in {c[1] for c in db.execute("PRAGMA table_info(nodes)")}
+               else "NULL")
+            + " FROM up JOIN nodes n ON n.seq = up.seq ORDER BY n.seq DESC",
+            (f"sessions/{session}",))]
+    finally:
+        db.close()
+
+
+def frames_on(folder: Path, session: str) -> list[tuple[int, bytes, bytes]]:
+    """The loose rows on ``session``'s path that are zstd frames made with dictionary 1 in
+    their own ``nodes`` row (as format 4 wrote them), newest first: (row, node id, frame)."""
+    return [(r[0], r[1], r[2]) for r in path_rows(folder, session) if r[3] == 1 and r[4] is None]
+
+
+def digest(value: Any) -> str:
+    """What ``FORMAT4_READ`` holds of a session's messages (see make_format4_long.summary)."""
+    return hashlib.sha256(json.dumps(value, sort_keys=True).encode()).hexdigest()
 
 
 def read_only_run(folder: Path, code: str) -> str:

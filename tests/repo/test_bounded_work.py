@@ -326,9 +326,10 @@ def test_fsck_still_finds_a_damaged_node_in_a_later_slice(sqlite_store: Store) -
 
     fill(sqlite_store, 30, 100, big=False)
     db = db_of(sqlite_store)
-    key = db.execute("SELECT id FROM nodes WHERE seq = 2500").fetchone()[0]
+    key, pack = db.execute("SELECT id, pack FROM nodes WHERE seq = 2500").fetchone()
+    assert pack is None  # (loose: its type and payload are in `loose`)
     with db:
-        db.execute("UPDATE nodes SET data = ? WHERE seq = 2500", (
+        db.execute("UPDATE loose SET data = ? WHERE seq = 2500", (
             b"\xacuser/message" + encode_data({"role": "user", "content": "forged"}),))
     assert fsck(sqlite_store) == [f"node {key.hex()[:12]} does not hash to its id (content damaged)"]
 

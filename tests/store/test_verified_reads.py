@@ -2,6 +2,8 @@
 
 The damage here is made precisely (one byte of one row changed through SQLite), so each test
 knows which node was hit; ``tests/store/sqlite/test_sqlite_damage.py`` flips bytes of the file at random.
+The nodes are loose (a short session): a node's type and payload are in its row of ``loose``
+(its row of ``nodes`` is the index), and a payload over 64 KiB in ``blobs``.
 """
 
 from __future__ import annotations
@@ -12,18 +14,19 @@ from pathlib import Path
 import pytest
 
 from sesstree import StoreCorruptError, open_store
+from sesstree.store.packs import INLINE_MAX
 
 TRANSFER = "transfer 100 dollars to alice"
 
 
 def make(folder: Path) -> list[str]:
     """A session whose second event holds TRANSFER and whose third holds a payload stored
-    apart (over 1 KB); returns the ids, oldest first."""
+    apart (over 64 KiB); returns the ids, oldest first."""
     with open_store(folder) as store:
         q = store.session("q")
         q.add_message({"role": "user", "content": "hello"})
         q.add_message({"role": "user", "content": TRANSFER})
-        q.add_message({"role": "tool", "tool_call_id": "c1", "content": "x" * 5000})
+        q.add_message({"role": "tool", "tool_call_id": "c1", "content": "x" * (INLINE_MAX + 5000)})
         q.add_message({"role": "assistant", "content": "done"})
         return [n.id for n in reversed(store.log("q"))]
 
@@ -31,16 +34,21 @@ def make(folder: Path) -> list[str]:
 def edit_row(folder: Path, sql: str, *args: object) -> None:
     db = sqlite3.connect(folder / "store.db")
     with db:
-        db.execute(sql, args)
+        assert db.execute(sql, args).rowcount == 1  # (one row changed: the damage is there)
     db.close()
+
+
+#: A loose node's row in ``loose``, by the node's id (?).
+LOOSE_ROW = "seq = (SELECT seq FROM nodes WHERE id = ?)"
 
 
 def flip_in_data(folder: Path, node: str, old: bytes, new: bytes) -> None:
     db = sqlite3.connect(folder / "store.db")
-    (data,) = db.execute("SELECT data FROM nodes WHERE id = ?", (bytes.fromhex(node),)).fetchone()
+    (data,) = db.execute(f"SELECT data FROM loose WHERE {LOOSE_ROW}",
+                         (bytes.fromhex(node),)).fetchone()
     assert old in data
     with db:
-        db.execute("UPDATE nodes SET data = ? WHERE id = ?",
+        db.execute(f"UPDATE loose SET data = ? WHERE {LOOSE_ROW}",
                    (data.replace(old, new), bytes.fromhex(node)))
     db.close()
 
@@ -109,10 +117,11 @@ def test_a_changed_payload_stored_apart_is_caught(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("damage", [
-    "UPDATE nodes SET data = x'00ffff' WHERE id = ?",          # not msgpack at all
-    "UPDATE nodes SET data = x'a4757365720a' WHERE id = ?",    # a type, then no payload
-    "UPDATE nodes SET data = x'' WHERE id = ?",                # empty
-    "UPDATE nodes SET data = 42 WHERE id = ?",                 # not even bytes
+    f"UPDATE loose SET data = x'00ffff' WHERE {LOOSE_ROW}",    # not msgpack at all
+    f"UPDATE loose SET data = x'a4757365720a' WHERE {LOOSE_ROW}",  # a type, then no payload
+    f"UPDATE loose SET data = x'' WHERE {LOOSE_ROW}",          # empty
+    f"UPDATE loose SET data = 42 WHERE {LOOSE_ROW}",           # not even bytes
+    f"DELETE FROM loose WHERE {LOOSE_ROW}",                    # lost
     "UPDATE nodes SET depth = depth - 1 WHERE id = ?",         # a shorter path than stored
     "UPDATE nodes SET depth = depth + 5 WHERE id = ?",         # a longer one
     "UPDATE nodes SET parent = NULL WHERE id = ?",             # cut from its parent

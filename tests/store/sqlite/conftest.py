@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
+from codec_kit import format4_long
 
 from sesstree.store.sqlite import packing
 
@@ -17,3 +20,16 @@ def loose_rows(monkeypatch: pytest.MonkeyPatch) -> None:
     (Packer reads these module globals at each call: ``note``, ``after_commit``, ``at_pause``.)"""
     monkeypatch.setattr(packing, "PACK_AT", 10**9)
     monkeypatch.setattr(packing, "PACK_MIN", 10**9)
+
+
+@pytest.fixture
+def format4_rows(tmp_path: Path, loose_rows: None, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A copy of the long format-4 store (``codec_kit.format4_long``: rows that are zstd frames
+    made with its dictionary, one per row, as only format 4 wrote them), for the tests of
+    such frames. Opened here it is upgraded to format 5 and its history is left loose, to be
+    packed later; in this process nothing packs it but ``repack``: no tail is packed
+    (``loose_rows``), nor is the upgrade's pending packing run at a pause or close. (Giving
+    it no time, UPGRADE_AT_PAUSE and UPGRADE_AT_CLOSE 0, is not enough: it packs one ref's
+    tail before it looks at the clock, here ``bare``'s 1,000 rows at the first close.)"""
+    monkeypatch.setattr(packing.Packer, "_pending", lambda self: False)
+    return format4_long(tmp_path / "s4")

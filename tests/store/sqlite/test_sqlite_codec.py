@@ -1,10 +1,12 @@
-"""Payloads at rest (SQLite): a loose row's zstd frame, a dictionary trained on the store's
-own payloads, packs compressed with it, format-3 stores read and upgraded, damage to a row's
-frame, a pack or a dictionary named on read and by fsck, and a large append in one statement.
+"""Payloads at rest (SQLite): a loose row kept plain, a payload over 64 KiB stored apart in a
+zstd frame, a dictionary trained on the store's own payloads, packs compressed with it,
+format-3 stores read and upgraded, damage to a row's frame, a pack or a dictionary named on
+read and by fsck, and a large append in one statement.
 
 The tests of what a loose row holds keep every row loose (the ``loose_rows`` fixture: no
 tail is packed, as a tail shorter than PACK_MIN is not); their packed counterparts pack the
-same store with ``repack``."""
+same store with ``repack``. Format 5 writes no per-row frame: the tests of those read the
+rows format 4 wrote (``format4_rows``, upgraded to format 5 and kept loose)."""
 
 from __future__ import annotations
 
@@ -15,13 +17,29 @@ import zlib
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 import zstandard
-from codec_kit import ODD, codecs, db_at, packs, read_only_run, repacked, text, traffic, trained
+from blake3 import blake3
+from codec_kit import (
+    ODD,
+    blob_codecs,
+    codecs,
+    db_at,
+    frames_on,
+    packs,
+    read_only_run,
+    repacked,
+    text,
+    traffic,
+    trained,
+)
 
 from sesstree import open_store
 from sesstree.errors import StoreCorruptError, StoreFormatError
-from sesstree.store.codec import TRAIN_AFTER
+from sesstree.store.codec import LEVEL, TRAIN_AFTER
+from sesstree.store.packs import INLINE_MAX, PACK_MIN
+from sesstree.store.rows import row_data, split_row
 from sesstree.store.sqlite import opening as sqlite_open
 from sesstree.store.sqlite.packing import PENDING
 
@@ -41,14 +59,15 @@ def test_payloads_come_back_exactly_with_and_without_a_dictionary(tmp_path: Path
         s = store.session("q")
         for m in ODD:
             s.add_message(m)
-    assert codecs(before) == {None: len(ODD)}  # no dictionary yet: rows stay plain
-    db = db_at(before)
-    assert {r[0] for r in db.execute("SELECT codec FROM blobs")} == {0}  # zstd, no dictionary
-    db.close()
+    assert codecs(before) == {None: len(ODD)}  # loose rows are plain
+    # Only the payload over 64 KiB is stored apart: a frame (zstd, no dictionary yet).
+    assert blob_codecs(before) == {0: 1}
     after = tmp_path / "after"
     msgs = trained(after, ODD)
-    found = codecs(after)
-    assert found.get(1, 0) > 200  # the later rows are frames made with dictionary 1
+    # With a dictionary the loose rows stay plain (compressed when they are packed), and the
+    # payload stored apart is a frame made with it.
+    assert codecs(after) == {None: len(msgs)}
+    assert blob_codecs(after) == {1: 1}
     for folder, want in ((before, ODD), (after, msgs)):
         _read_exactly(folder, want)
     # Packed: zstd without a dictionary while the store has none, then with it (the huge
@@ -60,18 +79,39 @@ def test_payloads_come_back_exactly_with_and_without_a_dictionary(tmp_path: Path
 
 
 @pytest.mark.usefixtures("loose_rows")
-def test_the_dictionary_makes_small_payloads_smaller(tmp_path: Path) -> None:
-    trained(tmp_path / "s", traffic(300, seed=2))
-    db = db_at(tmp_path / "s")
+def test_a_loose_row_is_plain_and_the_dictionary_makes_packs_smaller(tmp_path: Path) -> None:
+    folder = tmp_path / "s"
+    msgs = trained(folder, traffic(300, seed=2))
+    db = db_at(folder)
     (count,) = db.execute("SELECT count(*) FROM dicts").fetchone()
-    plain, codec = db.execute("SELECT sum(length(data)), max(codec) FROM "
-                              "(SELECT * FROM nodes ORDER BY seq LIMIT 300)").fetchone()
-    framed, = db.execute("SELECT sum(length(data)) FROM "
-                         "(SELECT * FROM nodes WHERE codec = 1 ORDER BY seq DESC LIMIT 300)").fetchone()
+    rows = db.execute("SELECT l.data, l.codec, n.data FROM nodes n JOIN loose l ON l.seq = n.seq "
+                      "ORDER BY n.seq DESC LIMIT 300").fetchall()
     db.close()
-    assert count == 1 and codec is None
-    # 300 rows of the same traffic each: the framed ones are well under half the size.
-    assert framed < plain / 2
+    assert count == 1
+    # Written after the dictionary, each row is still its type and payload's msgpack, as is:
+    # nothing to inflate on a read of the tail, and its node row holds nothing.
+    assert {(r[1], r[2]) for r in rows} == {(None, b"")}
+    assert [msgspec.msgpack.decode(split_row(r[0])[1]) for r in reversed(rows)] == msgs[-300:]
+    repacked(folder)
+    with open_store(folder) as store:  # and a short tail, as a pause packs it
+        s = store.session("q")
+        for m in traffic(PACK_MIN, seed=3):
+            s.add_message(m)
+    made = repacked(folder)
+    assert {p[3] for p in made} == {1} and made[-1][2] == PACK_MIN
+    db = db_at(folder)
+    (dictionary,) = db.execute("SELECT data FROM dicts WHERE id = 1").fetchone()
+    stored = [r[0] for r in db.execute("SELECT data FROM packs ORDER BY pid")]
+    db.close()
+    with_it = zstandard.ZstdDecompressor(dict_data=zstandard.ZstdCompressionDict(dictionary))
+    saved = []
+    for data in stored:
+        # Each pack, compressed with the dictionary, against its frame compressed without it.
+        frame = with_it.decompress(data)
+        alone = zstandard.ZstdCompressor(level=LEVEL, write_checksum=False).compress(frame)
+        saved.append(len(data) / len(alone))
+    # Smaller every time; most for a short pack, whose frame has little to learn from.
+    assert max(saved) < 1 and saved[-1] < 0.95, saved
 
 
 @pytest.mark.usefixtures("loose_rows")
@@ -96,11 +136,23 @@ def test_a_batch_rolled_back_takes_its_dictionary_with_it(tmp_path: Path) -> Non
 
 def _to_format_3(folder: Path) -> None:
     """Rewrite a store made without a dictionary (and with no pack) the way format 3 stored
-    it: blobs zlib, no codec columns, no dictionaries' table, and none of format 4's digests
-    or format 5's packs."""
+    it: each payload in its node row, those over 1 KB apart in zlib blobs, no codec columns,
+    no dictionaries' table, and none of format 4's digests or format 5's packs and loose
+    rows."""
     db = db_at(folder)
     with db:
         assert db.execute("SELECT count(*) FROM packs").fetchone() == (0,)
+        for seq, data, codec, bid in db.execute(
+            "SELECT l.seq, l.data, l.codec, n.bid FROM loose l JOIN nodes n ON n.seq = l.seq"
+        ).fetchall():
+            assert codec is None
+            kind, payload = split_row(data)
+            if bid is None and len(payload) > _FORMAT_3_BLOB_MIN:  # (made zlib below)
+                bid = db.execute("INSERT INTO blobs(hash, data, codec) VALUES (?, ?, 0)",
+                                 (blake3(payload).digest(), zstandard.compress(payload))).lastrowid
+                data = row_data(kind, None)
+            db.execute("UPDATE nodes SET data = ?, bid = ? WHERE seq = ?", (data, bid, seq))
+        db.execute("DROP TABLE loose")
         db.execute("DROP TABLE packs")
         db.execute("ALTER TABLE nodes DROP COLUMN pack")
         db.execute("DROP TABLE sums")
@@ -117,6 +169,10 @@ def _to_format_3(folder: Path) -> None:
     db.close()
 
 
+#: Format 3 kept a payload over this apart (in blobs, zlib).
+_FORMAT_3_BLOB_MIN = 1024
+
+
 @pytest.mark.usefixtures("loose_rows")
 def test_a_format_3_store_reads_as_it_is_and_is_upgraded_on_write(tmp_path: Path) -> None:
     folder = tmp_path / "s"
@@ -130,6 +186,7 @@ def test_a_format_3_store_reads_as_it_is_and_is_upgraded_on_write(tmp_path: Path
     db = db_at(folder)  # the read-only open changed nothing
     assert db.execute("SELECT value FROM meta WHERE key = 'format'").fetchone() == ("3",)
     assert "codec" not in {r[1] for r in db.execute("PRAGMA table_info(nodes)")}
+    assert db.execute("SELECT count(*) FROM blobs").fetchone() == (2,)  # (ODD's two over 1 KB)
     db.close()
     more = traffic(TRAIN_AFTER + 100, seed=3)
     with open_store(folder) as store:
@@ -149,7 +206,8 @@ def test_a_format_3_store_reads_as_it_is_and_is_upgraded_on_write(tmp_path: Path
         assert db.execute("SELECT 1 FROM meta WHERE key = ?", (PENDING,)).fetchone() is None
         assert store.messages("q") == old + more
         assert store.fsck() == []
-    # (The writer trained the dictionary when it closed: the next one compresses with it.)
+    # (The writer trained the dictionary when it closed: what the next one compresses, it
+    # compresses with it.)
     last = traffic(20, seed=4)
     with open_store(folder) as store:
         s = store.session("q")
@@ -162,7 +220,9 @@ def test_a_format_3_store_reads_as_it_is_and_is_upgraded_on_write(tmp_path: Path
     # other went into its pack.
     assert db.execute("SELECT count(*) FROM blobs WHERE codec IS NULL").fetchone() == (1,)
     db.close()
-    assert codecs(folder).get(1, 0) == len(last)  # the loose rows after it: frames
+    assert codecs(folder) == {None: len(last)}  # the loose rows after it: plain
+    made = repacked(folder)  # and their pack: made with it
+    assert made[-1][2:] == (len(last), 1)
 
 
 _READ_ONLY = """
@@ -196,29 +256,21 @@ def _damage(folder: Path, sql: str) -> None:
     db.close()
 
 
-@pytest.mark.usefixtures("loose_rows")
-def test_a_changed_byte_in_a_frame_is_named_on_read_and_by_fsck(tmp_path: Path) -> None:
-    folder = tmp_path / "s"
-    trained(folder)
-    db = db_at(folder)
-    seq, key, data = db.execute(
-        "SELECT seq, id, data FROM nodes WHERE codec = 1 ORDER BY seq DESC LIMIT 1 OFFSET 5"
-    ).fetchone()
-    db.close()
+def test_a_changed_byte_in_a_frame_is_named_on_read_and_by_fsck(format4_rows: Path) -> None:
+    folder = format4_rows
+    seq, key, data = frames_on(folder, "main")[0]  # (among the session's newest 10 rows)
     for at in (len(data) // 2, len(data) - 1, 0):  # within the frame, its end, its magic
         changed = bytearray(data)
         changed[at] ^= 0x21
-        db = db_at(folder)
-        with db:
-            db.execute("UPDATE nodes SET data = ? WHERE seq = ?", (bytes(changed), seq))
-        db.close()
+        _damage(folder, f"UPDATE nodes SET data = x'{changed.hex()}' WHERE seq = {seq}")
         with open_store(folder) as store:
-            for read in (lambda: store.messages("q"), lambda: store.show(key.hex()),
-                         lambda: store.log("q", limit=10)):
+            for read in (lambda: store.messages("main"), lambda: store.show(key.hex()),
+                         lambda: store.log("main", limit=10)):
                 with pytest.raises(StoreCorruptError, match=key.hex()[:12]) as err:
                     read()
                 assert "\n" not in str(err.value)
             assert any(key.hex()[:12] in f for f in store.fsck())
+    assert frames_on(folder, "main")[0][0] == seq  # (read as format 4 wrote it: still loose)
 
 
 @pytest.mark.usefixtures("loose_rows")
@@ -253,13 +305,18 @@ def _damage_pack(folder: Path, pid: int, data: bytes) -> None:
     db.close()
 
 
-@pytest.mark.usefixtures("loose_rows")
 @pytest.mark.parametrize("packed", [False, True], ids=["loose", "packed"])
-def test_a_damaged_dictionary_is_named(tmp_path: Path, packed: bool) -> None:
-    folder = tmp_path / "s"
-    trained(folder)
-    made = repacked(folder) if packed else []
-    assert {p[3] for p in made} <= {1}
+def test_a_damaged_dictionary_is_named(request: pytest.FixtureRequest, tmp_path: Path,
+                                       packed: bool) -> None:
+    made: list[tuple[int, int, int, int]] = []
+    if packed:
+        request.getfixturevalue("loose_rows")
+        folder, name = tmp_path / "s", "q"
+        trained(folder)
+        made = repacked(folder)
+        assert {p[3] for p in made} == {1}
+    else:  # the frames format 4 wrote in its rows
+        folder, name = request.getfixturevalue("format4_rows"), "main"
     db = db_at(folder)
     (data,) = db.execute("SELECT data FROM dicts WHERE id = 1").fetchone()
     with db:
@@ -268,7 +325,7 @@ def test_a_damaged_dictionary_is_named(tmp_path: Path, packed: bool) -> None:
     db.close()
     with open_store(folder) as store:
         with pytest.raises(StoreCorruptError, match="compression dictionary 1 does not match") as err:
-            store.messages("q")
+            store.messages(name)
         faults = store.fsck()
     assert "compression dictionary 1 does not match its hash" in faults
     # The read names what it was reading: the loose node, or the pack.
@@ -280,11 +337,24 @@ def test_a_damaged_dictionary_is_named(tmp_path: Path, packed: bool) -> None:
                    for f in faults)
 
 
+def test_a_frame_naming_a_missing_dictionary_is_an_error_not_data(format4_rows: Path) -> None:
+    folder = format4_rows
+    seq, key, _ = frames_on(folder, "main")[0]
+    _damage(folder, f"UPDATE nodes SET codec = 7 WHERE seq = {seq}")
+    with open_store(folder) as store:
+        with pytest.raises(StoreCorruptError, match=f"{key.hex()[:12]}.*dictionary 7 is missing"):
+            store.messages("main")
+        assert any(key.hex()[:12] in f for f in store.fsck())
+
+
 @pytest.mark.usefixtures("loose_rows")
-def test_a_frame_naming_a_missing_dictionary_is_an_error_not_data(tmp_path: Path) -> None:
+def test_a_plain_loose_row_whose_codec_names_a_dictionary_is_an_error_not_data(
+    tmp_path: Path,
+) -> None:
+    # Format 5 writes its loose rows plain (codec NULL): a codec there is damage.
     folder = tmp_path / "s"
     trained(folder)
-    _damage(folder, "UPDATE nodes SET codec = 7 WHERE seq = (SELECT max(seq) FROM nodes)")
+    _damage(folder, "UPDATE loose SET codec = 7 WHERE seq = (SELECT max(seq) FROM loose)")
     with open_store(folder) as store:
         with pytest.raises(StoreCorruptError, match="dictionary 7 is missing"):
             store.messages("q")
@@ -313,7 +383,8 @@ def test_an_append_is_one_statement_whatever_the_payload_size(tmp_path: Path) ->
         s = store.session("q")
         s.add_message({"role": "user", "content": "start"})
         db = store.backend._db  # type: ignore[attr-defined]
-        for content in ("small", "x" * 3000, "y" * 200_000):
+        # Small; kept in the loose row up to 64 KiB; stored apart (a blob) just over it, and far.
+        for content in ("small", "x" * 3000, "z" * INLINE_MAX, "y" * 200_000):
             seen: list[str] = []
             db.set_trace_callback(seen.append)
             try:
@@ -324,9 +395,14 @@ def test_an_append_is_one_statement_whatever_the_payload_size(tmp_path: Path) ->
             # node and ref move in one implicit transaction, with no BEGIN, COMMIT or lookup.
             assert len(set(seen)) == 1 and "INSERT INTO temp.append_one" in seen[0], seen
         # The same large payload again is stored once.
-        s.add_message({"role": "tool", "tool_call_id": "c", "content": "x" * 3000})
+        s.add_message({"role": "tool", "tool_call_id": "c", "content": "z" * INLINE_MAX})
         assert db.execute("SELECT count(*) FROM blobs").fetchone()[0] == 2
-        assert [m.get("content") for m in store.messages("q")][-2:] == ["y" * 200_000, "x" * 3000]
+        rows = db.execute("SELECT n.bid IS NOT NULL, l.codec, length(l.data) FROM nodes n "
+                          "JOIN loose l ON l.seq = n.seq ORDER BY n.seq").fetchall()
+        assert [r[0] for r in rows] == [0, 0, 0, 1, 1, 1]  # (bid: stored apart)
+        assert {r[1] for r in rows} == {None} and rows[2][2] > 3000  # plain, the 3,000 in it
+        contents = [m.get("content") for m in store.messages("q")]
+        assert contents[-4:] == ["x" * 3000, "z" * INLINE_MAX, "y" * 200_000, "z" * INLINE_MAX]
 
 
 @pytest.mark.usefixtures("loose_rows")
@@ -344,8 +420,11 @@ def test_single_appends_leave_training_to_the_writers_pause(tmp_path: Path) -> N
         store.backend._checkpoint_idle()  # type: ignore[attr-defined]  # what a pause runs
         s.add_message({"role": "user", "content": "after the pause " + text(random.Random(3), 40)})
         assert store.messages("q")[-1]["content"].startswith("after the pause")
+        assert codecs(folder) == {None: len(msgs) + 1}  # (plain, with a dictionary or not)
+        store.repack()  # (what sess repack runs, on this writer)
     db = db_at(folder)
     assert before in (0, 1)
     assert db.execute("SELECT count(*) FROM dicts").fetchone()[0] == 1
-    assert db.execute("SELECT codec FROM nodes ORDER BY seq DESC LIMIT 1").fetchone() == (1,)
     db.close()
+    # This writer packs with the dictionary its pause trained.
+    assert {p[3] for p in packs(folder)} == {1}

@@ -1,10 +1,13 @@
 """Payload codecs under stress: a disk that fills while the dictionary is due, reads from many
 threads, damaged codec columns (of loose rows and of packs) and dictionaries, and writers that
 open, append and close. The tests of what loose rows hold keep every row loose (the
-``loose_rows`` fixture); their packed counterparts pack the store with ``repack``."""
+``loose_rows`` fixture); their packed counterparts pack the store with ``repack``. Format 5
+keeps loose rows plain: the tests of a row's own frame read those format 4 wrote
+(``format4_rows``)."""
 
 from __future__ import annotations
 
+import random
 import re
 import threading
 import types
@@ -15,12 +18,26 @@ from typing import Any
 import psycopg
 import pytest
 import zstandard
-from codec_kit import codecs, db_at, packs, repacked, traffic, trained
+from codec_kit import (
+    FORMAT4_READ,
+    blob_codecs,
+    codecs,
+    db_at,
+    digest,
+    frames_on,
+    packs,
+    path_rows,
+    repacked,
+    text,
+    traffic,
+    trained,
+)
 
 from sesstree import Store, open_store
 from sesstree.errors import StoreCorruptError, StoreFullError
 from sesstree.store import codec as codec_module
 from sesstree.store.codec import TRAIN_AFTER
+from sesstree.store.packs import INLINE_MAX
 from sesstree.store.postgres.codec import MAGIC
 
 
@@ -161,43 +178,36 @@ def test_reads_from_many_threads_see_no_false_damage(any_store: Store) -> None:
 # -- damaged codec columns ------------------------------------------------------------------
 
 
-@pytest.mark.usefixtures("loose_rows")
-def test_a_frame_naming_a_missing_dictionary_names_its_node(tmp_path: Path) -> None:
-    folder = tmp_path / "s"
-    trained(folder)
+def _set_codec(folder: Path, seq: int, value: str) -> None:
     db = db_at(folder)
-    first = db.execute("SELECT id FROM nodes WHERE codec = 1 ORDER BY seq LIMIT 1").fetchone()[0]
-    seq, key = db.execute(
-        "SELECT seq, id FROM nodes WHERE codec = 1 ORDER BY seq DESC LIMIT 1"
-    ).fetchone()
-    assert first != key
     with db:
-        db.execute("UPDATE nodes SET codec = 3 WHERE seq = ?", (seq,))
+        db.execute(f"UPDATE nodes SET codec = {value} WHERE seq = ?", (seq,))
     db.close()
+
+
+def test_a_frame_naming_a_missing_dictionary_names_its_node(format4_rows: Path) -> None:
+    folder = format4_rows
+    frames = frames_on(folder, "main")
+    (seq, key, _), first = frames[0], frames[-1][1]
+    assert first != key  # (the other frames, made with dictionary 1, read)
+    _set_codec(folder, seq, "3")
     with open_store(folder) as store:
         with pytest.raises(StoreCorruptError, match=key.hex()[:12]):
-            store.messages("q")
+            store.messages("main")
         assert any(key.hex()[:12] in f for f in store.fsck())
 
 
 # (1.0 is not among them: the column's integer affinity stores it as 1.)
-@pytest.mark.usefixtures("loose_rows")
 @pytest.mark.parametrize("value", ["'1x'", "1.5", "x'01'", "-1"])
 def test_a_codec_that_is_not_a_known_integer_is_damage_naming_the_node(
-    tmp_path: Path, value: str
+    format4_rows: Path, value: str
 ) -> None:
-    folder = tmp_path / "s"
-    trained(folder)
-    db = db_at(folder)
-    seq, key = db.execute(
-        "SELECT seq, id FROM nodes WHERE codec = 1 ORDER BY seq DESC LIMIT 1 OFFSET 3"
-    ).fetchone()
-    with db:
-        db.execute(f"UPDATE nodes SET codec = {value} WHERE seq = ?", (seq,))
-    db.close()
+    folder = format4_rows
+    seq, key, _ = frames_on(folder, "main")[3]
+    _set_codec(folder, seq, value)
     with open_store(folder) as store:
         with pytest.raises(StoreCorruptError, match=key.hex()[:12]):
-            store.messages("q")
+            store.messages("main")
         with pytest.raises(StoreCorruptError, match=key.hex()[:12]):
             store.show(key.hex())
         assert any(key.hex()[:12] in f for f in store.fsck())
@@ -242,52 +252,62 @@ def _damage_sqlite_dict(folder: Path) -> set[str]:
     return framed
 
 
-@pytest.mark.usefixtures("loose_rows")
-def test_a_damaged_dictionary_sqlite(tmp_path: Path) -> None:
-    folder = tmp_path / "s"
-    trained(folder)
+def test_a_damaged_dictionary_sqlite(format4_rows: Path) -> None:
+    folder = format4_rows  # (its rows framed with dictionary 1, as format 4 wrote them)
     framed = _damage_sqlite_dict(folder)
     assert framed
-    fresh = [{"role": "user", "content": "a new message, long enough to compress " * 5}]
+    small = {"role": "user", "content": "a new message, long enough to compress " * 5}
+    large = {"role": "tool", "tool_call_id": "c", "content": text(random.Random(2), INLINE_MAX)}
     with open_store(folder) as store:
         s = store.session("fresh")
-        for m in fresh:
-            s.add_message(m)  # written plain: the damaged dictionary is not written with
+        s.add_message(small)
+        s.add_message(large)  # stored apart: compressed, but not with the damaged dictionary
         with store.batch():
-            s.add_message(fresh[0])
-        assert store.messages("fresh") == fresh * 2
+            s.add_message(small)
+        assert store.messages("fresh") == [small, large, small]
         with pytest.raises(StoreCorruptError, match="dictionary 1 does not match") as err:
-            store.messages("q")
+            store.messages("main")
         assert any(f"node {k}" in str(err.value) for k in framed)
         assert any("compression dictionary 1" in f for f in store.fsck())
     db = db_at(folder)
-    newest = db.execute("SELECT codec FROM nodes ORDER BY seq DESC LIMIT 2").fetchall()
-    assert newest == [(None,), (None,)]
-    assert _dicts(folder) == 1  # no second one made over it
+    newest = db.execute("SELECT codec FROM loose ORDER BY seq DESC LIMIT 3").fetchall()
+    assert newest == [(None,)] * 3
     db.close()
+    # Format 4's blob (made with the dictionary while it was whole), and the new one, without.
+    assert blob_codecs(folder) == {1: 1, 0: 1}
+    assert _dicts(folder) == 1  # no second one made over it
 
 
 @pytest.mark.usefixtures("loose_rows")
-def test_a_damaged_dictionary_is_not_packed_with_sqlite(tmp_path: Path) -> None:
-    folder = tmp_path / "s"
-    trained(folder)
-    framed = codecs(folder)[1]
-    _damage_sqlite_dict(folder)
+@pytest.mark.parametrize("rows", ["format 5", "format 4"])
+def test_a_damaged_dictionary_is_not_packed_with_sqlite(
+    request: pytest.FixtureRequest, tmp_path: Path, rows: str
+) -> None:
+    if rows == "format 5":
+        folder, name = tmp_path / "s", "q"
+        trained(folder)
+    else:  # rows framed with it, as format 4 wrote them
+        folder, name = request.getfixturevalue("format4_rows"), "main"
+    framed = _damage_sqlite_dict(folder)
     fresh = traffic(40, seed=3)
     with open_store(folder) as store:
         s = store.session("fresh")
         for m in fresh:
             s.add_message(m)
         store.repack()
-        # The new session's pack is made without the dictionary, and reads back.
+        # The packs are made without the dictionary, and read back.
         assert store.messages("fresh") == fresh
-        with pytest.raises(StoreCorruptError, match="dictionary 1 does not match"):
-            store.messages("q")
+        if rows == "format 5":  # (plain rows: every one was checked, and packed)
+            assert len(store.messages(name)) == TRAIN_AFTER + 200
+            assert store.fsck() == ["compression dictionary 1 does not match its hash"]
+        else:
+            with pytest.raises(StoreCorruptError, match="dictionary 1 does not match"):
+                store.messages(name)
     made = packs(folder)
-    assert made and {p[3] for p in made} == {0}
-    # The rows framed with it could not be checked, so were not packed: they are as they
-    # were, and a read still names what is damaged.
-    assert codecs(folder)[1] == framed
+    assert len(made) >= 2 and {p[3] for p in made} == {0}
+    # The rows framed with it (format 4's) could not be checked, so were not packed: they are
+    # as they were, and a read still names what is damaged.
+    assert codecs(folder).get(1, 0) == len(framed) and (rows == "format 5") == (not framed)
 
 
 def test_a_damaged_dictionary_postgres(postgres_url: str) -> None:
@@ -342,7 +362,12 @@ def test_short_lived_writers_train_the_dictionary_sqlite(tmp_path: Path) -> None
     assert _dicts(folder) == 0  # not due yet
     _one_write_each(lambda: open_store(folder), msgs[TRAIN_AFTER - 20 :])
     assert _dicts(folder) == 1
-    assert codecs(folder).get(1, 0) >= 20  # the writers after it compress with it
+    assert codecs(folder) == {None: len(msgs)}  # (loose rows are plain, with it or not)
+    # The writers after it compress with it: a payload stored apart, and (below) packs.
+    big = {"role": "tool", "tool_call_id": "c", "content": text(random.Random(5), INLINE_MAX)}
+    _one_write_each(lambda: open_store(folder), [big])
+    msgs.append(big)
+    assert blob_codecs(folder) == {1: 1}
     with open_store(folder) as store:
         assert store.messages("q") == msgs
         assert store.fsck() == []
@@ -381,19 +406,21 @@ def test_a_long_lived_writer_uses_a_dictionary_another_trained(tmp_path: Path) -
         assert _dicts(folder) == 1
         for m in traffic(TRAIN_AFTER + 10, seed=4):
             s.add_message(m)
-        db = db_at(folder)
-        newest = [r[0] for r in db.execute("SELECT codec FROM nodes ORDER BY seq DESC LIMIT 5")]
-        db.close()
-        assert newest.count(1) >= 4  # (a payload a frame would not shrink stays plain)
+        # It found the dictionary (it looks every TRAIN_AFTER plain rows): what it compresses,
+        # a payload stored apart and its packs, it compresses with it.
+        s.add_message({"role": "tool", "tool_call_id": "c",
+                       "content": text(random.Random(6), INLINE_MAX)})
+        assert blob_codecs(folder) == {1: 1}
+        writer.repack()
+        assert {p[3] for p in packs(folder)} == {1}
 
 
-@pytest.mark.usefixtures("loose_rows")
 def test_reads_without_multi_decompress_to_buffer(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    format4_rows: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # zstandard's CFFI backend has no multi_decompress_to_buffer: frames are inflated one by one.
-    folder = tmp_path / "s"
-    want = trained(folder)
+    folder = format4_rows  # (frames in their rows, as format 4 wrote them)
+    frames = len(frames_on(folder, "main"))
     calls: list[int] = []
 
     class NoMulti:
@@ -413,11 +440,15 @@ def test_reads_without_multi_decompress_to_buffer(
     )
     proxy.ZstdDecompressor = NoMulti
     monkeypatch.setattr(codec_module, "_zstd", lambda: proxy)
+    want = FORMAT4_READ["main"]["messages_digest"]
     with open_store(folder) as store:
-        assert store.messages("q") == want
-    assert len(calls) >= 150  # the 200 rows framed with the dictionary, one call each
-    made = repacked(folder)
+        assert digest(store.messages("main")) == want
+    assert len(calls) == frames > 50  # each row framed with the dictionary, one call each
+    with open_store(folder) as store:
+        store.repack()
+    on_path = {r[4] for r in path_rows(folder, "main")}
+    assert None not in on_path
     calls.clear()
     with open_store(folder) as store:
-        assert store.messages("q") == want
-    assert len(calls) == len(made)  # packed: one call per pack
+        assert digest(store.messages("main")) == want
+    assert len(calls) == len(on_path) > 1  # packed: one call per pack

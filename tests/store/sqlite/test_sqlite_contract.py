@@ -16,9 +16,13 @@ from sesstree.testing.contract import *  # noqa: F403 - the contract's tests and
 
 
 def damage(store: Store, id: NodeId) -> None:
+    """Another payload for loose node ``id``: format 5 keeps it in ``loose`` (its ``nodes`` row
+    is only the index)."""
     with closing(sqlite3.connect(store.backend.path)) as db, db:  # type: ignore[attr-defined]
-        db.execute("UPDATE nodes SET data = ? WHERE id = ?",
-                   (msgspec.msgpack.encode(user("evil")), bytes.fromhex(id)))
+        done = db.execute(
+            "UPDATE loose SET data = ? WHERE seq = (SELECT seq FROM nodes WHERE id = ?)",
+            (msgspec.msgpack.encode(user("evil")), bytes.fromhex(id)))
+        assert done.rowcount == 1, f"node {id[:12]} is not loose"
 
 
 @pytest.fixture

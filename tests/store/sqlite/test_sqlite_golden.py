@@ -4,13 +4,15 @@ upgrade exactly as they did.
 ``data/formatN.db`` was written by the sesstree of format N (formats 1 to 4; format 1's reflog
 has no ``started`` column, and its payload over 1 KB is a zlib blob), with
 ``data/make_golden.py``. ``data/formatN.json`` holds what that sesstree read back from it
-("read"), and the content of the file once the sesstree of ffea8c2 (format 5) had upgraded it
-("upgraded": the schema as SQLite keeps it, and a digest of every table's rows): however the
-upgrade is written, it must leave the same bytes in every row and the same schema. (Formats 1
-to 3 were checked first against the sesstree of 8e3a8aa, format 4, upgrading with its own code
-before numbered migrations; format 5 changed their dumps by its migration only.) An upgrade
-only adds format 5's column and table: the history is packed later, by a writer's pauses or a
-repack (test_sqlite_pack_upgrade.py). On read-only media, or on a disk too full for the WAL's
+("read"), and the content of the file once the sesstree of c6933c9 (format 5, with the
+``loose`` table) had upgraded it ("upgraded": the schema as SQLite keeps it, and a digest of
+every table's rows; how to make it again: data/make_golden.py): however the upgrade is
+written, it must leave the same bytes in every row and the same schema. (Formats 1 to 3 were
+checked first against the sesstree of 8e3a8aa, format 4, upgrading with its own code before
+numbered migrations; format 5 changed their dumps by its migration only, and so did the
+``loose`` table, which it adds empty: the old rows keep their payloads until packed.) An
+upgrade only adds format 5's column and tables: the history is packed later, by a writer's
+pauses or a repack (test_sqlite_pack_upgrade.py). On read-only media, or on a disk too full for the WAL's
 index, such a store is read as it is and left byte for byte as it was.
 """
 

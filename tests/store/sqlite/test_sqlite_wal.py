@@ -211,10 +211,11 @@ def test_damage_is_found_through_a_symbolic_link(tmp_path: Path) -> None:
 
 @pytest.fixture
 def small_disk(tmp_path: Path) -> Iterator[Path]:
-    """An 8 MB file system of its own (a real tmpfs: needs root and mount permission)."""
+    """A 16 MB file system of its own (a real tmpfs: needs root and mount permission): room for
+    a store whose WAL holds a few hundred appends (4.4 MB for 300), and a copy of that WAL."""
     where = tmp_path / "disk"
     where.mkdir()
-    if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs",
+    if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16m", "tmpfs",
                                             str(where)], capture_output=True).returncode:
         pytest.skip("cannot mount a tmpfs here (needs root and mount permission)")
     try:
@@ -254,6 +255,8 @@ def test_a_damaged_wal_on_a_full_disk_is_refused_in_one_line(tmp_path: Path,
     (small_disk / "ballast").unlink()
     wal = (folder / "store.db-wal").stat().st_size
     leave_free(small_disk, wal + 4096 - wal % 4096)  # the copy fits, its record does not
+    stat = os.statvfs(small_disk)
+    assert wal <= stat.f_bavail * stat.f_frsize < wal + 8192  # (the disk had that room)
     line = refused(sess(folder, "log"))
     assert "The log is kept as store.db-wal.damaged-" in line and "no record" in line, line
     assert kept_copies(folder) and kept_copies(folder)[0].read_bytes() == before["store.db-wal"]

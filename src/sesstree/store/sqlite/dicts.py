@@ -61,9 +61,10 @@ class Dictionary:
     def find(self) -> None:
         """Make new frames with the store's newest dictionary, if it has one (at this
         connection's first write)."""
-        if not self._state.codec_columns:
-            # A store of a format before 4 that could not be upgraded when it was opened: it
-            # has no dictionary table, nor the statements a write of format 4 uses.
+        if not (self._state.codec_columns and self._state.packs):
+            # A store of a format before 5 that could not be upgraded when it was opened: it
+            # lacks tables a write of this format uses (before 4 the dictionaries', before 5
+            # `loose`, which the append's statement names: it would not even be prepared).
             if self._state.read_only:
                 raise StoreReadOnlyError(
                     f"store {self._state.path} is on read-only media or files (attempt to write "

@@ -5,10 +5,22 @@ format 4: 835aec1).
     PYTHONPATH=<checkout of that commit>/src python make_golden.py FOLDER > read.json
 
 The "upgraded" part is ``test_sqlite_golden.dump`` of that store once the sesstree of format 5
-(ffea8c2, the first with packs) had opened it, read it (``test_sqlite_golden.read``) and
-closed it. (Formats 1 to 3 were first checked against the sesstree before numbered migrations,
-8e3a8aa, format 4; their dumps changed with format 5 only by its migration: the ``pack``
-column, the ``packs`` table, the format and ``pack_pending`` in ``meta``.)
+(c6933c9, the first with the ``loose`` table) had opened it, read it
+(``test_sqlite_golden.read``) and closed it. (Formats 1 to 3 were first checked against the
+sesstree before numbered migrations, 8e3a8aa, format 4; their dumps changed with format 5 only
+by its migration: the ``pack`` column, the ``packs`` table, the format and ``pack_pending`` in
+``meta`` as ffea8c2, the first with packs, left them, then the empty ``loose`` table.)
+
+To make it again (the "read" part must not change; check that the "upgraded" one changed only
+by what the new code's migration adds)::
+
+    python -c "import json, shutil, sys, tempfile; from pathlib import Path
+    sys.path[:0] = ['tests/store/sqlite', 'tests/helpers']; import test_sqlite_golden as t
+    for v in t.VERSIONS:
+        f = t.DATA / f'format{v}.json'; g = json.loads(f.read_text())
+        s = Path(tempfile.mkdtemp()); shutil.copyfile(t.DATA / f'format{v}.db', s / 'store.db')
+        assert t.read(s) == g['read']; g['upgraded'] = t.dump(s / 'store.db')
+        f.write_text(json.dumps(g, indent=1, sort_keys=True, ensure_ascii=False) + '\\n')"
 """
 
 from __future__ import annotations
