@@ -31,5 +31,5 @@ def format4_rows(tmp_path: Path, loose_rows: None, monkeypatch: pytest.MonkeyPat
     (``loose_rows``), nor is the upgrade's pending packing run at a pause or close. (Giving
     it no time, UPGRADE_AT_PAUSE and UPGRADE_AT_CLOSE 0, is not enough: it packs one ref's
     tail before it looks at the clock, here ``bare``'s 1,000 rows at the first close.)"""
-    monkeypatch.setattr(packing.Packer, "_pending", lambda self: False)
+    monkeypatch.setattr(packing.Packer, "_pending", lambda self: None)
     return format4_long(tmp_path / "s4")
