@@ -51,9 +51,10 @@ class PgPacker:
         self._reader = reader
         self._read = channel.read
         #: The refs this backend moved: the head it left each at, and the loose tail it knows
-        #: that head has (None: not looked at yet).
+        #: that head has (None: not looked at yet); those whose tail may be PACK_AT long.
         self.heads: dict[str, NodeId] = {}
         self.tails: dict[str, int | None] = {}
+        self.due: set[str] = set()
 
     # -- what the writes tell it ------------------------------------------------------------
 
@@ -63,34 +64,41 @@ class PgPacker:
         if new is None:
             self.heads.pop(name, None)
             self.tails.pop(name, None)
+            self.due.discard(name)
             return
         known = self.tails.get(name)
         grew = appended and known is not None and self.heads.get(name) == old
-        self.tails[name] = known + 1 if grew and known is not None else None
+        now = self.tails[name] = known + 1 if grew and known is not None else None
         self.heads[name] = new
+        if now is None or now >= packs.PACK_AT:
+            self.due.add(name)
 
     def forget(self, names: Iterable[str]) -> None:
         """A batch that moved ``names`` was rolled back: where they are is not known here."""
         for name in names:
             self.heads.pop(name, None)
+            self.due.discard(name)
             if name in self.tails:
                 self.tails[name] = None
 
     def after_commit(self) -> None:
         """Pack the whole runs of ``PACK_AT`` of every tail that reached it (outside a batch:
         each pack its own transaction). Never fails the commit it follows."""
-        for name, known in list(self.tails.items()):
-            if (known is not None and known < packs.PACK_AT) or name not in self.heads:
-                continue
-            self._quietly(name, bytes.fromhex(self.heads[name]), packs.PACK_AT, packs.PACK_AT)
+        due, self.due = self.due, set()
+        for name in sorted(due):
+            if name in self.heads:
+                self._quietly(name, bytes.fromhex(self.heads[name]), packs.PACK_AT,
+                              packs.PACK_AT)
 
     def at_close(self) -> None:
         """Pack the tail of each ref this backend moved, if at least ``PACK_MIN`` long (as
         the ref is now: another writer may have moved it since)."""
         for name, known in list(self.tails.items()):
-            if known is not None and known < packs.PACK_MIN:
-                continue
-            self._quietly(name, None, packs.PACK_MIN, packs.PACK_MAX)
+            if known is None or known >= packs.PACK_MIN:
+                self._quietly(name, None, packs.PACK_MIN, packs.PACK_MAX)
+        self.heads.clear()  # (a second close has nothing left to do)
+        self.tails.clear()
+        self.due.clear()
 
     def _quietly(self, name: str, head: bytes | None, least: int, most: int) -> None:
         """Pack ref ``name``'s tail from ``head`` (None: where the ref is now) after the
@@ -103,7 +111,10 @@ class PgPacker:
                     self.tails.pop(name, None)
                     return
                 head = bytes(rows[0][0])
-            self.tails[name] = self.pack_tail(head, least, most)
+            left = self.pack_tail(head, least, most)
+            # Stopped short (a damaged row, another writer packing it first): looked at again
+            # only once the tail has grown as much again, not after every commit.
+            self.tails[name] = left if left < least else left - least
         except (SesstreeError, CodecError, psycopg.Error):
             self.tails[name] = None
 

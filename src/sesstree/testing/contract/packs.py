@@ -275,10 +275,9 @@ def test_a_flipped_byte_in_a_pack_is_an_error_naming_the_pack(
     path = append(store, "q", PACK_AT + 3)
     packing(store, engine).repack()
     engine.damage_pack(store)
-    reads: list[Callable[[], object]] = [
-             lambda: store.backend.chain(path[-1].id),
-             lambda: store.backend.get(path[0].id),
-             lambda: list(store.backend.iter_nodes())]
+    reads: list[Callable[[], object]] = [lambda: store.backend.chain(path[-1].id),
+                                         lambda: store.backend.get(path[0].id),
+                                         lambda: list(store.backend.iter_nodes())]
     for read in reads:
         with pytest.raises(StoreCorruptError, match="pack"):
             read()
