@@ -210,6 +210,23 @@ class PgPacker:
                                     f"{key.hex()[:12]} {why}; it stays loose (see fsck)")
         return 0
 
+    def samples(self, n: int) -> list[bytes]:
+        """Up to ``n`` rows (type then payload) of the newest packs, newest first, for the
+        compression dictionary to be trained on (a payload kept apart is left out). A pack
+        that cannot be read gives none."""
+        out: list[bytes] = []
+        for pid, depth, count, codec, sum, data in self._read(packsql.NEWEST_PACKS, (8,),
+                                                               binary=True):
+            try:
+                pack = self._reader.raw(pid, depth, count, codec, bytes(sum), bytes(data))
+            except StoreCorruptError:
+                continue
+            out += [b for k, b in enumerate(reversed(pack.bodies))
+                    if count - 1 - k not in pack.apart]
+            if len(out) >= n:
+                break
+        return out[:n]
+
     # -- the Packing capability (base.Packing) ------------------------------------------------
 
     def pack_counts(self) -> PackCounts:

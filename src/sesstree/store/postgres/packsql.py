@@ -19,6 +19,7 @@ __all__ = [
     "ADD_PACK",
     "DROP_PACK",
     "LEFT_OF_PACK",
+    "NEWEST_PACKS",
     "ONE_PACK",
     "PACK",
     "PACKS_WITHOUT",
@@ -129,6 +130,10 @@ PACK_SLICE = (
     "FROM packs p LEFT JOIN nodes b ON b.seq = p.base WHERE p.pid > %s ORDER BY p.pid LIMIT %s"
 )
 PACK_ROWS = "SELECT pack, id, depth, blob FROM nodes WHERE pack = ANY(%s)"
+# The newest packs, for a dictionary to be trained on what was packed.
+NEWEST_PACKS = (
+    "SELECT pid, depth, count, codec, sum, data FROM packs ORDER BY pid DESC LIMIT %s"
+)
 # gc: what is left of a pack some of whose nodes went, the pack made of its kept prefix, its
 # rows moved to it, the old one dropped.
 LEFT_OF_PACK = "SELECT count(*), max(depth) FROM nodes WHERE pack = %s"

@@ -67,7 +67,8 @@ class PgReads:
             if pid is None:
                 raise StoreCorruptError(f"the store at {self._url} is damaged: node {id[:12]} "
                                         f"is in pack {row[5]}, which is missing")
-            pack = self.packs.raw(pid, depth, count, codec, bytes(sum), bytes(data))
+            pack = self.packs.raw(pid, depth, count, codec, bytes(sum), bytes(data),
+                                  bytes(row[0]))
             return self._packed(row, pack, depth, count)
         try:
             body = self._payloads.body(bytes(row[3]))
@@ -297,8 +298,8 @@ class PgReads:
                                             f"{bytes(row[0]).hex()[:12]} is in pack {row[5]}, "
                                             "which is missing")
                 pid, depth, count, codec, sum, data = got[0][:6]
-                found = (self.packs.raw(pid, depth, count, codec, bytes(sum), bytes(data)),
-                         depth, count)
+                found = (self.packs.raw(pid, depth, count, codec, bytes(sum), bytes(data),
+                                        bytes(row[0])), depth, count)
                 if len(opened) >= _ITER_PACKS:
                     del opened[next(iter(opened))]
                 opened[pid] = found

@@ -64,38 +64,41 @@ class PackReader:
         self._url = url
 
     def damage(self, pid: object, depth: object, count: object, why: str,
-               ids: bytes | None = None) -> StoreCorruptError:
-        """The error a damaged pack is reported by."""
+               ids: bytes | None = None, at: bytes | None = None) -> StoreCorruptError:
+        """The error a damaged pack is reported by (``at``: the node whose read reached it,
+        when its own ids cannot be read)."""
+        held = f", holding node {at.hex()[:12]}" if at is not None and ids is None else ""
         return StoreCorruptError(f"the store at {self._url} is damaged: "
-                                 f"{packs.describe(pid, depth, count, ids)}: {why}")
+                                 f"{packs.describe(pid, depth, count, ids)}{held}: {why}")
 
     def frame(self, pid: int, depth: int, count: int, codec: int, sum: bytes,
-              data: bytes) -> bytes:
-        """A pack's frame, inflated once its checksum matched."""
+              data: bytes, at: bytes | None = None) -> bytes:
+        """A pack's frame, inflated once its checksum matched (``at``: the node being read)."""
         if packs.checksum(codec, depth, count, data) != sum:
-            raise self.damage(pid, depth, count, "it does not match its checksum")
+            raise self.damage(pid, depth, count, "it does not match its checksum", at=at)
         try:
             return self._codec.unpack(data, codec, _FRAME_LIMIT)
         except CodecError as exc:
-            raise self.damage(pid, depth, count, f"it cannot be inflated ({exc})") from None
+            raise self.damage(pid, depth, count, f"it cannot be inflated ({exc})",
+                              at=at) from None
 
     def open(self, pid: int, depth: int, count: int, codec: int, sum: bytes,
-             data: bytes) -> packs.OpenedPack:
+             data: bytes, at: bytes | None = None) -> packs.OpenedPack:
         """A pack decoded (ids, types, payloads): one decode of one array."""
-        frame = self.frame(pid, depth, count, codec, sum, data)
+        frame = self.frame(pid, depth, count, codec, sum, data, at)
         try:
             return packs.open_frame(frame, count)
         except packs.PackDamage as exc:
-            raise self.damage(pid, depth, count, str(exc)) from None
+            raise self.damage(pid, depth, count, str(exc), at=at) from None
 
     def raw(self, pid: int, depth: int, count: int, codec: int, sum: bytes,
-            data: bytes) -> RawPack:
+            data: bytes, at: bytes | None = None) -> RawPack:
         """A pack's nodes as stored (their bytes undecoded): what a node read, gc and fsck need."""
-        frame = self.frame(pid, depth, count, codec, sum, data)
+        frame = self.frame(pid, depth, count, codec, sum, data, at)
         try:
             ids, apart, base, bodies = packs.raw_nodes(frame, count)
         except packs.PackDamage as exc:
-            raise self.damage(pid, depth, count, str(exc)) from None
+            raise self.damage(pid, depth, count, str(exc), at=at) from None
         return RawPack(pid, ids, apart, base, bodies)
 
     def apart(self, pid: int, depth: int, count: int, digest: Any, stored: bytes | None) -> bytes:
@@ -152,7 +155,8 @@ class PackReader:
         expect: bytes | None = entry
         for i, pid in enumerate(pids or ()):
             depth, count, pos = depths[i], counts[i], places[i]
-            op = self.open(pid, depth, count, codecs[i], bytes(sums[i]), bytes(datas[i]))
+            op = self.open(pid, depth, count, codecs[i], bytes(sums[i]), bytes(datas[i]),
+                           bytes(entries[i]))
             if not 0 <= pos < count or bytes(entries[i]) != expect or op.id_at(pos) != expect:
                 raise self.damage(pid, depth, count, "the node read is not at its place in it",
                                   op.ids)

@@ -65,7 +65,8 @@ class PgWrites:
         """Train the compression dictionary when due (see PgPayloads.train_if_due)."""
         try:
             self._payloads.train_if_due(
-                objects.SAMPLES, lambda sql, params: self._channel.read(sql, params, fetch=False)
+                objects.SAMPLES, lambda sql, params: self._channel.read(sql, params, fetch=False),
+                self._packer.samples,
             )
         except (CodecError, StoreError):
             pass  # only a saving of space: payloads stay plain, and it is tried again later
