@@ -195,9 +195,17 @@ class PgPacker:
         frame = packs.build_frame(ids, base, entries, apart)
         codec, data = self._compress(frame)
         sum = packs.checksum(codec, depth, len(ids), data)
-        rows = self._read(packsql.PACK, (seqs, depth, base_seq, len(frame), codec, sum, data,
-                                         inlined))
-        return None if not rows or rows[0][0] is None else int(rows[0][0])
+        params = (seqs, depth, base_seq, len(frame), codec, sum, data, inlined)
+
+        def work(conn: Conn, replay: bool) -> int | None:
+            try:
+                row = conn.execute(packsql.PACK, params).fetchone()
+            except psycopg.errors.RaiseException:  # (P0001) packed meanwhile: nothing done
+                return None
+            return None if row is None or row[0] is None else int(row[0])
+
+        with self._channel.lock:
+            return self._channel.run(work)
 
     def _compress(self, frame: bytes) -> tuple[int, bytes]:
         if not self._payloads.looked:
@@ -252,10 +260,6 @@ class PgPacker:
             self.tails.pop(str(name), None)
         self._read("DELETE FROM meta WHERE key = 'pack_pending'", fetch=False)
         return self.pack_counts()
-
-    def pending(self) -> bool:
-        """Whether an upgrade left a pack job that no repack has finished yet."""
-        return bool(self._read(packsql.PENDING))
 
     # -- gc ----------------------------------------------------------------------------------
 

@@ -29,7 +29,6 @@ __all__ = [
     "PACK_ROWS",
     "PACK_SLICE",
     "PACK_TABLES",
-    "PENDING",
     "RUN_ROWS",
     "SET_PACK",
     "TAIL",
@@ -60,11 +59,12 @@ PACK_TABLES = [
 ]
 
 # Pack a run of loose rows (oldest first) into one new pack, as one transaction (one
-# statement in autocommit). The rows are locked and must all be loose still: another writer
-# may have packed some of them first, and then nothing is done (NULL). A payload moving into
-# the frame (``p_inlined``: rows whose blob goes) has its blob removed when no row names it
-# any more; the blobs table is locked SHARE for that, so an appender storing the same
-# payload meanwhile waits these few milliseconds instead of naming a blob that goes.
+# statement in autocommit). The rows must all be loose still: another writer may have packed
+# some of them first (its update, which this one waits for, leaves them packed), and then the
+# statement fails with SQLSTATE P0001 and leaves nothing. A payload moving into the frame
+# (``p_inlined``: rows whose blob goes) has its blob removed when no row names it any more;
+# the blobs table is locked SHARE for that, so an appender storing the same payload
+# meanwhile waits these few milliseconds instead of naming a blob that goes.
 _PACK_FN = """
 CREATE OR REPLACE FUNCTION sesstree_pack(
     p_seqs bigint[], p_depth integer, p_base bigint, p_size bigint, p_codec integer,
@@ -77,20 +77,18 @@ DECLARE
 BEGIN
     IF cardinality(p_inlined) > 0 THEN
         LOCK TABLE blobs IN SHARE MODE;
+        SELECT array_agg(blob) INTO dropped FROM nodes WHERE seq = ANY(p_inlined);
     END IF;
-    SELECT count(*) INTO got FROM (
-        SELECT 1 FROM nodes WHERE seq = ANY(p_seqs) AND pack IS NULL ORDER BY seq FOR UPDATE
-    ) x;
-    IF got <> cardinality(p_seqs) THEN
-        RETURN NULL;
-    END IF;
-    SELECT array_agg(blob) INTO dropped FROM nodes WHERE seq = ANY(p_inlined);
     INSERT INTO packs(depth, base, count, size, codec, sum, data)
         VALUES (p_depth, p_base, cardinality(p_seqs), p_size, p_codec, p_sum, p_data)
         RETURNING pid INTO made;
     UPDATE nodes SET pack = made, data = ''::bytea,
                      blob = CASE WHEN seq = ANY(p_inlined) THEN NULL ELSE blob END
-        WHERE seq = ANY(p_seqs);
+        WHERE seq = ANY(p_seqs) AND pack IS NULL;
+    GET DIAGNOSTICS got = ROW_COUNT;
+    IF got <> cardinality(p_seqs) THEN
+        RAISE EXCEPTION 'packed meanwhile';
+    END IF;
     IF dropped IS NOT NULL THEN
         DELETE FROM blobs b WHERE b.hash = ANY(dropped)
             AND NOT EXISTS (SELECT 1 FROM nodes n WHERE n.blob = b.hash);
@@ -149,7 +147,6 @@ SELECT (SELECT count(*) FROM packs), (SELECT coalesce(sum(count), 0) FROM packs)
        (SELECT coalesce(sum(length(data)), 0) FROM packs),
        (SELECT coalesce(sum(size), 0) FROM packs)
 """
-PENDING = "SELECT value FROM meta WHERE key = 'pack_pending'"
 
 # fsck's checks of the packs' index, each naming up to 20 nodes (by id) or packs (by number,
 # depth and count: .packs.describe names them).

@@ -106,11 +106,20 @@ BEGIN
         o_count := o_count + cnt;
         packed := (SELECT pack FROM nodes WHERE seq = cur);
     END LOOP;
-    SELECT string_agg(x, ''::bytea ORDER BY i) INTO o_ids
-        FROM unnest(ids_parts) WITH ORDINALITY t(x, i);
-    SELECT string_agg(x, ''::bytea ORDER BY i) INTO o_data
-        FROM unnest(data_parts) WITH ORDINALITY t(x, i);
-    SELECT id INTO o_base FROM nodes WHERE seq = cur;
+    -- (One run, the common case, needs no concatenation; each statement not run is one a
+    -- new connection does not have to plan.)
+    IF cardinality(ids_parts) = 1 THEN
+        o_ids := ids_parts[1];
+        o_data := data_parts[1];
+    ELSIF cardinality(ids_parts) > 1 THEN
+        SELECT string_agg(x, ''::bytea ORDER BY i) INTO o_ids
+            FROM unnest(ids_parts) WITH ORDINALITY t(x, i);
+        SELECT string_agg(x, ''::bytea ORDER BY i) INTO o_data
+            FROM unnest(data_parts) WITH ORDINALITY t(x, i);
+    END IF;
+    IF cur IS NOT NULL THEN
+        SELECT id INTO o_base FROM nodes WHERE seq = cur;
+    END IF;
     IF o_count >= need OR cur IS NULL THEN
         RETURN;
     END IF;
