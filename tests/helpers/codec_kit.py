@@ -4,9 +4,14 @@ from __future__ import annotations
 
 import os
 import random
+import shutil
 import sqlite3
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from sesstree import open_store
 from sesstree.store.codec import TRAIN_AFTER
@@ -38,6 +43,44 @@ def codecs(folder: Path) -> dict[object, int]:
         return dict(db.execute("SELECT codec, count(*) FROM nodes GROUP BY codec").fetchall())
     finally:
         db.close()
+
+
+def packs(folder: Path) -> list[tuple[int, int, int, int]]:
+    """The store's packs as (pid, first depth, count, codec), oldest first."""
+    db = db_at(folder)
+    try:
+        return [tuple(r) for r in db.execute("SELECT pid, depth, count, codec FROM packs ORDER BY pid")]
+    finally:
+        db.close()
+
+
+def repacked(folder: Path) -> list[tuple[int, int, int, int]]:
+    """Pack every loose tail of the store (``sess repack``); returns its packs (see packs)."""
+    with open_store(folder) as store:
+        counts = store.repack()
+        assert counts is not None and counts.loose_nodes == 0
+    return packs(folder)
+
+
+def read_only_run(folder: Path, code: str) -> str:
+    """Run the Python ``code`` (``sys.argv[1]``: the store's folder) in a process that truly
+    cannot write the store, and return what it printed. As root, file modes alone do not stop
+    a write: the process drops the capability that overrides them."""
+    cmd = [sys.executable, "-c", code, str(folder)]
+    if os.geteuid() == 0:
+        if shutil.which("setpriv") is None:
+            pytest.skip("running as root without setpriv: cannot make the store read-only")
+        cmd = ["setpriv", "--bounding-set=-dac_override", "--inh-caps=-dac_override", *cmd]
+    path = folder / "store.db"
+    path.chmod(0o400)
+    folder.chmod(0o500)
+    try:
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+    finally:
+        folder.chmod(0o700)
+        path.chmod(0o600)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
 
 
 def trained(folder: Path, extra: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:

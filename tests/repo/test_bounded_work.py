@@ -16,13 +16,17 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
+from codec_kit import read_only_run
 from core_testkit import assistant, user
 
 from sesstree import Store, make_node, open_store
 from sesstree.cli.graph import GraphNode, draw_graph, stream_graph
 from sesstree.cli.reading import _ref_labels
-from sesstree.repo.maintenance import fsck, gc
+from sesstree.repo.maintenance import Stats, fsck, gc
+from sesstree.store.base import PackCounts
+from sesstree.store.sqlite.packing import PENDING
 
 # -- helpers ---------------------------------------------------------------------------------
 
@@ -522,24 +526,42 @@ def test_an_older_store_is_upgraded_on_open_and_read_as_it_is_when_read_only(
         db.execute("DROP TABLE path_bytes")
         db.execute("UPDATE meta SET value = '1' WHERE key = 'format'")
     db.close()
-    path.chmod(0o400)
-    folder.chmod(0o500)
-    try:
-        with open_store(folder, create=False) as store:  # read-only: read as it is
-            stats = store.stats()
-            assert stats.sessions == 4 and stats.logical_bytes > 0
-            head = store.session_head("s0001")
-            assert head is not None and _ref_labels(store, [head])[head] == ["s0001"]
-    finally:
-        folder.chmod(0o700)
-        path.chmod(0o600)
+    # Read-only (a process that cannot write it): read as it is.
+    stats, labels = msgspec.json.decode(read_only_run(folder, _READ_ONLY),
+                                        type=tuple[Stats, list[str]])
+    assert stats.sessions == 4 and stats.logical_bytes > 0 and labels == ["s0001"]
+    assert stats.packs == PackCounts(0, 0, 20, 0, 0)
+    with sqlite3.connect(path) as db:
+        assert db.execute("SELECT value FROM meta WHERE key = 'format'").fetchone()[0] == "1"
+    db.close()
     with open_store(folder) as store:
-        assert store.stats() == stats
         db = db_of(store)
         names = {r[0] for r in db.execute("SELECT name FROM sqlite_master")}
         assert {"nodes_bid", "reflog_new", "reflog_time", "path_bytes"} <= names
-        assert db.execute("SELECT value FROM meta WHERE key = 'format'").fetchone()[0] == "4"
+        # Upgraded to format 5 when opened; the nodes it has are packed afterwards, online
+        # (at the writer's pauses, or as here all at once by `sess repack`).
+        meta = dict(db.execute("SELECT key, value FROM meta").fetchall())
+        assert meta["format"] == "5" and meta[PENDING] == "1"
+        assert store.backend.pack_counts() == stats.packs  # type: ignore[attr-defined]
+        counts = store.repack()
+        assert counts is not None and (counts.packed_nodes, counts.loose_nodes) == (20, 0)
+        assert db.execute("SELECT 1 FROM meta WHERE key = ?", (PENDING,)).fetchone() is None
+        now = store.stats()
+        assert now.packs == counts
+        assert msgspec.structs.replace(now, physical_bytes=stats.physical_bytes,
+                                       packs=stats.packs) == stats
         assert store.fsck() == []
+
+
+_READ_ONLY = """
+import sys, msgspec
+from sesstree import open_store
+from sesstree.cli.reading import _ref_labels
+with open_store(sys.argv[1], create=False) as store:
+    assert store.backend.read_only
+    head = store.session_head("s0001")
+    print(msgspec.json.encode([store.stats(), _ref_labels(store, [head])[head]]).decode())
+"""
 
 
 

@@ -49,7 +49,7 @@ class _Group(click.Group):
         "messages": "sesstree.cli.viewing:messages", "show": "sesstree.cli.viewing:show",
         "export": "sesstree.cli.storage:export", "fsck": "sesstree.cli.storage:fsck",
         "gc": "sesstree.cli.storage:gc", "import": "sesstree.cli.storage:import_",
-        "stats": "sesstree.cli.storage:stats",
+        "stats": "sesstree.cli.storage:stats", "repack": "sesstree.cli.storage:repack",
         "run": "sesstree.agent.command:run",
         "serve": "sesstree.cli.remote:serve", "remote": "sesstree.cli.remote:remote",
         "clone": "sesstree.cli.remote:clone", "fetch": "sesstree.cli.remote:fetch",
@@ -92,6 +92,9 @@ class _Group(click.Group):
         "push": "Send SESSIONs (default: the current one) to REMOTE (default origin), with "
                 "only the nodes it lacks. Refused unless each fast-forwards the remote's, or "
                 "--force.",
+        "repack": "Pack every session's loose tail, whatever its length, and finish packing a "
+                  "store written before packs (reads then cost a few rows per session). Safe "
+                  "to stop at any time.",
         "reflog": "Every move of a session's ref (default and HEAD: the HEAD session's), "
                   "newest first.",
         "remote": "Name other stores: folders, postgresql:// URLs, or http(s):// URLs of "

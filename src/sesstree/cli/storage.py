@@ -1,10 +1,11 @@
 """``sess`` commands that move whole sessions in and out, and look after the store:
-import, export, stats, fsck, gc."""
+import, export, stats, fsck, gc, repack."""
 
 from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 import msgspec
@@ -12,7 +13,11 @@ import msgspec
 from ..fmt import plural
 from .core import StoreLocator, cli, complete_rev, emit_json, events, fail, one_line, pass_store
 
-__all__ = ["export", "fsck", "gc", "import_", "stats"]
+if TYPE_CHECKING:
+    from ..repo.store import Store
+    from ..store.base import PackCounts
+
+__all__ = ["export", "fsck", "gc", "import_", "repack", "stats"]
 
 @cli.command("import")
 @click.argument("files", nargs=-1, required=True, type=click.Path(path_type=Path))
@@ -117,6 +122,18 @@ def stats(locator: StoreLocator, as_json: bool) -> None:
     click.echo(f"logical bytes   {s.logical_bytes}  (as one JSONL file per session)")
     click.echo(f"physical bytes  {s.physical_bytes}  (on disk)")
     click.echo(f"ratio           {_ratio(s.logical_bytes, s.physical_bytes)}")
+    if s.packs is not None:
+        click.echo(f"packed nodes    {s.packs.packed_nodes}  (in {plural(s.packs.packs, 'pack')})")
+        click.echo(f"loose nodes     {s.packs.loose_nodes}")
+        click.echo(f"packs           {_packs_line(s.packs)}")
+
+
+def _packs_line(p: PackCounts) -> str:
+    """What the packs take, and how much compression saved."""
+    if not p.packs:
+        return "none yet (a session's history is packed as it grows, or by 'sess repack')"
+    return (f"{p.stored_bytes} bytes stored, {p.raw_bytes} before compression "
+            f"({p.raw_bytes / max(p.stored_bytes, 1):.1f}x)")
 
 
 def _ratio(logical: int, physical: int) -> str:
@@ -185,18 +202,47 @@ def _accept_wal_loss(locator: StoreLocator) -> None:
 
 @cli.command()
 @click.option("--dry-run", is_flag=True, help="Only say what would be removed.")
+@click.option("--aggressive", is_flag=True,
+              help="Then pack every loose tail, whatever its length (as 'sess repack').")
 @pass_store
-def gc(locator: StoreLocator, dry_run: bool) -> None:
+def gc(locator: StoreLocator, dry_run: bool, aggressive: bool) -> None:
     """Remove nodes that no session, tag, HEAD or reflog entry reaches."""
     from ..repo.maintenance import gc as collect
     from .progress import terminal_progress
 
+    store = locator.open()
     progress = terminal_progress("removing unreachable nodes")
     try:
-        result = collect(locator.open(), dry_run=dry_run, progress=progress)
+        result = collect(store, dry_run=dry_run, progress=progress)
     finally:
         if progress is not None:
             progress.finish()
     verb = "would remove" if dry_run else "removed"
     click.echo(f"{verb} {plural(len(result.unreachable), 'unreachable node')}; {result.kept} kept")
+    if aggressive and not dry_run:
+        _repack(store)
+
+
+@cli.command()
+@pass_store
+def repack(locator: StoreLocator) -> None:
+    """Pack every session's loose tail, whatever its length, and finish packing a store
+    written before packs (reads then cost a few rows per session). Safe to stop at any time."""
+    _repack(locator.open())
+
+
+def _repack(store: Store) -> None:
+    from .progress import terminal_progress
+
+    progress = terminal_progress("packing sessions")
+    try:
+        counts = store.repack(progress=progress)
+    finally:
+        if progress is not None:
+            progress.finish()
+    if counts is None:
+        click.echo("this store keeps no packs: nothing to do")
+        return
+    click.echo(f"packed: {plural(counts.packed_nodes, 'node')} in {plural(counts.packs, 'pack')}, "
+               f"{plural(counts.loose_nodes, 'loose node')} left")
 

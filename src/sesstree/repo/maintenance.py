@@ -8,10 +8,10 @@ import msgspec
 
 from ..errors import StoreCorruptError
 from ..node import SESSIONS, TAGS, NodeId, node_id_from_encoded
-from ..store.base import Backend, Progress
+from ..store.base import Backend, PackCounts, Packing, Progress
 from .scan import scale_reads
 
-__all__ = ["GcResult", "Stats", "Upkept", "ancestors", "fsck", "gc", "stats"]
+__all__ = ["GcResult", "Stats", "Upkept", "ancestors", "fsck", "gc", "repack", "stats"]
 
 _json = msgspec.json.Encoder()
 _msgpack = msgspec.msgpack.Decoder()
@@ -46,6 +46,8 @@ class Stats(msgspec.Struct, frozen=True):
     reflog_entries: int
     logical_bytes: int
     physical_bytes: int
+    #: How much is packed (see sesstree.store.packs); None for an engine that keeps no packs.
+    packs: PackCounts | None = None
 
     @property
     def ratio(self) -> float:
@@ -154,6 +156,23 @@ def gc(store: Upkept, *, dry_run: bool = False, progress: Progress | None = None
     return GcResult(dead, removed, kept)
 
 
+def packing(backend: Backend) -> Packing | None:
+    """The backend's packing, if it keeps packs (the memory engine does not)."""
+    if callable(getattr(backend, "repack", None)) and callable(getattr(backend, "pack_counts", None)):
+        found: Packing = backend  # type: ignore[assignment]
+        return found
+    return None
+
+
+def repack(store: Upkept, *, progress: Progress | None = None) -> PackCounts | None:
+    """Pack every loose tail of every session, whatever its length, and finish the packing
+    an upgrade from an older format left to do (``sess repack``, ``sess gc --aggressive``).
+    Short transactions: the store stays usable, and a kill loses nothing. None for an engine
+    that keeps no packs."""
+    found = packing(store.backend)
+    return found.repack(progress) if found is not None else None
+
+
 def stats(store: Upkept, *, progress: Progress | None = None) -> Stats:
     """Count nodes and refs and compare the store's size with a JSONL file per session.
 
@@ -167,8 +186,9 @@ def stats(store: Upkept, *, progress: Progress | None = None) -> Stats:
         c = scan.counts(progress)
         if checkpoint is not None:
             checkpoint()  # (before measuring the size on disk)
+        packs = packing(backend)
         return Stats(c.nodes, c.sessions, c.tags, c.reflog_entries, c.logical_bytes,
-                     backend.physical_bytes())
+                     backend.physical_bytes(), packs.pack_counts() if packs is not None else None)
     if checkpoint is not None:
         checkpoint()
     line: dict[NodeId, int] = {}
@@ -188,4 +208,5 @@ def stats(store: Upkept, *, progress: Progress | None = None) -> Stats:
         reflog_entries=len(backend.reflog()),
         logical_bytes=logical,
         physical_bytes=backend.physical_bytes(),
+        packs=packs.pack_counts() if (packs := packing(backend)) is not None else None,
     )

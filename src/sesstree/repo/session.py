@@ -6,7 +6,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
-from ..errors import ConflictError, InvalidEventError, UnknownRevisionError
+from ..errors import ConflictError, InvalidEventError, StoreCorruptError, UnknownRevisionError
 from ..events import MESSAGE_TYPES, Derived, is_registered, message_type
 from ..node import Node, NodeId, encode_data, node_id_from_encoded, session_ref
 from ..sending import derive_messages
@@ -82,8 +82,12 @@ class Session:
         if self._loaded:
             return
         if self._head is not None:
-            # Through the store's translating read: damage is a StoreCorruptError, not a KeyError.
-            self._chain = self.store.chain_at(self._head)
+            # Through the store's translating read: damage is a StoreCorruptError, not a KeyError,
+            # and it says which session it was reading (the engine names the pack or node).
+            try:
+                self._chain = self.store.chain_at(self._head)
+            except StoreCorruptError as exc:
+                raise StoreCorruptError(f"session {self.name!r}: {exc}") from None
             self._types, self._datas = self._chain.types, self._chain.datas
         self._loaded = True
 

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import msgspec
 
-from ..errors import RefExistsError, UnknownRevisionError
+from ..errors import RefExistsError, StoreCorruptError, UnknownRevisionError
 from ..events import Derived
 from ..node import (
     REMOTES,
@@ -38,6 +38,7 @@ from ..store.base import (
     Backend,
     Chain,
     ImportOrigin,
+    PackCounts,
     RawNode,
     Ref,
     ReflogEntry,
@@ -45,7 +46,7 @@ from ..store.base import (
 )
 from ..store.engines import STORE_FILE, engine_of, open_backend
 from .head import Checkout, FileHead, HeadKeeper, MetaHead, head_file_for
-from .maintenance import GcResult, Stats, fsck, gc, stats
+from .maintenance import GcResult, Stats, fsck, gc, repack, stats
 from .meta import checked_meta, meta_fields, write_fields, write_origin
 from .policy import WritePolicy
 from .reads import StoredReads
@@ -360,7 +361,11 @@ class Store(StoredReads):
     def chain(self, rev: str | NodeId, limit: int | None = None) -> Chain:
         """The events from the root to ``rev`` (only the newest ``limit``), oldest first."""
         # Every id resolved here came from the store (a ref, a prefix): one it lost is damage.
-        return self.chain_at(self.resolve(rev), limit)
+        node = self.resolve(rev)
+        try:
+            return self.chain_at(node, limit)
+        except StoreCorruptError as exc:
+            raise StoreCorruptError(f"{rev}: {exc}") from None
 
     def log(self, rev: str | NodeId = "HEAD", limit: int | None = None) -> list[Node]:
         """Nodes walking back from ``rev``, newest first."""
@@ -432,6 +437,10 @@ class Store(StoredReads):
     def gc(self, *, dry_run: bool = False) -> GcResult:
         """Remove what nothing reaches. See :func:`sesstree.repo.maintenance.gc`."""
         return gc(self, dry_run=dry_run)
+
+    def repack(self, *, progress: Callable[[int, int], None] | None = None) -> PackCounts | None:
+        """Pack every loose tail. See :func:`sesstree.repo.maintenance.repack`."""
+        return repack(self, progress=progress)
 
     def stats(self, *, progress: Callable[[int, int], None] | None = None) -> Stats:
         """Nodes, refs, logical and physical bytes. See :func:`sesstree.repo.maintenance.stats`."""

@@ -165,6 +165,15 @@ class Codec:
             raise CodecError(f"zstd: {exc}") from None
         return out
 
+    def preload(self, codec: int | None) -> None:
+        """Load dictionary ``codec`` now, in this thread, if a frame of it will be inflated in
+        another (which then needs no read of the store). Raises CodecError as unpack would."""
+        if type(codec) is int and codec > 0 and codec not in self._dict_bytes:
+            data = self._load(codec)
+            if data is None:
+                raise CodecError(f"dictionary {codec} is missing")
+            self._dict_bytes[codec] = data
+
     def unpack_named(self, frame: bytes, limit: int = BLOB_LIMIT) -> bytes:
         """:meth:`unpack` of a frame that names its dictionary in its header."""
         z = _zstd()

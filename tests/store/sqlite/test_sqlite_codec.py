@@ -1,29 +1,40 @@
-"""Payloads at rest (SQLite format 4): zstd frames, a dictionary trained on the store's own
-payloads, format-3 stores read and upgraded, damage to a frame or a dictionary named on read
-and by fsck, and a large append in one statement."""
+"""Payloads at rest (SQLite): a loose row's zstd frame, a dictionary trained on the store's
+own payloads, packs compressed with it, format-3 stores read and upgraded, damage to a row's
+frame, a pack or a dictionary named on read and by fsck, and a large append in one statement.
+
+The tests of what a loose row holds keep every row loose (the ``loose_rows`` fixture: no
+tail is packed, as a tail shorter than PACK_MIN is not); their packed counterparts pack the
+same store with ``repack``."""
 
 from __future__ import annotations
 
 import json
-import os
 import random
-import shutil
-import subprocess
-import sys
+import re
 import zlib
 from pathlib import Path
 from typing import Any
 
 import pytest
 import zstandard
-from codec_kit import ODD, codecs, db_at, text, traffic, trained
+from codec_kit import ODD, codecs, db_at, packs, read_only_run, repacked, text, traffic, trained
 
 from sesstree import open_store
 from sesstree.errors import StoreCorruptError, StoreFormatError
 from sesstree.store.codec import TRAIN_AFTER
 from sesstree.store.sqlite import opening as sqlite_open
+from sesstree.store.sqlite.packing import PENDING
 
 
+def _read_exactly(folder: Path, want: list[dict[str, Any]]) -> None:
+    with open_store(folder) as store:
+        assert store.messages("q") == want
+        for node in store.log("q", limit=len(ODD)):
+            assert store.show(node.id).data == node.data
+        assert store.fsck() == []
+
+
+@pytest.mark.usefixtures("loose_rows")
 def test_payloads_come_back_exactly_with_and_without_a_dictionary(tmp_path: Path) -> None:
     before = tmp_path / "before"
     with open_store(before) as store:
@@ -39,13 +50,16 @@ def test_payloads_come_back_exactly_with_and_without_a_dictionary(tmp_path: Path
     found = codecs(after)
     assert found.get(1, 0) > 200  # the later rows are frames made with dictionary 1
     for folder, want in ((before, ODD), (after, msgs)):
-        with open_store(folder) as store:
-            assert store.messages("q") == want
-            for node in store.log("q", limit=len(ODD)):
-                assert store.show(node.id).data == node.data
-            assert store.fsck() == []
+        _read_exactly(folder, want)
+    # Packed: zstd without a dictionary while the store has none, then with it (the huge
+    # payload stays apart, the others go into the frame).
+    assert {p[3] for p in repacked(before)} == {0}
+    assert {p[3] for p in repacked(after)} == {1}
+    for folder, want in ((before, ODD), (after, msgs)):
+        _read_exactly(folder, want)
 
 
+@pytest.mark.usefixtures("loose_rows")
 def test_the_dictionary_makes_small_payloads_smaller(tmp_path: Path) -> None:
     trained(tmp_path / "s", traffic(300, seed=2))
     db = db_at(tmp_path / "s")
@@ -60,6 +74,7 @@ def test_the_dictionary_makes_small_payloads_smaller(tmp_path: Path) -> None:
     assert framed < plain / 2
 
 
+@pytest.mark.usefixtures("loose_rows")
 def test_a_batch_rolled_back_takes_its_dictionary_with_it(tmp_path: Path) -> None:
     folder = tmp_path / "s"
     msgs = traffic(TRAIN_AFTER + 50)
@@ -80,10 +95,15 @@ def test_a_batch_rolled_back_takes_its_dictionary_with_it(tmp_path: Path) -> Non
 
 
 def _to_format_3(folder: Path) -> None:
-    """Rewrite a store made without a dictionary the way format 3 stored it: blobs zlib,
-    no codec columns, no dictionaries' table."""
+    """Rewrite a store made without a dictionary (and with no pack) the way format 3 stored
+    it: blobs zlib, no codec columns, no dictionaries' table, and none of format 4's digests
+    or format 5's packs."""
     db = db_at(folder)
     with db:
+        assert db.execute("SELECT count(*) FROM packs").fetchone() == (0,)
+        db.execute("DROP TABLE packs")
+        db.execute("ALTER TABLE nodes DROP COLUMN pack")
+        db.execute("DROP TABLE sums")
         rows = db.execute("SELECT bid, data, codec FROM blobs").fetchall()
         for bid, data, codec in rows:
             assert codec == 0
@@ -97,6 +117,7 @@ def _to_format_3(folder: Path) -> None:
     db.close()
 
 
+@pytest.mark.usefixtures("loose_rows")
 def test_a_format_3_store_reads_as_it_is_and_is_upgraded_on_write(tmp_path: Path) -> None:
     folder = tmp_path / "s"
     old = ODD + traffic(30)
@@ -105,24 +126,27 @@ def test_a_format_3_store_reads_as_it_is_and_is_upgraded_on_write(tmp_path: Path
         for m in old:
             s.add_message(m)
     _to_format_3(folder)
-    path = folder / "store.db"
-    path.chmod(0o400)
-    folder.chmod(0o500)
-    try:
-        _read_only_reads(folder, old)
-    finally:
-        folder.chmod(0o700)
-        path.chmod(0o600)
+    assert json.loads(read_only_run(folder, _READ_ONLY)) == [old, []]
     db = db_at(folder)  # the read-only open changed nothing
     assert db.execute("SELECT value FROM meta WHERE key = 'format'").fetchone() == ("3",)
     assert "codec" not in {r[1] for r in db.execute("PRAGMA table_info(nodes)")}
     db.close()
     more = traffic(TRAIN_AFTER + 100, seed=3)
     with open_store(folder) as store:
+        db = store.backend._db  # type: ignore[attr-defined]
+        # Upgraded to format 5 when opened; the history it had is packed afterwards.
+        meta = dict(db.execute("SELECT key, value FROM meta").fetchall())
+        assert meta["format"] == "5" and meta[PENDING] == "1"
         s = store.session("q")
         with store.batch():
             for m in more:
                 s.add_message(m)
+        assert store.messages("q") == old + more
+        assert store.fsck() == []
+        # (What sess repack runs: the old rows, plain and zlib blobs, are packed and checked.)
+        counts = store.repack()
+        assert counts is not None and counts.loose_nodes == 0
+        assert db.execute("SELECT 1 FROM meta WHERE key = ?", (PENDING,)).fetchone() is None
         assert store.messages("q") == old + more
         assert store.fsck() == []
     # (The writer trained the dictionary when it closed: the next one compresses with it.)
@@ -133,10 +157,12 @@ def test_a_format_3_store_reads_as_it_is_and_is_upgraded_on_write(tmp_path: Path
             s.add_message(m)
         assert store.messages("q") == old + more + last
     db = db_at(folder)
-    assert db.execute("SELECT value FROM meta WHERE key = 'format'").fetchone() == ("4",)
-    assert db.execute("SELECT count(*) FROM blobs WHERE codec IS NULL").fetchone() == (2,)
+    assert db.execute("SELECT value FROM meta WHERE key = 'format'").fetchone() == ("5",)
+    # Of the two zlib blobs, the huge payload is still stored apart as format 3 stored it; the
+    # other went into its pack.
+    assert db.execute("SELECT count(*) FROM blobs WHERE codec IS NULL").fetchone() == (1,)
     db.close()
-    assert codecs(folder).get(1, 0) > 0
+    assert codecs(folder).get(1, 0) == len(last)  # the loose rows after it: frames
 
 
 _READ_ONLY = """
@@ -148,28 +174,17 @@ with open_store(sys.argv[1], create=False) as store:
 """
 
 
-def _read_only_reads(folder: Path, want: list[dict[str, Any]]) -> None:
-    """Read the store in a process that truly cannot write it (as root, chmod alone does not
-    stop a write: the process drops the capability that overrides file modes)."""
-    cmd = [sys.executable, "-c", _READ_ONLY, str(folder)]
-    if os.geteuid() == 0:
-        if shutil.which("setpriv") is None:
-            pytest.skip("running as root without setpriv: cannot make the store read-only")
-        cmd = ["setpriv", "--bounding-set=-dac_override", "--inh-caps=-dac_override", *cmd]
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
-    assert done.returncode == 0, done.stderr
-    assert json.loads(done.stdout) == [want, []]
-
-
-def test_an_older_sesstree_refuses_a_format_4_store(
+def test_an_older_sesstree_refuses_a_format_5_store(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     folder = tmp_path / "s"
     with open_store(folder) as store:
         store.session("q").add_message({"role": "user", "content": "hi"})
+        store.repack()  # (a store with a pack in it)
+    assert len(packs(folder)) == 1
     before = (folder / "store.db").read_bytes()
-    monkeypatch.setattr(sqlite_open, "FORMAT_VERSION", 3)  # what the previous release reads
-    with pytest.raises(StoreFormatError, match="has store format 4; this sesstree reads up to 3"):
+    monkeypatch.setattr(sqlite_open, "FORMAT_VERSION", 4)  # what the previous release reads
+    with pytest.raises(StoreFormatError, match="has store format 5; this sesstree reads up to 4"):
         open_store(folder)
     assert (folder / "store.db").read_bytes() == before
 
@@ -181,6 +196,7 @@ def _damage(folder: Path, sql: str) -> None:
     db.close()
 
 
+@pytest.mark.usefixtures("loose_rows")
 def test_a_changed_byte_in_a_frame_is_named_on_read_and_by_fsck(tmp_path: Path) -> None:
     folder = tmp_path / "s"
     trained(folder)
@@ -205,9 +221,45 @@ def test_a_changed_byte_in_a_frame_is_named_on_read_and_by_fsck(tmp_path: Path) 
             assert any(key.hex()[:12] in f for f in store.fsck())
 
 
-def test_a_damaged_dictionary_is_named(tmp_path: Path) -> None:
+@pytest.mark.usefixtures("loose_rows")
+def test_a_changed_byte_in_a_pack_is_named_on_read_and_by_fsck(tmp_path: Path) -> None:
     folder = tmp_path / "s"
     trained(folder)
+    pid, depth, count, codec = repacked(folder)[-1]  # the newest nodes' pack
+    assert codec == 1
+    db = db_at(folder)
+    (data,) = db.execute("SELECT data FROM packs WHERE pid = ?", (pid,)).fetchone()
+    (key,) = db.execute("SELECT id FROM nodes WHERE pack = ? ORDER BY depth DESC LIMIT 1 OFFSET 5",
+                        (pid,)).fetchone()
+    db.close()
+    where = re.escape(f"pack {pid} (depths {depth}..{depth + count - 1}")
+    for at in (len(data) // 2, len(data) - 1, 0):  # within the frame, its end, its magic
+        changed = bytearray(data)
+        changed[at] ^= 0x21
+        _damage_pack(folder, pid, bytes(changed))
+        with open_store(folder) as store:
+            for read in (lambda: store.messages("q"), lambda: store.show(key.hex()),
+                         lambda: store.log("q", limit=10)):
+                with pytest.raises(StoreCorruptError, match=where) as err:
+                    read()
+                assert "\n" not in str(err.value)
+            assert any(re.match(where, f) for f in store.fsck())
+
+
+def _damage_pack(folder: Path, pid: int, data: bytes) -> None:
+    db = db_at(folder)
+    with db:
+        db.execute("UPDATE packs SET data = ? WHERE pid = ?", (data, pid))
+    db.close()
+
+
+@pytest.mark.usefixtures("loose_rows")
+@pytest.mark.parametrize("packed", [False, True], ids=["loose", "packed"])
+def test_a_damaged_dictionary_is_named(tmp_path: Path, packed: bool) -> None:
+    folder = tmp_path / "s"
+    trained(folder)
+    made = repacked(folder) if packed else []
+    assert {p[3] for p in made} <= {1}
     db = db_at(folder)
     (data,) = db.execute("SELECT data FROM dicts WHERE id = 1").fetchone()
     with db:
@@ -215,12 +267,20 @@ def test_a_damaged_dictionary_is_named(tmp_path: Path) -> None:
         db.execute("UPDATE dicts SET data = ? WHERE id = 1", (changed,))
     db.close()
     with open_store(folder) as store:
-        with pytest.raises(StoreCorruptError, match="compression dictionary 1 does not match"):
+        with pytest.raises(StoreCorruptError, match="compression dictionary 1 does not match") as err:
             store.messages("q")
         faults = store.fsck()
     assert "compression dictionary 1 does not match its hash" in faults
+    # The read names what it was reading: the loose node, or the pack.
+    named = r"pack \d+ \(depths \d+\.\.\d+\) cannot be inflated" if packed \
+        else r"node [0-9a-f]{12}: its payload cannot be inflated"
+    assert re.search(named, str(err.value))
+    for pid, *_ in made:  # and fsck each pack made with it
+        assert any(f.startswith(f"pack {pid} (") and "dictionary 1 does not match" in f
+                   for f in faults)
 
 
+@pytest.mark.usefixtures("loose_rows")
 def test_a_frame_naming_a_missing_dictionary_is_an_error_not_data(tmp_path: Path) -> None:
     folder = tmp_path / "s"
     trained(folder)
@@ -229,6 +289,22 @@ def test_a_frame_naming_a_missing_dictionary_is_an_error_not_data(tmp_path: Path
         with pytest.raises(StoreCorruptError, match="dictionary 7 is missing"):
             store.messages("q")
         assert any("does not hash" in f for f in store.fsck())
+
+
+@pytest.mark.usefixtures("loose_rows")
+def test_a_pack_whose_dictionary_is_missing_is_an_error_not_data(tmp_path: Path) -> None:
+    folder = tmp_path / "s"
+    trained(folder)
+    made = repacked(folder)
+    assert {p[3] for p in made} == {1}
+    _damage(folder, "DELETE FROM dicts")
+    with open_store(folder) as store:
+        with pytest.raises(StoreCorruptError, match=r"pack \d+ \(depths .*dictionary 1 is missing"):
+            store.messages("q")
+        faults = store.fsck()
+    for pid, *_ in made:
+        assert any(f.startswith(f"pack {pid} (") and "dictionary 1 is missing" in f
+                   for f in faults)
 
 
 def test_an_append_is_one_statement_whatever_the_payload_size(tmp_path: Path) -> None:
@@ -253,6 +329,7 @@ def test_an_append_is_one_statement_whatever_the_payload_size(tmp_path: Path) ->
         assert [m.get("content") for m in store.messages("q")][-2:] == ["y" * 200_000, "x" * 3000]
 
 
+@pytest.mark.usefixtures("loose_rows")
 def test_single_appends_leave_training_to_the_writers_pause(tmp_path: Path) -> None:
     folder = tmp_path / "s"
     msgs = traffic(TRAIN_AFTER + 10)

@@ -1,8 +1,11 @@
-"""Format 4 under stress: a disk that fills while the dictionary is due, reads from many
-threads, damaged codec columns and dictionaries, and writers that open, append and close."""
+"""Payload codecs under stress: a disk that fills while the dictionary is due, reads from many
+threads, damaged codec columns (of loose rows and of packs) and dictionaries, and writers that
+open, append and close. The tests of what loose rows hold keep every row loose (the
+``loose_rows`` fixture); their packed counterparts pack the store with ``repack``."""
 
 from __future__ import annotations
 
+import re
 import threading
 import types
 from collections.abc import Iterator
@@ -12,7 +15,7 @@ from typing import Any
 import psycopg
 import pytest
 import zstandard
-from codec_kit import codecs, db_at, traffic, trained
+from codec_kit import codecs, db_at, packs, repacked, traffic, trained
 
 from sesstree import Store, open_store
 from sesstree.errors import StoreCorruptError, StoreFullError
@@ -158,6 +161,7 @@ def test_reads_from_many_threads_see_no_false_damage(any_store: Store) -> None:
 # -- damaged codec columns ------------------------------------------------------------------
 
 
+@pytest.mark.usefixtures("loose_rows")
 def test_a_frame_naming_a_missing_dictionary_names_its_node(tmp_path: Path) -> None:
     folder = tmp_path / "s"
     trained(folder)
@@ -177,6 +181,7 @@ def test_a_frame_naming_a_missing_dictionary_names_its_node(tmp_path: Path) -> N
 
 
 # (1.0 is not among them: the column's integer affinity stores it as 1.)
+@pytest.mark.usefixtures("loose_rows")
 @pytest.mark.parametrize("value", ["'1x'", "1.5", "x'01'", "-1"])
 def test_a_codec_that_is_not_a_known_integer_is_damage_naming_the_node(
     tmp_path: Path, value: str
@@ -198,6 +203,31 @@ def test_a_codec_that_is_not_a_known_integer_is_damage_naming_the_node(
         assert any(key.hex()[:12] in f for f in store.fsck())
 
 
+# A pack's codec is under its checksum: any other value, known or not, fails it.
+@pytest.mark.usefixtures("loose_rows")
+@pytest.mark.parametrize("value", ["'1x'", "1.5", "x'01'", "-1", "0", "2"])
+def test_a_pack_codec_that_is_not_its_own_is_damage_naming_the_pack(
+    tmp_path: Path, value: str
+) -> None:
+    folder = tmp_path / "s"
+    trained(folder)
+    pid, depth, count, codec = repacked(folder)[-1]
+    assert codec == 1
+    db = db_at(folder)
+    (key,) = db.execute("SELECT id FROM nodes WHERE pack = ? ORDER BY depth DESC LIMIT 1 OFFSET 3",
+                        (pid,)).fetchone()
+    with db:
+        db.execute(f"UPDATE packs SET codec = {value} WHERE pid = ?", (pid,))
+    db.close()
+    where = re.escape(f"pack {pid} (depths {depth}..{depth + count - 1})")
+    with open_store(folder) as store:
+        with pytest.raises(StoreCorruptError, match=where):
+            store.messages("q")
+        with pytest.raises(StoreCorruptError, match=where):
+            store.show(key.hex())
+        assert any(re.match(where, f) for f in store.fsck())
+
+
 # -- a damaged dictionary ---------------------------------------------------------------------
 
 
@@ -212,6 +242,7 @@ def _damage_sqlite_dict(folder: Path) -> set[str]:
     return framed
 
 
+@pytest.mark.usefixtures("loose_rows")
 def test_a_damaged_dictionary_sqlite(tmp_path: Path) -> None:
     folder = tmp_path / "s"
     trained(folder)
@@ -234,6 +265,29 @@ def test_a_damaged_dictionary_sqlite(tmp_path: Path) -> None:
     assert newest == [(None,), (None,)]
     assert _dicts(folder) == 1  # no second one made over it
     db.close()
+
+
+@pytest.mark.usefixtures("loose_rows")
+def test_a_damaged_dictionary_is_not_packed_with_sqlite(tmp_path: Path) -> None:
+    folder = tmp_path / "s"
+    trained(folder)
+    framed = codecs(folder)[1]
+    _damage_sqlite_dict(folder)
+    fresh = traffic(40, seed=3)
+    with open_store(folder) as store:
+        s = store.session("fresh")
+        for m in fresh:
+            s.add_message(m)
+        store.repack()
+        # The new session's pack is made without the dictionary, and reads back.
+        assert store.messages("fresh") == fresh
+        with pytest.raises(StoreCorruptError, match="dictionary 1 does not match"):
+            store.messages("q")
+    made = packs(folder)
+    assert made and {p[3] for p in made} == {0}
+    # The rows framed with it could not be checked, so were not packed: they are as they
+    # were, and a read still names what is damaged.
+    assert codecs(folder)[1] == framed
 
 
 def test_a_damaged_dictionary_postgres(postgres_url: str) -> None:
@@ -276,6 +330,7 @@ def _one_write_each(open_it: Any, msgs: list[dict[str, Any]]) -> None:
             store.session("q").add_message(m)
 
 
+@pytest.mark.usefixtures("loose_rows")
 def test_short_lived_writers_train_the_dictionary_sqlite(tmp_path: Path) -> None:
     folder = tmp_path / "s"
     msgs = traffic(TRAIN_AFTER + 30)
@@ -291,6 +346,9 @@ def test_short_lived_writers_train_the_dictionary_sqlite(tmp_path: Path) -> None
     with open_store(folder) as store:
         assert store.messages("q") == msgs
         assert store.fsck() == []
+    assert {p[3] for p in repacked(folder)} == {1}  # and so do the packs made now
+    with open_store(folder) as store:
+        assert store.messages("q") == msgs
 
 
 def test_short_lived_writers_train_the_dictionary_postgres(postgres_url: str) -> None:
@@ -309,6 +367,7 @@ def test_short_lived_writers_train_the_dictionary_postgres(postgres_url: str) ->
         assert store.messages("q") == msgs
 
 
+@pytest.mark.usefixtures("loose_rows")
 def test_a_long_lived_writer_uses_a_dictionary_another_trained(tmp_path: Path) -> None:
     folder = tmp_path / "s"
     with open_store(folder) as writer:
@@ -328,7 +387,7 @@ def test_a_long_lived_writer_uses_a_dictionary_another_trained(tmp_path: Path) -
         assert newest.count(1) >= 4  # (a payload a frame would not shrink stays plain)
 
 
-
+@pytest.mark.usefixtures("loose_rows")
 def test_reads_without_multi_decompress_to_buffer(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -357,3 +416,8 @@ def test_reads_without_multi_decompress_to_buffer(
     with open_store(folder) as store:
         assert store.messages("q") == want
     assert len(calls) >= 150  # the 200 rows framed with the dictionary, one call each
+    made = repacked(folder)
+    calls.clear()
+    with open_store(folder) as store:
+        assert store.messages("q") == want
+    assert len(calls) == len(made)  # packed: one call per pack

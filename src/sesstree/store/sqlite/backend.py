@@ -40,9 +40,11 @@ from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager
 from pathlib import Path
 
+from ...errors import SesstreeError, StoreReadOnlyError
 from ...node import NodeId
 from ..base import (
     Counts,
+    PackCounts,
     Progress,
     Ref,
     ReflogEntry,
@@ -56,6 +58,8 @@ from .commit import BLOB_MIN, SIZE_WAL_AFTER, Writer
 from .dicts import Dictionary
 from .nodes import SqliteNodes
 from .opening import DURABLE_WAL_PAGES, PAGE_SIZE, WAL_PAGES
+from .packcheck import check_packs
+from .packing import Packer
 from .refs import RefReads, RefWrites
 from .release import Hold
 from .scans import SqliteScans
@@ -95,9 +99,16 @@ class SqliteBackend:
                                        IDLE_CHECKPOINT)
         self._queue, self._idle = txn.queue, txn.idle
         self._dicts = dicts = Dictionary(state, txn)
-        # A batch that took the store past TRAIN_AFTER rows trains the dictionary at its end.
-        txn.after_batch = dicts.train_if_due
-        self._writer = writer = Writer(state, txn, dicts, hold.refuse_if_full)
+        # Format 5 packs settled history (packing.py); an older store opened read-only has no
+        # packs, and one opened read-only is never written.
+        self._packer = packer = (
+            Packer(state, txn, lambda: None if dicts.looked else dicts.find())
+            if state.packs and not state.read_only else None
+        )
+        # A batch that took the store past TRAIN_AFTER rows trains the dictionary at its end,
+        # and the tails it made PACK_AT long are packed.
+        txn.after_batch = self._after_batch
+        self._writer = writer = Writer(state, txn, dicts, hold.refuse_if_full, packer)
         self._nodes = nodes = SqliteNodes(state, txn)
         self._refs = refs = RefReads(state, txn)
         self._ref_writes = RefWrites(state, txn)
@@ -243,7 +254,29 @@ class SqliteBackend:
         state = self._state
         with state.lock, state.errors():
             self._txn.write_folds()
-            return check_store(state.db, self.path, state.paths.inflate, state.codec_columns)
+            faults = check_store(state.db, self.path, state.paths.inflate, state.codec_columns)
+            if state.paths.packed is not None:
+                faults += check_packs(state.db, state.paths.packed)
+            return faults
+
+    # -- packs (packing.py) ---------------------------------------------------------------------
+
+    def pack_counts(self) -> PackCounts:
+        """Packs, packed and loose nodes, and the packs' bytes."""
+        if self._packer is None:
+            with self._state.lock, self._state.errors():
+                nodes = int(self._db.execute("SELECT count(*) FROM nodes").fetchone()[0])
+            return PackCounts(0, 0, nodes, 0, 0)
+        return self._packer.counts()
+
+    def repack(self, progress: Progress | None = None) -> PackCounts:
+        """Pack every loose tail, whatever its length (see Packing.repack)."""
+        if self._packer is None:
+            self._hold.refuse_if_full()
+            raise StoreReadOnlyError(f"store {self.path} is read-only: it cannot be repacked")
+        with self._state.lock, self._state.errors():
+            self._txn.write_folds()
+        return self._packer.repack(progress)
 
     def physical_bytes(self) -> int:
         total = 0
@@ -258,21 +291,38 @@ class SqliteBackend:
         with self._state.lock, self._state.errors():
             self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
 
-    def _checkpoint_idle(self, blocks: int = FILL_IDLE) -> None:
-        """Give the blocks written since a digest (sums.py), then fold this writer's
-        commits into the main file (see IdleCheckpointer), unless a transaction is open: then
-        the next pause will."""
+    def _after_batch(self) -> None:
+        self._dicts.train_if_due()
+        if self._packer is not None:
+            try:
+                self._packer.after_commit(list(self._packer.moved))
+            except SesstreeError:
+                pass  # the batch is committed; its tail stays loose until the next pause
+
+    def _checkpoint_idle(self, blocks: int = FILL_IDLE) -> bool:
+        """Give the blocks written since a digest (sums.py) or pack the tails moved since the
+        last pause (packing.py), then fold this writer's commits into the main file (see
+        IdleCheckpointer), unless a transaction is open: then the next pause will. True if an
+        upgrade's packing has more to do (the checkpointer calls again after a period)."""
+        more = False
         with self._state.lock:
             if not self._db.in_transaction:
                 self._dicts.train_if_due(0.0 if blocks == FILL_IDLE else _CLOSE_WAIT)
                 self._fill_sums(blocks)
+                if self._packer is not None:
+                    try:
+                        more = self._packer.at_pause(closing=blocks == FILL_CLOSE)
+                    except (SesstreeError, sqlite3.Error):
+                        pass  # packing only makes reads faster: the next pause tries again
                 self._db.execute("PRAGMA wal_checkpoint(PASSIVE)")
+        return more
 
     def _fill_sums(self, most: int) -> None:
         """Block digests for up to ``most`` blocks, in a short transaction of their own; only
         if the write lock is free at once (a derived index: the next pause tries again)."""
         state = self._state
-        if state.read_only or not state.codec_columns or not self._queue.acquire(0.0):
+        if (state.read_only or not state.codec_columns or state.packs
+                or not self._queue.acquire(0.0)):
             return
         try:
             self._db.execute("BEGIN IMMEDIATE")

@@ -17,11 +17,13 @@ from blake3 import blake3
 from ...errors import MissingNodeError
 from ..base import RawNode, RefUpdate
 from ..codec import SMALL_MIN
+from ..packs import INLINE_MAX
 from ..rows import row_data
 from ..storable import check_commit
 from .dicts import Dictionary
 from .opening import WAL_PAGES
-from .sql import APPEND_FOLD, APPEND_ONE, INSERT_NODE
+from .packing import Packer
+from .sql import APPEND_FOLD, APPEND_ONE, INSERT_LOOSE, INSERT_NODE
 from .state import ConnState
 from .txn import Transactions
 from .wal import preallocate_wal
@@ -45,8 +47,10 @@ class Writer:
     """
 
     def __init__(self, state: ConnState, txn: Transactions, dicts: Dictionary,
-                 refuse_if_full: Callable[[], None]) -> None:
+                 refuse_if_full: Callable[[], None], packer: Packer | None = None) -> None:
         self._state = state
+        #: Packs a tail that commits made long enough (format 5; None for an older store).
+        self.packer = packer
         self._txn = txn
         self._dicts = dicts
         self._refuse_if_full = refuse_if_full
@@ -55,6 +59,9 @@ class Writer:
         self._lock = state.lock
         self._queue = txn.queue
         self._idle = txn.idle
+        # Payloads larger than this are stored apart, once, by hash: format 5 keeps those up to
+        # INLINE_MAX in the loose row (they go into a pack's frame when packed).
+        self._blob_min = INLINE_MAX if packer is not None else BLOB_MIN
         # Appends committed by this connection, until the WAL is given its size (a long
         # writer's appends then stop growing the file; see wal.py). A durable store's WAL
         # was sized when it was opened.
@@ -77,7 +84,7 @@ class Writer:
         db = self._db
         if not self._dicts.looked:
             self._dicts.find()
-        if len(node.encoded) > BLOB_MIN:
+        if len(node.encoded) > self._blob_min:
             digest = blake3(node.encoded).digest()
             known_blob = db.execute("SELECT bid FROM blobs WHERE hash = ?", (digest,)).fetchone()
             if known_blob is not None:
@@ -91,13 +98,16 @@ class Writer:
                 self._dicts.count_plain(bcodec == 0)
             inline = None
         row = row_data(node.type, inline)
-        if bid is None:
+        if bid is None and self.packer is None:
             codec, row = self._state.paths.codec.pack(row)
             self._dicts.count_plain(len(row) >= SMALL_MIN)
+        elif bid is None:
+            self._dicts.count_plain(True)  # (plain until packed: see _append_one)
         key = bytes.fromhex(node.id)
-        cur = db.execute(INSERT_NODE, (key, parent_seq, depth, row, bid, codec))
+        cur = db.execute(INSERT_NODE, (key, parent_seq, depth, bid))
         if cur.rowcount == 1:
             assert cur.lastrowid is not None
+            db.execute(INSERT_LOOSE, (cur.lastrowid, row, codec))
             value = (cur.lastrowid, depth)
             self._state.txn_new.append(node.id)
         else:
@@ -132,6 +142,13 @@ class Writer:
                 queue.release()
                 self._idle.wrote()
             # (Training the dictionary waits for the writer's next pause, see dicts.py.)
+            packer = self.packer
+            if packer is not None:
+                due = [u.name for u in updates if u.new is not None and packer.note(u.name)]
+                if due:
+                    # Committed: packing is a transaction of its own, after it (packing.py).
+                    with state.errors():
+                        packer.after_commit(due)
 
     def _commit_alone(self, nodes: Sequence[RawNode], updates: Sequence[RefUpdate]) -> None:
         """A commit outside any batch: the one-statement append, or one transaction."""
@@ -168,12 +185,18 @@ class Writer:
             dicts.find()
         encoded = node.encoded
         codec = self._state.paths.codec
-        if len(encoded) > BLOB_MIN:
+        if len(encoded) > self._blob_min:
             # Compressed before knowing whether the blob is stored already: a lookup first
             # would be a second statement, and compressing 2 KB costs less than one.
             bcodec, blob = codec.pack_blob(encoded)
             packed, row, digest = None, row_data(node.type, None), blake3(encoded).digest()
             dicts.count_plain(bcodec == 0)
+        elif self.packer is not None:
+            # Format 5: a loose row is plain. It is packed soon (compressed then, with the
+            # store's dictionary, in one frame for a run of rows), so compressing it alone
+            # now would only cost the append and the packing an inflate.
+            packed, row, blob, bcodec, digest = None, row_data(node.type, encoded), None, None, None
+            dicts.count_plain(True)
         else:
             packed, row = codec.pack(row_data(node.type, encoded))
             blob, bcodec, digest = None, None, None
@@ -229,6 +252,10 @@ class Writer:
 
     def _commit_batched(self, nodes: Sequence[RawNode], updates: Sequence[RefUpdate]) -> None:
         self._check_then_insert(nodes, updates)
+        if self.packer is not None:
+            for u in updates:  # (packed when the batch has committed: see Backend.batch)
+                if u.new is not None:
+                    self.packer.note(u.name)
         now = time.time()
         for u in updates:
             old, new = self._old_seq(u), self._new_seq(u)  # cached lookups

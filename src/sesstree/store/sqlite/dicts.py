@@ -141,13 +141,15 @@ class Dictionary:
     def _samples(self) -> list[bytes]:
         """The payloads of the newest rows, each cut to _SAMPLE_MAX (damaged ones skipped)."""
         out = []
-        for key, data, blob, codec, bcodec in self._state.db.execute(
-            "SELECT n.id, n.data, b.data, n.codec, b.codec FROM nodes n "
-            "LEFT JOIN blobs b ON b.bid = n.bid ORDER BY n.seq DESC LIMIT ?", (TRAIN_SAMPLES,)
+        for key, data, blob, codec, bcodec, pack, depth in self._state.db.execute(self._state.q(
+            "SELECT n.id, coalesce(l.data, n.data), b.data, coalesce(l.codec, n.codec), "
+            "b.codec, n.pack, n.depth FROM nodes n LEFT JOIN loose l ON l.seq = n.seq "
+            "LEFT JOIN blobs b ON b.bid = n.bid ORDER BY n.seq DESC LIMIT ?"), (TRAIN_SAMPLES,)
         ):
             try:
                 # What is compressed: a row's type and payload, or a payload stored apart.
-                _, payload, body = self._state.paths.expand(key, data, blob, codec, bcodec)
+                _, payload, body = self._state.paths.row(key, data, blob, codec, bcodec, pack,
+                                                         depth)
             except StoreCorruptError:
                 continue
             sample = body if blob is None else payload

@@ -154,6 +154,10 @@ def collect_garbage(
         if dry_run:
             found = [i for chunk in _chunks(plan.doomed()) for i in _ids(db, chunk)]
             return found, 0, plan.kept
+        # How many rows each pack has: the chunk that removes a pack's last row drops the pack
+        # in its own transaction, so a gc stopped anywhere leaves no pack that no row names
+        # (rows never join a pack once it is made: a count can only be too high, never low).
+        rows_in = _rows_in_packs(db) if state.packs else {}
     gone: list[NodeId] = []
     bids: set[int] = set()
     total = plan.dead
@@ -168,7 +172,11 @@ def collect_garbage(
                 bids.update(r[0] for r in db.execute(
                     f"SELECT bid FROM nodes WHERE seq IN ({marks}) AND bid IS NOT NULL", chunk))
                 gone += _ids(db, chunk)
+                if rows_in:
+                    _drop_emptied_packs(db, rows_in, chunk)
                 db.execute(f"DELETE FROM nodes WHERE seq IN ({marks})", chunk)
+                if state.packs:
+                    db.execute(f"DELETE FROM loose WHERE seq IN ({marks})", chunk)
                 db.execute(f"DELETE FROM path_bytes WHERE seq IN ({marks})", chunk)
                 if state.codec_columns:
                     forget_sums(db, chunk)
@@ -180,6 +188,12 @@ def collect_garbage(
         if progress is not None:
             progress(len(gone), total)
         time.sleep(0)  # between chunks, a writer woken from the queue gets to run first
+    if state.packs:
+        # Packs that lost rows are rebuilt from what is left (packing.py): also those of a
+        # gc that was stopped before it got to them, so this runs when nothing was removed.
+        from .packing import trim_packs
+
+        trim_packs(state, txn)
     # Payloads go last, once every node that used them is gone, again in short turns.
     order = sorted(bids)
     for k in range(0, len(order), CHUNK):
@@ -191,6 +205,23 @@ def collect_garbage(
             )
         time.sleep(0)
     return gone, len(gone), plan.kept
+
+
+def _rows_in_packs(db: sqlite3.Connection) -> dict[int, int]:
+    """Each pack's number of node rows."""
+    rows = db.execute("SELECT pack, count(*) FROM nodes WHERE pack IS NOT NULL GROUP BY pack")
+    return {int(pid): int(n) for pid, n in rows}
+
+
+def _drop_emptied_packs(db: sqlite3.Connection, rows_in: dict[int, int], chunk: list[int]) -> None:
+    """Count the packed rows of ``chunk`` (about to be deleted) off their packs, and drop each
+    pack that is left with none (in the chunk's transaction)."""
+    for pid, n in db.execute(f"SELECT pack, count(*) FROM nodes WHERE seq IN ({_marks(chunk)}) "
+                             "AND pack IS NOT NULL GROUP BY pack", chunk).fetchall():
+        if pid in rows_in:
+            rows_in[pid] -= n
+            if rows_in[pid] <= 0:
+                db.execute("DELETE FROM packs WHERE pid = ?", (pid,))
 
 
 def _marks(values: list[int]) -> str:

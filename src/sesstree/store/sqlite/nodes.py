@@ -11,9 +11,10 @@ from collections.abc import Iterator, Sequence
 from ...errors import StoreCorruptError
 from ...node import NodeId
 from ..base import Chain, StoredNode
+from .packing import trim_packs
 from .paths import verify_node
 from .scans import SLICE
-from .sql import NODE_COLS
+from .sql import LOOSE_JOIN, NODE_COLS
 from .state import ConnState
 from .txn import Transactions
 
@@ -33,21 +34,29 @@ class SqliteNodes:
         state = self._state
         with self._lock, state.errors():
             row = state.db.execute(state.q(
-                f"SELECT {NODE_COLS}, n.depth, p.id FROM nodes n LEFT JOIN nodes p "
-                "ON p.seq = n.parent LEFT JOIN blobs b ON b.bid = n.bid WHERE n.id = ?"),
+                f"SELECT {NODE_COLS}, n.depth, p.id, p.depth FROM nodes n LEFT JOIN nodes p "
+                f"ON p.seq = n.parent {LOOSE_JOIN} LEFT JOIN blobs b ON b.bid = n.bid "
+                "WHERE n.id = ?"),
                 (bytes.fromhex(id),),
             ).fetchone()
             if row is None:
                 return None
-            type, encoded, body = state.paths.expand(row[1], row[3], row[4], row[5], row[6])
+            type, encoded, body = state.paths.row(row[1], row[3], row[4], row[5], row[6], row[7],
+                                                  row[8])
             # Checked against its id like every read: damage shows as an error, never as data.
             # (A parent row that is missing gives no parent id, and so fails the check.)
-            if (row[2] is not None and row[8] is None) or not verify_node(row[1], row[8], body):
+            if (row[2] is not None and row[9] is None) or not verify_node(row[1], row[9], body):
                 raise StoreCorruptError(
                     f"store {state.path} is damaged: node {row[1].hex()[:12]} does not hash to its id"
                 )
-            parent = state.hex(row[8]) if row[8] is not None else None
-            return StoredNode(state.hex(row[1]), parent, row[7], type, encoded)
+            # No hash covers the depth (an index): it must follow the parent's.
+            up = row[10] + 1 if isinstance(row[10], int) else None
+            if not isinstance(row[8], int) or row[8] != (1 if row[2] is None else up):
+                raise StoreCorruptError(
+                    f"store {state.path} is damaged: node {row[1].hex()[:12]} has a wrong depth index"
+                )
+            parent = state.hex(row[9]) if row[9] is not None else None
+            return StoredNode(state.hex(row[1]), parent, row[8], type, encoded)
 
     def has(self, ids: Sequence[NodeId]) -> set[NodeId]:
         state = self._state
@@ -67,7 +76,8 @@ class SqliteNodes:
             seq, depth = found
             need = depth if limit is None else min(limit, depth)
             types, datas, ids, base = state.paths.read(seq, need, need == depth)
-            return Chain(types, datas, depth - need + 1, state.id_of_seq(base), packed_ids=ids)
+            return Chain(types, datas, depth - need + 1,
+                         state.hex(base) if base is not None else None, packed_ids=ids)
 
     def resolve_prefix(self, prefix: str, limit: int = 2) -> list[NodeId]:
         state = self._state
@@ -100,8 +110,9 @@ class SqliteNodes:
         while True:
             with self._lock, state.errors():
                 rows = state.db.execute(state.q(
-                    "SELECT n.seq, n.id, p.id, n.depth, n.data, b.data, n.codec, b.codec "
-                    "FROM nodes n LEFT JOIN nodes p ON p.seq = n.parent "
+                    "SELECT n.seq, n.id, p.id, n.depth, coalesce(l.data, n.data), b.data, "
+                    "coalesce(l.codec, n.codec), b.codec, n.pack FROM nodes n "
+                    "LEFT JOIN nodes p ON p.seq = n.parent LEFT JOIN loose l ON l.seq = n.seq "
                     "LEFT JOIN blobs b ON b.bid = n.bid WHERE n.seq > ? ORDER BY n.seq LIMIT ?"),
                     (after, SLICE),
                 ).fetchall()
@@ -111,7 +122,8 @@ class SqliteNodes:
             for r in rows:
                 try:
                     with self._lock:
-                        type, encoded, _ = state.paths.expand(r[1], r[4], r[5], r[6], r[7])
+                        type, encoded, _ = state.paths.row(r[1], r[4], r[5], r[6], r[7], r[8],
+                                                           r[3])
                 except StoreCorruptError:
                     # Yield it as it is: it will not hash to its id, and fsck reports it as such.
                     type, encoded = "", r[4] if isinstance(r[4], bytes) else b""
@@ -137,7 +149,11 @@ class SqliteNodes:
                 "DELETE FROM blobs WHERE NOT EXISTS (SELECT 1 FROM nodes WHERE nodes.bid = blobs.bid)"
             )
             db.execute("DELETE FROM path_bytes WHERE seq NOT IN (SELECT seq FROM nodes)")
+            if state.packs:
+                db.execute("DELETE FROM loose WHERE seq NOT IN (SELECT seq FROM nodes)")
             if state.codec_columns:
                 db.execute("DELETE FROM sums")  # (rare: the digests are made again)
+            if state.packs:
+                trim_packs(state, self._txn)
             state.known.clear()
             return cur.rowcount

@@ -22,6 +22,7 @@ from blake3 import blake3
 from ...errors import StoreCorruptError
 from ..codec import BLOB_LIMIT, Codec, CodecError, dict_hash
 from ..rows import split_row
+from .packread import PackedReader
 from .sql import BLOBS_IN, READ_RANGE, READ_RUN, RUN_BREAK, WALK_ROWS, without_codec
 from .sums import BLOCK, PARENT_HEAD, ROOT_HEAD, SUMS, block_digest
 
@@ -62,17 +63,20 @@ class PathReader:
     read-only has not; its payloads are all plain or zlib blobs).
     """
 
-    def __init__(self, db: sqlite3.Connection, where: Path, codec: bool = True) -> None:
+    def __init__(self, db: sqlite3.Connection, where: Path, codec: bool = True,
+                 packs: bool = False) -> None:
         self._db = db
         self.path = where
         #: Compression contexts and dictionaries of this connection.
         self.codec = Codec(self.load_dict)
+        #: Format 5's reader (packs, then the loose tail); None for an older store read as it is.
+        self.packed = PackedReader(db, where, self.codec) if packs else None
         self._sql = {
             q: (q if codec else without_codec(q))
             for q in (READ_RANGE, READ_RUN, BLOBS_IN, WALK_ROWS)
         }
-        # Block digests (sums.py) come with format 4.
-        self._sums = codec
+        # Block digests (sums.py) come with format 4 (and go with format 5).
+        self._sums = codec and not packs
 
     def _damaged(self, what: str) -> StoreCorruptError:
         return StoreCorruptError(f"store {self.path} is damaged: {what}")
@@ -97,6 +101,17 @@ class PathReader:
             what = f"node {node.hex()[:12]}: its payload" if node is not None else "a payload"
             raise self._damaged(f"{what} cannot be inflated ({exc})") from None
 
+    def row(self, id: bytes | None, data: bytes, blob: bytes | None, codec: int | None,
+            bcodec: int | None, pack: int | None, depth: int | None) -> tuple[str, bytes, bytes]:
+        """:meth:`expand` of a row that may be packed (``pack``, ``depth``: its columns): a
+        packed row's node is read from its pack, checked to be at its place there."""
+        if pack is None or self.packed is None:
+            return self.expand(id, data, blob, codec, bcodec)
+        if not isinstance(id, bytes) or type(depth) is not int:
+            raise self._damaged("a node row is unreadable")
+        type_, payload, body, _ = self.packed.node(pack, depth, id)
+        return type_, payload, body
+
     def expand(self, id: bytes | None, data: bytes, blob: bytes | None, codec: int | None,
                bcodec: int | None) -> tuple[str, bytes, bytes]:
         """A row's type, payload bytes, and hashed body (type then payload, as in the id)."""
@@ -115,14 +130,16 @@ class PathReader:
 
     def read(
         self, cur: int, need: int, whole: bool
-    ) -> tuple[list[str], list[Any], bytes, int | None]:
+    ) -> tuple[list[str], list[Any], bytes, bytes | None]:
         """Types, payloads and packed ids of the newest ``need`` nodes of the path ending at
-        row ``cur``, oldest first, and the row of the parent of the oldest (None at a root).
+        row ``cur``, oldest first, and the id of the parent of the oldest (None at a root).
 
         Every node is checked against its id before anything is decoded (``whole``: the path
         must also start at a root), so damaged content raises StoreCorruptError naming the
         node, never a wrong value or a decoding error.
         """
+        if self.packed is not None:
+            return self.packed.read(cur, need, whole)
         pieces: list[_Piece] = []  # newest first
         got = 0
         base: int | None = None
@@ -180,13 +197,15 @@ class PathReader:
             del pieces
             bodies = self._bodies(ids, data, lengths, apart, framed)
             del data, apart
-            self._verify(self._id_bytes(base), ids, bodies, ranges)
+            base_id = self._id_bytes(base)
+            self._verify(base_id, ids, bodies, ranges)
             # One copy at a time (the load's memory peak is here): the bodies go as soon as
             # they are joined.
             data = b"".join([_array_head(2 * got), *bodies])
             del bodies
         else:
-            self._verify(self._id_bytes(base), ids, _slices(data, lengths), ranges)
+            base_id = self._id_bytes(base)
+            self._verify(base_id, ids, _slices(data, lengths), ranges)
             data = _array_head(2 * got) + data
         try:
             flat: list[Any] = _msgpack.decode(data)
@@ -197,7 +216,7 @@ class PathReader:
             datas = flat[1::2]
         except (msgspec.DecodeError, ValueError, TypeError) as exc:
             raise self._damaged(f"a node row is unreadable ({exc})") from None
-        return types, datas, ids, base
+        return types, datas, ids, base_id
 
     def _bodies(self, ids: bytes, data: bytes, lengths: list[int], apart: _Apart,
                 framed: _Framed) -> list[bytes]:
@@ -372,5 +391,7 @@ def _lengths(text: str | None) -> list[int]:
 def verify_node(id: bytes, parent: bytes | None, body: bytes) -> bool:
     """True if a node's hashed body (type then payload, see PathReader.expand) hashes to
     ``id`` below ``parent``."""
+    if parent is not None and not isinstance(parent, bytes):
+        return False  # a damaged id column of the parent's row: SQLite gives what it holds
     head = _ROOT_HEAD if parent is None else _PARENT_HEAD + parent
     return bool(blake3(head + body).digest() == id)

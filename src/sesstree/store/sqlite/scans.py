@@ -42,8 +42,10 @@ _REFS_AT = (
     "WHERE d.id IN ({marks}) AND l.n = (SELECT max(n) FROM reflog WHERE ref = l.ref)"
 )
 _VERIFY = (
-    "SELECT n.seq, n.id, n.parent, p.id, n.data, b.data, n.codec, b.codec FROM nodes n "
-    "LEFT JOIN nodes p ON p.seq = n.parent LEFT JOIN blobs b ON b.bid = n.bid "
+    "SELECT n.seq, n.id, n.parent, p.id, coalesce(l.data, n.data), b.data, "
+    "coalesce(l.codec, n.codec), b.codec, n.pack, n.depth FROM nodes n "
+    "LEFT JOIN nodes p ON p.seq = n.parent LEFT JOIN loose l ON l.seq = n.seq "
+    "LEFT JOIN blobs b ON b.bid = n.bid "
     "WHERE n.seq > ? ORDER BY n.seq LIMIT ?"
 )
 # Count every session and tag: one index seek per ref name (names are few next to entries).
@@ -160,12 +162,15 @@ class SqliteScans:
                 rows = self._state.db.execute(self._state.q(_VERIFY), (after, SLICE)).fetchall()
             if not rows:
                 return
-            for seq, key, parent_seq, parent, data, blob, codec, bcodec in rows:
+            for seq, key, parent_seq, parent, data, blob, codec, bcodec, pack, depth in rows:
                 if parent_seq is not None and parent is None:
                     continue  # a missing parent: the link checks name it
+                if pack is not None:
+                    continue  # checked with its pack, once per pack (packcheck.py, in check())
                 try:
                     with self._state.lock:
-                        body = self._state.paths.expand(key, data, blob, codec, bcodec)[2]
+                        body = self._state.paths.row(key, data, blob, codec, bcodec, pack,
+                                                     depth)[2]
                     intact = isinstance(key, bytes) and verify_node(key, parent, body)
                 except Exception:  # damage of any kind is a finding, not a crash
                     intact = False
@@ -305,16 +310,20 @@ class SqliteScans:
         while True:
             with self._state.lock, self._state.errors():
                 rows = self._state.db.execute(self._state.q(
-                    "SELECT n.seq, n.parent, n.data, b.data, n.codec, b.codec FROM nodes n "
-                    "LEFT JOIN blobs b ON b.bid = n.bid WHERE n.seq > ? ORDER BY n.seq LIMIT ?"),
+                    "SELECT n.seq, n.parent, coalesce(l.data, n.data), b.data, "
+                    "coalesce(l.codec, n.codec), b.codec, n.id, n.pack, n.depth FROM nodes n "
+                    "LEFT JOIN loose l ON l.seq = n.seq LEFT JOIN blobs b ON b.bid = n.bid "
+                    "WHERE n.seq > ? "
+                    "ORDER BY n.seq LIMIT ?"),
                     (after, SLICE),
                 ).fetchall()
             if not rows:
                 return
-            for seq, parent, data, blob, codec, bcodec in rows:
+            for seq, parent, data, blob, codec, bcodec, key, pack, depth in rows:
                 try:
                     with self._state.lock:
-                        encoded = self._state.paths.expand(None, data, blob, codec, bcodec)[1]
+                        encoded = self._state.paths.row(key, data, blob, codec, bcodec, pack,
+                                                        depth)[1]
                     line = len(_json.encode(_msgpack.decode(encoded))) + 1
                 except Exception:  # damaged: fsck reports it; stats counts it as empty
                     line = 1

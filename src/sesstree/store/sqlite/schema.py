@@ -21,8 +21,8 @@ from ...node import ID_VERSION
 from .sums import SUMS_TABLE
 
 __all__ = [
-    "FORMAT_VERSION", "MIGRATIONS", "TABLES", "build", "has_codec", "reflog_has_started",
-    "upgrade",
+    "FORMAT_VERSION", "LOOSE_TABLE", "MIGRATIONS", "PACKS_TABLE", "TABLES", "build", "has_codec", "has_packs",
+    "reflog_has_started", "upgrade",
 ]
 
 #: Format 1: the tables. See :mod:`sesstree.store.sqlite.backend` for the layout and why.
@@ -93,6 +93,48 @@ def m004_codec(db: sqlite3.Connection) -> None:
     db.execute(SUMS_TABLE)
 
 
+#: The packs of format 5 (see sesstree.store.packs). ``depth`` is the first node's, ``base`` the
+#: row of its parent (NULL for a root), ``size`` the frame's bytes before compression.
+PACKS_TABLE = """CREATE TABLE IF NOT EXISTS packs(
+    pid INTEGER PRIMARY KEY AUTOINCREMENT,
+    depth INTEGER NOT NULL,
+    base INTEGER,
+    count INTEGER NOT NULL,
+    size INTEGER NOT NULL,
+    codec INTEGER NOT NULL,
+    sum BLOB NOT NULL,
+    data BLOB NOT NULL
+)"""
+
+
+#: A loose node's type and payload (format 5): its row in ``nodes`` is only the index, so that
+#: packing it deletes this row (whole pages freed for the next appends) and sets the node's
+#: ``pack``, instead of shrinking a row in place (which leaves its page as large as it was).
+LOOSE_TABLE = (
+    "CREATE TABLE IF NOT EXISTS loose(seq INTEGER PRIMARY KEY, data BLOB NOT NULL, codec INTEGER)"
+)
+
+
+@migration
+def m005_packs(db: sqlite3.Connection) -> None:
+    """Format 5: packs, immutable compressed runs of consecutive nodes of one path (see
+    sesstree.store.packs). ``nodes.pack`` is the pack a node's payload is in (NULL: loose);
+    a loose node's type and payload are in ``loose`` (rows written before format 5 keep them
+    in their ``nodes`` row until they are packed); ``packs`` holds the packs (AUTOINCREMENT: a
+    pack number is never reused, so a reader's cached pack can never be another one). The
+    migration only adds them: the history already stored is packed afterwards, online, a pack
+    per short transaction
+    (``pack_pending`` in meta says that job is not finished; see sqlite/packing.py). The block
+    digests of format 4 are not kept any more (a loose tail is short; a pack has a checksum)."""
+    if not any(r[1] == "pack" for r in db.execute("PRAGMA table_info(nodes)")):
+        db.execute("ALTER TABLE nodes ADD COLUMN pack INTEGER")
+    db.execute(PACKS_TABLE)
+    db.execute(LOOSE_TABLE)
+    db.execute("DELETE FROM sums")
+    if db.execute("SELECT 1 FROM nodes LIMIT 1").fetchone() is not None:
+        db.execute("INSERT OR REPLACE INTO meta VALUES ('pack_pending', '1')")
+
+
 #: The format this sesstree writes, and the newest it reads.
 FORMAT_VERSION = 1 + len(MIGRATIONS)
 
@@ -137,6 +179,11 @@ def reflog_has_started(db: sqlite3.Connection) -> bool:
     """Whether the store's reflog keeps when a folded entry's first move was made (stores
     made before that have no such column, and are read and written without it)."""
     return any(row[1] == "started" for row in db.execute("PRAGMA table_info(reflog)"))
+
+
+def has_packs(db: sqlite3.Connection) -> bool:
+    """Whether the store has format 5's packs (an older store opened read-only has not)."""
+    return any(row[1] == "pack" for row in db.execute("PRAGMA table_info(nodes)"))
 
 
 def has_codec(db: sqlite3.Connection) -> bool:

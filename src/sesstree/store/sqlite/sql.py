@@ -12,10 +12,14 @@ __all__ = [
     "BLOBS_IN",
     "CAS",
     "CHECKS",
+    "CODEC",
+    "DATA",
     "FOLD",
     "FOLD_NEWEST",
+    "INSERT_LOOSE",
     "INSERT_NODE",
     "LIST_REFS",
+    "LOOSE_JOIN",
     "NEWEST",
     "NODE_COLS",
     "READ_RANGE",
@@ -25,6 +29,7 @@ __all__ = [
     "STARTED_SET",
     "WALK_ROWS",
     "without_codec",
+    "without_packs",
     "without_started",
 ]
 
@@ -43,6 +48,13 @@ def without_codec(sql: str) -> str:
     """``sql`` for a format-3 store opened read-only (no codec columns: every payload is
     plain msgpack in its row or zlib in a blob)."""
     return sql.replace("n.codec", "NULL").replace("b.codec", "NULL")
+
+
+def without_packs(sql: str) -> str:
+    """``sql`` for a store of format 4 or older opened read-only (no packs, no ``loose``: every
+    row holds its own payload)."""
+    return (sql.replace("n.pack", "NULL").replace(LOOSE_JOIN, "").replace(DATA, "n.data")
+            .replace(CODEC, "n.codec"))
 
 
 NEWEST = "SELECT new FROM reflog WHERE ref = ?1 ORDER BY n DESC LIMIT 1"
@@ -80,15 +92,23 @@ _PUT_BLOB = (
     "WHERE NEW.hash IS NOT NULL;"
 )
 _BID = "(SELECT bid FROM main.blobs WHERE hash = NEW.hash)"
+# A new node's type and payload go to `loose` (format 5), keyed by its row number; only when the
+# node was inserted. After it, changes() and last_insert_rowid() still say what the node insert
+# did (1 and its row, or 0), which the statements after it read.
+_PUT_LOOSE = (
+    "INSERT INTO loose(seq, data, codec) SELECT last_insert_rowid(), NEW.data, NEW.codec "
+    "WHERE changes() = 1;"
+)
 APPEND_TEMP = [
     "CREATE TEMP VIEW append_one(ref, parent, id, data, time, reason, codec, hash, blob, "
     "bcodec) AS SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL",
     f"""CREATE TEMP TRIGGER append_one_do INSTEAD OF INSERT ON append_one BEGIN
         {_PUT_BLOB}
         INSERT OR IGNORE INTO nodes(id, parent, depth, data, codec, bid)
-        SELECT NEW.id, p.seq, coalesce(p.depth, 0) + 1, NEW.data, NEW.codec, {_BID}
+        SELECT NEW.id, p.seq, coalesce(p.depth, 0) + 1, x'', NULL, {_BID}
         FROM (SELECT 1) LEFT JOIN main.nodes p ON p.id = NEW.parent
         WHERE NEW.parent IS NULL OR p.seq IS NOT NULL;
+        {_PUT_LOOSE}
         INSERT INTO reflog(ref, n, old, new, time, reason)
         SELECT NEW.ref, coalesce(last.n, 0) + 1, c.parent, c.seq, NEW.time, NEW.reason
         FROM nodes c
@@ -105,8 +125,9 @@ APPEND_TEMP = [
     f"""CREATE TEMP TRIGGER append_fold_do INSTEAD OF INSERT ON append_fold BEGIN
         {_PUT_BLOB}
         INSERT OR IGNORE INTO nodes(id, parent, depth, data, codec, bid)
-        SELECT NEW.id, p.seq, p.depth + 1, NEW.data, NEW.codec, {_BID}
+        SELECT NEW.id, p.seq, p.depth + 1, x'', NULL, {_BID}
         FROM main.nodes p WHERE p.id = NEW.parent;
+        {_PUT_LOOSE}
         UPDATE reflog SET new = (SELECT seq FROM nodes WHERE id = NEW.id), time = NEW.time,
             reason = NEW.reason{STARTED_SET}
         WHERE ref = NEW.ref
@@ -119,12 +140,18 @@ APPEND_TEMP = [
 APPEND_ONE = "INSERT INTO temp.append_one VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 APPEND_FOLD = "INSERT INTO temp.append_fold VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 INSERT_NODE = (
-    "INSERT OR IGNORE INTO nodes(id, parent, depth, data, bid, codec) VALUES (?, ?, ?, ?, ?, ?)"
+    "INSERT OR IGNORE INTO nodes(id, parent, depth, data, bid, codec) VALUES (?, ?, ?, x'', ?, NULL)"
 )
+INSERT_LOOSE = "INSERT INTO loose(seq, data, codec) VALUES (?, ?, ?)"
+# How a format-5 read gets a node's type and payload: from `loose`, or (a row written before
+# format 5 and not packed yet) from its own row. `without_packs` makes them the row's own.
+LOOSE_JOIN = "LEFT JOIN loose l ON l.seq = n.seq"
+DATA = "coalesce(l.data, n.data)"
+CODEC = "coalesce(l.codec, n.codec)"
 # Columns of one node (from `nodes n LEFT JOIN blobs b ON b.bid = n.bid`). `data` is the
 # msgpack of the type followed by the payload: its msgpack, a zstd frame of it (`n.codec` not
 # NULL), or nil when the payload is stored apart, compressed, in blobs.
-NODE_COLS = "n.seq, n.id, n.parent, n.data, b.data, n.codec, b.codec"
+NODE_COLS = f"n.seq, n.id, n.parent, {DATA}, b.data, {CODEC}, b.codec, n.pack"
 # The newest entry of every ref whose name starts with ?1 (?2 = its length), found with one
 # index seek per ref name instead of a scan of the whole log.
 LIST_REFS = """

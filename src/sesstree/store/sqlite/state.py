@@ -19,8 +19,8 @@ from ...errors import StoreCorruptError
 from ...node import NodeId
 from .media import translate, translating
 from .paths import PathReader
-from .schema import has_codec, reflog_has_started
-from .sql import FOLD, FOLD_NEWEST, REFLOG_ROWS, without_codec, without_started
+from .schema import has_codec, has_packs, reflog_has_started
+from .sql import FOLD, FOLD_NEWEST, REFLOG_ROWS, without_codec, without_packs, without_started
 
 __all__ = ["ConnState"]
 
@@ -63,6 +63,7 @@ class ConnState:
         self.data_version = -1
         # Set by setup():
         self.codec_columns = False
+        self.packs = False
         self.paths: PathReader
         self.fold_sql = self.fold_newest_sql = self.reflog_sql = ""
 
@@ -70,7 +71,9 @@ class ConnState:
         """What depends on the store's format, read when it is opened (again)."""
         # Format 4's codec columns (a format-3 store opened read-only has none).
         self.codec_columns = has_codec(self.db)
-        self.paths = PathReader(self.db, self.path, self.codec_columns)
+        # Format 5's packs (an older store opened read-only has none, and is read as it is).
+        self.packs = has_packs(self.db)
+        self.paths = PathReader(self.db, self.path, self.codec_columns, self.packs)
         # The statements that write and read a folded entry's `started`, or (a store made
         # before it was kept) their forms without it.
         started = reflog_has_started(self.db)
@@ -87,7 +90,9 @@ class ConnState:
         translate(self.path, exc, full=self.full)
 
     def q(self, sql: str) -> str:
-        """``sql`` as this store can run it (see without_codec)."""
+        """``sql`` as this store can run it (see without_codec and without_packs)."""
+        if not self.packs:
+            sql = without_packs(sql)
         return sql if self.codec_columns else without_codec(sql)
 
     def hex(self, value: object) -> NodeId:

@@ -38,7 +38,7 @@ class Transactions:
     """
 
     def __init__(self, state: ConnState, refuse_if_full: Callable[[], None],
-                 checkpoint_idle: Callable[[], None], idle_after: float) -> None:
+                 checkpoint_idle: Callable[[], bool], idle_after: float) -> None:
         self._state = state
         self._refuse_if_full = refuse_if_full
         self.queue = WriteLock(state.path)

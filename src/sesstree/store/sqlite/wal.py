@@ -77,7 +77,7 @@ class IdleCheckpointer:
     it waits for no reader or writer.
     """
 
-    def __init__(self, run: Callable[[], None], idle: float) -> None:
+    def __init__(self, run: Callable[[], bool], idle: float) -> None:
         self.idle = idle
         self._run = run
         self._writes = 0  # counted, not timed: a write costs one increment
@@ -104,10 +104,12 @@ class IdleCheckpointer:
             if writes and writes == seen:  # wrote, then nothing for a whole period: a pause
                 self._writes = 0
                 try:
-                    self._run()
+                    more = self._run()
                 except (sqlite3.Error, OSError, StoreError):
                     self._writes = writes  # try again at the next pause
                     continue
+                if more:  # work left for later pauses (an upgrade's packing): come back
+                    self._writes = 1
                 self.done.set()
             seen = self._writes
 

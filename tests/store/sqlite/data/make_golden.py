@@ -1,10 +1,14 @@
 """How ``formatN.db`` and the "read" part of ``formatN.json`` were made: run with the sesstree of
-that format first on the path (format 1: f1241fa, format 2: 16907e7, format 3: 31cfdea).
+that format first on the path (format 1: f1241fa, format 2: 16907e7, format 3: 31cfdea,
+format 4: 835aec1).
 
     PYTHONPATH=<checkout of that commit>/src python make_golden.py FOLDER > read.json
 
-The "upgraded" part is ``test_sqlite_golden.dump`` of that store once the sesstree before
-numbered migrations (8e3a8aa) had opened it, read it (``test_sqlite_golden.read``) and closed it.
+The "upgraded" part is ``test_sqlite_golden.dump`` of that store once the sesstree of format 5
+(ffea8c2, the first with packs) had opened it, read it (``test_sqlite_golden.read``) and
+closed it. (Formats 1 to 3 were first checked against the sesstree before numbered migrations,
+8e3a8aa, format 4; their dumps changed with format 5 only by its migration: the ``pack``
+column, the ``packs`` table, the format and ``pack_pending`` in ``meta``.)
 """
 
 from __future__ import annotations
