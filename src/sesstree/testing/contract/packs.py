@@ -202,7 +202,9 @@ def test_repack_packs_the_tails_too_short_for_the_writers(store: Store, engine: 
     assert after == counts(store)
     assert after.loose_nodes == 0 and after.packs > before.packs
     assert after.packed_nodes == len(short) + len(long) + 2
-    assert heard and heard[-1][0] == heard[-1][1] == before.loose_nodes
+    # (What it counts is the engine's: nodes, refs...; it goes forward and ends done.)
+    assert heard and heard[-1][0] == heard[-1][1] > 0
+    assert [d for d, _ in heard] == sorted(d for d, _ in heard)
     for path in (short, long, side):
         reads_back(store.backend, path)
     assert packing(store, engine).repack() == after
