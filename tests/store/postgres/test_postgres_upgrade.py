@@ -89,7 +89,7 @@ def test_a_format_4_store_upgrades_in_place_and_repack_packs_it(
         exact(store, golden)  # loose rows of format 4, read as they were
         before = store.backend.pack_counts()  # type: ignore[attr-defined]
         assert before.packs == 0 and before.loose_nodes == golden["read"]["nodes"]
-    assert meta(postgres_url, "pack_pending") == "1"  # opening and reading packed nothing
+    assert meta(postgres_url, "pack_pending") == ""  # opening and reading packed nothing
     with open_store(postgres_url) as store:
         heard: list[tuple[int, int]] = []
         after = store.backend.repack(lambda d, t: heard.append((d, t)))  # type: ignore[attr-defined]
@@ -149,7 +149,7 @@ def test_a_repack_killed_midway_leaves_a_store_that_reads_back_and_finishes(
         if proc.stdout is not None:
             proc.stdout.close()
     assert 0 < int(first[0]) < int(first[1]) == total
-    assert meta(postgres_url, "pack_pending") == "1"  # still pending
+    assert meta(postgres_url, "pack_pending") == ""  # still pending
     with open_store(postgres_url) as store:
         midway = store.backend.pack_counts()  # type: ignore[attr-defined]
         assert midway.packs >= 1 and midway.loose_nodes > 3
@@ -158,3 +158,23 @@ def test_a_repack_killed_midway_leaves_a_store_that_reads_back_and_finishes(
         assert done.loose_nodes == 3
         exact(store, golden)
     assert meta(postgres_url, "pack_pending") is None
+
+
+def test_writers_closing_finish_an_upgrades_packing_without_a_repack(
+    postgres_url: str, golden: dict[str, Any]
+) -> None:
+    load(postgres_url, golden)
+    open_store(postgres_url).close()  # upgraded: the packing is pending
+    closes = 0
+    while meta(postgres_url, "pack_pending") is not None:
+        assert closes < 20, "the packing an upgrade left never finishes"
+        with open_store(postgres_url) as store:  # `sess append`: open, append one, close
+            store.session("w").add_message({"role": "user", "content": f"writer {closes}"})
+        closes += 1
+    with open_store(postgres_url) as store:
+        # Everything a ref reaches is packed (the writers' own session too: the upgrade's
+        # packing packs every tail); the deleted session's events (only its reflog reaches
+        # them) stay loose.
+        assert store.backend.pack_counts().loose_nodes == 3  # type: ignore[attr-defined]
+        assert read(store)["messages"] == golden["read"]["messages"]
+        assert store.fsck() == []

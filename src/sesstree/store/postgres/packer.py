@@ -9,7 +9,8 @@ tails and when (see :mod:`sesstree.store.packs`):
   ``PACK_AT`` nodes (the rest waits);
 - when the backend closes: the tail of each ref it moved, if it is at least ``PACK_MIN``
   nodes long, in packs of up to ``PACK_MAX``;
-- ``repack``: every ref's tail, whatever its length.
+- ``repack``: every ref's tail, whatever its length; and a writer that closes gives the
+  packing an upgrade left pending 50 ms (``pack_pending`` keeps the last ref it packed).
 
 A pack is built on the client from the run's rows (each node hashed against its id first: a
 damaged row is never packed) and written with one call, its own short transaction
@@ -21,6 +22,7 @@ packed it) costs a look, never a wrong pack.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
@@ -39,7 +41,11 @@ from .codec import PgPayloads
 from .conn import Conn
 from .unpack import PackReader
 
-__all__ = ["PgPacker"]
+__all__ = ["UPGRADE_AT_CLOSE", "PgPacker"]
+
+#: Seconds a writer that closes spends on the packing an upgrade left pending (as SQLite's
+#: writers do when they close), so that writers finish it together even if no one repacks.
+UPGRADE_AT_CLOSE = 0.05
 
 
 class PgPacker:
@@ -93,12 +99,20 @@ class PgPacker:
     def at_close(self) -> None:
         """Pack the tail of each ref this backend moved, if at least ``PACK_MIN`` long (as
         the ref is now: another writer may have moved it since)."""
+        moved = bool(self.tails)
         for name, known in list(self.tails.items()):
             if known is None or known >= packs.PACK_MIN:
                 self._quietly(name, None, packs.PACK_MIN, packs.PACK_MAX)
         self.heads.clear()  # (a second close has nothing left to do)
         self.tails.clear()
         self.due.clear()
+        if moved:  # a writer closing gives an upgrade's packing a moment
+            try:
+                rows = self._read(refs.GET_META, (packsql.PENDING,))
+                if rows:
+                    self.pack_refs(str(rows[0][0]), UPGRADE_AT_CLOSE)
+            except (SesstreeError, CodecError, psycopg.Error):
+                pass  # it is still pending: the next writer or repack goes on
 
     def _quietly(self, name: str, head: bytes | None, least: int, most: int) -> None:
         """Pack ref ``name``'s tail from ``head`` (None: where the ref is now) after the
@@ -246,7 +260,7 @@ class PgPacker:
     def repack(self, progress: Progress | None = None) -> PackCounts:
         """Pack every loose tail of every ref, whatever its length, a pack per transaction;
         then the pack job an upgrade left pending is done. Killed midway, it is still
-        pending, and the next repack goes on where this one was (what it packed stays)."""
+        pending, and the next repack goes on (what it packed stays: its tails are short)."""
         total = self.pack_counts().loose_nodes
         done = [0]
 
@@ -255,11 +269,27 @@ class PgPacker:
             if progress is not None:
                 progress(min(done[0], total), total)
 
-        for name, target, _ in self._read(refs.LIST_REFS, (0, "")):
-            self.pack_tail(bytes(target), 1, packs.PACK_MAX, strict=True, done=step)
-            self.tails.pop(str(name), None)
-        self._read("DELETE FROM meta WHERE key = 'pack_pending'", fetch=False)
+        self.pack_refs("", None, strict=True, done=step)
         return self.pack_counts()
+
+    def pack_refs(self, after: str, budget: float | None, strict: bool = False,
+                  done: Callable[[int], None] | None = None) -> bool:
+        """Pack the tail of every ref named after ``after``, in name order, until all are
+        (then the upgrade's packing is done: ``pack_pending`` goes; True) or ``budget``
+        seconds are spent (where it got is kept in ``pack_pending``, so the next writer to
+        close, in any process, goes on from there; False)."""
+        start = time.monotonic()
+        cursor = after
+        while rows := self._read(packsql.REFS_AFTER, (cursor,)):
+            for name, target in rows:
+                self.pack_tail(bytes(target), 1, packs.PACK_MAX, strict=strict, done=done)
+                self.tails.pop(str(name), None)
+                cursor = str(name)
+                if budget is not None and time.monotonic() - start > budget:
+                    self._read(packsql.SET_PENDING, (cursor,), fetch=False)
+                    return False
+        self._read(packsql.DONE_PENDING, fetch=False)
+        return True
 
     # -- gc ----------------------------------------------------------------------------------
 
