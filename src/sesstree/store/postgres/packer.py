@@ -151,7 +151,19 @@ class PgPacker:
             at += made
             if done is not None:
                 done(made)
+        if at:
+            self._reclaim()
         return len(links) - at
+
+    def _reclaim(self) -> None:
+        """Make the space of the rows just packed reusable now (see :data:`.packsql.RECLAIM`),
+        if this role may (else autovacuum does it later)."""
+        if self._channel.depth or self._channel.conn.in_batch:
+            return  # (VACUUM cannot run in a transaction: a gc or a batch's own)
+        try:
+            self._read(packsql.RECLAIM, fetch=False)
+        except SesstreeError:
+            pass  # (a server without these options: autovacuum does it)
 
     def _pack_run(self, links: Sequence[tuple[int, int | None]], strict: bool) -> int:
         """Pack the oldest nodes of a run of loose rows (as many as PACK_BYTES allows, at

@@ -31,6 +31,7 @@ __all__ = [
     "PACK_SLICE",
     "PACK_TABLES",
     "PENDING",
+    "RECLAIM",
     "REFS_AFTER",
     "RUN_ROWS",
     "SET_PACK",
@@ -103,6 +104,13 @@ END $$
 """
 PACK_FUNCTIONS = [_PACK_FN]
 PACK = "SELECT sesstree_pack(%s::int8[], %s, %s, %s, %s, %s, %s, %s::int8[])"
+
+# After packing: the rows' old versions (their payloads) are dead; a vacuum that skips the
+# indexes (their dead entries go by btree's own cleanup, and autovacuum's) and the empty end of
+# the table costs what the pages just written are, and lets the next appends reuse the space:
+# without it a writer's burst leaves the table as large as its payloads until autovacuum
+# comes by. SKIP_LOCKED: never waited for.
+RECLAIM = "VACUUM (INDEX_CLEANUP OFF, TRUNCATE OFF, SKIP_LOCKED) nodes, blobs"
 
 # The loose tail that ends at a node, newest first: each row's seq and its parent's, walked
 # over `parent` up to the first packed row (or the root). No payload is read.

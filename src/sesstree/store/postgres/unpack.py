@@ -12,7 +12,8 @@ is a :class:`~sesstree.errors.StoreCorruptError` naming the pack (:func:`packs.d
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Generator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import msgspec
@@ -82,15 +83,6 @@ class PackReader:
             raise self.damage(pid, depth, count, f"it cannot be inflated ({exc})",
                               at=at) from None
 
-    def open(self, pid: int, depth: int, count: int, codec: int, sum: bytes,
-             data: bytes, at: bytes | None = None) -> packs.OpenedPack:
-        """A pack decoded (ids, types, payloads): one decode of one array."""
-        frame = self.frame(pid, depth, count, codec, sum, data, at)
-        try:
-            return packs.open_frame(frame, count)
-        except packs.PackDamage as exc:
-            raise self.damage(pid, depth, count, str(exc), at=at) from None
-
     def raw(self, pid: int, depth: int, count: int, codec: int, sum: bytes,
             data: bytes, at: bytes | None = None) -> RawPack:
         """A pack's nodes as stored (their bytes undecoded): what a node read, gc and fsck need."""
@@ -148,15 +140,19 @@ class PackReader:
         """The packed stretch of a path as :data:`.pathsql.PATH` returned it (``cols``: its
         pack columns), entered at the node ``entry``, at most ``need`` nodes: its parts
         oldest first, how many nodes they hold, and the id of the oldest one's parent."""
-        pids, entries, places, depths, counts, codecs, sums, datas, based, hashes, blobs = cols
+        pids, entries, places, depths, counts = cols[:5]
+        based, hashes, blobs = cols[8:]
         stored = dict(zip(hashes or (), blobs or (), strict=True))
         parts: list[PathPart] = []
         got = 0
         expect: bytes | None = entry
+        frames = self._frames(cols)
         for i, pid in enumerate(pids or ()):
             depth, count, pos = depths[i], counts[i], places[i]
-            op = self.open(pid, depth, count, codecs[i], bytes(sums[i]), bytes(datas[i]),
-                           bytes(entries[i]))
+            try:
+                op = packs.open_frame(next(frames), count)
+            except packs.PackDamage as exc:
+                raise self.damage(pid, depth, count, str(exc), at=bytes(entries[i])) from None
             if not 0 <= pos < count or bytes(entries[i]) != expect or op.id_at(pos) != expect:
                 raise self.damage(pid, depth, count, "the node read is not at its place in it",
                                   op.ids)
@@ -183,8 +179,58 @@ class PackReader:
                 i = len(pids) - 1
                 raise self.damage(pids[i], depths[i], counts[i],
                                   "the node it hangs from is missing or not packed")
+        frames.close()  # (a pack inflated ahead and not needed is not waited for)
         parts.reverse()
         return parts, got, expect
+
+    def _frames(self, cols: Sequence[Any]) -> Generator[bytes, None, None]:
+        """The frames of a path's packs, each checked against its checksum, then inflated, in
+        order. With enough bytes, a second thread inflates the next pack while the caller
+        decodes this one: zstd lets go of the GIL, msgspec does not, so on two cores the two
+        overlap (each thread has its own decompression contexts: see Codec)."""
+        pids, entries, _, depths, counts, codecs, sums, datas = cols[:8]
+        frames = [bytes(d) for d in datas or ()]
+        for i, data in enumerate(frames):  # (damage is named before anything is inflated)
+            if packs.checksum(codecs[i], depths[i], counts[i], data) != bytes(sums[i]):
+                raise self.damage(pids[i], depths[i], counts[i], "it does not match its "
+                                  "checksum", at=bytes(entries[i]))
+        try:
+            for how in set(codecs or ()):
+                self._codec.preload(how)  # (the other thread must not read the store)
+        except CodecError:
+            pass  # the pack that needs it names it below
+        pool = _pool() if len(frames) > 1 and sum(map(len, frames)) >= _POOL_MIN else None
+        unpack = self._codec.unpack
+        ahead = pool.submit(unpack, frames[0], codecs[0], _FRAME_LIMIT) if pool else None
+        for i, data in enumerate(frames):
+            try:
+                if pool is None or ahead is None:
+                    yield unpack(data, codecs[i], _FRAME_LIMIT)
+                    continue
+                current = ahead
+                if i + 1 < len(frames):
+                    ahead = pool.submit(unpack, frames[i + 1], codecs[i + 1], _FRAME_LIMIT)
+                yield current.result()
+            except CodecError as exc:
+                raise self.damage(pids[i], depths[i], counts[i], f"it cannot be inflated "
+                                  f"({exc})", at=bytes(entries[i])) from None
+            except GeneratorExit:
+                if ahead is not None:
+                    ahead.cancel()
+                raise
+
+
+#: Below this many compressed bytes a path's packs are inflated in the reading thread (a
+#: hand-off to the second thread costs more than it saves).
+_POOL_MIN = 64 * 1024
+_pools: list[ThreadPoolExecutor] = []
+
+
+def _pool() -> ThreadPoolExecutor:
+    """The one thread that inflates packs ahead of their decoding (made on first use)."""
+    if not _pools:
+        _pools.append(ThreadPoolExecutor(1, thread_name_prefix="sesstree-pg-inflate"))
+    return _pools[0]
 
 
 def _bytes(value: Any) -> bytes | None:
