@@ -194,12 +194,12 @@ class PackReader:
             if packs.checksum(codecs[i], depths[i], counts[i], data) != bytes(sums[i]):
                 raise self.damage(pids[i], depths[i], counts[i], "it does not match its "
                                   "checksum", at=bytes(entries[i]))
+        pool = _pool() if len(frames) > 1 and sum(map(len, frames)) >= _POOL_MIN else None
         try:
-            for how in set(codecs or ()):
+            for how in set(codecs or ()) if pool is not None else ():
                 self._codec.preload(how)  # (the other thread must not read the store)
         except CodecError:
-            pass  # the pack that needs it names it below
-        pool = _pool() if len(frames) > 1 and sum(map(len, frames)) >= _POOL_MIN else None
+            pool = None  # inflated here, so that the pack that needs it names it
         unpack = self._codec.unpack
         ahead = pool.submit(unpack, frames[0], codecs[0], _FRAME_LIMIT) if pool else None
         for i, data in enumerate(frames):
