@@ -39,8 +39,9 @@ def reflog_entries(rows: list[Any]) -> list[ReflogEntry]:
 
 #: Nodes per fetch when every node is read (fsck, graph): bounded memory on a large store.
 _ITER_CHUNK = 5000
-#: Packs kept open while every node is read (a pack's rows are mostly consecutive).
-_ITER_PACKS = 8
+#: Packs kept open while every node is read: a pack's rows are consecutive unless writers
+#: interleaved, so a few dozen cover as many sessions written at once (about 16 MB at most).
+_ITER_PACKS = 32
 
 
 class PgReads:
