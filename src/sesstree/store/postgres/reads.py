@@ -291,7 +291,7 @@ class PgReads:
             if row[5] is None:
                 yield self._stored(row)
                 continue
-            found = opened.get(row[5])
+            found = opened.pop(row[5], None)  # (put back last: the least recent goes first)
             if found is None:
                 got = fetch(row[5])
                 if not got:
@@ -303,7 +303,7 @@ class PgReads:
                                         bytes(row[0])), depth, count)
                 if len(opened) >= _ITER_PACKS:
                     del opened[next(iter(opened))]
-                opened[pid] = found
+            opened[row[5]] = found
             yield self._packed(row, *found)
 
     def count_nodes(self) -> int:
