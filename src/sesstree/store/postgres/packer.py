@@ -135,11 +135,12 @@ class PgPacker:
     # -- packing ------------------------------------------------------------------------------
 
     def pack_tail(self, head: bytes, least: int, most: int, strict: bool = False,
-                  done: Callable[[int], None] | None = None) -> int:
+                  done: Callable[[int], None] | None = None, reclaim: bool = True) -> int:
         """Pack the loose tail that ends at ``head``, oldest first, in runs of up to ``most``
         nodes, while what is left is at least ``least`` long. Returns how many nodes stay
         loose. ``strict``: a damaged row is an error (else it stops the packing quietly);
-        ``done`` hears how many nodes each pack took."""
+        ``done`` hears how many nodes each pack took; ``reclaim``: make the packed rows' space
+        reusable now (else the caller does, once for many tails)."""
         links = [(int(s), None if p is None else int(p))
                  for s, p in self._read(packsql.TAIL, (head,))]
         links.reverse()
@@ -151,7 +152,7 @@ class PgPacker:
             at += made
             if done is not None:
                 done(made)
-        if at:
+        if at and reclaim:
             self._reclaim()
         return len(links) - at
 
@@ -292,14 +293,19 @@ class PgPacker:
         close, in any process, goes on from there; False)."""
         start = time.monotonic()
         cursor = after
-        while rows := self._read(packsql.REFS_AFTER, (cursor,)):
-            for name, target in rows:
-                self.pack_tail(bytes(target), 1, packs.PACK_MAX, strict=strict, done=done)
-                self.tails.pop(str(name), None)
-                cursor = str(name)
-                if budget is not None and time.monotonic() - start > budget:
-                    self._read(packsql.SET_PENDING, (cursor,), fetch=False)
-                    return False
+        try:
+            while rows := self._read(packsql.REFS_AFTER, (cursor,)):
+                for name, target in rows:
+                    self.pack_tail(bytes(target), 1, packs.PACK_MAX, strict=strict, done=done,
+                                   reclaim=False)
+                    self.tails.pop(str(name), None)
+                    cursor = str(name)
+                    if budget is not None and time.monotonic() - start > budget:
+                        self._read(packsql.SET_PENDING, (cursor,), fetch=False)
+                        return False
+                self._reclaim()  # (once for each slice of refs, not for every tail)
+        finally:
+            self._reclaim()
         self._read(packsql.DONE_PENDING, fetch=False)
         return True
 
