@@ -35,6 +35,10 @@ class Engine:
     #: that the engine contract can check that fsck finds it. The contract needs it; the
     #: repo suite, which damages nothing, does not.
     damage_node: Callable[[Store, NodeId], None] | None = None
+    #: Flips one byte of the stored bytes of one pack (its checksum left as it was), as bad
+    #: media would, so that the pack contract can check that every read and fsck name the
+    #: pack. Only for an engine that keeps packs; without it, that one test is skipped.
+    damage_pack: Callable[[Store], None] | None = None
     #: False for an engine with no size on disk (``physical_bytes`` is 0).
     measures_size: bool = True
 

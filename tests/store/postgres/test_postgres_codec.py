@@ -1,5 +1,10 @@
 """Payloads at rest on PostgreSQL (format 4): frames that name their dictionary, a format-3
-store read and upgraded, refused by an older sesstree, damage named on read and by fsck."""
+store read and upgraded, refused by an older sesstree, damage named on read and by fsck.
+
+These are the loose rows' frames: a session's settled history goes into packs (format 5, see
+test_postgres_packs.py), so the rows looked at here are a session short enough to stay loose
+(fewer than PACK_MIN nodes).
+"""
 
 from __future__ import annotations
 
@@ -13,18 +18,23 @@ from codec_kit import ODD, traffic
 from sesstree import open_store
 from sesstree.errors import StoreCorruptError, StoreFormatError
 from sesstree.store.codec import TRAIN_AFTER
+from sesstree.store.packs import PACK_MIN
 from sesstree.store.postgres import schema as postgres_schema
 from sesstree.store.postgres.codec import MAGIC
 
 
 def fill(url: str, batched: list[dict[str, Any]], one_by_one: list[dict[str, Any]]) -> None:
+    """``batched`` into session q in one batch, then ``one_by_one`` into session odd (short
+    enough to stay loose)."""
+    assert len(one_by_one) < PACK_MIN
     with open_store(url) as store:
         s = store.session("q")
         with store.batch():
             for m in batched:
                 s.add_message(m)
+        odd = store.session("odd")
         for m in one_by_one:
-            s.add_message(m)
+            odd.add_message(m)
 
 
 def rows(url: str, sql: str, *args: Any) -> list[Any]:
@@ -42,14 +52,14 @@ def test_rows_are_frames_once_trained_and_come_back_exactly(postgres_url: str) -
     blob = rows(postgres_url, "SELECT data FROM blobs ORDER BY length(data) DESC LIMIT 1")[0][0]
     assert zstandard.get_frame_parameters(bytes(blob)).dict_id == 1
     with open_store(postgres_url) as store:
-        assert store.messages("q") == msgs + ODD
-        for node in store.log("q", limit=len(ODD)):
+        assert store.messages("q") == msgs and store.messages("odd") == ODD
+        for node in store.log("odd", limit=len(ODD)):
             assert store.show(node.id).data == node.data
         assert store.fsck() == []
 
 
 def test_a_format_3_store_is_read_and_upgraded(postgres_url: str) -> None:
-    old = traffic(40) + ODD
+    old = traffic(5) + ODD
     fill(postgres_url, [], old)  # no dictionary yet: rows plain, payloads apart zstd alone
     with psycopg.connect(postgres_url, autocommit=True) as conn:
         # Back to format 3: payloads apart stored as they are (TOAST compressed them).
@@ -61,18 +71,18 @@ def test_a_format_3_store_is_read_and_upgraded(postgres_url: str) -> None:
     more = traffic(TRAIN_AFTER + 50, seed=4)
     fill(postgres_url, more, [])
     with open_store(postgres_url) as store:
-        assert store.backend.store_format().version == 4  # type: ignore[attr-defined]
-        assert store.messages("q") == old + more
+        assert store.backend.store_format().version == 5  # type: ignore[attr-defined]
+        assert store.messages("odd") == old and store.messages("q") == more
         assert store.fsck() == []
     assert rows(postgres_url, "SELECT count(*) FROM dicts")[0][0] == 1
 
 
-def test_an_older_sesstree_refuses_format_4(
+def test_an_older_sesstree_refuses_format_5(
     postgres_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     fill(postgres_url, [], traffic(3))
-    monkeypatch.setattr(postgres_schema, "FORMAT_VERSION", 3)
-    with pytest.raises(StoreFormatError, match="has store format 4; this sesstree reads up to 3"):
+    monkeypatch.setattr(postgres_schema, "FORMAT_VERSION", 4)
+    with pytest.raises(StoreFormatError, match="has store format 5; this sesstree reads up to 4"):
         open_store(postgres_url)
 
 
@@ -86,7 +96,7 @@ def test_damage_to_a_frame_or_the_dictionary_is_named(postgres_url: str) -> None
     rows(postgres_url, "UPDATE nodes SET data = %s WHERE id = %s RETURNING 1",
          bytes(changed), key)
     with open_store(postgres_url) as store:
-        for read in (lambda: store.messages("q"), lambda: store.show(bytes(key).hex())):
+        for read in (lambda: store.messages("odd"), lambda: store.show(bytes(key).hex())):
             with pytest.raises(StoreCorruptError, match=bytes(key).hex()[:12]):
                 read()
         assert any(bytes(key).hex()[:12] in f for f in store.fsck())

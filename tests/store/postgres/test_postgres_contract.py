@@ -18,6 +18,15 @@ def damage(store: Store, id: NodeId) -> None:
          bytes.fromhex(id)))
 
 
+def damage_pack(store: Store) -> None:  # one byte of the oldest pack's data flipped
+    store.backend._db.execute(  # type: ignore[attr-defined]
+        "UPDATE packs SET data = overlay(data PLACING "
+        "set_byte(substring(data FROM length(data) / 2 FOR 1), 0, "
+        "get_byte(data, length(data) / 2 - 1) # 16) FROM length(data) / 2) "
+        "WHERE pid = (SELECT min(pid) FROM packs)")
+
+
 @pytest.fixture
 def engine(postgres_url: str) -> Engine:
-    return Engine("postgres", open=lambda: open_store(postgres_url), damage_node=damage)
+    return Engine("postgres", open=lambda: open_store(postgres_url), damage_node=damage,
+                  damage_pack=damage_pack)

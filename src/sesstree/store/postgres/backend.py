@@ -9,7 +9,10 @@ and the parts that use it, each kept to one side of the seam:
 - :mod:`.writes`: commits, batches, renames, settings, in round trips;
 - :mod:`.reads`: nodes, paths, refs, the reflog and settings; :mod:`.scans`: the reads whose
   cost follows what they touch, and gc in short slices;
-- :mod:`.objects` and :mod:`.refs`: the SQL of nodes and payloads, and of refs and the reflog.
+- :mod:`.packer`: loose tails made into packs (format 5), :mod:`.unpack`: packs read back
+  and checked, :mod:`.packfsck`: fsck of every pack;
+- :mod:`.objects`, :mod:`.pathsql`, :mod:`.packsql` and :mod:`.refs`: the SQL of nodes and
+  payloads, of paths, of packs, and of refs and the reflog.
 
 This module only puts them together. The reads are bound to the backend when it is made, so
 a read is one call from the store to the part that runs it; the writes and the lifecycle are
@@ -29,6 +32,7 @@ from ..urls import redact_url
 from .channel import Channel
 from .codec import PgPayloads
 from .conn import Conn, Connector, StoreUnavailableError
+from .packer import PgPacker
 from .reads import PgReads
 from .scans import PgScans
 from .schema import ensure_schema
@@ -57,9 +61,10 @@ class PostgresBackend:
             self._conn.close()
             raise
         self._channel = channel
-        self._writes = PgWrites(channel, payloads)
         reads = PgReads(channel, payloads)
-        self._scans = scans = PgScans(channel, payloads, reads)
+        self._packer = packer = PgPacker(channel, payloads, reads.packs)
+        self._writes = PgWrites(channel, payloads, packer)
+        self._scans = scans = PgScans(channel, payloads, reads, packer)
         # The reads, bound: the store calls the part that runs them, with no layer between.
         self.get, self.has, self.chain = reads.get, reads.has, reads.chain
         self.resolve_prefix, self.iter_nodes = reads.resolve_prefix, reads.iter_nodes
@@ -77,6 +82,8 @@ class PostgresBackend:
         self.reflog_page, self.reflog_times = scans.reflog_page, scans.reflog_times
         self.counts, self.server_stats, self.sweep = scans.counts, scans.server_stats, scans.sweep
         self.gc_walk, self.gc_remove = scans.gc_walk, scans.gc_remove
+        # Packs (base.Packing).
+        self.pack_counts, self.repack = packer.pack_counts, packer.repack
 
     def _setup(self, conn: Conn) -> None:
         """Per-connection settings, applied on every (re)connection."""
@@ -157,7 +164,9 @@ class PostgresBackend:
         return self._scans.sweep(dry_run, keep, None)
 
     def close(self) -> None:
-        """Close the connection (training the compression dictionary first, when due)."""
+        """Close the connection (training the compression dictionary first, when due, and
+        packing the tails of the sessions this backend grew)."""
         with self._channel.lock:
             self._writes.train_at_close()
+            self._packer.at_close()
             self._conn.close()

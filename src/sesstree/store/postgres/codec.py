@@ -95,13 +95,15 @@ class PgPayloads:
         return True
 
     def train_if_due(
-        self, rows: str, write: Callable[[str, tuple[Any, ...]], object]
+        self, rows: str, write: Callable[[str, tuple[Any, ...]], object],
+        packed: Callable[[int], list[bytes]] | None = None,
     ) -> None:
         """Once TRAIN_AFTER payloads went out without a dictionary: train one on the newest
-        rows (``rows``: the statement that lists them, assembled) and store it, or use the
-        one another connection stored first. Called outside any transaction (PostgreSQL
-        trains after a batch, not inside it); a failure leaves payloads plain until as many
-        writes later."""
+        rows (``rows``: the statement that lists them, assembled; ``packed(n)``: up to ``n``
+        rows of the newest packs, for the rows packed since they were written) and store it,
+        or use the one another connection stored first. Called outside any transaction
+        (PostgreSQL trains after a batch, not inside it); a failure leaves payloads plain
+        until as many writes later."""
         if self.plain_writes < TRAIN_AFTER:
             return
         self.plain_writes = 0
@@ -115,6 +117,8 @@ class PgPayloads:
                 continue
             if len(body) >= 64:
                 samples.append(body[:8192])
+        if packed is not None and len(samples) < TRAIN_SAMPLES:
+            samples += [b[:8192] for b in packed(TRAIN_SAMPLES - len(samples)) if len(b) >= 64]
         made = train(samples, 1)
         if made is None:
             return

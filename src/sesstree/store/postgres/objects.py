@@ -4,11 +4,8 @@ Nothing here touches refs: this is what an object store behind the seam would ho
 statement says why it is shaped as it is; the schema is in :mod:`.schema`.
 
 Walks go by ``seq``, an integer given in write order, and each node points at its parent's
-``seq``: a chain is read in one statement that first tries the rows just before the head (a
-session written by one writer lies in one run of rows, read as a range scan) and, when that
-run is broken (writers interleaved, a fork), follows ``parent`` with a recursive query. Both
-return the path's ids, types and payloads concatenated in one row, in the same snapshot, so
-the client makes one round trip and msgspec decodes the whole path in one call.
+``seq``. A path is read in one statement (:mod:`.pathsql`): its loose rows as runs of rows,
+then its packs (:mod:`.packsql`), in the same snapshot, so the client makes one round trip.
 """
 
 from __future__ import annotations
@@ -28,8 +25,6 @@ if TYPE_CHECKING:
 
 __all__ = [
     "BLOB_MIN",
-    "CHAIN",
-    "CHAIN_ONE",
     "CHECKS",
     "COUNT",
     "DELETE",
@@ -38,11 +33,13 @@ __all__ = [
     "GET",
     "HAS",
     "ITER",
+    "LENGTH",
     "OBJECT_FUNCTIONS",
     "OBJECT_TABLES",
     "PHYSICAL_BYTES",
     "PREFIX",
     "PUT_NODE",
+    "ROW",
     "SAMPLES",
     "STATS",
     "VERIFY",
@@ -111,166 +108,69 @@ END $$
 PUT_NODE = "SELECT sesstree_put_node(%s, %s, %s, %s, %s, %s)"
 
 # A row's payload: inline, or (type kept, nil dropped) the payload from `blobs`. A scalar
-# subquery, so the blob lookup happens only for the rows that need it.
-_ROW = (
-    "CASE WHEN {t}.blob IS NULL THEN {t}.data ELSE "
+# subquery, so the blob lookup happens only for the rows that need it. A packed row keeps no
+# data (its node is in its pack, a payload stored apart named by the pack): it stays empty.
+ROW = (
+    "CASE WHEN {t}.blob IS NULL OR length({t}.data) = 0 THEN {t}.data ELSE "
     "substring({t}.data FROM 1 FOR length({t}.data) - 1) || "
     "(SELECT b.data FROM blobs b WHERE b.hash = {t}.blob) END"
 )
-# The length of _ROW, without building it again (the length of a stored value is read from
+# The length of ROW, without building it again (the length of a stored value is read from
 # its header): the client cuts the concatenated rows apart with these to verify each node.
-_LENGTH = (
-    "CASE WHEN {t}.blob IS NULL THEN length({t}.data) ELSE "
+LENGTH = (
+    "CASE WHEN {t}.blob IS NULL OR length({t}.data) = 0 THEN length({t}.data) ELSE "
     "length({t}.data) - 1 + (SELECT length(b.data) FROM blobs b WHERE b.hash = {t}.blob) END"
 )
 
-# The path ending at node p_id, at most p_limit nodes, oldest first, as one row: the head's
-# depth, the count, the ids concatenated, the rows' data concatenated (payloads stored apart
-# put back in place), and the id of the oldest node's parent. A path is read as runs of rows:
-# a session written by one writer lies in consecutive rows, read in one range scan that also
-# proves it is a run (a parent's seq is always smaller than its child's, so the parents of
-# rows lo+1..hi sum to lo + ... + (hi - 1) exactly when each is the row just before). Where
-# writers interleaved (runs shorter than 16 rows), the rest is walked over `parent` instead.
-# Its result columns may change between versions, which CREATE OR REPLACE cannot do.
+# Format 5 reads paths with sesstree_path (.pathsql); the function of format 4 goes.
 _DROP_CHAIN_FN = "DROP FUNCTION IF EXISTS sesstree_chain(bytea, integer)"
-_CHAIN_FN = f"""
-CREATE OR REPLACE FUNCTION sesstree_chain(
-    p_id bytea, p_limit integer,
-    OUT o_depth integer, OUT o_count integer, OUT o_ids bytea, OUT o_data bytea, OUT o_base bytea,
-    OUT o_lengths integer[]
-) LANGUAGE plpgsql STABLE
--- A range of rows is read in index order, so the aggregates need no sort: without this, a
--- plan made before the table has statistics (or a generic one) scans and sorts instead.
-SET enable_seqscan = off SET enable_bitmapscan = off AS $$
-DECLARE
-    cur bigint;
-    need integer;
-    lo bigint;
-    start bigint;
-    cnt integer;
-    s_par numeric;
-    part_ids bytea;
-    part_data bytea;
-    part_lengths integer[];
-    ids_parts bytea[] := '{{}}';
-    data_parts bytea[] := '{{}}';
-BEGIN
-    o_count := 0;
-    o_lengths := '{{}}';
-    SELECT seq, depth INTO cur, o_depth FROM nodes WHERE id = p_id;
-    IF NOT FOUND THEN
-        RETURN;
-    END IF;
-    need := least(o_depth, p_limit);
-    WHILE o_count < need AND cur IS NOT NULL LOOP
-        lo := cur - (need - o_count) + 1;
-        SELECT count(*), sum(parent) FILTER (WHERE seq > lo),
-               string_agg(id, ''::bytea ORDER BY seq),
-               string_agg({_ROW.format(t="nodes")}, ''::bytea ORDER BY seq),
-               array_agg({_LENGTH.format(t="nodes")} ORDER BY seq)
-            INTO cnt, s_par, part_ids, part_data, part_lengths
-            FROM nodes WHERE seq BETWEEN lo AND cur;
-        IF cnt <> cur - lo + 1 OR coalesce(s_par, 0) <> (lo + cur - 1) * (cur - lo) / 2 THEN
-            -- Not one run: take the run that ends at cur, if it is long enough to pay.
-            SELECT coalesce(max(seq), lo) INTO start FROM nodes
-                WHERE seq > lo AND seq <= cur AND parent IS DISTINCT FROM seq - 1;
-            IF cur - start + 1 < 16 AND need - o_count > 16 THEN
-                WITH RECURSIVE walk(seq, parent, id, data, blob, k) AS (
-                    SELECT n.seq, n.parent, n.id, n.data, n.blob, 1 FROM nodes n WHERE n.seq = cur
-                    UNION ALL
-                    SELECT n.seq, n.parent, n.id, n.data, n.blob, w.k + 1
-                    FROM walk w JOIN nodes n ON n.seq = w.parent WHERE w.k < need - o_count
-                )
-                SELECT count(*), string_agg(w.id, ''::bytea ORDER BY w.k DESC),
-                       string_agg({_ROW.format(t="w")}, ''::bytea ORDER BY w.k DESC),
-                       array_agg({_LENGTH.format(t="w")} ORDER BY w.k DESC),
-                       (SELECT x.parent FROM walk x ORDER BY x.k DESC LIMIT 1)
-                    INTO cnt, part_ids, part_data, part_lengths, cur
-                    FROM walk w;
-                ids_parts := part_ids || ids_parts;
-                data_parts := part_data || data_parts;
-                o_lengths := part_lengths || o_lengths;
-                o_count := o_count + cnt;
-                EXIT;
-            END IF;
-            SELECT count(*), string_agg(id, ''::bytea ORDER BY seq),
-                   string_agg({_ROW.format(t="nodes")}, ''::bytea ORDER BY seq),
-                   array_agg({_LENGTH.format(t="nodes")} ORDER BY seq)
-                INTO cnt, part_ids, part_data, part_lengths
-                FROM nodes WHERE seq BETWEEN start AND cur;
-            lo := start;
-        END IF;
-        ids_parts := part_ids || ids_parts;
-        data_parts := part_data || data_parts;
-        o_lengths := part_lengths || o_lengths;
-        o_count := o_count + cnt;
-        SELECT parent INTO cur FROM nodes WHERE seq = lo;
-    END LOOP;
-    SELECT string_agg(x, ''::bytea ORDER BY i) INTO o_ids FROM unnest(ids_parts) WITH ORDINALITY t(x, i);
-    SELECT string_agg(x, ''::bytea ORDER BY i) INTO o_data
-        FROM unnest(data_parts) WITH ORDINALITY t(x, i);
-    SELECT id INTO o_base FROM nodes WHERE seq = cur;
-END $$
-"""
-CHAIN = "SELECT * FROM sesstree_chain(%(id)s, %(limit)s)"
-# A chain in one statement, so one round trip and one snapshot in every case. The common case
-# needs no function: the newest rows up to the head, read in index order (no GROUP BY, so the
-# aggregates need no sort). `ok` is the proof that they are the path: their count, and the sum
-# of their parents, from a first scan of the same range that reads no payload (materializing
-# the aggregate itself instead would copy the whole path once more: measured 3 ms slower for
-# 10,000 events). Only when the proof fails is sesstree_chain called (a one-time filter: it
-# does not run otherwise), for paths of interleaved writers or forks.
-CHAIN_ONE = f"""
-WITH h AS MATERIALIZED (
-    SELECT seq AS hi, depth, seq - least(depth, %(limit)s) + 1 AS lo FROM nodes WHERE id = %(id)s
-),
-ok AS MATERIALIZED (
-    SELECT count(*) = (SELECT hi - lo + 1 FROM h)
-       AND coalesce(sum(parent) FILTER (WHERE seq > (SELECT lo FROM h)), 0)
-           = (SELECT (lo + hi - 1) * (hi - lo) / 2 FROM h) AS yes
-    FROM nodes WHERE seq BETWEEN (SELECT lo FROM h) AND (SELECT hi FROM h)
-)
-SELECT (SELECT depth FROM h), count(n.seq)::integer,
-       string_agg(n.id, ''::bytea ORDER BY n.seq),
-       string_agg({_ROW.format(t="n")}, ''::bytea ORDER BY n.seq),
-       (SELECT b.id FROM nodes a JOIN nodes b ON b.seq = a.parent WHERE a.seq = (SELECT lo FROM h)),
-       array_agg({_LENGTH.format(t="n")} ORDER BY n.seq)
-FROM nodes n WHERE n.seq BETWEEN (SELECT lo FROM h) AND (SELECT hi FROM h)
-HAVING coalesce((SELECT yes FROM ok), false)
-UNION ALL
-SELECT * FROM sesstree_chain(%(id)s, %(limit)s) WHERE NOT coalesce((SELECT yes FROM ok), false)
-"""
-OBJECT_FUNCTIONS = [_PUT_NODE_FN, _DROP_CHAIN_FN, _CHAIN_FN]
+OBJECT_FUNCTIONS = [_PUT_NODE_FN, _DROP_CHAIN_FN]
 
-_NODE_COLS = f"n.id, par.id, n.depth, {_ROW.format(t='n')}"
-# (The parent's seq comes too: a parent id that is missing while a seq is there is damage.)
+# A node's columns: id, parent id, depth, its row assembled, its parent's seq (a parent id
+# that is missing while a seq is there is damage), its pack (NULL: loose) and, for a packed
+# node whose payload is stored apart, that payload's blob row as written.
+_NODE_COLS = (
+    f"n.id, par.id, n.depth, {ROW.format(t='n')}, n.parent, n.pack, "
+    "CASE WHEN n.pack IS NOT NULL AND n.blob IS NOT NULL "
+    "THEN (SELECT b.data FROM blobs b WHERE b.hash = n.blob) END"
+)
+# (A packed node comes with its pack: one statement.)
 GET = (
-    f"SELECT {_NODE_COLS}, n.parent FROM nodes n LEFT JOIN nodes par ON par.seq = n.parent "
+    f"SELECT {_NODE_COLS}, p.pid, p.depth, p.count, p.codec, p.sum, p.data FROM nodes n "
+    "LEFT JOIN nodes par ON par.seq = n.parent LEFT JOIN packs p ON p.pid = n.pack "
     "WHERE n.id = %s"
 )
 HAS = "SELECT id FROM nodes WHERE id = ANY(%s)"
 PREFIX = "SELECT id FROM nodes WHERE id BETWEEN %s AND %s ORDER BY id LIMIT %s"
-# Parents come before children because a parent's seq is always the smaller.
+# Parents come before children because a parent's seq is always the smaller. (The packs of
+# packed nodes are read apart, once each: see .reads.)
 ITER = (
     f"SELECT {_NODE_COLS} FROM nodes n LEFT JOIN nodes par ON par.seq = n.parent ORDER BY n.seq"
 )
 COUNT = "SELECT count(*) FROM nodes"
-# The newest rows, assembled, to train the compression dictionary on.
-SAMPLES = f"SELECT {_ROW.format(t='n')} FROM nodes n ORDER BY n.seq DESC LIMIT %s"
-# fsck's re-hash, a slice of rows at a time: id, parent id, parent seq, the row as hashed.
+# The newest rows, assembled, to train the compression dictionary on (the loose ones among
+# them: a packed row keeps no data).
+SAMPLES = (
+    f"SELECT {ROW.format(t='n')} FROM (SELECT * FROM nodes ORDER BY seq DESC LIMIT %s) n "
+    "WHERE n.pack IS NULL"
+)
+# fsck's re-hash of the loose rows, a slice at a time: id, parent id, parent seq, the row as
+# hashed (packed nodes are checked pack by pack: see .packfsck).
 VERIFY = (
-    f"SELECT n.seq, n.id, par.id, n.parent, {_ROW.format(t='n')} FROM nodes n "
-    "LEFT JOIN nodes par ON par.seq = n.parent WHERE n.seq > %s ORDER BY n.seq LIMIT %s"
+    f"SELECT n.seq, n.id, par.id, n.parent, {ROW.format(t='n')} FROM nodes n "
+    "LEFT JOIN nodes par ON par.seq = n.parent WHERE n.seq > %s AND n.pack IS NULL "
+    "ORDER BY n.seq LIMIT %s"
 )
 # Remove nodes and the payloads only they named. Both deletes see the same snapshot, so the
-# nodes being removed are left out by hand when looking for other users of a payload.
+# nodes being removed are left out by hand when looking for other users of a payload. Returns
+# how many went and the packs they were in (what is left of each is packed again: .packer).
 DELETE = """
-WITH gone AS (DELETE FROM nodes WHERE id = ANY(%(ids)s) RETURNING blob),
+WITH gone AS (DELETE FROM nodes WHERE id = ANY(%(ids)s) RETURNING blob, pack),
 unused AS (
     DELETE FROM blobs b WHERE b.hash IN (SELECT blob FROM gone WHERE blob IS NOT NULL)
     AND NOT EXISTS (SELECT 1 FROM nodes n WHERE n.blob = b.hash AND NOT n.id = ANY(%(ids)s))
 )
-SELECT count(*) FROM gone
+SELECT count(*), array_remove(array_agg(DISTINCT pack), NULL) FROM gone
 """
 
 # Everything reachable from a ref, a reflog entry or a detached HEAD (%s: its id or NULL),
@@ -312,7 +212,7 @@ SELECT (SELECT count(*) FROM nodes),
 """
 PHYSICAL_BYTES = (
     "SELECT sum(pg_total_relation_size(t)) FROM "
-    "unnest(ARRAY['nodes', 'blobs', 'refs', 'reflog', 'meta', 'dicts']::regclass[]) t"
+    "unnest(ARRAY['nodes', 'blobs', 'refs', 'reflog', 'meta', 'dicts', 'packs']::regclass[]) t"
 )
 
 # fsck's checks of links and derived indexes, each naming up to 20 nodes (the re-hash of every

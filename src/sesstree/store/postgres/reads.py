@@ -1,12 +1,13 @@
 """Reads of a PostgreSQL store: nodes, paths, refs, the reflog and settings, one statement
 each. A part the backend owns (:class:`~sesstree.store.postgres.backend.PostgresBackend`),
-reading through its :class:`~sesstree.store.postgres.channel.Channel`. Every node read is
-checked against its id: damage is an error naming the node, never data.
+reading through its :class:`~sesstree.store.postgres.channel.Channel`. Every loose node read
+is checked against its id, every pack against its checksum and its links (:mod:`.unpack`):
+damage is an error naming the node or the pack, never data.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -18,12 +19,14 @@ from ...node import NodeId
 from ..base import Chain, Ref, ReflogEntry, SessionMeta, StoredNode, StoreFormat
 from ..codec import CodecError, dict_hash
 from ..meta_rows import HEAD, LEGACY, SESSION, session_meta_of
+from ..packs import describe
 from ..rows import split_row
 from ..storable import storable
-from . import objects, refs
+from . import objects, packsql, pathsql, refs
 from .channel import Channel
 from .codec import PgPayloads
 from .conn import Conn, is_connection_lost
+from .unpack import PackReader, RawPack
 
 __all__ = ["PgReads", "reflog_entries"]
 
@@ -36,6 +39,9 @@ def reflog_entries(rows: list[Any]) -> list[ReflogEntry]:
 
 #: Nodes per fetch when every node is read (fsck, graph): bounded memory on a large store.
 _ITER_CHUNK = 5000
+#: Packs kept open while every node is read: a pack's rows are consecutive unless writers
+#: interleaved, so a few dozen cover as many sessions written at once (about 16 MB at most).
+_ITER_PACKS = 32
 
 
 class PgReads:
@@ -46,15 +52,25 @@ class PgReads:
         self._conn = channel.conn
         self._payloads = payloads
         self._url = channel.url
+        self.packs = PackReader(payloads.codec, channel.url)
         # Bound once: a read is a call to the channel, with no layer in between.
         self._read = channel.read
 
     def get(self, id: NodeId) -> StoredNode | None:
-        """Node ``id`` as stored, checked against its id, or None: one statement."""
-        rows = self._read(objects.GET, (bytes.fromhex(id),))
+        """Node ``id`` as stored, checked, or None: one statement (a packed node comes with
+        its pack)."""
+        rows = self._read(objects.GET, (bytes.fromhex(id),), binary=True)
         if not rows:
             return None
         row = rows[0]
+        if row[5] is not None:
+            pid, depth, count, codec, sum, data = row[7:13]
+            if pid is None:
+                raise StoreCorruptError(f"the store at {self._url} is damaged: node {id[:12]} "
+                                        f"is in pack {row[5]}, which is missing")
+            pack = self.packs.raw(pid, depth, count, codec, bytes(sum), bytes(data),
+                                  bytes(row[0]))
+            return self._packed(row, pack, depth, count)
         try:
             body = self._payloads.body(bytes(row[3]))
         except CodecError as exc:
@@ -66,6 +82,18 @@ class PgReads:
                                     "not hash to its id")
         return self._stored(row, body)
 
+    def _packed(self, row: Any, pack: RawPack, depth: int, count: int) -> StoredNode:
+        """A packed node's row (:data:`.objects.GET`'s first columns) read from its pack."""
+        if row[1] is None and row[4] is not None:
+            raise StoreCorruptError(f"the store at {self._url} is damaged: the parent of node "
+                                    f"{bytes(row[0]).hex()[:12]} is missing")
+        body = self.packs.node_body(pack, depth, count, bytes(row[0]), row[2],
+                                    None if row[1] is None else bytes(row[1]),
+                                    None if row[6] is None else bytes(row[6]))
+        type, encoded = split_row(body)
+        return StoredNode(NodeId(bytes(row[0]).hex()), objects.hex_id(row[1]), row[2], type,
+                          encoded)
+
     def _stored(self, row: Any, body: bytes | None = None) -> StoredNode:
         try:
             if body is None:
@@ -74,7 +102,8 @@ class PgReads:
         except (ValueError, IndexError, UnicodeDecodeError, CodecError):
             # Give it back as it is: it will not hash to its id, and fsck says so.
             type, encoded = "", bytes(row[3])
-        return StoredNode(NodeId(row[0].hex()), objects.hex_id(row[1]), row[2], type, encoded)
+        return StoredNode(NodeId(bytes(row[0]).hex()), objects.hex_id(row[1]), row[2], type,
+                          encoded)
 
     def has(self, ids: Sequence[NodeId]) -> set[NodeId]:
         """Which of ``ids`` are stored: one statement."""
@@ -83,23 +112,41 @@ class PgReads:
 
     def chain(self, head: NodeId, limit: int | None = None) -> Chain:
         """The path ending at ``head`` (its newest ``limit`` nodes), oldest first: one statement
-        (:data:`.objects.CHAIN_ONE`), every node checked against its id."""
+        (:data:`.pathsql.PATH`), every loose node checked against its id, every pack against
+        its checksum and links."""
         params = {"id": bytes.fromhex(head), "limit": 2**31 - 1 if limit is None else limit}
         # binary: the path's bytes come as they are, not as hex text
-        rows = self._read(objects.CHAIN_ONE, params, binary=True)
+        rows = self._read(pathsql.PATH, params, binary=True)
         if not rows or rows[0][0] is None:
             raise KeyError(head)
-        depth, count, ids, data, base, lengths = rows[0]
+        depth, count, ids, data, base, lengths, *packed = rows[0]
         want = depth if limit is None else min(limit, depth)
-        if count != want or (want == depth and count and base is not None):
+        if want == 0:
+            return Chain([], [], depth + 1, head, ids=[])
+        base = None if base is None else bytes(base)
+        types: list[str] = []
+        datas: list[Any] = []
+        ids = b"" if ids is None else bytes(ids)
+        if count:
+            types, datas = self._loose(ids, bytes(data), base, lengths or [], count)
+        got = 0
+        if count < want:
+            parts, got, base = self.packs.path(
+                packed, base if count else bytes.fromhex(head), want - count)
+            if parts:
+                types = [t for part in parts for t in part[0]] + types
+                datas = [d for part in parts for d in part[1]] + datas
+                ids = b"".join(part[2] for part in parts) + ids
+        if count + got != want or (want == depth and base is not None):
             raise StoreCorruptError(f"the store at {self._url} is damaged: a path does not "
                                     "match its depth index")
-        if count == 0:
-            return Chain([], [], depth + 1, head, ids=[])
-        # Every node read is checked against its id: damage is an error, never wrong data.
-        ids, data, base = bytes(ids), bytes(data), None if base is None else bytes(base)
-        lengths = lengths or []
-        if sum(lengths) != len(data):
+        return Chain(types, datas, depth - want + 1, objects.hex_id(base), packed_ids=ids)
+
+    def _loose(self, ids: bytes, data: bytes, base: bytes | None, lengths: list[int],
+               count: int) -> tuple[list[str], list[Any]]:
+        """The types and payloads of a path's loose rows (concatenated), each checked
+        against its id (``base``: the oldest one's parent)."""
+        if sum(lengths) != len(data) or len(lengths) != count:
             raise StoreCorruptError(f"the store at {self._url} is damaged: a node row is "
                                     "unreadable")
         bodies, unreadable = self._payloads.bodies(data, lengths)
@@ -115,11 +162,10 @@ class PgReads:
                                     f"{ids[32 * bad : 32 * bad + 32].hex()[:12]} {why}")
         del data
         try:
-            types, datas = objects.decode_path(b"".join(bodies), count)
+            return objects.decode_path(b"".join(bodies), count)
         except (msgspec.DecodeError, ValueError):
             raise StoreCorruptError(f"the store at {self._url} is damaged: a node row is "
                                     "unreadable") from None
-        return Chain(types, datas, depth - count + 1, objects.hex_id(base), packed_ids=ids)
 
     def resolve_prefix(self, prefix: str, limit: int = 2) -> list[NodeId]:
         """Up to ``limit`` stored ids that start with ``prefix``, through the id index."""
@@ -211,8 +257,9 @@ class PgReads:
         the open snapshot's, or a read-only transaction of its own."""
         with self._channel.lock:
             if self._channel.depth:
-                for row in self._read(objects.ITER):  # (sends the batch's queued appends)
-                    yield self._stored(row)
+                rows = self._read(objects.ITER, binary=True)  # (sends the queued appends)
+                yield from self._nodes(rows, lambda pid: self._read(
+                    packsql.ONE_PACK, (pid,), binary=True))
                 return
             conn = self._conn.connection()
             try:
@@ -229,23 +276,53 @@ class PgReads:
 
     def _iter_cursor(self, conn: Conn) -> Iterator[StoredNode]:
         # A server-side cursor: the rows come _ITER_CHUNK at a time, not all at once.
-        with conn.cursor(name="sesstree_iter_nodes") as cur:
+        with conn.cursor(name="sesstree_iter_nodes", binary=True) as cur:
             cur.itersize = _ITER_CHUNK
             cur.execute(objects.ITER)
-            for row in cur:
+            yield from self._nodes(cur, lambda pid: conn.execute(
+                packsql.ONE_PACK, (pid,), binary=True).fetchall())
+
+    def _nodes(self, rows: Iterable[Any],
+               fetch: Callable[[int], list[Any]]) -> Iterator[StoredNode]:
+        """Nodes from rows of :data:`.objects.ITER`; a packed one's pack read with ``fetch``
+        (once while its rows come: a few packs are kept open)."""
+        opened: dict[int, tuple[RawPack, int, int]] = {}
+        for row in rows:
+            if row[5] is None:
                 yield self._stored(row)
+                continue
+            found = opened.pop(row[5], None)  # (put back last: the least recent goes first)
+            if found is None:
+                got = fetch(row[5])
+                if not got:
+                    raise StoreCorruptError(f"the store at {self._url} is damaged: node "
+                                            f"{bytes(row[0]).hex()[:12]} is in pack {row[5]}, "
+                                            "which is missing")
+                pid, depth, count, codec, sum, data = got[0][:6]
+                found = (self.packs.raw(pid, depth, count, codec, bytes(sum), bytes(data),
+                                        bytes(row[0])), depth, count)
+                if len(opened) >= _ITER_PACKS:
+                    del opened[next(iter(opened))]
+            opened[row[5]] = found
+            yield self._packed(row, *found)
 
     def count_nodes(self) -> int:
         """How many nodes are stored (counted on the server)."""
         return int(self._read(objects.COUNT)[0][0])
 
     def check(self) -> list[str]:
-        """fsck's checks on the server (links, derived indexes, refs and the reflog, the
-        compression dictionaries), up to 20 faults per check."""
+        """fsck's checks on the server (links, derived indexes, the packs' index, refs and the
+        reflog, the compression dictionaries), up to 20 faults per check."""
         faults: list[str] = []
         for what, sql in objects.CHECKS.items():
             for (key,) in self._read(sql + " LIMIT 20"):
                 faults.append(f"{what}: {key.hex()[:12]}")
+        for what, sql in packsql.PACK_CHECKS.items():
+            for (key,) in self._read(sql + " LIMIT 20"):
+                faults.append(f"{what}: {key.hex()[:12]}")
+        for what, sql in packsql.PACKS_WITHOUT.items():
+            for pid, depth, count in self._read(sql + " LIMIT 20"):
+                faults.append(f"{what}: {describe(pid, depth, count)}")
         for what, sql in refs.REF_CHECKS.items():
             for (key,) in self._read(sql + " LIMIT 20"):
                 faults.append(f"{what}: {key}")

@@ -6,12 +6,13 @@ through its :class:`~sesstree.store.postgres.channel.Channel`.
 - ``refs_at``: the refs at a few nodes, through the ``reflog_new`` index (every move of a ref
   is logged with its new target, so a ref's current target is named by one of its entries).
 - ``iter_links`` / ``node_keys`` / ``ids_of_keys``: reachability from integers.
-- ``verify_nodes``: fsck's re-hash, a slice of rows per statement.
+- ``verify_nodes``: fsck's re-hash, a slice of rows (then of packs) per statement.
 - ``counts`` / ``server_stats``: the server counts (``path_bytes`` is kept by every append).
 - ``sweep``: gc. What is reachable is walked on the server (a recursive query over ``seq``
   and ``parent``: no payload leaves the server, and only the unreachable ids come back); the
   removal goes in chunks of :data:`CHUNK`, each a short transaction that holds writers back
-  (SHARE locks) only while it looks at what they wrote since the walk and removes its chunk.
+  (SHARE locks) only while it looks at what they wrote since the walk and removes its chunk
+  (and packs again what is left of the packs its nodes were in).
 """
 
 from __future__ import annotations
@@ -28,6 +29,8 @@ from . import objects, refs
 from .channel import Channel
 from .codec import PgPayloads
 from .conn import Conn
+from .packer import PgPacker
+from .packfsck import verify_packs
 from .reads import PgReads, reflog_entries
 
 __all__ = ["CHUNK", "SLICE", "GcPlan", "PgScans"]
@@ -73,13 +76,13 @@ WITH RECURSIVE up(seq) AS (
 SELECT seq FROM up
 """
 _REMOVE = """
-WITH gone AS (DELETE FROM nodes WHERE seq = ANY(%(chunk)s) RETURNING seq, blob),
+WITH gone AS (DELETE FROM nodes WHERE seq = ANY(%(chunk)s) RETURNING seq, blob, pack),
 unused AS (
     DELETE FROM blobs b WHERE b.hash IN (SELECT blob FROM gone WHERE blob IS NOT NULL)
     AND NOT EXISTS (SELECT 1 FROM nodes n WHERE n.blob = b.hash
                     AND n.seq NOT IN (SELECT seq FROM gone))
 )
-SELECT seq FROM gone
+SELECT seq, pack FROM gone
 """
 
 
@@ -98,10 +101,12 @@ class GcPlan:
 class PgScans:
     """The bounded reads and the gc of one PostgreSQL backend (see the module docstring)."""
 
-    def __init__(self, channel: Channel, payloads: PgPayloads, reads: PgReads) -> None:
+    def __init__(self, channel: Channel, payloads: PgPayloads, reads: PgReads,
+                 packer: PgPacker) -> None:
         self._channel = channel
         self._payloads = payloads
         self._reads = reads
+        self._packer = packer
         self._read = channel.read
 
     def list_refs_with_depth(self, prefix: str) -> list[tuple[Ref, int]]:
@@ -146,14 +151,17 @@ class PgScans:
             below = int(rows[-1][0])
 
     def verify_nodes(self, progress: Progress | None = None) -> Iterator[str]:
-        """Re-hash every node against its id, :data:`SLICE` rows a statement; one fault line
-        per node that does not match."""
-        top = int(self._read("SELECT coalesce(max(seq), 0) FROM nodes")[0][0])
+        """Re-hash every node against its id: the loose rows :data:`SLICE` a statement, then
+        every pack (:func:`.packfsck.verify_packs`); one fault line per damage."""
+        top, packed = (int(v) for v in self._read(
+            "SELECT coalesce(max(seq), 0), (SELECT coalesce(sum(count), 0) FROM packs) "
+            "FROM nodes")[0])
+        total = top + packed
         after = 0
         while True:
             rows = self._read(objects.VERIFY, (after, SLICE), binary=True)
             if not rows:
-                return
+                break
             for _seq, key, parent, parent_seq, row in rows:
                 if parent_seq is not None and parent is None:
                     continue  # a missing parent: the link checks name it
@@ -167,7 +175,15 @@ class PgScans:
                     yield f"node {bytes(key).hex()[:12]} does not hash to its id (content damaged)"
             after = int(rows[-1][0])
             if progress is not None:
-                progress(min(after, top), top)
+                progress(min(after, top), total)
+        checked = [top]
+
+        def done(n: int) -> None:
+            checked[0] += n
+            if progress is not None:
+                progress(min(checked[0], total), total)
+
+        yield from verify_packs(self._read, self._reads.packs, done)
 
     def newest_refs(self, prefix: str, limit: int, offset: int = 0) -> list[Ref]:
         """The refs under ``prefix`` that moved last, newest first, through ``refs_moved``."""
@@ -258,7 +274,7 @@ class PgScans:
 
             def remove(conn: Conn, replay: bool, chunk: list[int] = chunk) -> list[int]:
                 with conn.transaction():
-                    conn.execute("LOCK TABLE nodes, blobs, refs, reflog IN SHARE MODE")
+                    conn.execute("LOCK TABLE nodes, blobs, refs, reflog, packs IN SHARE MODE")
                     head = _gc_keep(conn, keep)
                     saved = [int(r[0]) for r in conn.execute(_NEW_PARENTS, (plan.max_seq,))
                              if int(r[0]) in candidates]
@@ -271,7 +287,10 @@ class PgScans:
                     doomed = [s for s in chunk if s in candidates]
                     if not doomed:
                         return []
-                    return [int(r[0]) for r in conn.execute(_REMOVE, {"chunk": doomed})]
+                    gone = conn.execute(_REMOVE, {"chunk": doomed}).fetchall()
+                    # What is left of their packs is packed again, in this transaction.
+                    self._packer.rebuild(conn, [r[1] for r in gone if r[1] is not None])
+                    return [int(r[0]) for r in gone]
 
             with self._channel.lock:
                 gone = self._channel.run(remove)

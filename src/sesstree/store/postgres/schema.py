@@ -9,7 +9,9 @@ Tables (see docs/storage.md, "PostgreSQL", for why each is shaped so):
 - ``nodes``: ``seq`` (identity, the walk key), ``id`` (32 bytes, unique), ``parent`` (the
   parent's ``seq``), ``depth`` and ``path_bytes`` (derived: the path's length and its size as
   JSONL lines, so stats need no pass over the nodes), ``data`` (type then payload, msgpack;
-  the payload is nil when it is in ``blobs``), ``blob`` (the payload's hash).
+  the payload is nil when it is in ``blobs``; empty for a packed node), ``blob`` (the
+  payload's hash), ``pack`` (the node's pack, NULL while it is loose).
+- ``packs``: settled runs of a path, one compressed frame each (:mod:`.packsql`).
 - ``blobs``: payloads over 1 KB, keyed by their blake3 hash, stored once; TOAST compresses them.
 - ``refs``: a ref's current target (``seq``); the row a compare-and-set locks.
 - ``reflog``: every move, written in the same transaction as the move.
@@ -32,11 +34,13 @@ from ...node import ID_VERSION
 from .codec import DICTS_TABLE
 from .conn import Conn
 from .objects import OBJECT_FUNCTIONS, OBJECT_TABLES
+from .packsql import PACK_FUNCTIONS, PACK_TABLES
+from .pathsql import PATH_FUNCTIONS
 from .refs import REF_FUNCTIONS, REF_TABLES, TO_FORMAT_2
 
-__all__ = ["FORMAT_VERSION", "MIGRATIONS", "ensure_schema"]
+__all__ = ["FORMAT_VERSION", "FUNCTIONS", "MIGRATIONS", "ensure_schema"]
 
-FORMAT_VERSION = 4
+FORMAT_VERSION = 5
 
 #: Step k takes format k to format k + 1.
 MIGRATIONS: list[list[str]] = [
@@ -61,6 +65,12 @@ MIGRATIONS: list[list[str]] = [
     # sesstree of format 3 could not read a frame: it must refuse the store. The payloads
     # stored apart come compressed: TOAST need not try again.
     [DICTS_TABLE, "ALTER TABLE blobs ALTER COLUMN data SET STORAGE EXTERNAL"],
+    # 5: packs (.packsql): settled runs of a path in one compressed frame, node rows kept as
+    # their index. Only the schema changes here (at once: no row is rewritten); the history
+    # already stored is packed afterwards, online, by `repack` (`pack_pending` says it is
+    # due) and by writers as sessions grow. A sesstree of format 4 would find packed rows
+    # empty: it must refuse the store.
+    PACK_TABLES,
 ]
 assert len(MIGRATIONS) == FORMAT_VERSION
 
@@ -69,9 +79,13 @@ assert len(MIGRATIONS) == FORMAT_VERSION
 _SCHEMA_LOCK = 0x5E557EE
 
 
+#: The server-side functions this sesstree uses, in the order they are created.
+FUNCTIONS = [*OBJECT_FUNCTIONS, *PATH_FUNCTIONS, *PACK_FUNCTIONS, *REF_FUNCTIONS]
+
+
 def _functions_key() -> str:
     """A hash of the server-side functions this sesstree uses."""
-    return blake3("\n".join((*OBJECT_FUNCTIONS, *REF_FUNCTIONS)).encode()).hexdigest()[:16]
+    return blake3("\n".join(FUNCTIONS).encode()).hexdigest()[:16]
 
 
 def _version(conn: Conn) -> tuple[int, bool]:
@@ -129,7 +143,7 @@ def ensure_schema(conn: Conn, *, create: bool, shown: str) -> int:
             # (an upgrade that changes no table changes only them).
             found = conn.execute("SELECT value FROM meta WHERE key = 'functions'").fetchone()
             if version < FORMAT_VERSION or found is None or found[0] != _functions_key():
-                for statement in (*OBJECT_FUNCTIONS, *REF_FUNCTIONS):
+                for statement in FUNCTIONS:
                     conn.execute(statement)
                 conn.execute(
                     "INSERT INTO meta VALUES ('format', %s), ('ids', %s), ('functions', %s) "

@@ -29,6 +29,7 @@ from . import objects, refs
 from .channel import Channel
 from .codec import PgPayloads
 from .conn import Conn, StoreUnavailableError, is_connection_lost
+from .packer import PgPacker
 
 __all__ = ["PgWrites"]
 
@@ -36,9 +37,10 @@ __all__ = ["PgWrites"]
 class PgWrites:
     """Every write of one PostgreSQL backend (see the module docstring)."""
 
-    def __init__(self, channel: Channel, payloads: PgPayloads) -> None:
+    def __init__(self, channel: Channel, payloads: PgPayloads, packer: PgPacker) -> None:
         self._channel = channel
         self._payloads = payloads
+        self._packer = packer
 
     def commit(self, nodes: Sequence[RawNode], updates: Sequence[RefUpdate]) -> None:
         """See :meth:`sesstree.store.base.Backend.commit`."""
@@ -57,12 +59,14 @@ class PgWrites:
                 channel.run(lambda conn, replay: self._commit_in(conn, nodes, updates, replay))
             if not channel.depth:
                 self.train_if_due()
+                self._packer.after_commit()
 
     def train_if_due(self) -> None:
         """Train the compression dictionary when due (see PgPayloads.train_if_due)."""
         try:
             self._payloads.train_if_due(
-                objects.SAMPLES, lambda sql, params: self._channel.read(sql, params, fetch=False)
+                objects.SAMPLES, lambda sql, params: self._channel.read(sql, params, fetch=False),
+                self._packer.samples,
             )
         except (CodecError, StoreError):
             pass  # only a saving of space: payloads stay plain, and it is tried again later
@@ -87,6 +91,7 @@ class PgWrites:
             channel.queue.setdefault(u.name, []).append((u.old, params))
             channel.queue_reason[u.name] = u.reason
             channel.heads[u.name] = u.new
+            self._packer.moved(u.name, u.old, u.new, True)
             return
 
         def work(conn: Conn, replay: bool) -> str:
@@ -97,6 +102,7 @@ class PgWrites:
         status = channel.run(work)
         if status != "ok":
             raise _conflict(u, status)
+        self._packer.moved(u.name, u.old, u.new, True)
         if channel.depth:
             channel.heads[u.name] = u.new
 
@@ -133,6 +139,8 @@ class PgWrites:
                 status = str(row[0]) if row else "conflict:"
                 if status != "ok":
                     raise _conflict(u, status)
+        for u in updates:
+            self._packer.moved(u.name, u.old, u.new, False)
         if self._channel.depth:
             for u in updates:
                 self._channel.heads[u.name] = u.new
@@ -163,6 +171,7 @@ class PgWrites:
                     channel.send_queue()
             except BaseException as exc:
                 channel.drop_queue()
+                self._packer.forget(list(channel.heads))
                 channel.end_batch()
                 try:
                     txn.__exit__(type(exc), exc, exc.__traceback__)
@@ -172,7 +181,6 @@ class PgWrites:
             channel.end_batch()
             try:
                 txn.__exit__(None, None, None)
-                self.train_if_due()
             except psycopg.Error as exc:
                 if is_connection_lost(exc, conn):
                     channel.conn.discard()
@@ -183,6 +191,8 @@ class PgWrites:
                         "committed: it may or may not be stored; look before writing it again"
                     ) from None
                 channel.conn.raise_translated(exc)
+            self.train_if_due()
+            self._packer.after_commit()
 
     def rename_ref(self, old: str, new: str, target: NodeId, reason: str) -> None:
         """See :meth:`sesstree.store.base.RefStore.rename_ref`."""
@@ -198,6 +208,8 @@ class PgWrites:
 
             if self._channel.run(work) != "ok":
                 raise ConflictError(f"cannot rename {old} to {new}: one of them moved")
+            self._packer.moved(old, target, None, False)
+            self._packer.moved(new, None, target, False)
 
     def expire_reflog(self, name: str) -> int:
         """See :meth:`sesstree.store.base.RefStore.expire_reflog`."""
@@ -231,8 +243,16 @@ class PgWrites:
 
     def delete_nodes(self, ids: Sequence[NodeId]) -> int:
         """See :meth:`sesstree.store.base.ObjectStore.delete_nodes`."""
-        rows = self._channel.read(objects.DELETE, {"ids": [bytes.fromhex(i) for i in ids]})
-        return int(rows[0][0])
+        def work(conn: Conn, replay: bool) -> int:
+            with conn.transaction():
+                row = conn.execute(objects.DELETE, {"ids": [bytes.fromhex(i) for i in ids]}
+                                   ).fetchone()
+                assert row is not None
+                self._packer.rebuild(conn, row[1] or [])  # what is left of their packs
+            return int(row[0])
+
+        with self._channel.lock:
+            return self._channel.run(work)
 
 
 def _has_in(conn: Conn, id: NodeId, nodes: Sequence[RawNode]) -> bool:

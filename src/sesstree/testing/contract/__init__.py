@@ -20,7 +20,9 @@ does, and what it checks is still what the engine kept. By topic:
 - :mod:`.refs`: compare-and-set on create, move and delete, the reflog, metadata, reopening;
 - :mod:`.batches`: all-or-nothing, one reflog entry per ref, folding as a compare-and-set;
 - :mod:`.space`: gc of what nothing reaches, reflog expiry, sizes, large payloads;
-- :mod:`.text`: text no engine can hold (:mod:`sesstree.store.storable`).
+- :mod:`.text`: text no engine can hold (:mod:`sesstree.store.storable`);
+- :mod:`.packs`: packs read back exactly, forks in them, repack, gc, damage named (an
+  engine without packs skips them; the damage test needs ``Engine.damage_pack``).
 
 What sesstree builds on top (revisions, HEAD, log, diff, sessions and tags) is the repo
 suite, :mod:`sesstree.testing.repo`, imported apart. Test ids name the engine by the module
@@ -30,9 +32,10 @@ that imports the suite (``tests/store/sqlite/test_sqlite_contract.py::test_cas_o
 from __future__ import annotations
 
 from ..fixtures import store
-from . import batches, objects, refs, space, text
+from . import batches, objects, packs, refs, space, text
 from .batches import *  # noqa: F403 - the contract's tests, by topic
 from .objects import *  # noqa: F403
+from .packs import *  # noqa: F403
 from .refs import *  # noqa: F403
 from .space import *  # noqa: F403
 from .text import *  # noqa: F403
@@ -43,3 +46,4 @@ __all__ += refs.__all__
 __all__ += batches.__all__
 __all__ += space.__all__
 __all__ += text.__all__
+__all__ += packs.__all__
