@@ -25,9 +25,19 @@ def damage(store: Store, id: NodeId) -> None:
         assert done.rowcount == 1, f"node {id[:12]} is not loose"
 
 
+def damage_pack(store: Store) -> None:
+    """One byte of the oldest pack's stored bytes flipped (its checksum left as it was)."""
+    with closing(sqlite3.connect(store.backend.path)) as db, db:  # type: ignore[attr-defined]
+        pid, data = db.execute("SELECT pid, data FROM packs ORDER BY pid LIMIT 1").fetchone()
+        changed = bytearray(data)
+        changed[len(changed) // 2] ^= 0x10
+        db.execute("UPDATE packs SET data = ? WHERE pid = ?", (bytes(changed), pid))
+
+
 @pytest.fixture
 def engine(tmp_path: Path) -> Engine:
-    return Engine("sqlite", open=lambda: open_store(tmp_path / "s"), damage_node=damage)
+    return Engine("sqlite", open=lambda: open_store(tmp_path / "s"), damage_node=damage,
+                  damage_pack=damage_pack)
 
 
 def test_fsck_finds_wrong_depth_index(store: Store) -> None:

@@ -125,7 +125,10 @@ class SqliteNodes:
                         type, encoded, _ = state.paths.row(r[1], r[4], r[5], r[6], r[7], r[8],
                                                            r[3])
                 except StoreCorruptError:
-                    # Yield it as it is: it will not hash to its id, and fsck reports it as such.
+                    if r[8] is not None:
+                        raise  # a damaged pack holds nothing to give: the error names it
+                    # A loose row is given as it is: it will not hash to its id, and fsck
+                    # reports it as such.
                     type, encoded = "", r[4] if isinstance(r[4], bytes) else b""
                 yield StoredNode(
                     state.hex(r[1]), state.hex(r[2]) if r[2] is not None else None, r[3], type,
