@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 
 from blake3 import blake3
 
-from ...errors import MissingNodeError
+from ...errors import MissingNodeError, SesstreeError
 from ..base import RawNode, RefUpdate
 from ..codec import SMALL_MIN
 from ..packs import INLINE_MAX
@@ -147,8 +147,14 @@ class Writer:
                 due = [u.name for u in updates if u.new is not None and packer.note(u.name)]
                 if due:
                     # Committed: packing is a transaction of its own, after it (packing.py).
-                    with state.errors():
-                        packer.after_commit(due)
+                    # Its failure (a disk too full for the pack, the lock held too long) is
+                    # not the append's: the tail stays loose, and the next append or pause
+                    # packs it.
+                    try:
+                        with state.errors():
+                            packer.after_commit(due)
+                    except SesstreeError:
+                        pass
 
     def _commit_alone(self, nodes: Sequence[RawNode], updates: Sequence[RefUpdate]) -> None:
         """A commit outside any batch: the one-statement append, or one transaction."""
