@@ -7,6 +7,7 @@ Every node read is checked against its id: damage shows as an error, never as da
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
+from contextlib import AbstractContextManager, nullcontext
 
 from ...errors import StoreCorruptError
 from ...node import NodeId
@@ -30,9 +31,15 @@ class SqliteNodes:
         self._txn = txn
         self._lock = state.lock  # (the same lock for the connection's whole life)
 
+    def _packed_snapshot(self) -> AbstractContextManager[None]:
+        """A read snapshot for a read that goes from node rows to their packs (format 5): a
+        gc of another connection may rebuild a pack under a new number between the two, and
+        the rows' pack would be missing, which reads as damage."""
+        return self._txn.snapshot() if self._state.packs else nullcontext()
+
     def get(self, id: NodeId) -> StoredNode | None:
         state = self._state
-        with self._lock, state.errors():
+        with self._lock, state.errors(), self._packed_snapshot():
             row = state.db.execute(state.q(
                 f"SELECT {NODE_COLS}, n.depth, p.id, p.depth FROM nodes n LEFT JOIN nodes p "
                 f"ON p.seq = n.parent {LOOSE_JOIN} LEFT JOIN blobs b ON b.bid = n.bid "
@@ -75,7 +82,8 @@ class SqliteNodes:
                 raise KeyError(head)
             seq, depth = found
             need = depth if limit is None else min(limit, depth)
-            types, datas, ids, base = state.paths.read(seq, need, need == depth)
+            with self._packed_snapshot():
+                types, datas, ids, base = state.paths.read(seq, need, need == depth)
             return Chain(types, datas, depth - need + 1,
                          state.hex(base) if base is not None else None, packed_ids=ids)
 
@@ -122,8 +130,23 @@ class SqliteNodes:
             for r in rows:
                 try:
                     with self._lock:
-                        type, encoded, _ = state.paths.row(r[1], r[4], r[5], r[6], r[7], r[8],
-                                                           r[3])
+                        try:
+                            type, encoded, _ = state.paths.row(r[1], r[4], r[5], r[6], r[7],
+                                                               r[8], r[3])
+                        except StoreCorruptError:
+                            if r[8] is None:
+                                raise
+                            # A gc of another connection may have rebuilt its pack since
+                            # the slice was read: the row as it is now says where it is.
+                            with state.errors():
+                                now = state.db.execute("SELECT pack FROM nodes WHERE seq = ?",
+                                                       (r[0],)).fetchone()
+                            if now is None:
+                                continue  # removed since: it is not a node of the store now
+                            if now[0] == r[8]:
+                                raise
+                            type, encoded, _ = state.paths.row(r[1], r[4], r[5], r[6], r[7],
+                                                               now[0], r[3])
                 except StoreCorruptError:
                     if r[8] is not None:
                         raise  # a damaged pack holds nothing to give: the error names it
