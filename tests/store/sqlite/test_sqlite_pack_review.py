@@ -4,7 +4,10 @@ a pack that lost rows under a number of its own)."""
 
 from __future__ import annotations
 
+import os
 import random
+import select
+import signal
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -109,3 +112,37 @@ def test_every_node_listed_while_a_gc_rebuilds_a_pack_is_what_was_stored(
     listed = list(reader.backend.iter_nodes())
     assert [n for n in listed if n.type == ""] == []
     assert {n.id: n for n in listed if n.id in kept} == kept
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_a_process_forked_after_a_load_loads_too(tmp_path: Path) -> None:
+    # A load of several large packs inflates in a second thread; a child forked after one
+    # (multiprocessing's default start on Linux) has no such thread, and waited for it forever.
+    rng = random.Random(2)
+    messages = [{"role": "user", "content": "".join(rng.choices("abcdefghijklmnop", k=300))}
+                for _ in range(3000)]
+    with open_store(tmp_path) as store:
+        session = store.session("a")
+        for m in messages:
+            session.add_message(m)
+        store.repack()
+    with open_store(tmp_path, create=False) as store:
+        assert store.messages("a") == messages  # (the inflating thread is started)
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover (the child)
+        try:
+            with open_store(tmp_path, create=False) as store:
+                ok = store.messages("a") == messages
+            os.write(write, b"1" if ok else b"0")
+        finally:
+            os._exit(0)
+    os.close(write)
+    try:
+        ready, _, _ = select.select([read], [], [], 120)  # (a bound for a hang, not a timing)
+        assert ready and os.read(read, 1) == b"1", "the forked child did not load the session"
+    finally:
+        if not ready:
+            os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        os.close(read)

@@ -11,6 +11,7 @@ parent it goes on to has the id the frame says, so damage in an index row is an 
 
 from __future__ import annotations
 
+import os
 import sqlite3
 from collections import OrderedDict
 from collections.abc import Iterator
@@ -368,6 +369,17 @@ class PackedReader:
 
 
 _pool: ThreadPoolExecutor | None = None
+
+
+def _forget_pool() -> None:
+    # A forked child has none of its parent's threads: its pool would take work and never
+    # do it. It makes its own when it first needs one.
+    global _pool
+    _pool = None
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_pool)
 #: Below this many compressed bytes a path's packs are inflated in the reading thread (a
 #: hand-off to the second thread costs more than it saves).
 _POOL_MIN = 64 * 1024
