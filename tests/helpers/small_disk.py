@@ -1,5 +1,5 @@
 """A real small file system for full-disk tests: a tmpfs mounted for the test, and a filler
-file that leaves it a chosen number of bytes free.
+file that leaves it a chosen number of bytes free; and a folder seen as read-only media.
 
 Mounting needs root and mount permission; without them the tests that need a small disk are
 skipped, with that reason.
@@ -54,3 +54,24 @@ def leave_free(disk: Path, left: int) -> int:
 def make_room(disk: Path) -> None:
     """Remove the filler file: the disk has room again."""
     (disk / FILLER).unlink(missing_ok=True)
+
+
+def _bind(*args: str) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("read-only media needs a bind mount, which needs root")
+    done = subprocess.run(["mount", *args], capture_output=True, text=True)
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount here: {done.stderr.strip()}")
+
+
+@contextmanager
+def read_only_view(folder: Path, view: Path) -> Iterator[Path]:
+    """``folder`` seen read-only at ``view`` (a read-only bind mount) inside the block; the
+    test is skipped where it cannot be mounted."""
+    view.mkdir()
+    _bind("--bind", str(folder), str(view))
+    try:
+        _bind("-o", "remount,ro,bind", str(view))
+        yield view
+    finally:
+        subprocess.run(["umount", "-l", str(view)], capture_output=True, check=False)

@@ -20,17 +20,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import shutil
 import sqlite3
-import subprocess
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
-from small_disk import leave_free, make_room, mounted
+from small_disk import leave_free, make_room, mounted, read_only_view
 
 from sesstree import StoreFullError, StoreReadOnlyError, open_store
 
@@ -99,24 +95,6 @@ def _golden_store(version: int, folder: Path) -> dict[str, Any]:
     return json.loads((DATA / f"format{version}.json").read_text())  # type: ignore[no-any-return]
 
 
-def _mount(*args: str) -> None:
-    if os.geteuid() != 0:
-        pytest.skip("read-only media needs a bind mount, which needs root")
-    done = subprocess.run(["mount", *args], capture_output=True, text=True)
-    if done.returncode != 0:
-        pytest.skip(f"cannot mount here: {done.stderr.strip()}")
-
-
-@contextmanager
-def _read_only_view(folder: Path, view: Path) -> Iterator[Path]:
-    """``folder`` seen read-only at ``view`` (a read-only bind mount) inside the block."""
-    view.mkdir()
-    _mount("--bind", str(folder), str(view))
-    try:
-        _mount("-o", "remount,ro,bind", str(view))
-        yield view
-    finally:
-        subprocess.run(["umount", "-l", str(view)], capture_output=True, check=False)
 
 
 @pytest.mark.parametrize("version", VERSIONS)
@@ -125,7 +103,7 @@ def test_an_old_store_on_read_only_media_reads_as_it_did_and_is_left_as_it_is(
 ) -> None:
     golden = _golden_store(version, tmp_path / "src" / "s")
     before = (tmp_path / "src" / "s" / "store.db").read_bytes()
-    with _read_only_view(tmp_path / "src", tmp_path / "ro") as view:
+    with read_only_view(tmp_path / "src", tmp_path / "ro") as view:
         assert read(view / "s") == golden["read"]  # read as it is: no upgrade
         with open_store(view / "s") as store, pytest.raises(StoreReadOnlyError):
             store.set_session_meta("main", {"title": "changed"})
@@ -140,7 +118,7 @@ def test_an_append_to_an_old_store_on_read_only_media_is_refused_as_read_only(
     append must still be refused with the read-only error, not fail looking for them."""
     _golden_store(version, tmp_path / "src" / "s")
     before = (tmp_path / "src" / "s" / "store.db").read_bytes()
-    with _read_only_view(tmp_path / "src", tmp_path / "ro") as view:
+    with read_only_view(tmp_path / "src", tmp_path / "ro") as view:
         with open_store(view / "s") as store, pytest.raises(StoreReadOnlyError):
             store.session("main").add_message({"role": "user", "content": "one more"})
     assert (tmp_path / "src" / "s" / "store.db").read_bytes() == before

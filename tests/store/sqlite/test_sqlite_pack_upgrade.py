@@ -22,8 +22,7 @@ import subprocess
 import sys
 import tarfile
 import time
-from collections.abc import Iterator
-from contextlib import closing, contextmanager
+from contextlib import closing
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -31,6 +30,7 @@ from typing import Any
 import pytest
 import zstandard
 from core_testkit import HELPERS
+from small_disk import read_only_view
 
 import sesstree
 from sesstree import StoreFormatError, StoreReadOnlyError, open_store
@@ -198,24 +198,6 @@ def test_a_repack_killed_mid_upgrade_reopens_reads_back_and_a_later_one_finishes
     assert mid >= 2  # (the first pack is 1,000 nodes: a kill in it comes before it ends)
 
 
-def _mount(*args: str) -> None:
-    if os.geteuid() != 0:
-        pytest.skip("read-only media needs a bind mount, which needs root")
-    done = subprocess.run(["mount", *args], capture_output=True, text=True)
-    if done.returncode != 0:
-        pytest.skip(f"cannot mount here: {done.stderr.strip()}")
-
-
-@contextmanager
-def read_only_view(folder: Path, view: Path) -> Iterator[Path]:
-    """``folder`` seen read-only at ``view`` (a read-only bind mount) inside the block."""
-    view.mkdir()
-    _mount("--bind", str(folder), str(view))
-    try:
-        _mount("-o", "remount,ro,bind", str(view))
-        yield view
-    finally:
-        subprocess.run(["umount", "-l", str(view)], capture_output=True, check=False)
 
 
 @pytest.mark.parametrize("packed", [False, True], ids=["pending", "packed"])
