@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import TextIO
 
-__all__ = ["TerminalProgress", "terminal_progress"]
+__all__ = ["TerminalProgress", "progress_line", "terminal_progress"]
 
 
 class TerminalProgress:
@@ -58,3 +60,15 @@ def terminal_progress(what: str, stream: TextIO | None = None) -> TerminalProgre
     except (AttributeError, ValueError):  # a closed or unusual stream
         return None
     return TerminalProgress(what, out)
+
+
+@contextmanager
+def progress_line(what: str, show: bool = True) -> Iterator[TerminalProgress | None]:
+    """:func:`terminal_progress` for the block (None when it is not a terminal, or not
+    ``show``), its line ended however the block ends."""
+    progress = terminal_progress(what) if show else None
+    try:
+        yield progress
+    finally:
+        if progress is not None:
+            progress.finish()

@@ -35,18 +35,14 @@ def import_(locator: StoreLocator, files: tuple[Path, ...], name: str | None, fm
     A re-import lands where the earlier import of the same file is, even renamed.
     """
     from ..interop import import_files
-    from .progress import terminal_progress
+    from .progress import progress_line
 
     store = locator.open()
     # Only for many files (a folder, several names): one file's import says its result.
     many = recursive or len(files) > 1
-    progress = terminal_progress("importing files") if many else None
-    try:
+    with progress_line("importing files", show=many) as progress:
         results = import_files(store, list(files), name=name, format=fmt,
                                recursive=recursive, force=force, progress=progress)
-    finally:
-        if progress is not None:
-            progress.finish()
     if as_json:
         # Ids a file quotes may hold lone surrogates ("\ud800"), which UTF-8 cannot carry.
         def safe(text: str) -> str:
@@ -103,15 +99,11 @@ def export(locator: StoreLocator, rev: str, out: Path | None, fmt: str, force: b
 @pass_store
 def stats(locator: StoreLocator, as_json: bool) -> None:
     """Nodes, refs, and bytes: as separate JSONL files (logical) against on disk (physical)."""
-    from .progress import terminal_progress
+    from .progress import progress_line
 
     store = locator.open()
-    progress = terminal_progress("sizing paths")
-    try:
+    with progress_line("sizing paths") as progress:
         s = store.stats(progress=progress)
-    finally:
-        if progress is not None:
-            progress.finish()
     if as_json:
         emit_json({**msgspec.to_builtins(s), "ratio": round(s.ratio, 3)})
         return
@@ -161,7 +153,7 @@ def fsck(locator: StoreLocator, accept_wal_loss: bool) -> None:
     """Re-hash every node and check parents, refs, reflog and indexes; exit 1 on any fault."""
     from ..errors import WalDamagedError
     from ..repo.maintenance import fsck as check
-    from .progress import terminal_progress
+    from .progress import progress_line
 
     if accept_wal_loss:
         _accept_wal_loss(locator)
@@ -171,12 +163,8 @@ def fsck(locator: StoreLocator, accept_wal_loss: bool) -> None:
         # Found on open (this one or an earlier one): the store is not opened until accepted.
         click.echo(one_line(f"fault: {exc}"))
         fail("1 fault found: the write-ahead log is damaged (see above)")
-    progress = terminal_progress("checking nodes")
-    try:
+    with progress_line("checking nodes") as progress:
         faults = check(store, progress=progress)
-    finally:
-        if progress is not None:
-            progress.finish()
     for fault in faults:
         click.echo(f"fault: {fault}")
     if faults:
@@ -208,15 +196,11 @@ def _accept_wal_loss(locator: StoreLocator) -> None:
 def gc(locator: StoreLocator, dry_run: bool, aggressive: bool) -> None:
     """Remove nodes that no session, tag, HEAD or reflog entry reaches."""
     from ..repo.maintenance import gc as collect
-    from .progress import terminal_progress
+    from .progress import progress_line
 
     store = locator.open()
-    progress = terminal_progress("removing unreachable nodes")
-    try:
+    with progress_line("removing unreachable nodes") as progress:
         result = collect(store, dry_run=dry_run, progress=progress)
-    finally:
-        if progress is not None:
-            progress.finish()
     verb = "would remove" if dry_run else "removed"
     click.echo(f"{verb} {plural(len(result.unreachable), 'unreachable node')}; {result.kept} kept")
     if aggressive and not dry_run:
@@ -232,14 +216,10 @@ def repack(locator: StoreLocator) -> None:
 
 
 def _repack(store: Store) -> None:
-    from .progress import terminal_progress
+    from .progress import progress_line
 
-    progress = terminal_progress("packing sessions")
-    try:
+    with progress_line("packing sessions") as progress:
         counts = store.repack(progress=progress)
-    finally:
-        if progress is not None:
-            progress.finish()
     if counts is None:
         click.echo("this store keeps no packs: nothing to do")
         return
