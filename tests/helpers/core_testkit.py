@@ -2,13 +2,25 @@
 
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
+from types import ModuleType
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from sesstree import Store
 
 HELPERS = Path(__file__).parent
+
+
+def load_script(path: Path) -> ModuleType:
+    """The Python file at ``path`` (a data folder's generator script, say) as a module, so a
+    test reads what the script made with the script's own code."""
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def user(text: str, **extra: object) -> dict[str, object]:

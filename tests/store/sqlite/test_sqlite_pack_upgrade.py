@@ -11,7 +11,6 @@ the sesstree of format 4 refuses it with its one line.
 
 from __future__ import annotations
 
-import importlib.util
 import io
 import json
 import os
@@ -24,12 +23,11 @@ import tarfile
 import time
 from contextlib import closing
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
 import zstandard
-from core_testkit import HELPERS
+from core_testkit import HELPERS, load_script
 from small_disk import read_only_view
 
 import sesstree
@@ -42,16 +40,9 @@ FORMAT_4 = "835aec1"
 CHILD = HELPERS / "pack_crash_child.py"
 
 
-def _maker() -> ModuleType:
-    """``data/make_format4_long.py``: its ``summary`` reads a store the way the JSON was made."""
-    spec = importlib.util.spec_from_file_location("make_format4_long", DATA / "make_format4_long.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
-
-summary = _maker().summary
+#: ``data/make_format4_long.py``'s ``summary`` reads a store the way the JSON was made.
+summary = load_script(DATA / "make_format4_long.py").summary
 GOLDEN: dict[str, Any] = json.loads((DATA / "format4_long.json").read_text())
 
 

@@ -8,16 +8,15 @@ The format-4 store is ``data/format4_blocks.db``, written by the sesstree of for
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import shutil
 import sqlite3
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
 from codec_kit import read_only_run, traffic
+from core_testkit import load_script
 
 from sesstree import open_store
 from sesstree.store.sqlite.packing import PENDING
@@ -26,16 +25,9 @@ from sesstree.store.sqlite.sums import BLOCK
 DATA = Path(__file__).parent / "data"
 
 
-def _made_by() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("make_format4_blocks", DATA / "make_format4_blocks.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
 
 #: What the format-4 store holds: one session "q" of these messages, rows 1..2 * BLOCK + 40.
-MESSAGES: list[dict[str, Any]] = _made_by().MESSAGES
+MESSAGES: list[dict[str, Any]] = load_script(DATA / "make_format4_blocks.py").MESSAGES
 
 
 def format_4_store(tmp_path: Path) -> Path:
