@@ -247,15 +247,9 @@ class Packer:
                 raise StoreCorruptError(
                     f"store {state.path} is damaged: node {ids[bad].hex()[:12]} does not hash "
                     "to its id")
-            frame = build_frame(ids, base_id, entries, apart)
-            codec, data = state.paths.codec.pack_blob(frame)
             depth = first_depth if type(first_depth) is int else 0  # (checked above)
-            cur = db.execute(
-                "INSERT INTO packs(depth, base, count, size, codec, sum, data) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?)",
-                (depth, base, count, len(frame), codec, checksum(codec, depth, count, data), data),
-            )
-            pid = cur.lastrowid
+            pid = _store_pack(state, build_frame(ids, base_id, entries, apart), depth, base,
+                              count)
             # The payloads leave `loose` (whole pages freed for the next appends); a node's row
             # only gains its pack (a row written before format 5 also drops its payload).
             packed = seqs[:count]
@@ -319,6 +313,18 @@ class Packer:
         return None if row is None else str(row[0])
 
 
+def _store_pack(state: ConnState, frame: bytes, depth: int, base: int | None, count: int) -> int:
+    """Compress ``frame`` (with the store's dictionary, if it has one) and insert it as a pack
+    of ``count`` nodes from ``depth`` below row ``base``, with its checksum; its number.
+    (Inside the caller's write transaction.)"""
+    codec, data = state.paths.codec.pack_blob(frame)
+    cur = state.db.execute(
+        "INSERT INTO packs(depth, base, count, size, codec, sum, data) VALUES (?, ?, ?, ?, ?, ?, ?)",
+        (depth, base, count, len(frame), codec, checksum(codec, depth, count, data), data))
+    assert cur.lastrowid is not None
+    return cur.lastrowid
+
+
 def trim_packs(state: ConnState, txn: Transactions) -> int:
     """After gc removed rows: drop the packs none of whose rows are left, and rebuild each pack
     some of whose rows went from the prefix that is left (what a run keeps is always a prefix:
@@ -348,13 +354,8 @@ def trim_packs(state: ConnState, txn: Transactions) -> int:
                 continue  # not a prefix: damage, which fsck reports; nothing is rewritten
             frame = build_frame([ids[32 * k : 32 * k + 32] for k in range(kept)], base_id,
                                 entries[:kept], [k for k in apart if k < kept])
-            codec, data = state.paths.codec.pack_blob(frame)
-            cur = db.execute(
-                "INSERT INTO packs(depth, base, count, size, codec, sum, data) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?)",
-                (pack.depth, pack.base, kept, len(frame), codec,
-                 checksum(codec, pack.depth, kept, data), data))
-            db.execute("UPDATE nodes SET pack = ? WHERE pack = ?", (cur.lastrowid, pid))
+            made = _store_pack(state, frame, pack.depth, pack.base, kept)
+            db.execute("UPDATE nodes SET pack = ? WHERE pack = ?", (made, pid))
             db.execute("DELETE FROM packs WHERE pid = ?", (pid,))
             changed += 1
     if reader is not None:

@@ -90,26 +90,35 @@ class PackedReader:
         row = self._db.execute(_PACK, (pid,)).fetchone() if type(pid) is int else None
         if row is None:
             raise self._damaged(f"{describe(pid, None, None)} is missing")
-        depth, base, count, size, codec, digest, data = row
-        if not (type(depth) is int and type(count) is int and count > 0 and type(size) is int
-                and type(codec) is int and isinstance(data, bytes) and (base is None or type(
-                    base) is int)) or checksum(codec, depth, count, data) != digest:
-            raise self._damaged(f"{describe(pid, depth, count)} fails its checksum")
+        pack, data, codec, size = self._checked(pid, *row)
         try:
             frame = self.codec.unpack(data, codec, size)
         except CodecError as exc:
-            raise self._damaged(f"{describe(pid, depth, count)} cannot be inflated ({exc})") from None
-        if len(frame) != size:
-            raise self._damaged(f"{describe(pid, depth, count)} inflates to the wrong size")
-        return _Pack(pid, depth, base, count, frame)  # type: ignore[arg-type]
+            raise self._pack_cannot_inflate(pack, exc) from None
+        self._inflated(pack, frame, size)
+        return pack
 
-    def opened(self, pid: object) -> tuple[_Pack, OpenedPack]:
-        """Pack ``pid`` read and decoded (its payloads stored apart still hashes)."""
-        pack = self.load(pid)
-        try:
-            return pack, open_frame(pack.frame, pack.count)
-        except PackDamage as exc:
-            raise self._damaged(f"{describe(pid, pack.depth, pack.count)}: {exc}") from None
+    def _checked(self, pid: Any, depth: Any, base: Any, count: Any, size: Any, codec: Any,
+                 digest: Any, data: Any) -> tuple[_Pack, bytes, int, int]:
+        """A pack row's columns checked (their types, then the checksum over how to read it
+        and its bytes): the pack, its frame not read yet, and its data, codec and size."""
+        if not (type(depth) is int and type(count) is int and count > 0 and type(size) is int
+                and type(codec) is int and isinstance(data, bytes)
+                and (base is None or type(base) is int)) or checksum(
+                    codec, depth, count, data) != digest:
+            raise self._damaged(f"{describe(pid, depth, count)} fails its checksum")
+        return _Pack(pid, depth, base, count, b""), data, codec, size
+
+    def _pack_cannot_inflate(self, pack: _Pack, exc: CodecError) -> StoreCorruptError:
+        return self._damaged(f"{describe(pack.pid, pack.depth, pack.count)} cannot be inflated "
+                             f"({exc})")
+
+    def _inflated(self, pack: _Pack, frame: bytes, size: int) -> None:
+        """Give ``pack`` its inflated frame, which must be as long as its row says."""
+        if len(frame) != size:
+            raise self._damaged(f"{describe(pack.pid, pack.depth, pack.count)} inflates to the "
+                                "wrong size")
+        pack.frame = frame
 
     def raw(self, pid: int) -> tuple[_Pack, bytes, list[int], bytes | None, list[bytes]]:
         """Pack ``pid``'s ids, apart positions, base id and row bodies, undecoded (cached)."""
@@ -242,29 +251,20 @@ class PackedReader:
             rows = db.execute(_WALK, (head[0], need, head[1])).fetchall()
         finally:
             db.execute(_UNMAP)
-        checked: list[tuple[_Pack, Any]] = []
+        checked: list[tuple[_Pack, tuple[bytes, int, int]]] = []
         for row in rows:
-            pid, depth, base, count, size, codec, digest, data = row[:8]
-            if not (type(depth) is int and type(count) is int and count > 0 and type(size) is int
-                    and type(codec) is int and isinstance(data, bytes)
-                    and (base is None or type(base) is int)) or checksum(
-                        codec, depth, count, data) != digest:
-                raise self._damaged(f"{describe(pid, depth, count)} fails its checksum")
-            checked.append((_Pack(pid, depth, base, count, b""), (data, codec, size)))
+            pack, data, codec, size = self._checked(*row[:8])
+            checked.append((pack, (data, codec, size)))
         if not checked or checked[0][0].pid != head[0]:
             raise self._damaged(f"{describe(head[0], None, None)} is missing")
         frames = _inflating(self.codec, [how for _, how in checked])
         came_from: tuple[Any, Any, int] = (head[1], head[2], seq)
         for k, (pack, _) in enumerate(checked):
             try:
-                pack.frame = next(frames)
+                frame = next(frames)
             except CodecError as exc:
-                raise self._damaged(
-                    f"{describe(pack.pid, pack.depth, pack.count)} cannot be inflated ({exc})"
-                ) from None
-            if len(pack.frame) != checked[k][1][2]:
-                raise self._damaged(f"{describe(pack.pid, pack.depth, pack.count)} inflates "
-                                    "to the wrong size")
+                raise self._pack_cannot_inflate(pack, exc) from None
+            self._inflated(pack, frame, checked[k][1][2])
             try:
                 opened = open_frame(pack.frame, pack.count)
             except PackDamage as exc:
