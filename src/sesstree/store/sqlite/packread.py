@@ -15,8 +15,7 @@ import os
 import sqlite3
 from collections import OrderedDict
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 from blake3 import blake3
@@ -25,6 +24,9 @@ from ...errors import StoreCorruptError
 from ..codec import BLOB_LIMIT, CodecError
 from ..packs import OpenedPack, PackDamage, checksum, describe, hashed_head, open_frame, raw_nodes
 from ..rows import split_row
+
+if TYPE_CHECKING:
+    from concurrent.futures import ThreadPoolExecutor
 
 __all__ = ["PackedReader"]
 
@@ -396,6 +398,9 @@ def _inflating(codec: Any, frames: list[tuple[bytes, int, int]]) -> Iterator[byt
             yield codec.unpack(data, how, size)
         return
     if _pool is None:
+        # (Imported here: it costs a command that reads no long path 5 ms at start-up.)
+        from concurrent.futures import ThreadPoolExecutor
+
         _pool = ThreadPoolExecutor(1, thread_name_prefix="sesstree-inflate")
     pool = _pool
     for how in {f[1] for f in frames}:
