@@ -65,7 +65,6 @@ from .release import Hold
 from .scans import SqliteScans
 from .schema import FORMAT_VERSION
 from .state import ConnState
-from .sums import FILL_CLOSE, FILL_IDLE, fill_sums
 from .txn import Transactions
 
 __all__ = [
@@ -299,43 +298,22 @@ class SqliteBackend:
             except SesstreeError:
                 pass  # the batch is committed; its tail stays loose until the next pause
 
-    def _checkpoint_idle(self, blocks: int = FILL_IDLE) -> bool:
-        """Give the blocks written since a digest (sums.py) or pack the tails moved since the
-        last pause (packing.py), then fold this writer's commits into the main file (see
-        IdleCheckpointer), unless a transaction is open: then the next pause will. True if an
-        upgrade's packing has more to do (the checkpointer calls again after a period)."""
+    def _checkpoint_idle(self, closing: bool = False) -> bool:
+        """Pack the tails moved since the last pause (packing.py), then fold this writer's
+        commits into the main file (see IdleCheckpointer), unless a transaction is open: then
+        the next pause will. True if an upgrade's packing has more to do (the checkpointer
+        calls again after a period)."""
         more = False
         with self._state.lock:
             if not self._db.in_transaction:
-                self._dicts.train_if_due(0.0 if blocks == FILL_IDLE else _CLOSE_WAIT)
-                self._fill_sums(blocks)
+                self._dicts.train_if_due(_CLOSE_WAIT if closing else 0.0)
                 if self._packer is not None:
                     try:
-                        more = self._packer.at_pause(closing=blocks == FILL_CLOSE)
+                        more = self._packer.at_pause(closing=closing)
                     except (SesstreeError, sqlite3.Error):
                         pass  # packing only makes reads faster: the next pause tries again
                 self._db.execute("PRAGMA wal_checkpoint(PASSIVE)")
         return more
-
-    def _fill_sums(self, most: int) -> None:
-        """Block digests for up to ``most`` blocks, in a short transaction of their own; only
-        if the write lock is free at once (a derived index: the next pause tries again)."""
-        state = self._state
-        if (state.read_only or not state.codec_columns or state.packs
-                or not self._queue.acquire(0.0)):
-            return
-        try:
-            self._db.execute("BEGIN IMMEDIATE")
-            try:
-                fill_sums(self._db, lambda *row: state.paths.expand(*row)[2], most)
-                self._db.execute("COMMIT")
-            except BaseException:
-                self._db.execute("ROLLBACK")
-                raise
-        except sqlite3.Error:
-            pass  # busy, full, read-only: reads check node by node meanwhile
-        finally:
-            self._queue.release()
 
     def close(self) -> None:
         self._idle.stop()
@@ -343,7 +321,7 @@ class SqliteBackend:
             if self._idle.wrote_since_checkpoint:
                 # What this connection wrote should not live on only in the WAL.
                 try:
-                    self._checkpoint_idle(FILL_CLOSE)
+                    self._checkpoint_idle(closing=True)
                 except sqlite3.Error:
                     pass  # the commits are safe in the WAL all the same
             self._db.close()

@@ -26,7 +26,6 @@ from ...node import NodeId, parse_symbolic
 from ..base import Progress
 from ..meta_rows import HEAD
 from .state import ConnState
-from .sums import forget_sums
 from .txn import Transactions
 
 __all__ = ["CHUNK", "collect_garbage"]
@@ -178,8 +177,6 @@ def collect_garbage(
                 if state.packs:
                     db.execute(f"DELETE FROM loose WHERE seq IN ({marks})", chunk)
                 db.execute(f"DELETE FROM path_bytes WHERE seq IN ({marks})", chunk)
-                if state.codec_columns:
-                    forget_sums(db, chunk)
                 for s in chunk:
                     plan.state[s] = _ABSENT
                 row = db.execute("SELECT coalesce(max(seq), 0) FROM nodes").fetchone()

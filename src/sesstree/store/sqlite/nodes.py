@@ -177,8 +177,6 @@ class SqliteNodes:
             db.execute("DELETE FROM path_bytes WHERE seq NOT IN (SELECT seq FROM nodes)")
             if state.packs:
                 db.execute("DELETE FROM loose WHERE seq NOT IN (SELECT seq FROM nodes)")
-            if state.codec_columns:
-                db.execute("DELETE FROM sums")  # (rare: the digests are made again)
             if state.packs:
                 trim_packs(state, self._txn)
             state.known.clear()
