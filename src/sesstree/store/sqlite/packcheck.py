@@ -11,7 +11,6 @@ import msgspec
 
 from ...errors import StoreCorruptError
 from ..packs import describe, verify_run
-from ..rows import split_row
 from .packread import PackedReader
 
 __all__ = ["check_packs"]
@@ -55,10 +54,8 @@ def _check_one(db: sqlite3.Connection, reader: PackedReader, pid: int,
     bodies = list(entries)
     try:
         for k in apart:
-            _, slot = split_row(entries[k])  # the type, then the payload's hash
-            payload = reader.apart(_decode(slot), where)
-            bodies[k] = entries[k][: len(entries[k]) - len(slot)] + payload
-    except (StoreCorruptError, ValueError, msgspec.DecodeError) as exc:
+            bodies[k] = reader.whole(entries[k], where)
+    except StoreCorruptError as exc:
         yield f"{where}: a payload it stores apart is unreadable ({exc})"
         return
     bad = verify_run(base, ids, bodies)

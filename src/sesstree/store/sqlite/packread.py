@@ -158,6 +158,16 @@ class PackedReader:
         found: bytes = payload
         return found
 
+    def whole(self, entry: bytes, where: str) -> bytes:
+        """A frame entry whose payload is stored apart (its type, then the payload's hash)
+        made whole: the type, then the payload, checked against its hash."""
+        try:
+            _, slot = split_row(entry)
+            payload = self.apart(_msgpack.decode(slot), where)
+        except (ValueError, UnicodeDecodeError, msgspec.DecodeError):
+            raise self._damaged(f"{where}: an entry is unreadable") from None
+        return entry[: len(entry) - len(slot)] + payload
+
     def node(self, pid: int, depth: int, id: bytes) -> tuple[str, bytes, bytes, bytes | None]:
         """A packed node's type, payload bytes, hashed body and parent id, checked to be the
         node at its place in its pack."""
@@ -166,19 +176,11 @@ class PackedReader:
         where = describe(pid, pack.depth, pack.count, ids)
         if not 0 <= pos < pack.count or ids[32 * pos : 32 * pos + 32] != id:
             raise self._damaged(f"{where} does not hold node {id.hex()[:12]} at its place")
-        body = bodies[pos]
-        if pos in apart:
-            try:
-                type, digest = split_row(body)
-                payload = self.apart(_msgpack.decode(digest), where)
-            except (ValueError, msgspec.DecodeError):
-                raise self._damaged(f"{where}: an entry is unreadable") from None
-            body = body[: len(body) - len(digest)] + payload
-        else:
-            try:
-                type, payload = split_row(body)
-            except (ValueError, UnicodeDecodeError):
-                raise self._damaged(f"{where}: an entry is unreadable") from None
+        body = self.whole(bodies[pos], where) if pos in apart else bodies[pos]
+        try:
+            type, payload = split_row(body)
+        except (ValueError, UnicodeDecodeError):
+            raise self._damaged(f"{where}: an entry is unreadable") from None
         parent = base if pos == 0 else ids[32 * pos - 32 : 32 * pos]
         return type, payload, body, parent
 
