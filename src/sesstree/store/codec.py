@@ -21,14 +21,17 @@ made under the backend's lock (writes), while each thread inflates with contexts
 
 from __future__ import annotations
 
+import os
 import threading
 import zlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Generator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from blake3 import blake3
 
 if TYPE_CHECKING:
+    from concurrent.futures import ThreadPoolExecutor
+
     import zstandard
 
 __all__ = [
@@ -41,6 +44,7 @@ __all__ = [
     "Codec",
     "CodecError",
     "dict_hash",
+    "inflate_ahead",
     "train",
 ]
 
@@ -271,3 +275,59 @@ def train(samples: list[bytes], dict_id: int) -> bytes | None:
 def dict_hash(data: bytes) -> bytes:
     """What a dictionary is checked against when it is loaded."""
     return blake3(data).digest()
+
+
+#: Below this many compressed bytes the frames of a read are inflated in the reading thread (a
+#: hand-off to the second thread costs more than it saves).
+AHEAD_MIN = 64 * 1024
+_pool: ThreadPoolExecutor | None = None
+
+
+def _forget_pool() -> None:
+    # A forked child has none of its parent's threads: its pool would take work and never do
+    # it. It makes its own when it first needs one.
+    global _pool
+    _pool = None
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_pool)
+
+
+def inflate_ahead(
+    codec: Codec, frames: Sequence[tuple[bytes, int | None, int]]
+) -> Generator[bytes, None, None]:
+    """The frames ``(data, codec, limit)`` of one read (a path's packs) inflated, in order; a
+    frame that cannot be read raises CodecError when its turn comes. With more than one and
+    enough bytes, a second thread inflates the next frame while the caller decodes this one:
+    zstd lets go of the GIL, msgspec does not, so on two cores the two overlap. Each thread
+    has its own decompression contexts (see Codec); the dictionaries are loaded here first,
+    as the other thread must not read the store (one that cannot be loaded: every frame is
+    inflated here, so that the frame that needs it is the one that fails)."""
+    global _pool
+    ahead = len(frames) > 1 and sum(len(f[0]) for f in frames) >= AHEAD_MIN
+    try:
+        for how in {f[1] for f in frames} if ahead else ():
+            codec.preload(how)
+    except CodecError:
+        ahead = False
+    if not ahead:
+        for data, how, limit in frames:
+            yield codec.unpack(data, how, limit)
+        return
+    if _pool is None:
+        # (Imported here: it costs a command that reads no long path 5 ms at start-up.)
+        from concurrent.futures import ThreadPoolExecutor
+
+        _pool = ThreadPoolExecutor(1, thread_name_prefix="sesstree-inflate")
+    pool = _pool
+    coming = pool.submit(codec.unpack, *frames[0])
+    for k in range(len(frames)):
+        current = coming
+        if k + 1 < len(frames):
+            coming = pool.submit(codec.unpack, *frames[k + 1])
+        try:
+            yield current.result()
+        except GeneratorExit:
+            coming.cancel()
+            raise

@@ -13,7 +13,6 @@ is a :class:`~sesstree.errors.StoreCorruptError` naming the pack (:func:`packs.d
 from __future__ import annotations
 
 from collections.abc import Generator, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import msgspec
@@ -21,7 +20,7 @@ from blake3 import blake3
 
 from ...errors import StoreCorruptError
 from .. import packs
-from ..codec import BLOB_LIMIT, Codec, CodecError
+from ..codec import BLOB_LIMIT, Codec, CodecError, inflate_ahead
 from ..rows import type_length
 from .codec import MAGIC
 
@@ -185,52 +184,26 @@ class PackReader:
 
     def _frames(self, cols: Sequence[Any]) -> Generator[bytes, None, None]:
         """The frames of a path's packs, each checked against its checksum, then inflated, in
-        order. With enough bytes, a second thread inflates the next pack while the caller
-        decodes this one: zstd lets go of the GIL, msgspec does not, so on two cores the two
-        overlap (each thread has its own decompression contexts: see Codec)."""
+        order; with enough bytes, a second thread inflates the next pack while the caller
+        decodes this one (codec.inflate_ahead)."""
         pids, entries, _, depths, counts, codecs, sums, datas = cols[:8]
         frames = [bytes(d) for d in datas or ()]
         for i, data in enumerate(frames):  # (damage is named before anything is inflated)
             if packs.checksum(codecs[i], depths[i], counts[i], data) != bytes(sums[i]):
                 raise self.damage(pids[i], depths[i], counts[i], "it does not match its "
                                   "checksum", at=bytes(entries[i]))
-        pool = _pool() if len(frames) > 1 and sum(map(len, frames)) >= _POOL_MIN else None
+        inflated = inflate_ahead(self._codec, [
+            (data, codecs[i], _FRAME_LIMIT) for i, data in enumerate(frames)])
         try:
-            for how in set(codecs or ()) if pool is not None else ():
-                self._codec.preload(how)  # (the other thread must not read the store)
-        except CodecError:
-            pool = None  # inflated here, so that the pack that needs it names it
-        unpack = self._codec.unpack
-        ahead = pool.submit(unpack, frames[0], codecs[0], _FRAME_LIMIT) if pool else None
-        for i, data in enumerate(frames):
-            try:
-                if pool is None or ahead is None:
-                    yield unpack(data, codecs[i], _FRAME_LIMIT)
-                    continue
-                current = ahead
-                if i + 1 < len(frames):
-                    ahead = pool.submit(unpack, frames[i + 1], codecs[i + 1], _FRAME_LIMIT)
-                yield current.result()
-            except CodecError as exc:
-                raise self.damage(pids[i], depths[i], counts[i], f"it cannot be inflated "
-                                  f"({exc})", at=bytes(entries[i])) from None
-            except GeneratorExit:
-                if ahead is not None:
-                    ahead.cancel()
-                raise
-
-
-#: Below this many compressed bytes a path's packs are inflated in the reading thread (a
-#: hand-off to the second thread costs more than it saves).
-_POOL_MIN = 64 * 1024
-_pools: list[ThreadPoolExecutor] = []
-
-
-def _pool() -> ThreadPoolExecutor:
-    """The one thread that inflates packs ahead of their decoding (made on first use)."""
-    if not _pools:
-        _pools.append(ThreadPoolExecutor(1, thread_name_prefix="sesstree-pg-inflate"))
-    return _pools[0]
+            for i in range(len(frames)):
+                try:
+                    frame = next(inflated)
+                except CodecError as exc:
+                    raise self.damage(pids[i], depths[i], counts[i], f"it cannot be inflated "
+                                      f"({exc})", at=bytes(entries[i])) from None
+                yield frame
+        finally:
+            inflated.close()  # (a frame inflated ahead that is not wanted any more is let go)
 
 
 def _bytes(value: Any) -> bytes | None:

@@ -11,22 +11,18 @@ parent it goes on to has the id the frame says, so damage in an index row is an 
 
 from __future__ import annotations
 
-import os
 import sqlite3
 from collections import OrderedDict
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import msgspec
 from blake3 import blake3
 
 from ...errors import StoreCorruptError
-from ..codec import BLOB_LIMIT, CodecError
+from ..codec import BLOB_LIMIT, CodecError, inflate_ahead
 from ..packs import OpenedPack, PackDamage, checksum, describe, hashed_head, open_frame, raw_nodes
 from ..rows import split_row
-
-if TYPE_CHECKING:
-    from concurrent.futures import ThreadPoolExecutor
 
 __all__ = ["PackedReader"]
 
@@ -261,7 +257,7 @@ class PackedReader:
             checked.append((pack, (data, codec, size)))
         if not checked or checked[0][0].pid != head[0]:
             raise self._damaged(f"{describe(head[0], None, None)} is missing")
-        frames = _inflating(self.codec, [how for _, how in checked])
+        frames = inflate_ahead(self.codec, [how for _, how in checked])
         came_from: tuple[Any, Any, int] = (head[1], head[2], seq)
         for k, (pack, _) in enumerate(checked):
             try:
@@ -370,54 +366,6 @@ class PackedReader:
     def _cannot_inflate(self, row: Any, exc: CodecError) -> StoreCorruptError:
         """The error of a loose row whose payload cannot be inflated: it names the node."""
         return self._damaged(f"node {row[3].hex()[:12]}: its payload cannot be inflated ({exc})")
-
-
-_pool: ThreadPoolExecutor | None = None
-
-
-def _forget_pool() -> None:
-    # A forked child has none of its parent's threads: its pool would take work and never
-    # do it. It makes its own when it first needs one.
-    global _pool
-    _pool = None
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_forget_pool)
-#: Below this many compressed bytes a path's packs are inflated in the reading thread (a
-#: hand-off to the second thread costs more than it saves).
-_POOL_MIN = 64 * 1024
-
-
-def _inflating(codec: Any, frames: list[tuple[bytes, int, int]]) -> Iterator[bytes]:
-    """The frames (data, codec, size) inflated, in order. With more than one and enough bytes,
-    a second thread inflates the next while the caller decodes this one: zstd lets go of the
-    GIL, msgspec does not, so on two cores the two overlap. (Each thread has its own
-    decompression contexts: see Codec.)"""
-    global _pool
-    if len(frames) < 2 or sum(len(f[0]) for f in frames) < _POOL_MIN:
-        for data, how, size in frames:
-            yield codec.unpack(data, how, size)
-        return
-    if _pool is None:
-        # (Imported here: it costs a command that reads no long path 5 ms at start-up.)
-        from concurrent.futures import ThreadPoolExecutor
-
-        _pool = ThreadPoolExecutor(1, thread_name_prefix="sesstree-inflate")
-    pool = _pool
-    for how in {f[1] for f in frames}:
-        codec.preload(how)  # (here: the other thread must not read the store for it)
-    ahead = pool.submit(codec.unpack, frames[0][0], frames[0][1], frames[0][2])
-    for k in range(len(frames)):
-        current = ahead
-        if k + 1 < len(frames):
-            data, how, size = frames[k + 1]
-            ahead = pool.submit(codec.unpack, data, how, size)
-        try:
-            yield current.result()
-        except GeneratorExit:
-            ahead.cancel()
-            raise
 
 
 def _array(n: int) -> bytes:
