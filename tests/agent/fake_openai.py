@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import itertools
 import json
+import socket
+import struct
 import threading
 import time
 from collections import deque
@@ -54,6 +56,9 @@ class Reply:
     content_type: str | None = None
     #: Bytes written to the socket instead of an HTTP response (a broken server or proxy).
     raw: bytes | None = None
+    #: For a stream: reset the connection (TCP RST) after this many events, as a crashed
+    #: server or a proxy dropping the connection does.
+    reset_after: int | None = None
 
 
 def call(name: str, arguments: Any, id: Any = "call_1", **extra: Any) -> dict[str, Any]:
@@ -175,6 +180,13 @@ def rejects_null_content(then: Reply) -> Callable[[dict[str, Any]], Reply]:
     return answer
 
 
+def _reset(handler: BaseHTTPRequestHandler) -> None:
+    """Close the connection with a TCP RST (SO_LINGER 0) instead of an orderly end."""
+    handler.wfile.flush()
+    handler.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    handler.connection.close()
+
+
 class FakeOpenAI:
     """The server. Use as a context manager; ``url`` is the base URL (ending in ``/v1``)."""
 
@@ -246,6 +258,9 @@ class FakeOpenAI:
             handler.send_header("Content-Type", reply.content_type or "text/event-stream")
         handler.end_headers()
         for i, event in enumerate(reply.events):
+            if reply.reset_after is not None and i == reply.reset_after:
+                _reset(handler)
+                return
             if reply.stall_after is not None and i == reply.stall_after:
                 self.release.wait(30)
                 return

@@ -8,6 +8,7 @@ the read timeout, stalling between chunks, cutting an answer at the token limit.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -64,16 +65,24 @@ def test_cut_stream_before_any_text_is_retried(server: FakeOpenAI, provider: Ope
     assert _end(agent) == {"kind": "answer"}
 
 
+@pytest.fixture
+def once(server: FakeOpenAI) -> Iterator[OpenAIProvider]:
+    """A provider that makes one attempt: a cut stream is not retried (see test_agent_attempts)."""
+    p = OpenAIProvider(server.url, "scripted", max_retries=0)
+    yield p
+    p.close()
+
+
 @pytest.mark.parametrize("mode", ["sync", "async"])
 def test_cut_stream_after_text_is_recorded_incomplete(server: FakeOpenAI,
-                                                      provider: OpenAIProvider, store: Store,
+                                                      once: OpenAIProvider, store: Store,
                                                       mode: str) -> None:
     server.add(Reply(events=[chunk({"role": "assistant", "content": "The key is "}),
                              chunk({"content": "under the"})], done=False))
-    agent = Agent(provider, store.session("s"), stream=True, chunk_interval=0)
+    agent = Agent(once, store.session("s"), stream=True, chunk_interval=0)
     with pytest.raises(IncompleteReplyError, match="ended without a finish_reason or \\[DONE\\]"):
         _run(agent, "where is the key?", mode)
-    assert len(server.requests) == 1  # the text was recorded (and shown): never asked twice
+    assert len(server.requests) == 1
     types = _types(agent)
     assert "assistant/message" not in types  # half an answer is not taken for one
     chunks = [n.data["content"] for n in agent.session.events() if n.type == "assistant/chunk"]
@@ -88,14 +97,18 @@ def test_cut_stream_after_text_is_recorded_incomplete(server: FakeOpenAI,
 def test_cut_stream_keeps_every_delta_that_arrived(server: FakeOpenAI,
                                                   provider: OpenAIProvider, store: Store) -> None:
     # With a long chunk interval only the first delta is written at once; the rest wait to
-    # be merged, and must be written when the reply stops, not dropped.
-    server.add(Reply(events=[chunk({"content": "a"}), chunk({"content": "b"}),
-                             chunk({"content": "c"})], done=False))
+    # be merged, and must be written when the reply stops, not dropped, on the attempt that
+    # is retried as on the last one.
+    cut = Reply(events=[chunk({"content": "a"}), chunk({"content": "b"}),
+                        chunk({"content": "c"})], done=False)
+    provider.max_retries = 1
+    server.add(cut, cut)
     agent = Agent(provider, store.session("s"), stream=True, chunk_interval=60)
     with pytest.raises(IncompleteReplyError):
         agent.run("hi")
-    chunks = [n.data["content"] for n in agent.session.events() if n.type == "assistant/chunk"]
-    assert chunks == ["a", "bc"]
+    chunks = [n.type if n.type != "assistant/chunk" else n.data["content"]
+              for n in agent.session.events() if n.type in ("assistant/chunk", "step/end")]
+    assert chunks == ["a", "bc", "step/end", "a", "bc", "step/end"]
 
 
 def test_ctrl_c_while_a_chunk_is_shown_records_it_once(server: FakeOpenAI,
@@ -186,10 +199,10 @@ def test_after_a_failed_turn_no_two_user_messages_are_sent(server: FakeOpenAI,
     assert [m["content"] for m in stored] == ["first question", "second question"]
 
 
-def test_resume_retries_the_pending_turn(server: FakeOpenAI, provider: OpenAIProvider,
+def test_resume_retries_the_pending_turn(server: FakeOpenAI, once: OpenAIProvider,
                                          store: Store) -> None:
     server.add(Reply(events=[chunk({"content": "par"})], done=False))
-    agent = Agent(provider, store.session("s"), stream=True)
+    agent = Agent(once, store.session("s"), stream=True)
     with pytest.raises(IncompleteReplyError):
         agent.run("question")
     server.add(strict_roles(stream("Whole.")))
@@ -292,13 +305,16 @@ def test_slow_reply_past_the_read_timeout_is_not_retried(server: FakeOpenAI, sto
 @pytest.mark.parametrize("mode", ["sync", "async"])
 def test_stream_stalled_past_the_read_timeout(server: FakeOpenAI, store: Store,
                                               mode: str) -> None:
-    provider = OpenAIProvider(server.url, "m", timeout=0.2, max_retries=3, backoff=0.01)
-    server.add(Reply(events=[chunk({"content": "Once upon"}), chunk({"content": " a"})],
-                     stall_after=2))
+    # A stall mid-reply is a cut stream: retried, and given up on as incomplete.
+    provider = OpenAIProvider(server.url, "m", timeout=0.2, max_retries=1, backoff=0.01)
+    stalled = Reply(events=[chunk({"content": "Once upon"}), chunk({"content": " a"})],
+                    stall_after=2)
+    server.add(stalled, stalled)
     agent = Agent(provider, store.session("s"), stream=True)
-    with pytest.raises(IncompleteReplyError, match=r"stalled: nothing for 0\.2 s after 2 events"):
+    with pytest.raises(IncompleteReplyError,
+                       match=r"stalled: nothing for 0\.2 s after 2 events .*all 2 cut"):
         _run(agent, "tell me a story", mode)
-    assert len(server.requests) == 1 and _end(agent)["kind"] == "incomplete"
+    assert len(server.requests) == 2 and _end(agent)["kind"] == "incomplete"
     provider.close()
 
 

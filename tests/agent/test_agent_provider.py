@@ -24,7 +24,8 @@ def test_429_with_retry_after_is_honoured(server: FakeOpenAI, provider: OpenAIPr
     assert time.monotonic() - started >= 0.9  # the backoff alone would be ~0.01 s
     retry = [n.data for n in agent.session.events() if n.type == "error"]
     assert retry == [{"kind": "retry", "attempt": 1, "status": 429,
-                      "message": f"{provider.url} answered 429: scripted 429 (server_error)"}]
+                      "message": f"{provider.url} answered 429: scripted 429 (server_error)",
+                      "max_attempts": 4, "delay": 1.0}]
     assert [n.type for n in agent.session.events()][-1] == "turn/end"
 
 

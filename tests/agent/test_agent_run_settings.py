@@ -228,7 +228,8 @@ def test_errors_name_options_not_python_parameters(sess: Run, server: FakeOpenAI
     (tmp_path / "words_tools_mod.py").write_text(
         "async def slow(word: str) -> str:\n    \"\"\"Slow.\"\"\"\n    return word\n\n"
         "def shout(word: str) -> str:\n    \"\"\"Shout.\"\"\"\n    return word.upper()\n")
-    stalled = Reply(events=[chunk({"role": "assistant", "content": "Hal"})], stall_after=1)
+    # Stalled before the reply started (only its role came): not retried, so this is the error.
+    stalled = Reply(events=[chunk({"role": "assistant", "content": ""})], stall_after=1)
     server.add(stalled)
     cut = sess("run", "s", "hi", "--base-url", server.url, "--model", "m", "--timeout", "0.3")
     server.release.set()

@@ -23,7 +23,15 @@ from click.testing import CliRunner
 from conftest import Town, quest_tools
 from fake_openai import FakeOpenAI, Reply, call, chunk, error, message
 
-from sesstree import Agent, MaxTurnsExceeded, OpenAIProvider, SesstreeError, Store, open_store
+from sesstree import (
+    Agent,
+    IncompleteReplyError,
+    MaxTurnsExceeded,
+    OpenAIProvider,
+    SesstreeError,
+    Store,
+    open_store,
+)
 from sesstree import tool as make_tool
 from sesstree.agent.command import run
 
@@ -35,6 +43,14 @@ PIECES = [KEY, KEY[:14], KEY[8:], KEY[9:20], KEY[-12:], HEADER_KEY, HEADER_KEY[6
 
 def _echo(text: str) -> str:
     return f"Incorrect API key provided: {text}. You can find your key at https://..."
+
+
+def _chunked_then(value: str) -> bytes:
+    """A chunked stream whose second chunk header is ``value``: httpx's error quotes it."""
+    event = b"data: " + json.dumps(chunk({"content": "Half"})).encode() + b"\n\n"
+    return (b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+            b"Transfer-Encoding: chunked\r\n\r\n" + f"{len(event):x}\r\n".encode() + event
+            + b"\r\n" + value.encode() + b"\r\n")
 
 
 def _escaped(value: str) -> str:
@@ -87,8 +103,10 @@ CASES: dict[str, tuple[Callable[[str], list[Reply]], type[Exception] | None, boo
                                  chunk({"reasoning_content": k}), chunk({}, "stop")])],
         None, True),
     "stream cut after echoing the key": (
-        lambda k: [Reply(events=[chunk({"content": _echo(k)})], done=False)],
-        SesstreeError, True),
+        lambda k: [Reply(events=[chunk({"content": _echo(k)})], done=False) for _ in range(2)],
+        IncompleteReplyError, True),
+    "stream cut, the key in the broken chunk httpx quotes": (
+        lambda k: [Reply(raw=_chunked_then(k)) for _ in range(2)], IncompleteReplyError, True),
     "JSON reply echoes the key": (
         lambda k: [message(f"Your key: {k}", extra_field={"key": k})], None, False),
     "max turns, key in the call and its result": (
@@ -109,7 +127,8 @@ def _store_files(path: Path) -> list[bytes]:
 #: The async path shares the reading code; these cases run under asyncio too.
 ASYNC_TOO = {"200 with an error body", "broken status line (httpx exception)",
              "stream splits the key over events", "stream error event",
-             "stream cut after echoing the key", "401 error body"}
+             "stream cut after echoing the key", "401 error body",
+             "stream cut, the key in the broken chunk httpx quotes"}
 
 
 @pytest.mark.parametrize(("case", "mode"), [(c, "sync") for c in sorted(CASES)]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Callable
+from typing import Any
 
 import httpx
 import pytest
@@ -71,13 +72,15 @@ def test_a_429_waits_as_retry_after_says_then_retries(monkeypatch: pytest.Monkey
     transport, seen = scripted(
         httpx.Response(429, headers={"retry-after": "7"}, json={"error": {"message": "slow"}}),
         reply("ok"))
-    notices: list[tuple[int, int | None, str]] = []
+    notices: list[tuple[Any, ...]] = []
     done = provider(transport, max_backoff=30.0).complete(
-        [{"role": "user", "content": "hi"}], [], on_retry=lambda *a: notices.append(a))
+        [{"role": "user", "content": "hi"}], [],
+        on_retry=lambda *a, **k: notices.append((*a, k)))
     assert done.message["content"] == "ok"
     assert slept == [7.0]
     assert len(seen) == 2
     assert notices[0][:2] == (1, 429)
+    assert notices[0][3] == {"delay": 7.0, "attempts": 4, "cut": None}
 
 
 def test_a_key_echoed_in_an_error_body_is_redacted() -> None:
@@ -111,3 +114,23 @@ def test_a_sync_only_transport_is_refused_by_acomplete_with_a_clear_error() -> N
     assert p.complete([{"role": "user", "content": "hi"}], []).message["content"] == "never"
     with pytest.raises(TypeError, match=r"acomplete\(\) needs an httpx\.AsyncBaseTransport"):
         asyncio.run(p.acomplete([{"role": "user", "content": "hi"}], []))
+
+
+def test_a_cut_stream_is_retried_and_the_notice_says_it_was_cut() -> None:
+    cut = httpx.Response(200, headers={"content-type": "text/event-stream"},
+                         content=b'data: {"choices": [{"delta": {"content": "Hal"}}]}\n\n')
+    whole = httpx.Response(200, headers={"content-type": "text/event-stream"}, content=(
+        b'data: {"choices": [{"delta": {"content": "Hello"}, "finish_reason": "stop"}]}\n\n'
+        b"data: [DONE]\n\n"))
+    transport, seen = scripted(cut, whole)
+    notices: list[tuple[Any, ...]] = []
+    deltas: list[object] = []
+    done = provider(transport).complete(
+        [{"role": "user", "content": "hi"}], [], stream=True, on_delta=deltas.append,
+        on_retry=lambda *a, **k: notices.append((*a, k)))
+    assert done.message["content"] == "Hello"
+    assert len(seen) == 2 and seen[0].content == seen[1].content  # the same request again
+    assert deltas == [{"content": "Hal"}, {"content": "Hello"}]  # the cut one came first
+    assert notices == [(1, None, "the stream from http://model.invalid/v1/chat/completions "
+                        "ended without a finish_reason or [DONE] after 1 event",
+                        {"delay": 0.0, "attempts": 4, "cut": 1})]

@@ -70,6 +70,7 @@ def test_stream_cut_mid_call_is_incomplete_and_not_run(
               done=False),
     )
     town = Town()
+    provider.max_retries = 0  # one attempt (retried cuts: test_agent_attempts)
     agent = _agent(provider, store, stream=True, town=town)
     with pytest.raises(IncompleteReplyError):
         agent.run("go")

@@ -56,6 +56,12 @@ class ChunkWriter:
             raise
         self.last = time.monotonic()
 
+    def restart(self) -> None:
+        """Write what is pending; the next delta, the first of a new attempt's reply, is
+        written at once, as a step's first is."""
+        self.flush()
+        self.last = float("-inf")
+
     def flush_quietly(self) -> None:
         """Flush on the way out of a failed call: a store error here must not hide that one."""
         try:

@@ -281,7 +281,7 @@ def _one_turn(agent: Agent, screen: _Screen, name: str, prompt: str | None) -> N
     except IncompleteReplyError as exc:
         screen.end_line()
         raise click.ClickException(
-            f"{exc}; the part received is recorded, the turn as incomplete: "
+            f"{exc}; what arrived is recorded, the turn as incomplete: "
             f"`sess run {name}` retries it"
         ) from None
     except MaxTurnsExceeded:
@@ -444,8 +444,9 @@ class _Screen:
             self._note(f"<- {_one_line(text)}")
         elif node.type == "error" and data.get("kind") == "retry":
             self.end_line()
-            click.echo(f"sess: retrying after attempt {data.get('attempt')}: "
-                       f"{data.get('message')}", err=True)
+            if data.get("cut_after") is not None:
+                self.printed = False  # the text shown is not the answer: the retry's will be
+            click.echo(f"sess: {_retry_line(data)}", err=True)
         elif node.type == "turn/end":
             reason = data.get("reason")
             kind = reason.get("kind") if isinstance(reason, dict) else None
@@ -460,6 +461,19 @@ class _Screen:
         if self.line_open:
             click.echo()
             self.line_open = False
+
+
+def _retry_line(data: dict[str, Any]) -> str:
+    """What ``sess run`` says of a retry event: ``stream cut after 2 chunks; retrying (2/4)
+    in 1.2 s: MESSAGE``, or for a provider that says less, ``retrying after attempt 1: ...``."""
+    attempt, most, delay = data.get("attempt"), data.get("max_attempts"), data.get("delay")
+    message = data.get("message")
+    cut = data.get("cut_after")
+    if not (isinstance(attempt, int) and isinstance(most, int) and isinstance(delay, (int, float))):
+        return f"retrying after attempt {attempt}: {message}"
+    wait = f"{delay:.1f} s" if delay >= 0.1 else f"{delay * 1000:.0f} ms"
+    what = f"stream cut after {cut} chunk{'' if cut == 1 else 's'}; " if isinstance(cut, int) else ""
+    return f"{what}retrying ({attempt + 1}/{most}) in {wait}: {message}"
 
 
 def _one_line(text: str) -> str:

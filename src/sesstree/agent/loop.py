@@ -20,6 +20,7 @@ from ..errors import AgentError, IncompleteReplyError, MaxTurnsExceeded, Provide
 from ..fmt import printable
 from ..node import Node
 from ..repo.session import Session
+from .attempts import Attempts, end_cut_step
 from .chunks import ChunkWriter
 from .provider import Provider
 from .tools import Tool, ToolOutcome, as_tools
@@ -35,6 +36,7 @@ INTERRUPTED_RESULT = (
 
 
 class _ModelCall(msgspec.Struct):
+    step: int
     messages: list[dict[str, Any]]
     tools: list[dict[str, Any]]
 
@@ -133,8 +135,10 @@ class Agent:
         Raises:
             MaxTurnsExceeded: no answer after ``max_turns`` model calls (the turn is recorded
                 as ended with reason ``max_turns``).
-            IncompleteReplyError: the reply stopped part-way (a cut or stalled stream); the part
-                received is recorded as chunks, the turn as ended ``incomplete``.
+            IncompleteReplyError: the provider's retries ran out and the last attempt's stream
+                was cut before its reply was whole (a cut stream is retried like a 503); each
+                cut attempt is recorded as a step ended ``incomplete``, the turn as ended
+                ``incomplete``.
             ProviderError: the endpoint failed after its retries (recorded as an error).
         """
         return self._drive(self._turn({"kind": "user"}, prompt, max_turns))
@@ -208,7 +212,7 @@ class Agent:
                 effect.tools,
                 stream=self.stream,
                 on_delta=writer if self.stream else None,
-                on_retry=self._record_retry,
+                on_retry=Attempts(self.session, effect.step, writer, self._redact),
             )
         except BaseException:
             writer.flush_quietly()  # a reply that stopped part-way keeps what arrived
@@ -239,7 +243,7 @@ class Agent:
                 effect.tools,
                 stream=self.stream,
                 on_delta=writer if self.stream else None,
-                on_retry=self._record_retry,
+                on_retry=Attempts(self.session, effect.step, writer, self._redact),
             )
         except BaseException:
             writer.flush_quietly()  # a reply that stopped part-way keeps what arrived
@@ -252,10 +256,6 @@ class Agent:
         # its environment or an error that quotes a request must not write them to the store.
         redact = getattr(self.provider, "redact", None)
         return str(redact(text)) if callable(redact) else text
-
-    def _record_retry(self, attempt: int, status: int | None, message: str) -> None:
-        self.session.append("error", {"kind": "retry", "attempt": attempt, "status": status,
-                                      "message": self._redact(message)})
 
     # -- the loop, once -----------------------------------------------------------------------
 
@@ -336,9 +336,18 @@ class Agent:
         # the user's message, and the next prompt would make two in a row, which strict chat
         # templates refuse on every request after. The view joins them (and answers a call
         # with no result) and leaves the stored events as they are.
-        completion: Completion = yield _ModelCall(
-            s.sending_view().messages, [t.schema() for t in self.tools]
-        )
+        try:
+            completion: Completion = yield _ModelCall(
+                step, s.sending_view().messages, [t.schema() for t in self.tools]
+            )
+        except IncompleteReplyError:
+            # The last attempt was cut too (the provider retried the others): its chunks,
+            # flushed already, end as an incomplete step, like each cut attempt before it.
+            try:
+                end_cut_step(s, step)
+            except SesstreeError:
+                pass  # the store failed: the reply's error matters more (see _record_error)
+            raise
         message = completion.message
         calls: list[dict[str, Any]] = message.get("tool_calls") or []
         generated = set(completion.missing_ids)

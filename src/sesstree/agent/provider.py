@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
-from ..errors import ProviderError
+from ..errors import IncompleteReplyError, ProviderError
 from ..fmt import plural
 from .reading import Retry, StreamReading, is_event_stream, seconds
 from .redact import Redactor, scrub_http_logs, secret_header_values, shown_url
@@ -44,8 +44,20 @@ form), ``content: ""`` (llama-cpp-python's server and some llama.cpp builds need
 #: How error messages name the settings that fix what they report (``OpenAIProvider.advice``).
 ADVICE = {"timeout": "timeout=", "null_content": 'null_content="empty"'}
 
-RetryNotice = Callable[[int, "int | None", str], None]
-"""Called before each retry with ``(attempt, status or None, message)``."""
+
+class RetryNotice(Protocol):
+    """Called before each retry, with the attempt that failed (from 1), its HTTP status (None
+    for a network error or a cut stream) and a message saying what failed.
+
+    A provider may also say ``delay`` (seconds until the next attempt), ``attempts`` (how many
+    it makes at most) and ``cut``: set when the attempt was a stream cut before its reply was
+    whole, how many chunks had arrived (the chunks handed to ``on_delta`` since the last
+    notice belong to that cut attempt, not to the reply).
+    """
+
+    def __call__(self, attempt: int, status: int | None, message: str, *,
+                 delay: float | None = None, attempts: int | None = None,
+                 cut: int | None = None) -> None: ...
 
 
 class Provider(Protocol):
@@ -93,8 +105,10 @@ class OpenAIProvider:
     capped at ``max_backoff``; a ``Retry-After`` header (seconds or an HTTP date) is honoured,
     up to ``max_backoff``. Other 4xx answers say the request itself is invalid and are not
     retried; nor is a read timeout (the server has the request and is still on it, or stuck:
-    asking again starts the work over, behind the first). A stream that ends before its reply
-    is complete is retried only when nothing of the reply had arrived yet.
+    asking again starts the work over, behind the first). A stream cut before its reply is
+    whole (it ends with no ``finish_reason``, ``[DONE]`` or error; the connection breaks; it
+    stalls past the read timeout after part of the reply) is retried the same way, with the
+    same request, sharing the same ``max_retries``; ``on_retry`` says it was a cut.
 
     ``timeout`` is the read (and write) timeout in seconds: how long to wait for the reply to
     start and, when streaming, between two chunks, never for the whole reply. It may also be an
@@ -268,9 +282,24 @@ class OpenAIProvider:
         ceiling = min(self.max_backoff, self.backoff * (2 ** (attempt - 1)))
         return float(ceiling / 2 + random.uniform(0, ceiling / 2))
 
-    def _give_up(self, failure: Retry) -> ProviderError:
-        tries = plural(self.max_retries + 1, "attempt")
-        return ProviderError(f"{failure} (gave up after {tries})", status=failure.status)
+    def _give_up(self, failure: Retry, cuts: int) -> ProviderError:
+        """The error once the retries ran out; ``cuts``: how many attempts were cut streams."""
+        total = self.max_retries + 1
+        tries = plural(total, "attempt")
+        if failure.cut is None:
+            cut = f", {cuts} of them cut" if cuts else ""
+            return ProviderError(f"{failure} (gave up after {tries}{cut})", status=failure.status)
+        cut = "cut" if total == 1 else f"all {total} cut" if cuts == total else f"{cuts} of them cut"
+        return IncompleteReplyError(f"{failure}: the reply is incomplete (gave up after {tries}, "
+                                    f"{cut})")
+
+    def _notify(self, on_retry: RetryNotice | None, attempt: int, failure: Retry) -> float:
+        """Say a retry is coming (``on_retry``); return how long to wait for it."""
+        delay = self._delay(attempt, failure)
+        if on_retry is not None:
+            on_retry(attempt, failure.status, str(failure), delay=delay,
+                     attempts=self.max_retries + 1, cut=failure.cut)
+        return delay
 
     def _lent_transport(self) -> Borrowed | None:
         if self.transport is None:
@@ -307,21 +336,21 @@ class OpenAIProvider:
         """One model call, retried as the class says.
 
         Raises:
-            IncompleteReplyError: the reply stopped part-way, after part of it was received.
+            IncompleteReplyError: the retries ran out, the last attempt a stream cut before
+                its reply was whole.
             ProviderError: the server refused, failed after every retry, or answered garbage.
         """
         body = self._body(messages, tools, stream)
-        attempt = 0
+        attempt = cuts = 0
         while True:
             attempt += 1
             try:
                 return self._attempt(body, stream, on_delta)
             except Retry as failure:
+                cuts += failure.cut is not None
                 if attempt > self.max_retries:
-                    raise self._give_up(failure) from None
-                if on_retry is not None:
-                    on_retry(attempt, failure.status, str(failure))
-                time.sleep(self._delay(attempt, failure))
+                    raise self._give_up(failure, cuts) from None
+                time.sleep(self._notify(on_retry, attempt, failure))
 
     def _attempt(
         self, body: dict[str, Any], stream: bool, on_delta: Callable[[Delta], None] | None
@@ -373,7 +402,7 @@ class OpenAIProvider:
         import httpx
 
         body = self._body(messages, tools, stream)
-        attempt = 0
+        attempt = cuts = 0
         # One client per call: an httpx.AsyncClient is bound to the event loop that made it,
         # and users run agents from several loops (asyncio.run per day of a quest).
         async with httpx.AsyncClient(timeout=self._httpx_timeout(),
@@ -383,11 +412,10 @@ class OpenAIProvider:
                 try:
                     return await self._aattempt(client, body, stream, on_delta)
                 except Retry as failure:
+                    cuts += failure.cut is not None
                     if attempt > self.max_retries:
-                        raise self._give_up(failure) from None
-                    if on_retry is not None:
-                        on_retry(attempt, failure.status, str(failure))
-                    await asyncio.sleep(self._delay(attempt, failure))
+                        raise self._give_up(failure, cuts) from None
+                    await asyncio.sleep(self._notify(on_retry, attempt, failure))
 
     async def _aattempt(
         self,

@@ -11,7 +11,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from ..errors import IncompleteReplyError, ProviderError
+from ..errors import ProviderError
 from ..fmt import plural
 from .redact import Redactor, one_line
 from .wire import Completion, Delta, StreamAssembler, normalise_completion
@@ -20,12 +20,18 @@ __all__ = ["Retry", "StreamReading", "decode_completion", "is_event_stream", "se
 
 
 class Retry(Exception):
-    """Internal: this attempt failed in a way worth another try."""
+    """Internal: this attempt failed in a way worth another try.
 
-    def __init__(self, message: str, status: int | None, after: float | None = None) -> None:
+    ``cut`` is set when the failure was a stream cut before its reply was whole (closed, broken
+    off, or stalled after part of the reply): how many chunks (``data:`` events) had arrived.
+    """
+
+    def __init__(self, message: str, status: int | None, after: float | None = None, *,
+                 cut: int | None = None) -> None:
         super().__init__(message)
         self.status = status
         self.after = after
+        self.cut = cut
 
 
 def is_event_stream(headers: Any) -> bool:
@@ -112,9 +118,9 @@ class StreamReading:
         """The reply, once the body has ended.
 
         Raises:
-            Retry: the body ended before anything of the reply arrived (safe to ask again).
-            IncompleteReplyError: it ended without ``finish_reason`` or ``[DONE]`` after part of
-                the reply was received and recorded.
+            Retry: the body ended without ``finish_reason`` or ``[DONE]`` (a cut stream, with
+                ``cut`` set): the request is sent again, and what arrived of this reply is
+                recorded as an incomplete step, never taken for the reply.
             ProviderError: the body was not a stream and not a JSON answer either.
         """
         assembler = self.assembler
@@ -122,11 +128,8 @@ class StreamReading:
             return decode_completion("\n".join(self._other), self.redactor, self.where)
         if assembler.complete:
             return assembler.finish()
-        what = (f"the stream from {self.url} ended without a finish_reason or [DONE] "
-                f"after {plural(assembler.events, 'event')}")
-        if not assembler.received:
-            raise Retry(what, None)
-        raise IncompleteReplyError(f"{what}: the reply is incomplete")
+        raise Retry(f"the stream from {self.url} ended without a finish_reason or [DONE] "
+                    f"after {plural(assembler.events, 'event')}", None, cut=assembler.events)
 
     def broken(self, exc: Exception, read_timeout: float | None, raise_with: str = "timeout="
                ) -> Exception:
@@ -143,13 +146,13 @@ class StreamReading:
         else:
             detail = self.redactor.text(str(exc)) or type(exc).__name__
             what = f"the stream from {self.url} broke off ({type(exc).__name__}: {detail})"
-        if assembler.received:
-            # Part of the reply is recorded as chunks (and shown): asking again would record
-            # a second, different reply after it. The turn ends as incomplete instead.
-            return IncompleteReplyError(f"{what}: the reply is incomplete")
-        if isinstance(exc, httpx.ReadTimeout):
-            return ProviderError(what)  # a stalled server is not helped by a second request
-        return Retry(what, None)
+        if isinstance(exc, httpx.ReadTimeout) and not assembler.received:
+            # Still waiting for the reply to start: the server has the request and may be
+            # working on it (a long prompt on a CPU server); a second request starts over.
+            return ProviderError(what)
+        # The stream was cut: a network error, or a stall in the middle of the reply (the
+        # server stopped sending). What arrived is recorded as an incomplete step.
+        return Retry(what, None, cut=assembler.events)
 
 
 def seconds(value: float | None) -> str:
