@@ -365,7 +365,7 @@ class StreamAssembler:
                 }
             )
         # A body that ended with neither [DONE] nor a finish_reason never gets here: the
-        # provider raises IncompleteReplyError (or retries) instead of taking it for a reply.
+        # provider retries it, or raises IncompleteReplyError, instead of taking it for a reply.
         return _build(message, calls, self.finish_reason, self.usage, self.model)
 
 
