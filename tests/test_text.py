@@ -90,3 +90,14 @@ def test_text_parts_are_read_without_a_call_each(monkeypatch: pytest.MonkeyPatch
     assert content_text(parts) == "a\n\n\n\n[image u]"
     assert content_text(parts, LINE) == "a"
     assert asked == [image, image]
+
+
+@pytest.mark.parametrize(("data", "named", "shown"), [
+    ({"step": 1, "finish_reason": "stop"}, False, "#1, stop"),
+    ({"step": 1, "finish_reason": None, "incomplete": True}, False, "#1, cut short"),
+    ({"step": 2, "finish_reason": None, "incomplete": True}, True, "step 2 ends, cut short"),
+])
+def test_a_step_cut_short_says_so(data: dict[str, Any], named: bool, shown: str) -> None:
+    """A cut attempt's step/end (sess run retries it, sess proxy records it) reads as cut."""
+    node = Node(NodeId(bytes(32)), None, "step/end", data)
+    assert summary(node, with_type=named) == shown

@@ -181,11 +181,13 @@ class ProviderError(AgentError):
 
 
 class IncompleteReplyError(ProviderError):
-    """A reply that stopped before it was complete, after part of it was already received.
+    """A reply that stopped before it was complete, on every attempt the retries allowed.
 
     A stream that ended with no ``finish_reason``, no ``[DONE]`` and no error (a proxy or the
-    server cut it), or broke off or stalled past the read timeout. The part received is
-    recorded as ``assistant/chunk`` events; the turn ends with reason ``incomplete``.
+    server cut it, after any number of chunks, none included), or broke off or stalled past
+    the read timeout after part of the reply came. Each cut attempt is recorded as a step
+    marked ``incomplete`` with the chunks it received as ``assistant/chunk`` events; the turn
+    ends with reason ``incomplete``.
     """
 
 

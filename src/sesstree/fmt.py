@@ -185,6 +185,8 @@ def _record_summary(node: Node, named: bool) -> str | None:
             f"reason: {reason.get('kind', '?')}"
     if kind in ("step/start", "step/end") and "step" in data:
         end = f", {data['finish_reason']}" if data.get("finish_reason") else ""
+        if kind == "step/end" and data.get("incomplete") is True:
+            end += ", cut short"  # a cut attempt (retried, or the turn's last)
         if not named:
             return f"#{data['step']}{end}"
         return f"step {data['step']} {'starts' if kind == 'step/start' else 'ends'}{end}"
