@@ -1,0 +1,237 @@
+"""Google Gemini ``Content`` (the ``contents`` of ``generateContent``) as chat messages.
+
+A Gemini history is a list of ``Content`` objects, ``{"role": "user" | "model", "parts":
+[...]}``. Each becomes its raw form, a ``gemini/content`` event holding it as it was sent,
+and the chat messages the model read are derived per *turn*: a run of consecutive contents of
+one role (a streamed reply that a client keeps as one content per chunk, as the google-genai
+SDK's chats do, is one turn, as the API reads it). The turn's messages follow the raw form of
+its last content:
+
+- a ``user`` turn (or one without a role): a ``tool/result`` for each ``functionResponse``,
+  then a ``user/message`` with its text and media; a ``model`` turn: an ``assistant/message``
+  with its text and each ``functionCall`` as a ``tool_calls`` entry; another role: a
+  ``message`` of that role;
+- text parts are concatenated as they are (no separator: Gemini reads a turn's text parts as
+  one text, and the Gemini CLI and the SDK merge a streamed reply's parts that way), empty
+  ones vanish; text-only content is one string;
+- ``thought`` parts and every ``thoughtSignature`` are left out (kept in the raw form only):
+  clients drop thoughts from the history they re-send, and add, keep or replace signatures;
+- ``inlineData`` images become ``image_url`` parts with a ``data:`` URL, other media a
+  ``file`` part; the base64 text is written in its standard alphabet with padding (the SDK
+  sends URL-safe base64, the API answers standard: one image, two spellings);
+  ``fileData`` becomes an ``image_url`` (images) or ``file`` part with its URI; any other part
+  (``executableCode``, ``codeExecutionResult``, ...) is kept as it is, less its signature;
+- a call's arguments and a response's ``response`` are protobuf Structs (unordered maps of
+  doubles): written as JSON with sorted keys, a whole-valued number as an integer;
+- a call's id is its place, ``call_<content index of its turn>_<k>``: the API sends ids or
+  not, and the Gemini CLI replaces them with its own before it re-sends the call, so the id is
+  no part of the input. A ``functionResponse`` is paired with the call whose id it names (as
+  given), else with the first unanswered call of that name, latest turn first.
+
+``systemInstruction`` (a ``Content`` whose role is ignored, or a string) is a raw
+``gemini/content`` event ``{"systemInstruction": ...}`` then a ``system/message`` with its text
+parts joined by newlines (the API reads each part as a paragraph).
+"""
+
+from __future__ import annotations
+
+import binascii
+from base64 import b64decode, b64encode
+from collections.abc import Sequence
+from typing import Any
+
+import msgspec
+
+__all__ = ["RAW_TYPE", "gemini_contents_events", "gemini_system_events"]
+
+#: The raw form of a Gemini ``Content`` (or ``{"systemInstruction": ...}``), never sent.
+RAW_TYPE = "gemini/content"
+
+Event = tuple[str, Any]
+_sorted_json = msgspec.json.Encoder(order="sorted")
+_SKIPPED_KEYS = frozenset({"thoughtSignature", "thought_signature"})
+
+
+def _struct(value: Any) -> Any:
+    """A protobuf Struct value as the API holds it: whole-valued doubles as integers."""
+    if isinstance(value, float) and value.is_integer() and abs(value) < 2 ** 53:
+        return int(value)
+    if isinstance(value, dict):
+        return {str(k): _struct(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_struct(v) for v in value]
+    return value
+
+
+def _json(value: Any) -> str:
+    return _sorted_json.encode(_struct(value)).decode()
+
+
+def _base64(data: Any) -> str:
+    """``data`` in the standard base64 alphabet, padded (it may come URL-safe or unpadded)."""
+    text = str(data)
+    if "-" not in text and "_" not in text and len(text) % 4 == 0:
+        return text
+    try:
+        return b64encode(b64decode(text + "=" * (-len(text) % 4), altchars=b"-_")).decode()
+    except (binascii.Error, ValueError):
+        return text
+
+
+def _get(part: dict[str, Any], camel: str, snake: str) -> Any:
+    value = part.get(camel)
+    return part.get(snake) if value is None else value
+
+
+def _media(part: dict[str, Any]) -> dict[str, Any] | None:
+    inline = _get(part, "inlineData", "inline_data")
+    if isinstance(inline, dict):
+        mime = str(_get(inline, "mimeType", "mime_type") or "application/octet-stream")
+        url = f"data:{mime};base64,{_base64(inline.get('data', ''))}"
+        if mime.startswith("image/"):
+            return {"type": "image_url", "image_url": {"url": url}}
+        return {"type": "file", "file": {"file_data": url}}
+    data = _get(part, "fileData", "file_data")
+    if isinstance(data, dict):
+        mime = str(_get(data, "mimeType", "mime_type") or "")
+        uri = str(_get(data, "fileUri", "file_uri") or "")
+        if mime.startswith("image/"):
+            return {"type": "image_url", "image_url": {"url": uri}}
+        return {"type": "file", "file": {"file_url": uri, "mime_type": mime}}
+    return None
+
+
+class _Calls:
+    """The function calls of a history so far, to pair each response with its call."""
+
+    def __init__(self) -> None:
+        self.turns: list[list[tuple[str | None, str, str]]] = []  # (given id, name, our id)
+        self.answered: set[str] = set()
+
+    def pair(self, given: Any, name: str) -> str:
+        if isinstance(given, str) and given:
+            for turn in reversed(self.turns):
+                for gid, _, ours in turn:
+                    if given in (gid, ours):
+                        self.answered.add(ours)
+                        return ours
+        for turn in reversed(self.turns):
+            for _, cname, ours in turn:
+                if cname == name and ours not in self.answered:
+                    self.answered.add(ours)
+                    return ours
+        return given if isinstance(given, str) and given else name
+
+
+def _parts(contents: Sequence[Any]) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    for content in contents:
+        parts = content.get("parts") if isinstance(content, dict) else None
+        if isinstance(parts, list):
+            out.extend(p for p in parts if isinstance(p, dict))
+    return out
+
+
+def _flatten(parts: list[Any]) -> Any:
+    if not parts:
+        return None
+    if len(parts) == 1 and parts[0].get("type") == "text":
+        return parts[0]["text"]
+    return parts
+
+
+def _turn(role: str, contents: Sequence[Any], position: int, calls: _Calls) -> list[Event]:
+    """The chat messages of one turn: the contents of one role starting at ``position``."""
+    events: list[Event] = []
+    parts: list[dict[str, Any]] = []
+    tool_calls: list[dict[str, Any]] = []
+    mine: list[tuple[str | None, str, str]] = []
+    for part in _parts(contents):
+        if part.get("thought") is True:
+            continue  # a thought summary: not resent as input
+        text = part.get("text")
+        call = _get(part, "functionCall", "function_call")
+        response = _get(part, "functionResponse", "function_response")
+        media = _media(part)
+        if isinstance(text, str):
+            if not text:
+                continue
+            if parts and parts[-1].get("type") == "text":
+                parts[-1] = {"type": "text", "text": parts[-1]["text"] + text}
+            else:
+                parts.append({"type": "text", "text": text})
+        elif isinstance(call, dict):
+            name = str(call.get("name", ""))
+            ours = f"call_{position}_{len(mine)}"
+            given = call.get("id")
+            mine.append((given if isinstance(given, str) else None, name, ours))
+            tool_calls.append({"id": ours, "type": "function", "function": {
+                "name": name, "arguments": _json(call.get("args") or {})}})
+        elif isinstance(response, dict):
+            name = str(response.get("name", ""))
+            result: Any = _json(response.get("response") or {})
+            extra = [m for m in (_media(p) for p in _parts([response])) if m is not None]
+            if extra:
+                result = [{"type": "text", "text": result}, *extra]
+            events.append(("tool/result", {"role": "tool",
+                                           "tool_call_id": calls.pair(response.get("id"), name),
+                                           "content": result}))
+        elif media is not None:
+            parts.append(media)
+        else:
+            kept = {k: v for k, v in part.items() if k not in _SKIPPED_KEYS}
+            if kept:
+                parts.append(kept)
+    if mine:
+        calls.turns.append(mine)
+    if role == "model":
+        if parts or tool_calls:
+            message: dict[str, Any] = {"role": "assistant", "content": _flatten(parts)}
+            if tool_calls:
+                message["tool_calls"] = tool_calls
+            events.append(("assistant/message", message))
+    elif parts:
+        kind = "user/message" if role == "user" else "message"
+        events.append((kind, {"role": role, "content": _flatten(parts)}))
+    return events
+
+
+def _role(content: Any) -> str:
+    role = content.get("role") if isinstance(content, dict) else None
+    return role if isinstance(role, str) and role else "user"
+
+
+def gemini_contents_events(contents: Sequence[Any], start: int = 0) -> list[Event]:
+    """The events for a list of Gemini contents: each content's raw form, and after the last
+    content of each turn (a run of one role) the chat messages it maps to.
+
+    ``start`` is the index of ``contents[0]`` in the whole history (the ids of calls without
+    one are made from it): a reply to a request of ``n`` contents is mapped with ``start=n``.
+    """
+    tracker = _Calls()
+    events: list[Event] = []
+    i = 0
+    while i < len(contents):
+        role = _role(contents[i])
+        j = i
+        while j < len(contents) and _role(contents[j]) == role:
+            events.append((RAW_TYPE, contents[j]))
+            j += 1
+        events.extend(_turn(role, contents[i:j], start + i, tracker))
+        i = j
+    return events
+
+
+def gemini_system_events(instruction: Any) -> list[Event]:
+    """The events for a ``systemInstruction``: its raw form and a system message (none for an
+    instruction with no text)."""
+    if isinstance(instruction, str):
+        texts = [instruction]
+    else:
+        texts = [str(p["text"]) for p in _parts([instruction])
+                 if isinstance(p.get("text"), str) and p.get("thought") is not True]
+    events: list[Event] = [(RAW_TYPE, {"systemInstruction": instruction})]
+    text = "\n".join(t for t in texts if t)
+    if text:
+        events.append(("system/message", {"role": "system", "content": text}))
+    return events
