@@ -23,10 +23,11 @@ its last content:
   (``executableCode``, ``codeExecutionResult``, ...) is kept as it is, less its signature;
 - a call's arguments and a response's ``response`` are protobuf Structs (unordered maps of
   doubles): written as JSON with sorted keys, a whole-valued number as an integer;
-- a call's id is its place, ``call_<content index of its turn>_<k>``: the API sends ids or
-  not, and the Gemini CLI replaces them with its own before it re-sends the call, so the id is
-  no part of the input. A ``functionResponse`` is paired with the call whose id it names (as
-  given), else with the first unanswered call of that name, latest turn first.
+- a call's id is its place, ``call_<turn>_<k>`` (the k-th call of the history's turn number
+  ``turn``, counted from 0): the API sends ids or not, and the Gemini CLI replaces them with
+  its own before it re-sends the call, so the id is no part of the input. A
+  ``functionResponse`` is paired with the call whose id it names (as given), else with the
+  first unanswered call of that name, latest turn first.
 
 ``systemInstruction`` (a ``Content`` whose role is ignored, or a string) is a raw
 ``gemini/content`` event ``{"systemInstruction": ...}`` then a ``system/message`` with its text
@@ -42,7 +43,7 @@ from typing import Any
 
 import msgspec
 
-__all__ = ["RAW_TYPE", "gemini_contents_events", "gemini_system_events"]
+__all__ = ["RAW_TYPE", "gemini_contents_events", "gemini_system_events", "gemini_turns"]
 
 #: The raw form of a Gemini ``Content`` (or ``{"systemInstruction": ...}``), never sent.
 RAW_TYPE = "gemini/content"
@@ -205,21 +206,29 @@ def gemini_contents_events(contents: Sequence[Any], start: int = 0) -> list[Even
     """The events for a list of Gemini contents: each content's raw form, and after the last
     content of each turn (a run of one role) the chat messages it maps to.
 
-    ``start`` is the index of ``contents[0]`` in the whole history (the ids of calls without
-    one are made from it): a reply to a request of ``n`` contents is mapped with ``start=n``.
+    ``start`` is the number of the turn ``contents[0]`` begins in the whole history (the ids
+    of calls are made from it): a reply to a request whose contents make ``n`` turns
+    (:func:`gemini_turns`) is mapped with ``start=n``.
     """
     tracker = _Calls()
     events: list[Event] = []
     i = 0
+    turn = start
     while i < len(contents):
         role = _role(contents[i])
         j = i
         while j < len(contents) and _role(contents[j]) == role:
             events.append((RAW_TYPE, contents[j]))
             j += 1
-        events.extend(_turn(role, contents[i:j], start + i, tracker))
-        i = j
+        events.extend(_turn(role, contents[i:j], turn, tracker))
+        i, turn = j, turn + 1
     return events
+
+
+def gemini_turns(contents: Sequence[Any]) -> int:
+    """How many turns (runs of contents of one role) ``contents`` holds."""
+    roles = [_role(c) for c in contents]
+    return sum(1 for i, role in enumerate(roles) if i == 0 or roles[i - 1] != role)
 
 
 def gemini_system_events(instruction: Any) -> list[Event]:

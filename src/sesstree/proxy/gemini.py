@@ -23,7 +23,7 @@ from typing import Any
 
 import msgspec
 
-from ..interop.gemini import gemini_contents_events, gemini_system_events
+from ..interop.gemini import gemini_contents_events, gemini_system_events, gemini_turns
 
 __all__ = ["GEMINI", "gemini_model", "gemini_request", "is_gemini_call", "split_array"]
 
@@ -53,8 +53,8 @@ def is_gemini_call(path: str) -> bool:
 def gemini_request(body: dict[str, Any], path: str
                    ) -> tuple[list[tuple[str, Any]], dict[str, Any], bool, int] | None:
     """The history of a ``generateContent`` request body as events, the parameters (the
-    model named in the path among them), whether it streams, and how many contents it sent;
-    None if the body has no ``contents``."""
+    model named in the path among them), whether it streams, and how many turns its contents
+    make (the number of the reply's turn); None if the body has no ``contents``."""
     contents = body.get("contents")
     if isinstance(contents, dict):  # one Content, as some clients send a single turn
         contents = [contents]
@@ -71,7 +71,7 @@ def gemini_request(body: dict[str, Any], path: str
     events.extend(gemini_contents_events(contents))
     params = {k: v for k, v in body.items() if k not in history}
     params.setdefault("model", model)
-    return events, params, stream, len(contents)
+    return events, params, stream, gemini_turns(contents)
 
 
 def split_array(data: bytes) -> list[Any]:

@@ -19,8 +19,8 @@ _decode = msgspec.json.decode
 
 class GeminiReply(ReplyBuilder):
     """Accumulates one ``generateContent`` reply: a JSON object, a JSON array of chunks, or
-    server-sent events each holding one chunk. ``position`` is the index the reply's content
-    takes in the history (the request's number of contents)."""
+    server-sent events each holding one chunk. ``position`` is the number of the reply's turn
+    in the history (how many turns the request's contents make)."""
 
     def __init__(self, position: int = 0) -> None:
         super().__init__(GEMINI)

@@ -67,7 +67,7 @@ class ParsedRequest(msgspec.Struct):
     stream: bool = False
     #: Responses: the reply this request continues (only its new input is in ``events``).
     previous_response_id: str | None = None
-    #: Gemini: how many contents the request sent (the index its reply's content takes).
+    #: Gemini: how many turns the request's contents make (the number of its reply's turn).
     position: int = 0
 
 
