@@ -218,3 +218,39 @@ def test_other_gemini_calls_pass_through_unrecorded(proxy: RunningProxy, store: 
     assert list(store.sessions()) == []
     assert proxy.proxy.stats.snapshot()["passed_through"] == 1
     assert json.dumps(proxy.lines).count(KEY) == 0
+
+
+def test_a_history_re_sent_in_other_encodings_is_one_session(
+        proxy: RunningProxy, upstream: FakeUpstream, store: Store) -> None:
+    from test_proxy_gemini_canonical import SAME, client_ids
+
+    contents: list[dict[str, Any]] = []
+    upstream.add(*[Scripted(), Scripted(tool_call=("", "read_file", '{"path": "a.py"}')),
+                   Scripted(), Scripted()])
+    turns = ["start the job", "read a.py", None, "and now?"]
+    for t, text in enumerate(turns):
+        if text is None:
+            contents.append({"role": "user", "parts": [{"functionResponse": {
+                "name": "read_file", "response": {"output": "print(1)"}}}]})
+        else:
+            contents.append({"role": "user", "parts": [{"text": text}]})
+        # every earlier content re-encoded every way at once, the newest as it is
+        sent: list[dict[str, Any]] = []
+        for c in client_ids(contents[:-1]):
+            pieces = [c]
+            for how in SAME:
+                pieces = [q for p in pieces for q in how(p)]
+            sent += pieces
+        path = STREAM + "?alt=sse" if t % 2 else PATH
+        reply = httpx.post(proxy.url + path, json={"contents": [*sent, contents[-1]]},
+                           headers={"x-goog-api-key": KEY})
+        assert reply.status_code == 200
+        chunks = [json.loads(line[6:]) for line in reply.text.splitlines()
+                  if line.startswith("data: ")] if t % 2 else [reply.json()]
+        parts = [p for c in chunks for p in c["candidates"][0]["content"]["parts"]]
+        contents.append({"role": "model", "parts": parts})
+    proxy.flush()
+    assert [s.name for s in store.sessions()] == ["start-the-job"]
+    assert [m["role"] for m in store.messages("start-the-job")] == [
+        "user", "assistant", "user", "assistant", "tool", "assistant", "user", "assistant"]
+    assert store.stats().nodes == 4 * (2 + 5)
