@@ -254,3 +254,22 @@ def test_a_history_re_sent_in_other_encodings_is_one_session(
     assert [m["role"] for m in store.messages("start-the-job")] == [
         "user", "assistant", "user", "assistant", "tool", "assistant", "user", "assistant"]
     assert store.stats().nodes == 4 * (2 + 5)
+
+
+def test_which_paths_are_gemini_calls() -> None:
+    from sesstree.proxy.gemini import gemini_model
+    from sesstree.proxy.protocols import GEMINI, protocol_of
+
+    for path, expected in [
+        ("/v1beta/models/gemini-2.5-flash:generateContent", ("gemini-2.5-flash", False)),
+        ("/v1/models/gemini-2.5-pro:streamGenerateContent", ("gemini-2.5-pro", True)),
+        ("/v1alpha/tunedModels/my-model:generateContent/", ("my-model", False)),
+        ("/api/v1/projects/p/locations/us-central1/publishers/google/models/"
+         "gemini-2.5-flash:streamGenerateContent", ("gemini-2.5-flash", True)),
+    ]:
+        assert gemini_model(path) == expected
+        assert protocol_of("POST", path) == GEMINI
+    for path in ("/v1beta/models/m:countTokens", "/v1beta/models/m:embedContent",
+                 "/v1beta/models/m", "/v1beta/models/m:generateContentX"):
+        assert protocol_of("POST", path) is None
+    assert protocol_of("GET", "/v1beta/models/m:generateContent") is None
