@@ -43,10 +43,14 @@ from typing import Any
 
 import msgspec
 
+from ..events import is_registered, register_event_type
+
 __all__ = ["RAW_TYPE", "gemini_contents_events", "gemini_system_events", "gemini_turns"]
 
 #: The raw form of a Gemini ``Content`` (or ``{"systemInstruction": ...}``), never sent.
 RAW_TYPE = "gemini/content"
+if not is_registered(RAW_TYPE):
+    register_event_type(RAW_TYPE)
 
 Event = tuple[str, Any]
 _sorted_json = msgspec.json.Encoder(order="sorted")
