@@ -104,22 +104,34 @@ def _media(part: dict[str, Any]) -> dict[str, Any] | None:
 
 
 class _Calls:
-    """The function calls of a history so far, to pair each response with its call."""
+    """The function calls of a history so far, to pair each response with its call: by the
+    id a response names, else the first unanswered call of its name in the latest turn that
+    has one. Lookups by dictionary, so a long history of calls costs no scan per response."""
 
     def __init__(self) -> None:
-        self.turns: list[list[tuple[str | None, str, str]]] = []  # (given id, name, our id)
+        self.ids: dict[str, str] = {}  # an id as given, or ours -> ours
+        self.by_name: dict[str, list[list[str]]] = {}  # name -> per turn, our ids in order
         self.answered: set[str] = set()
 
+    def add_turn(self, calls: list[tuple[str | None, str, str]]) -> None:
+        turn: dict[str, list[str]] = {}
+        for given, name, ours in calls:
+            self.ids[ours] = ours
+            if given:
+                self.ids[given] = ours  # the latest call of an id reused
+            turn.setdefault(name, []).append(ours)
+        for name, ids in turn.items():
+            self.by_name.setdefault(name, []).append(ids)
+
     def pair(self, given: Any, name: str) -> str:
-        if isinstance(given, str) and given:
-            for turn in reversed(self.turns):
-                for gid, _, ours in turn:
-                    if given in (gid, ours):
-                        self.answered.add(ours)
-                        return ours
-        for turn in reversed(self.turns):
-            for _, cname, ours in turn:
-                if cname == name and ours not in self.answered:
+        if isinstance(given, str) and given in self.ids:
+            ours = self.ids[given]
+            self.answered.add(ours)
+            return ours
+        turns = self.by_name.get(name, [])
+        for ids in reversed(turns):
+            for ours in ids:
+                if ours not in self.answered:
                     self.answered.add(ours)
                     return ours
         return given if isinstance(given, str) and given else name
@@ -143,33 +155,35 @@ def _flatten(parts: list[Any]) -> Any:
 
 
 def _turn(role: str, contents: Sequence[Any], position: int, calls: _Calls) -> list[Event]:
-    """The chat messages of one turn: the contents of one role starting at ``position``."""
+    """The chat messages of one turn: the contents of one role, turn number ``position``."""
     events: list[Event] = []
-    parts: list[dict[str, Any]] = []
+    # Text pieces are gathered and joined once: a streamed reply re-sent as one content per
+    # chunk would otherwise copy the text so far at every chunk.
+    parts: list[Any] = []  # a list of text pieces, or a part
     tool_calls: list[dict[str, Any]] = []
     mine: list[tuple[str | None, str, str]] = []
     for part in _parts(contents):
         if part.get("thought") is True:
             continue  # a thought summary: not resent as input
         text = part.get("text")
-        call = _get(part, "functionCall", "function_call")
-        response = _get(part, "functionResponse", "function_response")
-        media = _media(part)
         if isinstance(text, str):
-            if not text:
-                continue
-            if parts and parts[-1].get("type") == "text":
-                parts[-1] = {"type": "text", "text": parts[-1]["text"] + text}
-            else:
-                parts.append({"type": "text", "text": text})
-        elif isinstance(call, dict):
+            if text:
+                if parts and isinstance(parts[-1], list):
+                    parts[-1].append(text)
+                else:
+                    parts.append([text])
+            continue
+        call = _get(part, "functionCall", "function_call")
+        if isinstance(call, dict):
             name = str(call.get("name", ""))
             ours = f"call_{position}_{len(mine)}"
             given = call.get("id")
             mine.append((given if isinstance(given, str) else None, name, ours))
             tool_calls.append({"id": ours, "type": "function", "function": {
                 "name": name, "arguments": _json(call.get("args") or {})}})
-        elif isinstance(response, dict):
+            continue
+        response = _get(part, "functionResponse", "function_response")
+        if isinstance(response, dict):
             name = str(response.get("name", ""))
             result: Any = _json(response.get("response") or {})
             extra = [m for m in (_media(p) for p in _parts([response])) if m is not None]
@@ -178,23 +192,26 @@ def _turn(role: str, contents: Sequence[Any], position: int, calls: _Calls) -> l
             events.append(("tool/result", {"role": "tool",
                                            "tool_call_id": calls.pair(response.get("id"), name),
                                            "content": result}))
-        elif media is not None:
+            continue
+        media = _media(part)
+        if media is not None:
             parts.append(media)
         else:
             kept = {k: v for k, v in part.items() if k not in _SKIPPED_KEYS}
             if kept:
                 parts.append(kept)
     if mine:
-        calls.turns.append(mine)
+        calls.add_turn(mine)
+    joined = [{"type": "text", "text": "".join(p)} if isinstance(p, list) else p for p in parts]
     if role == "model":
-        if parts or tool_calls:
-            message: dict[str, Any] = {"role": "assistant", "content": _flatten(parts)}
+        if joined or tool_calls:
+            message: dict[str, Any] = {"role": "assistant", "content": _flatten(joined)}
             if tool_calls:
                 message["tool_calls"] = tool_calls
             events.append(("assistant/message", message))
-    elif parts:
+    elif joined:
         kind = "user/message" if role == "user" else "message"
-        events.append((kind, {"role": role, "content": _flatten(parts)}))
+        events.append((kind, {"role": role, "content": _flatten(joined)}))
     return events
 
 
@@ -213,15 +230,15 @@ def gemini_contents_events(contents: Sequence[Any], start: int = 0) -> list[Even
     """
     tracker = _Calls()
     events: list[Event] = []
+    roles = [_role(c) for c in contents]
     i = 0
     turn = start
     while i < len(contents):
-        role = _role(contents[i])
         j = i
-        while j < len(contents) and _role(contents[j]) == role:
+        while j < len(contents) and roles[j] == roles[i]:
             events.append((RAW_TYPE, contents[j]))
             j += 1
-        events.extend(_turn(role, contents[i:j], turn, tracker))
+        events.extend(_turn(roles[i], contents[i:j], turn, tracker))
         i, turn = j, turn + 1
     return events
 
