@@ -47,8 +47,8 @@ CHAT = "openai.chat"
 RESPONSES = "openai.responses"
 ANTHROPIC = "anthropic.messages"
 
-#: The wire form of an Anthropic message or a Responses item, kept as the client (or the
-#: server, for a reply) sent it; never sent to a model.
+#: The wire form of an Anthropic message, a Responses item or a Gemini content, kept as the
+#: client (or the server, for a reply) sent it; never sent to a model.
 RAW_TYPES = ("anthropic/message", "openai/response-item", GEMINI_RAW)
 for _type in RAW_TYPES:
     if not is_registered(_type):
