@@ -273,3 +273,33 @@ def test_which_paths_are_gemini_calls() -> None:
                  "/v1beta/models/m", "/v1beta/models/m:generateContentX"):
         assert protocol_of("POST", path) is None
     assert protocol_of("GET", "/v1beta/models/m:generateContent") is None
+
+
+def test_a_streamed_reply_is_merged_as_the_gemini_cli_merges_it() -> None:
+    from sesstree.proxy.gemini_reply import GeminiReply
+
+    def chunk(*parts: dict[str, Any], finish: str | None = None) -> str:
+        candidate: dict[str, Any] = {"content": {"role": "model", "parts": list(parts)},
+                                     "index": 0}
+        if finish:
+            candidate["finishReason"] = finish
+        return json.dumps({"candidates": [candidate], "modelVersion": "g-001"})
+
+    reply = GeminiReply(position=3)
+    for data in (chunk({"text": "Thinking", "thought": True}),
+                 chunk({"text": " more", "thought": True}),
+                 chunk({"text": "The answer", "thoughtSignature": "c2ln"}),
+                 chunk({"text": " is 4."}),
+                 chunk({"functionCall": {"name": "check", "args": {"n": 4}}}),
+                 chunk({"text": ""}, finish="STOP")):
+        reply.feed_event(None, data)
+    result = reply.result()
+    assert result.complete and result.finish_reason == "STOP" and result.model == "g-001"
+    assert result.events == [
+        ("gemini/content", {"role": "model", "parts": [
+            {"text": "Thinking more", "thought": True},
+            {"text": "The answer is 4.", "thoughtSignature": "c2ln"},
+            {"functionCall": {"name": "check", "args": {"n": 4}}}, {"text": ""}]}),
+        ("assistant/message", {"role": "assistant", "content": "The answer is 4.",
+                               "tool_calls": [{"id": "call_3_0", "type": "function", "function": {
+                                   "name": "check", "arguments": '{"n":4}'}}]})]

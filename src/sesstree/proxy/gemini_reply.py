@@ -83,7 +83,9 @@ class GeminiReply(ReplyBuilder):
                 and bool(last.get("thought")) == bool(part.get("thought")) \
                 and set(part) <= {"text", "thought", "thoughtSignature"} \
                 and set(last) <= {"text", "thought", "thoughtSignature"} \
-                and "thoughtSignature" not in last:
+                and not ("thoughtSignature" in last and "thoughtSignature" in part):
+            # Merged as the Gemini CLI merges a streamed reply's text: into the part before,
+            # its signature kept (two signatures stay two parts).
             self._grow(last, "text", text)
             if "thoughtSignature" in part:
                 last["thoughtSignature"] = part["thoughtSignature"]
