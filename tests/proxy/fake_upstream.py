@@ -1,5 +1,5 @@
-"""A model provider on loopback speaking OpenAI chat completions, OpenAI Responses and
-Anthropic Messages, streamed or not, for the proxy's tests and bench.
+"""A model provider on loopback speaking OpenAI chat completions, OpenAI Responses,
+Anthropic Messages and Gemini (:mod:`fake_gemini`), streamed or not, for the proxy's tests and bench.
 
 A real HTTP/1.1 server (``http.server`` in threads, keep-alive, chunked streams), not a mock.
 By default every call gets a deterministic answer that quotes the last user message
@@ -21,6 +21,8 @@ from collections import deque
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+
+from fake_gemini import answer_gemini, is_gemini, last_user_text
 
 __all__ = ["FakeUpstream", "Scripted", "free_port"]
 
@@ -196,8 +198,8 @@ class FakeUpstream:
         if scripted.events is not None:
             self._stream(h, scripted.events, scripted)
             return
-        text = scripted.text if scripted.text is not None else \
-            f"answer {n}: {_last_user_text(body)}"
+        asked = last_user_text(body) if is_gemini(path) else _last_user_text(body)
+        text = scripted.text if scripted.text is not None else f"answer {n}: {asked}"
         stream = body.get("stream") is True
         if path.endswith("/chat/completions"):
             self._chat(h, body, text, scripted, stream, n)
@@ -205,6 +207,8 @@ class FakeUpstream:
             self._responses(h, body, text, scripted, stream, n)
         elif path.endswith("/messages"):
             self._anthropic(h, body, text, scripted, stream, n)
+        elif is_gemini(path):
+            answer_gemini(self, h, body, text, scripted, n)
         else:
             self._json(h, 404, {"error": {"message": "no such path"}})
 

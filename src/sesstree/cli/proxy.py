@@ -54,7 +54,8 @@ def _check_host(host: str, shown: str) -> None:
 
 @click.command("proxy")
 @click.option("--upstream", required=True, metavar="URL",
-              help="The model provider, e.g. https://api.openai.com or https://api.anthropic.com.")
+              help="The model provider, e.g. https://api.openai.com, https://api.anthropic.com "
+                   "or https://generativelanguage.googleapis.com (Gemini).")
 @click.option("--port", type=click.IntRange(0, 65535), default=8787, show_default=True,
               help="Port to listen on (0: any free port).")
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
@@ -72,8 +73,9 @@ def proxy(locator: StoreLocator, upstream: str, port: int, host: str, timeout: f
           allow_hosts: tuple[str, ...], allow_origins: tuple[str, ...], quiet: bool) -> None:
     """Record every conversation that passes through, untouched, into the store.
 
-    Point the agent at it: OPENAI_BASE_URL=http://127.0.0.1:8787/v1, or
-    ANTHROPIC_BASE_URL=http://127.0.0.1:8787. Requests are forwarded to UPSTREAM with the
+    Point the agent at it: OPENAI_BASE_URL=http://127.0.0.1:8787/v1,
+    ANTHROPIC_BASE_URL=http://127.0.0.1:8787, or GOOGLE_GEMINI_BASE_URL=http://127.0.0.1:8787
+    (Gemini CLI, google-genai). Requests are forwarded to UPSTREAM with the
     same path (after UPSTREAM's own path; the queries are merged). API keys pass through and
     are never stored; credentials in UPSTREAM (https://user:pw@host) are sent as Basic
     authorization when the client sends no Authorization header. GET /_sess/stats gives the

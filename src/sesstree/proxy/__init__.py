@@ -1,4 +1,4 @@
-"""``sess proxy``: a recording pass-through for the OpenAI and Anthropic APIs.
+"""``sess proxy``: a recording pass-through for the OpenAI, Anthropic and Gemini APIs.
 
 Point any agent's base URL at the proxy: every request and reply passes through untouched,
 and the conversations are recorded into a store, re-sent history deduplicated by content

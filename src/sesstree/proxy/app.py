@@ -113,8 +113,10 @@ def _cut(by: str | None) -> str:
 def _tokens(usage: Any) -> str:
     if not isinstance(usage, dict):
         return "no usage"
-    inp = usage.get("prompt_tokens", usage.get("input_tokens"))
-    out = usage.get("completion_tokens", usage.get("output_tokens"))
+    # OpenAI chat's names, then Responses' and Anthropic's, then Gemini's usageMetadata
+    inp = usage.get("prompt_tokens", usage.get("input_tokens", usage.get("promptTokenCount")))
+    out = usage.get("completion_tokens", usage.get("output_tokens",
+                                                   usage.get("candidatesTokenCount")))
     return f"tokens {inp} in/{out} out"
 
 
@@ -318,7 +320,7 @@ class Proxy:
             call.session = _session_name(names)
         except ValueError as exc:
             await answer_json(send, 400, error_body(
-                call.protocol, f"sess proxy: X-Sess-Session: {exc}"))
+                call.protocol, f"sess proxy: X-Sess-Session: {exc}", 400))
             return
         headers.append((b"accept-encoding", _accept_encoding(accept)))
         if target.authorization is not None and not authorized:
@@ -342,7 +344,7 @@ class Proxy:
                 # The server is stopping: the client is still there and is told so, in its
                 # protocol's shape, rather than with a bare 500.
                 await answer_json(send, 503, error_body(
-                    call.protocol, "sess proxy: the proxy is stopping"))
+                    call.protocol, "sess proxy: the proxy is stopping", 503))
             elif not left:
                 raise
             return
@@ -354,7 +356,7 @@ class Proxy:
             call.error = message
             self.stats.add("upstream_errors")
             self._submit(call)
-            await answer_json(send, call.status, error_body(call.protocol, message))
+            await answer_json(send, call.status, error_body(call.protocol, message, call.status))
             return
         except BaseException:
             watch.close()

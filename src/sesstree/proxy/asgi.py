@@ -19,7 +19,7 @@ from typing import Any, Protocol
 import msgspec
 
 from .guard import Guard
-from .protocols import ANTHROPIC, protocol_of
+from .protocols import ANTHROPIC, GEMINI, protocol_of
 from .recorder import Stats
 
 __all__ = ["ProxyApp", "Served", "answer_json", "error_body", "read_body"]
@@ -54,8 +54,17 @@ class Served(Protocol):
         """Forward one HTTP request upstream (and record it)."""
 
 
-def error_body(protocol: str | None, message: str) -> dict[str, Any]:
-    """An error reply's body in the shape of ``protocol`` (Anthropic's, or OpenAI's)."""
+#: Google's names for the statuses the proxy answers itself (google.rpc.Code).
+_GOOGLE_STATUS = {400: "INVALID_ARGUMENT", 403: "PERMISSION_DENIED", 502: "UNAVAILABLE",
+                  503: "UNAVAILABLE", 504: "DEADLINE_EXCEEDED"}
+
+
+def error_body(protocol: str | None, message: str, status: int | None = None) -> dict[str, Any]:
+    """An error reply's body in the shape of ``protocol`` (Anthropic's, Google's with the
+    HTTP ``status``, or OpenAI's)."""
+    if protocol == GEMINI:
+        return {"error": {"code": status, "message": message,
+                          "status": _GOOGLE_STATUS.get(status or 0, "UNKNOWN")}}
     if protocol == ANTHROPIC:
         return {"type": "error", "error": {"type": "api_error", "message": message}}
     return {"error": {"message": message, "type": "proxy_error", "code": None}}
@@ -120,7 +129,7 @@ class ProxyApp:
             await send({"type": "websocket.close", "code": 1008, "reason": message[:120]})
             return
         protocol = protocol_of(scope["method"], scope["path"])
-        await answer_json(send, status, error_body(protocol, message))
+        await answer_json(send, status, error_body(protocol, message, status))
 
     async def _lifespan(self, receive: Receive, send: Send) -> None:
         while True:

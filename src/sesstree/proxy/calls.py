@@ -12,7 +12,8 @@ from typing import Any
 
 import msgspec
 
-from .protocols import ParsedRequest, parse_request
+from .gemini_reply import GeminiReply
+from .protocols import GEMINI, ParsedRequest, parse_request
 from .recorder import Exchange, redact
 from .replies import ReplyBuilder, SseParser
 
@@ -61,7 +62,7 @@ def parsed_request(call: Call) -> ParsedRequest | None:
     if call.protocol is None:
         return None
     try:
-        return parse_request(call.protocol, _decode(call.body))
+        return parse_request(call.protocol, _decode(call.body), call.path)
     except msgspec.DecodeError:
         return None
 
@@ -72,7 +73,8 @@ def exchange_steps(call: Call, parsed: ParsedRequest
     event (a stream that said ``error``), in steps: a streamed reply is parsed
     :data:`STEP_BYTES` at a time, with a ``yield`` after each (see
     :mod:`sesstree.proxy.worker`)."""
-    builder = ReplyBuilder(parsed.protocol)
+    builder = GeminiReply(parsed.position) if parsed.protocol == GEMINI else \
+        ReplyBuilder(parsed.protocol)
     error: Any = call.error
     if call.streamed and call.status is not None and call.status < 400:
         parser = SseParser()
@@ -97,6 +99,9 @@ def exchange_steps(call: Call, parsed: ParsedRequest
             try:
                 value = _decode(data)
             except msgspec.DecodeError:
+                if isinstance(builder, GeminiReply) and (call.status or 0) < 400:
+                    # A stream sent as one JSON array, cut: the chunks that had passed.
+                    builder.feed_partial(data)
                 # Redacted whole before it is cut: a key across the cut would leave its first
                 # part behind.
                 value = redact(data.decode("utf-8", "replace"), call.secrets)[:4000]

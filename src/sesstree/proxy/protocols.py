@@ -8,7 +8,11 @@
   (:func:`sesstree.interop.codex.response_item_events`, as a Codex rollout imports);
 - Anthropic Messages (``POST .../messages``): ``system`` is a system message; each message is
   its raw form (an ``anthropic/message`` event) followed by the chat messages it maps to
-  (:func:`sesstree.interop.claude.claude_message_events`, as a Claude Code transcript imports).
+  (:func:`sesstree.interop.claude.claude_message_events`, as a Claude Code transcript imports);
+- Gemini (``POST .../models/{model}:generateContent`` and ``:streamGenerateContent``):
+  ``systemInstruction`` and each content is its raw form (a ``gemini/content`` event) with,
+  after each turn, the chat messages it maps to (:mod:`sesstree.proxy.gemini`, with
+  :func:`sesstree.interop.gemini.gemini_contents_events`).
 
 Everything else in the body (model, tools, sampling parameters, ...) is what the request asked
 for: it is recorded beside the reply, never in the messages, so a changed parameter does not
@@ -24,10 +28,13 @@ import msgspec
 from ..events import is_registered, message_type, register_event_type
 from ..interop.claude import claude_message_events
 from ..interop.codex import response_item_events
+from ..interop.gemini import RAW_TYPE as GEMINI_RAW
+from .gemini import GEMINI, gemini_request, is_gemini_call
 
 __all__ = [
     "ANTHROPIC",
     "CHAT",
+    "GEMINI",
     "RAW_TYPES",
     "RESPONSES",
     "Event",
@@ -40,9 +47,9 @@ CHAT = "openai.chat"
 RESPONSES = "openai.responses"
 ANTHROPIC = "anthropic.messages"
 
-#: The wire form of an Anthropic message or a Responses item, kept as the client (or the
-#: server, for a reply) sent it; never sent to a model.
-RAW_TYPES = ("anthropic/message", "openai/response-item")
+#: The wire form of an Anthropic message, a Responses item or a Gemini content, kept as the
+#: client (or the server, for a reply) sent it; never sent to a model.
+RAW_TYPES = ("anthropic/message", "openai/response-item", GEMINI_RAW)
 for _type in RAW_TYPES:
     if not is_registered(_type):
         register_event_type(_type)
@@ -60,6 +67,8 @@ class ParsedRequest(msgspec.Struct):
     stream: bool = False
     #: Responses: the reply this request continues (only its new input is in ``events``).
     previous_response_id: str | None = None
+    #: Gemini: how many turns the request's contents make (the number of its reply's turn).
+    position: int = 0
 
 
 def protocol_of(method: str, path: str) -> str | None:
@@ -67,6 +76,8 @@ def protocol_of(method: str, path: str) -> str | None:
     if method != "POST":
         return None
     path = path.rstrip("/")
+    if is_gemini_call(path):
+        return GEMINI
     if path.endswith("/chat/completions"):
         return CHAT
     if path.endswith("/responses"):
@@ -76,11 +87,14 @@ def protocol_of(method: str, path: str) -> str | None:
     return None
 
 
-def parse_request(protocol: str, body: Any) -> ParsedRequest | None:
-    """The history and parameters of a request body; None if it is not a request of that
-    protocol (the upstream will say what is wrong with it)."""
+def parse_request(protocol: str, body: Any, path: str = "") -> ParsedRequest | None:
+    """The history and parameters of a request body (sent to ``path``: Gemini names the
+    model there); None if it is not a request of that protocol (the upstream will say what is
+    wrong with it)."""
     if not isinstance(body, dict):
         return None
+    if protocol == GEMINI:
+        return _gemini(body, path)
     if protocol == CHAT:
         return _chat(body)
     if protocol == RESPONSES:
@@ -141,3 +155,11 @@ def _anthropic(body: dict[str, Any]) -> ParsedRequest | None:
             events.extend(claude_message_events(m, str(m.get("role"))))
     return ParsedRequest(ANTHROPIC, events, _rest(body, "messages", "system"),
                          body.get("stream") is True)
+
+
+def _gemini(body: dict[str, Any], path: str) -> ParsedRequest | None:
+    found = gemini_request(body, path)
+    if found is None:
+        return None
+    events, params, stream, position = found
+    return ParsedRequest(GEMINI, events, params, stream, position=position)

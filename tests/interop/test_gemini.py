@@ -1,0 +1,92 @@
+"""Gemini contents as chat messages: turns, text, media, calls and their responses."""
+
+from __future__ import annotations
+
+import base64
+from typing import Any
+
+from sesstree.interop.gemini import (
+    RAW_TYPE,
+    gemini_contents_events,
+    gemini_system_events,
+    gemini_turns,
+)
+
+
+def messages(contents: list[Any]) -> list[Any]:
+    return [d for t, d in gemini_contents_events(contents) if t != RAW_TYPE]
+
+
+def test_each_content_is_its_raw_form_then_its_turns_messages() -> None:
+    contents = [{"role": "user", "parts": [{"text": "hi"}]},
+                {"role": "model", "parts": [{"text": "hel"}]},
+                {"role": "model", "parts": [{"text": "lo"}]},
+                {"parts": [{"text": "bye"}]}]
+    events = gemini_contents_events(contents)
+    assert events == [
+        (RAW_TYPE, contents[0]), ("user/message", {"role": "user", "content": "hi"}),
+        (RAW_TYPE, contents[1]), (RAW_TYPE, contents[2]),
+        ("assistant/message", {"role": "assistant", "content": "hello"}),
+        (RAW_TYPE, contents[3]), ("user/message", {"role": "user", "content": "bye"})]
+    assert gemini_turns(contents) == 3
+    # raw forms are the contents themselves, as sent
+    assert events[0][1] is contents[0]
+
+
+def test_calls_are_numbered_by_turn_and_responses_paired_by_id_or_name() -> None:
+    contents = [
+        {"role": "user", "parts": [{"text": "read both"}]},
+        {"role": "model", "parts": [
+            {"thought": True, "text": "I should read them."},
+            {"functionCall": {"name": "read", "args": {"path": "a", "n": 1.0}},
+             "thoughtSignature": "c2ln"},
+            {"functionCall": {"name": "read", "args": {"path": "b"}, "id": "server-id"}}]},
+        {"role": "user", "parts": [
+            {"functionResponse": {"name": "read", "id": "server-id", "response": {"out": "B"}}},
+            {"functionResponse": {"name": "read", "id": "read__cli_17_0",
+                                  "response": {"z": 1, "a": "A"}}}]}]
+    assert messages(contents) == [
+        {"role": "user", "content": "read both"},
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "call_1_0", "type": "function",
+             "function": {"name": "read", "arguments": '{"n":1,"path":"a"}'}},
+            {"id": "call_1_1", "type": "function",
+             "function": {"name": "read", "arguments": '{"path":"b"}'}}]},
+        {"role": "tool", "tool_call_id": "call_1_1", "content": '{"out":"B"}'},
+        {"role": "tool", "tool_call_id": "call_1_0", "content": '{"a":"A","z":1}'}]
+
+
+def test_media_and_other_parts() -> None:
+    png = bytes(range(250, 256)) * 3
+    urlsafe = base64.urlsafe_b64encode(png).decode().rstrip("=")
+    standard = base64.b64encode(png).decode()
+    contents = [{"role": "user", "parts": [
+        {"text": "look: "}, {"inlineData": {"mimeType": "image/png", "data": urlsafe}},
+        {"inline_data": {"mime_type": "application/pdf", "data": standard}},
+        {"fileData": {"mimeType": "video/mp4", "fileUri": "https://x/v"}},
+        {"executableCode": {"language": "PYTHON", "code": "1"}, "thoughtSignature": "x"}]}]
+    assert messages(contents) == [{"role": "user", "content": [
+        {"type": "text", "text": "look: "},
+        {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{standard}"}},
+        {"type": "file", "file": {"file_data": f"data:application/pdf;base64,{standard}"}},
+        {"type": "file", "file": {"file_url": "https://x/v", "mime_type": "video/mp4"}},
+        {"executableCode": {"language": "PYTHON", "code": "1"}}]}]
+
+
+def test_empty_and_thought_only_turns_make_no_message() -> None:
+    assert messages([{"role": "model", "parts": []}]) == []
+    assert messages([{"role": "model", "parts": [{"text": "hm", "thought": True}]}]) == []
+    assert messages([{"role": "user", "parts": [{"text": ""}]}]) == []
+    assert messages([{"role": "function", "parts": [{"text": "x"}]}]) == [
+        {"role": "function", "content": "x"}]
+
+
+def test_system_instruction() -> None:
+    system = {"role": "user", "parts": [{"text": "Be terse."}, {"text": "Be kind."}]}
+    assert gemini_system_events(system) == [
+        (RAW_TYPE, {"systemInstruction": system}),
+        ("system/message", {"role": "system", "content": "Be terse.\nBe kind."})]
+    assert gemini_system_events("Be terse.")[1] == (
+        "system/message", {"role": "system", "content": "Be terse."})
+    assert gemini_system_events({"parts": []}) == [(RAW_TYPE, {"systemInstruction": {
+        "parts": []}})]
