@@ -107,3 +107,38 @@ def test_one_history_in_three_protocols_has_one_key() -> None:
             k, wire, _ = roll(k, wire, type, data)
         keys.add(k)
     assert len(keys) == 1
+
+
+def test_other_roles_follow_the_same_rules() -> None:
+    cached = [{"type": "text", "text": "hi", "cache_control": {"type": "ephemeral"}}]
+    for role in ("developer", "tool", "function", "critic"):
+        assert key({"role": role, "content": "hi"}) == key({"role": role, "content": cached})
+        assert key({"role": role, "content": "hi"}) != key({"role": "user", "content": "hi"})
+
+
+def test_wire_forms_vectors() -> None:
+    from sesstree.proxy.wireforms import anthropic_form, response_item_form
+    # a reply item as the server sent it, and as a client re-sends it
+    assert response_item_form({
+        "type": "message", "id": "msg_1", "status": "completed", "role": "assistant",
+        "content": [{"type": "output_text", "text": "ok", "annotations": [], "logprobs": []}]
+    }) == response_item_form({"role": "assistant", "content": "ok"}) == \
+        canonical_message("assistant/message", {"role": "assistant", "content": "ok"})
+    call = {"type": "function_call", "call_id": "c", "name": "ls", "arguments": '{"a": 1}'}
+    assert response_item_form({**call, "id": "fc_1", "status": "completed"}) == \
+        response_item_form({**call, "arguments": '{"a":1}'})
+    assert response_item_form(call) != response_item_form({**call, "call_id": "d"})
+    # Anthropic: a tool result and the text after it, in two orders, are two inputs
+    result = {"type": "tool_result", "tool_use_id": "t", "content": "1"}
+    text = {"type": "text", "text": "go on"}
+    assert anthropic_form({"role": "user", "content": [result, text]}) != \
+        anthropic_form({"role": "user", "content": [text, result]})
+    assert anthropic_form({"role": "user", "content": [result]}) == anthropic_form(
+        {"role": "user", "content": [{**result, "is_error": False, "content": [
+            {"type": "text", "text": "1", "cache_control": {"type": "ephemeral"}}]}]})
+    assert anthropic_form({"role": "user", "content": [result]}) != anthropic_form(
+        {"role": "user", "content": [{**result, "is_error": True}]})
+    # a thinking block is what the model read: dropping it is another input
+    thinking = {"type": "thinking", "thinking": "hm", "signature": "sig"}
+    assert anthropic_form({"role": "assistant", "content": [thinking, text]}) != \
+        anthropic_form({"role": "assistant", "content": [text]})
