@@ -102,9 +102,9 @@ def test_one_history_in_three_protocols_has_one_key() -> None:
     keys = set()
     for parsed in (chat, responses, anthropic):
         assert parsed is not None
-        k, wire = EMPTY_KEY, False
+        k, pending = EMPTY_KEY, 0
         for type, data in parsed.events:
-            k, wire, _ = roll(k, wire, type, data)
+            k, pending, _ = roll(k, pending, type, data)
         keys.add(k)
     assert len(keys) == 1
 

@@ -70,10 +70,10 @@ def unit_keys(shapes: Shapes, body: dict[str, Any]) -> list[bytes]:
     """The history key after each unit of the request (the system prompt's first)."""
     parsed = parse_request(_PROTOCOL[shapes.name], body)
     assert parsed is not None
-    types = [t for t, _ in parsed.events]
-    key, wire, out = EMPTY_KEY, False, []
-    for (type, data), starts in zip(parsed.events, units(types), strict=True):
-        key, wire, _ = roll(key, wire, type, data)
+    types, datas = [t for t, _ in parsed.events], [d for _, d in parsed.events]
+    key, pending, out = EMPTY_KEY, 0, []
+    for (type, data), starts in zip(parsed.events, units(types, datas), strict=True):
+        key, pending, _ = roll(key, pending, type, data)
         if starts:
             out.append(key)
     return out
@@ -162,7 +162,7 @@ def _sse_reply(name: str, text: str) -> dict[str, Any]:
 def _stored_inputs(store: Store, session: str, system: bool) -> list[Any]:
     """The input messages a session's path holds (no reply, no system prompt)."""
     nodes = list(reversed(store.log(session)))
-    starts = units([n.type for n in nodes])
+    starts = units([n.type for n in nodes], [n.data for n in nodes])
     out, in_call = [], False
     for node, start in zip(nodes, starts, strict=True):
         in_call = (in_call or node.type == "step/start") and node.type != "step/end"
@@ -268,3 +268,44 @@ def test_a_message_resent_as_a_string_after_a_cached_block_is_one_session(
     assert sessions["fix-the-build"] == {"calls": 3, "resent": 0 + 3 + 5, "matched": 8,
                                          "unmatched": 0, "divergences": 0}
     assert all(" did not match" not in line for line in proxy.lines)
+
+
+@pytest.mark.parametrize("name", ["anthropic", "responses"])
+@settings(max_examples=100, deadline=None)
+@given(data=st.data(), seed=st.integers())
+def test_a_wire_form_counts_the_messages_its_parser_derives(name: str, data: st.DataObject,
+                                                            seed: int) -> None:
+    # the index tells a wire form's derived messages from a message of its own by this count
+    from sesstree.proxy.canonical import WIRE_FORMS
+    shapes = PROTOCOLS[name]
+    system, history = data.draw(histories(shapes))
+    parsed = parse_request(_PROTOCOL[name], shapes.body(system, history, random.Random(seed),
+                                                        False))
+    assert parsed is not None
+    events = parsed.events
+    for i, (type, raw) in enumerate(events):
+        if type in WIRE_FORMS:
+            derived = list(itertools.takewhile(lambda e: e[0] not in WIRE_FORMS,
+                                               events[i + 1:]))
+            assert WIRE_FORMS[type].derived(raw) == len(derived), raw
+
+
+def test_a_chat_call_that_continues_an_anthropic_conversation_keys_its_own_messages(
+        proxy: RunningProxy) -> None:
+    # A text-only history has one key in every protocol, so a conversation can change
+    # protocol; a chat message stored right after an Anthropic message (here: the reply
+    # dropped, another message sent instead) is a unit of its own, not one derived from it.
+    anthropic = PROTOCOLS["anthropic"]
+    first = [Msg("user", [("text", "switch protocols")])]
+    _send(proxy, anthropic, anthropic.body("be brief", first, random.Random(1), False))
+    history = [{"role": "system", "content": "be brief"},
+               {"role": "user", "content": "switch protocols"},
+               {"role": "user", "content": "no, on chat"}]
+    for turn in range(3):
+        r = _send(proxy, PROTOCOLS["chat"], {"model": "m", "messages": history})
+        history += [r["choices"][0]["message"], {"role": "user", "content": f"turn {turn}"}]
+    proxy.flush()
+    sessions = proxy.proxy.stats.sessions()
+    assert sorted(sessions) == ["switch-protocols", "switch-protocols-fork-1"]
+    assert sessions["switch-protocols-fork-1"]["calls"] == 3
+    assert sessions["switch-protocols-fork-1"]["unmatched"] == 0, proxy.lines

@@ -42,7 +42,7 @@ canonically equal. A text-only history has one key whichever protocol carried it
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import msgspec
 from blake3 import blake3
@@ -52,6 +52,7 @@ from ..events import MESSAGE_TYPES
 __all__ = [
     "EMPTY_KEY",
     "WIRE_FORMS",
+    "WireForm",
     "arguments",
     "canonical_message",
     "canonical_unit",
@@ -76,14 +77,25 @@ _DEFAULT_ROLE = {"system/message": "system", "user/message": "user",
 #: servers' cache marker.
 _CHAT_ANNOTATIONS = frozenset({"cache_control"})
 
-#: Event type of a protocol's wire form -> its canonical form.
-WIRE_FORMS: dict[str, Callable[[Any], Any]] = {}
+class WireForm(NamedTuple):
+    """How a protocol's raw message is keyed: its canonical form, and how many chat message
+    events the protocol's parser puts after it (derived from it: they do not count again)."""
+
+    form: Callable[[Any], Any]
+    derived: Callable[[Any], int]
 
 
-def register_wire_form(type: str, form: Callable[[Any], Any]) -> None:
-    """Key the events of ``type`` (a protocol's raw message) by ``form``; the chat messages
-    that follow such an event are derived from it and do not roll the key again."""
-    WIRE_FORMS[type] = form
+#: Event type of a protocol's raw message -> how it is keyed.
+WIRE_FORMS: dict[str, WireForm] = {}
+
+
+def register_wire_form(type: str, form: Callable[[Any], Any],
+                       derived: Callable[[Any], int]) -> None:
+    """Key the events of ``type`` (a protocol's raw message) by ``form``; ``derived(data)``
+    is the number of chat message events that follow such an event, mapped from it, which
+    carry its key on instead of rolling it again (it must agree with the protocol's
+    parser: a message after them is a unit of its own)."""
+    WIRE_FORMS[type] = WireForm(form, derived)
 
 
 def trimmed(value: Any, annotations: Collection[str]) -> Any:
@@ -177,8 +189,8 @@ def canonical_message(type: str, message: Any) -> list[Any]:
 
 def canonical_unit(type: str, data: Any) -> Any:
     """The canonical form of one unit of a history: a wire form's or a chat message's."""
-    form = WIRE_FORMS.get(type)
-    return form(data) if form is not None else canonical_message(type, data)
+    wire = WIRE_FORMS.get(type)
+    return wire.form(data) if wire is not None else canonical_message(type, data)
 
 
 def is_unit(type: str) -> bool:
@@ -192,30 +204,36 @@ def chain_key(previous: bytes, type: str, message: Any) -> bytes:
     return blake3(previous + _encode(canonical_unit(type, message))).digest()
 
 
-def roll(key: bytes, in_wire: bool, type: str, data: Any,
-         chain: Callable[[bytes, str, Any], bytes] = chain_key) -> tuple[bytes, bool, bool]:
-    """One event of a path or a request on the way to its history key: ``(key, in_wire,
-    counted)``. A wire form rolls the key and opens a group; a chat message rolls it unless
-    it is derived from the wire form before it; any other event closes the group.
-    ``counted``: the event is a unit, or derived from one (its node continues the history)."""
-    if type in WIRE_FORMS:
-        return chain(key, type, data), True, True
+def roll(key: bytes, pending: int, type: str, data: Any,
+         chain: Callable[[bytes, str, Any], bytes] = chain_key) -> tuple[bytes, int, bool]:
+    """One event of a path or a request on the way to its history key: ``(key, pending,
+    counted)``. A wire form rolls the key, and the chat messages derived from it (``pending``
+    of them still to come) carry it on; any other chat message rolls it; any other event
+    leaves it. ``counted``: the event is a unit, or derived from one (its node continues the
+    history)."""
+    wire = WIRE_FORMS.get(type)
+    if wire is not None:
+        return chain(key, type, data), wire.derived(data), True
     if type in MESSAGE_TYPES:
-        return (key if in_wire else chain(key, type, data)), in_wire, True
-    return key, False, False
+        if pending:
+            return key, pending - 1, True
+        return chain(key, type, data), 0, True
+    return key, 0, False
 
 
-def units(types: Sequence[str], in_wire: bool = False) -> list[bool]:
+def units(types: Sequence[str], datas: Sequence[Any], pending: int = 0) -> list[bool]:
     """For each event of a history, whether it starts a unit: a wire form, or a chat message
-    not derived from the wire form before it (``in_wire``: the history goes on inside one)."""
+    not derived from one (``pending``: derived messages still to come where it starts)."""
     out: list[bool] = []
-    for type in types:
-        if type in WIRE_FORMS:
-            in_wire = True
+    for type, data in zip(types, datas, strict=True):
+        wire = WIRE_FORMS.get(type)
+        if wire is not None:
+            pending = wire.derived(data)
             out.append(True)
         elif type in MESSAGE_TYPES:
-            out.append(not in_wire)
+            out.append(not pending)
+            pending = max(0, pending - 1)
         else:
-            in_wire = False
+            pending = 0
             out.append(False)
     return out

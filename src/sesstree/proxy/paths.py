@@ -52,11 +52,12 @@ _encode_into = msgspec.json.Encoder().encode_into
 class WalkState(NamedTuple):
     """Where a walk along a path is: the history key, whether it is inside a model call
     (0 no, 1 yes with no reply message yet, 2 yes with a reply message), and whether it is
-    inside a wire form's group (its derived messages do not roll the key)."""
+    how many chat messages derived from the wire form before it are still to come (they do
+    not roll the key)."""
 
     key: bytes
     call: int = 0
-    wire: bool = False
+    pending: int = 0
 
 
 ROOT = WalkState(EMPTY_KEY)
@@ -99,12 +100,12 @@ class PathIndex:
     def walk(self, state: WalkState, ids: Sequence[NodeId], types: Sequence[str],
              datas: Sequence[Any], session: str | None) -> WalkState:
         """Index a stretch of a path that starts after a node in ``state``; the end state."""
-        key, call, wire = state
+        key, call, pending = state
         last: NodeId | None = None  # the node of the wire group the key is marked at
         for node, type, data in zip(ids, types, datas, strict=True):
             if is_unit(type):
-                derived = wire and type not in WIRE_FORMS
-                key, wire, _ = roll(key, wire, type, data)
+                derived = pending > 0 and type not in WIRE_FORMS
+                key, pending, _ = roll(key, pending, type, data)
                 # A wire form's derived messages carry its key on: the history goes on after
                 # the last of them, which alone keeps the mark.
                 self._mark(key, node, session, last if derived else None)
@@ -112,7 +113,7 @@ class PathIndex:
                 if call:
                     call = 2
             else:
-                wire, last = False, None
+                pending, last = 0, None
                 if type == "step/start":
                     call = 1
                 elif type in _CLOSING:
@@ -123,8 +124,8 @@ class PathIndex:
                         call = 0
                     elif call != 1:
                         self._mark(key, node, session)
-            self.states[node] = WalkState(key, call, wire)
-        return WalkState(key, call, wire)
+            self.states[node] = WalkState(key, call, pending)
+        return WalkState(key, call, pending)
 
     def state_at(self, node: NodeId | None) -> WalkState | None:
         """The walk state after ``node`` (ROOT for None), or None if it was never walked."""
@@ -159,9 +160,9 @@ class PathIndex:
         each event."""
         keys: list[bytes] = []
         counted: list[bool] = []
-        key, wire = base.key, base.wire
+        key, pending = base.key, base.pending
         for type, data in zip(types, datas, strict=True):
-            key, wire, unit = roll(key, wire, type, data, self._chain_key)
+            key, pending, unit = roll(key, pending, type, data, self._chain_key)
             keys.append(key)
             counted.append(unit)
         for i in range(len(types) - 1, -1, -1):

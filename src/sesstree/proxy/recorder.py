@@ -291,7 +291,7 @@ class Recorder:
         types = [t for t, _ in events]
         datas = [d for _, d in events]
         n, candidates, keys = index.match(base_state, types, datas)
-        starts = units(types, base_state.wire)
+        starts = units(types, datas, base_state.pending)
         stored = self._stored(keys[-1] if keys else base_state.key, call)
         if stored is not None:
             resent = sum(starts)
@@ -375,9 +375,9 @@ class Recorder:
     def _stored(self, key: bytes, call: Sequence[Event]) -> Candidate | None:
         """Where the history and the reply are already stored (another writer recorded the
         reply from a later request that re-sent it), or None."""
-        replied, wire = False, False
+        replied, pending = False, 0
         for type, data in call:
-            key, wire, unit = roll(key, wire, type, data)
+            key, pending, unit = roll(key, pending, type, data)
             replied = replied or unit
         found = self.index.keys.get(key) if replied else None
         return found[-1] if found else None

@@ -30,7 +30,14 @@ from typing import Any
 
 from .canonical import arguments, parts, register_wire_form, trimmed
 
-__all__ = ["ANTHROPIC_FORM", "RESPONSES_FORM", "anthropic_form", "response_item_form"]
+__all__ = [
+    "ANTHROPIC_FORM",
+    "RESPONSES_FORM",
+    "anthropic_derived",
+    "anthropic_form",
+    "response_item_derived",
+    "response_item_form",
+]
 
 #: The event types of the raw messages keyed here.
 ANTHROPIC_FORM = "anthropic/message"
@@ -97,5 +104,34 @@ def response_item_form(item: Any) -> Any:
     return ["#item", kind, fields]
 
 
-register_wire_form(ANTHROPIC_FORM, anthropic_form)
-register_wire_form(RESPONSES_FORM, response_item_form)
+def anthropic_derived(message: Any) -> int:
+    """How many chat messages :func:`~sesstree.interop.claude.claude_message_events` maps an
+    Anthropic message to (counted, not built: this runs for every message of every request):
+    one per ``tool_result`` block, and one for its text and images (or, for an assistant,
+    its text, images and tool calls), if it has any."""
+    content = message.get("content") if isinstance(message, dict) else None
+    if isinstance(content, str) or content is None:
+        return 1
+    if not isinstance(content, list):
+        return 0
+    kinds = [b.get("type") for b in content if isinstance(b, dict)]
+    own = ("text", "image", "tool_use") if message.get("role") == "assistant" \
+        else ("text", "image")
+    return kinds.count("tool_result") + any(k in own for k in kinds)
+
+
+_MAPPED_ITEMS = frozenset({"message", "function_call", "custom_tool_call", "local_shell_call",
+                           "function_call_output", "custom_tool_call_output",
+                           "local_shell_call_output"})
+
+
+def response_item_derived(item: Any) -> int:
+    """How many chat messages :func:`~sesstree.interop.codex.response_item_events` maps a
+    Responses item to: one for the items it maps, none for the others (reasoning, ...)."""
+    if not isinstance(item, dict):
+        return 0
+    return int(item.get("type", "message" if "role" in item else None) in _MAPPED_ITEMS)
+
+
+register_wire_form(ANTHROPIC_FORM, anthropic_form, anthropic_derived)
+register_wire_form(RESPONSES_FORM, response_item_form, response_item_derived)
