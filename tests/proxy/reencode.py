@@ -4,9 +4,9 @@ protocol reads as the same input: the generator of the canonical form's tests.
 A :class:`Msg` is a role and blocks (``("text", s)``, ``("image", url)``, ``("call", id,
 name, args)``, ``("result", id, text, is_error)``). Each protocol is a :class:`Shapes`: how
 a message is encoded (every choice drawn from a ``random.Random``, so one message comes out in
-a different shape each time it is re-sent), how a reply becomes the client's next message,
-which roles and blocks its new input may hold. A protocol plugs in by adding one such class
-to :data:`PROTOCOLS`.
+a different shape each time it is re-sent), where a request goes, how a reply (streamed or
+not) becomes the client's next messages, which roles its new input may hold. A protocol plugs
+in by adding one such class to :data:`PROTOCOLS`.
 
 Mutations (:func:`mutations`) change one message in the ways that change the input: a
 character, the role, a dropped or reordered block, a tool id, a dropped message.
@@ -21,7 +21,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["PROTOCOLS", "Msg", "Shapes", "mutations", "reply_messages"]
+from sesstree.proxy.protocols import ANTHROPIC, CHAT, RESPONSES
+
+__all__ = ["PROTOCOLS", "Msg", "Shapes", "mutations"]
 
 CACHE = {"type": "ephemeral"}
 
@@ -58,6 +60,8 @@ class Shapes:
     """A wire protocol's shapes (subclasses fill them in)."""
 
     name = ""
+    #: The protocol as :func:`sesstree.proxy.protocols.parse_request` names it.
+    protocol = ""
     path = ""
     #: Roles new input may hold, besides user (unknown ones included).
     roles: tuple[str, ...] = ()
@@ -75,9 +79,50 @@ class Shapes:
         """A request re-sending ``history``, each message in a shape drawn from ``rnd``."""
         raise NotImplementedError
 
+    def target(self, stream: bool) -> str:
+        """The path (and query) a request is sent to."""
+        return self.path
+
+    def inputs_sent(self, body: dict[str, Any], system: bool) -> list[Any]:
+        """The messages of a request's history as sent, its system prompt left out."""
+        raise NotImplementedError
+
+    def reply(self, text: str, streamed: bool) -> list[Msg]:
+        """The messages a reply's body (JSON, or a stream of server-sent events) adds to the
+        client's history."""
+        raise NotImplementedError
+
+
+def _sse(text: str) -> list[Any]:
+    return [json.loads(line[5:]) for line in text.splitlines()
+            if line.startswith("data:") and line[5:].strip() != "[DONE]"]
+
 
 class Chat(Shapes):
-    name, path = "chat", "/v1/chat/completions"
+    name, protocol, path = "chat", CHAT, "/v1/chat/completions"
+
+    def inputs_sent(self, body: dict[str, Any], system: bool) -> list[Any]:
+        return list(body["messages"][1:] if system else body["messages"])
+
+    def reply(self, text: str, streamed: bool) -> list[Msg]:
+        if not streamed:
+            msg = json.loads(text)["choices"][0]["message"]
+        else:
+            msg = {"content": "", "tool_calls": []}
+            for e in _sse(text):
+                for choice in e.get("choices", []):
+                    delta = choice["delta"]
+                    msg["content"] += delta.get("content") or ""
+                    for call in delta.get("tool_calls", []):
+                        if "id" in call:
+                            msg["tool_calls"].append({"id": call["id"], "function": {
+                                "name": call["function"]["name"], "arguments": ""}})
+                        msg["tool_calls"][-1]["function"]["arguments"] += \
+                            call["function"]["arguments"]
+        blocks: list[tuple[Any, ...]] = [("text", msg["content"])] if msg.get("content") else []
+        blocks += [("call", c["id"], c["function"]["name"], json.loads(c["function"]["arguments"]))
+                   for c in msg.get("tool_calls") or []]
+        return [Msg("assistant", blocks)]
     roles = ("system", "developer", "critic", "function")
 
     def message(self, m: Msg, rnd: random.Random) -> dict[str, Any]:
@@ -122,7 +167,28 @@ class Chat(Shapes):
 
 
 class Anthropic(Shapes):
-    name, path = "anthropic", "/v1/messages"
+    name, protocol, path = "anthropic", ANTHROPIC, "/v1/messages"
+
+    def inputs_sent(self, body: dict[str, Any], system: bool) -> list[Any]:
+        return list(body["messages"])
+
+    def reply(self, text: str, streamed: bool) -> list[Msg]:
+        if not streamed:
+            content = json.loads(text)["content"]
+        else:
+            content, partial = [], ""
+            for e in _sse(text):
+                if e["type"] == "content_block_start":
+                    content.append(dict(e["content_block"]))
+                    partial = ""
+                elif e["type"] == "content_block_delta" and e["delta"]["type"] == "text_delta":
+                    content[-1]["text"] += e["delta"]["text"]
+                elif e["type"] == "content_block_delta":
+                    partial += e["delta"]["partial_json"]
+                elif e["type"] == "content_block_stop" and content[-1]["type"] == "tool_use":
+                    content[-1]["input"] = json.loads(partial or "{}")
+        return [Msg("assistant", [("text", b["text"]) if b["type"] == "text" else
+                                  ("call", b["id"], b["name"], b["input"]) for b in content])]
     roles = ("critic",)
     error_flag = True
 
@@ -169,7 +235,24 @@ class Anthropic(Shapes):
 
 
 class Responses(Shapes):
-    name, path = "responses", "/v1/responses"
+    name, protocol, path = "responses", RESPONSES, "/v1/responses"
+
+    def inputs_sent(self, body: dict[str, Any], system: bool) -> list[Any]:
+        return list(body["input"])
+
+    def reply(self, text: str, streamed: bool) -> list[Msg]:
+        response = json.loads(text) if not streamed else next(
+            e["response"] for e in _sse(text) if e["type"] == "response.completed")
+        out = []
+        for item in response["output"]:
+            server = {k: item[k] for k in ("id", "status") if k in item}
+            if item["type"] == "function_call":
+                out.append(Msg("assistant", [("call", item["call_id"], item["name"],
+                                              json.loads(item["arguments"]))], server))
+            else:
+                out.append(Msg("assistant", [("text", p["text"]) for p in item["content"]],
+                               server))
+        return out
     roles = ("system", "developer", "critic")
 
     def item(self, m: Msg, rnd: random.Random) -> dict[str, Any]:
@@ -211,30 +294,6 @@ class Responses(Shapes):
 
 
 PROTOCOLS: dict[str, Shapes] = {s.name: s for s in (Chat(), Anthropic(), Responses())}
-
-
-def reply_messages(protocol: str, reply: dict[str, Any]) -> list[Msg]:
-    """The reply (the whole JSON response, or the one rebuilt from a stream) as the client
-    appends it to its history."""
-    if protocol == "chat":
-        msg = reply["choices"][0]["message"]
-        blocks: list[tuple[Any, ...]] = [("text", msg["content"])] if msg.get("content") else []
-        blocks += [("call", c["id"], c["function"]["name"], json.loads(c["function"]["arguments"]))
-                   for c in msg.get("tool_calls") or []]
-        return [Msg("assistant", blocks)]
-    if protocol == "anthropic":
-        blocks = [("text", b["text"]) if b["type"] == "text" else
-                  ("call", b["id"], b["name"], b["input"]) for b in reply["content"]]
-        return [Msg("assistant", blocks)]
-    out = []
-    for item in reply["output"]:
-        server = {k: item[k] for k in ("id", "status") if k in item}
-        if item["type"] == "function_call":
-            out.append(Msg("assistant", [("call", item["call_id"], item["name"],
-                                          json.loads(item["arguments"]))], server))
-        else:
-            out.append(Msg("assistant", [("text", p["text"]) for p in item["content"]], server))
-    return out
 
 
 def _flip(text: str, at: int) -> str:

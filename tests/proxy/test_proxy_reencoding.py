@@ -18,13 +18,11 @@ from fake_upstream import FakeUpstream, Scripted
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from proxy_server import RunningProxy
-from reencode import PROTOCOLS, Msg, Shapes, mutations, reply_messages
+from reencode import PROTOCOLS, Msg, Shapes, mutations
 
 from sesstree import Store
 from sesstree.proxy.canonical import EMPTY_KEY, roll, units
-from sesstree.proxy.protocols import ANTHROPIC, CHAT, RESPONSES, parse_request
-
-_PROTOCOL = {"chat": CHAT, "anthropic": ANTHROPIC, "responses": RESPONSES}
+from sesstree.proxy.protocols import parse_request
 
 texts = st.text(st.characters(exclude_categories=("Cs",), exclude_characters="\x00"),
                 min_size=1, max_size=8)
@@ -68,7 +66,7 @@ def histories(draw: st.DrawFn, shapes: Shapes) -> tuple[str | None, list[Msg]]:
 
 def unit_keys(shapes: Shapes, body: dict[str, Any]) -> list[bytes]:
     """The history key after each unit of the request (the system prompt's first)."""
-    parsed = parse_request(_PROTOCOL[shapes.name], body)
+    parsed = parse_request(shapes.protocol, body)
     assert parsed is not None
     types, datas = [t for t, _ in parsed.events], [d for _, d in parsed.events]
     key, pending, out = EMPTY_KEY, 0, []
@@ -125,40 +123,6 @@ def test_a_system_prompt_in_each_shape_and_protocol_is_one_key() -> None:
 _unique = itertools.count()
 
 
-def _sse_reply(name: str, text: str) -> dict[str, Any]:
-    """The reply a streamed response amounts to, rebuilt as a client would."""
-    events = [json.loads(line[5:]) for line in text.splitlines()
-              if line.startswith("data:") and line[5:].strip() != "[DONE]"]
-    if name == "responses":
-        return next(e["response"] for e in events if e["type"] == "response.completed")
-    if name == "anthropic":
-        blocks: list[dict[str, Any]] = []
-        partial = ""
-        for e in events:
-            if e["type"] == "content_block_start":
-                blocks.append(dict(e["content_block"]))
-                partial = ""
-            elif e["type"] == "content_block_delta" and e["delta"]["type"] == "text_delta":
-                blocks[-1]["text"] += e["delta"]["text"]
-            elif e["type"] == "content_block_delta":
-                partial += e["delta"]["partial_json"]
-            elif e["type"] == "content_block_stop" and blocks[-1]["type"] == "tool_use":
-                blocks[-1]["input"] = json.loads(partial or "{}")
-        return {"content": blocks}
-    message: dict[str, Any] = {"role": "assistant", "content": "", "tool_calls": []}
-    for e in events:
-        for choice in e.get("choices", []):
-            delta = choice["delta"]
-            message["content"] += delta.get("content") or ""
-            for call in delta.get("tool_calls", []):
-                if "id" in call:
-                    message["tool_calls"].append({"id": call["id"], "function": {
-                        "name": call["function"]["name"], "arguments": ""}})
-                message["tool_calls"][-1]["function"]["arguments"] += \
-                    call["function"]["arguments"]
-    return {"choices": [{"message": message}]}
-
-
 def _stored_inputs(store: Store, session: str, system: bool) -> list[Any]:
     """The input messages a session's path holds (no reply, no system prompt)."""
     nodes = list(reversed(store.log(session)))
@@ -185,11 +149,19 @@ def plans(draw: st.DrawFn, shapes: Shapes) -> tuple[str | None, list[Any]]:
     return system, turns
 
 
-def _send(proxy: RunningProxy, shapes: Shapes, body: dict[str, Any]) -> dict[str, Any]:
-    r = httpx.post(proxy.url + shapes.path, json=body, timeout=10,
+def _post(proxy: RunningProxy, path: str, body: dict[str, Any]) -> Any:
+    r = httpx.post(proxy.url + path, json=body, timeout=10)
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+def _send(proxy: RunningProxy, shapes: Shapes, body: dict[str, Any],
+          stream: bool = False) -> list[Msg]:
+    """Send a request through the proxy; the reply, as the client appends it."""
+    r = httpx.post(proxy.url + shapes.target(stream), json=body, timeout=10,
                    headers={"authorization": "Bearer sk-test-reencoding-0123456789"})
     assert r.status_code == 200, r.text
-    return _sse_reply(shapes.name, r.text) if body.get("stream") else r.json()
+    return shapes.reply(r.text, stream)
 
 
 @pytest.mark.parametrize("name", sorted(PROTOCOLS))
@@ -216,12 +188,8 @@ def test_a_reencoded_conversation_is_one_session_and_a_changed_one_diverges(
         if call is not None:
             upstream.add(Scripted(tool_call=call))
         body = shapes.body(system, history, rnd, stream)
-        sent = body["input"] if name == "responses" else [
-            m for m in body["messages"] if name != "chat" or system is None or m is not
-            body["messages"][0]]
-        first_sent += sent[-len(new):]
-        reply = _send(proxy, shapes, body)
-        history += reply_messages(name, reply)
+        first_sent += shapes.inputs_sent(body, system is not None)[-len(new):]
+        history += _send(proxy, shapes, body, stream)
     proxy.flush()
     grown = {k: v for k, v in proxy.proxy.stats.sessions().items() if before.get(k) != v}
     assert len(grown) == 1, (grown, proxy.lines[-len(turns):])
@@ -257,8 +225,8 @@ def test_a_message_resent_as_a_string_after_a_cached_block_is_one_session(
                                         "cache_control": {"type": "ephemeral"}}]}
     history: list[dict[str, Any]] = [{"role": "user", "content": "fix the build"}, first]
     for turn in range(3):
-        reply = _send(proxy, PROTOCOLS["anthropic"], {"model": "m", "max_tokens": 9,
-                                                      "messages": history})
+        reply = _post(proxy, "/v1/messages", {"model": "m", "max_tokens": 9,
+                                              "messages": history})
         history[1] = {"role": role, "content": "context: repo at HEAD"}
         history += [{"role": "assistant", "content": reply["content"]},
                     {"role": "user", "content": f"go on {turn}"}]
@@ -279,7 +247,7 @@ def test_a_wire_form_counts_the_messages_its_parser_derives(name: str, data: st.
     from sesstree.proxy.canonical import WIRE_FORMS
     shapes = PROTOCOLS[name]
     system, history = data.draw(histories(shapes))
-    parsed = parse_request(_PROTOCOL[name], shapes.body(system, history, random.Random(seed),
+    parsed = parse_request(shapes.protocol, shapes.body(system, history, random.Random(seed),
                                                         False))
     assert parsed is not None
     events = parsed.events
@@ -302,7 +270,7 @@ def test_a_chat_call_that_continues_an_anthropic_conversation_keys_its_own_messa
                {"role": "user", "content": "switch protocols"},
                {"role": "user", "content": "no, on chat"}]
     for turn in range(3):
-        r = _send(proxy, PROTOCOLS["chat"], {"model": "m", "messages": history})
+        r = _post(proxy, "/v1/chat/completions", {"model": "m", "messages": history})
         history += [r["choices"][0]["message"], {"role": "user", "content": f"turn {turn}"}]
     proxy.flush()
     sessions = proxy.proxy.stats.sessions()
