@@ -175,6 +175,7 @@ def test_a_reencoded_conversation_is_one_session_and_a_changed_one_diverges(
     system, turns = data.draw(plans(shapes))
     rnd = random.Random(data.draw(st.integers()))
     before = proxy.proxy.stats.sessions()
+    misses = proxy.proxy.stats.snapshot()["prefix_misses"]
     history: list[Msg] = []
     first_sent: list[Any] = []  # each input message as the client sent it the first time
     tag = f"conversation {next(_unique)}"  # no two examples hold the same conversation
@@ -196,6 +197,8 @@ def test_a_reencoded_conversation_is_one_session_and_a_changed_one_diverges(
     (session, counts), = grown.items()
     assert counts["calls"] == len(turns) and counts["unmatched"] == 0, proxy.lines[-len(turns):]
     assert counts["matched"] > 0
+    # a tool result is new input, not a re-sent message that missed (it was counted so)
+    assert proxy.proxy.stats.snapshot()["prefix_misses"] == misses
     # what is stored of the input is each message as the client first sent it (every key and
     # value; a node's maps keep their keys sorted, as every node's do)
     assert _stored_inputs(store, session, system is not None) == first_sent

@@ -14,7 +14,7 @@ A unit is what the wire protocol calls a message, whatever its role:
 - a protocol's wire form, registered with :func:`register_wire_form` by the module that
   knows the protocol (``anthropic/message``, ``openai/response-item``: see
   :mod:`sesstree.proxy.wireforms`). The chat messages a wire form maps to follow it and are
-  *derived* from it: they do not count again.
+  *derived* from it (the form says how many): they carry its key on, and do not count again.
 
 Each form is the msgpack array (sorted keys) ``[role, parts, tool_calls, tool_call_id, name]``
 (plus, for a chat message, a sixth element with ``function_call``, ``refusal`` or ``audio``
