@@ -68,10 +68,19 @@ class Shapes:
     #: Whether a tool result can say it is an error.
     error_flag = False
 
-    def result(self, call_id: str, text: str, is_error: bool,
+    #: Whether a tool call's id is part of the input (Gemini's is not: its clients replace it).
+    ids_count = True
+    #: Whether adjacent text parts are read as one text (Gemini's are: a split is no change).
+    joins_text = False
+    #: Whether each message is one unit of the history key (Gemini keys its turns).
+    one_unit_each = True
+    #: The raw type a message is stored as when that type is no unit itself (Gemini's).
+    raw_type: str | None = None
+
+    def result(self, call_id: str, name: str, text: str, is_error: bool,
                extra: list[tuple[Any, ...]]) -> Msg:
-        """The message that answers a tool call (``extra``: blocks it may carry besides, where
-        the protocol puts a result in a user message)."""
+        """The message that answers tool ``name``'s call (``extra``: blocks it may carry
+        besides, where the protocol puts a result in a user message)."""
         return Msg("tool", [("result", call_id, text, False)])
 
     def body(self, system: str | None, history: list[Msg], rnd: random.Random,
@@ -192,7 +201,7 @@ class Anthropic(Shapes):
     roles = ("critic",)
     error_flag = True
 
-    def result(self, call_id: str, text: str, is_error: bool,
+    def result(self, call_id: str, name: str, text: str, is_error: bool,
                extra: list[tuple[Any, ...]]) -> Msg:
         return Msg("user", [("result", call_id, text, is_error), *extra])
 
@@ -296,6 +305,110 @@ class Responses(Shapes):
 PROTOCOLS: dict[str, Shapes] = {s.name: s for s in (Chat(), Anthropic(), Responses())}
 
 
+class Gemini(Shapes):
+    """Gemini ``generateContent``: registered only where the proxy speaks it. Its rules are
+    its mapping's (:mod:`sesstree.interop.gemini`): a run of contents of one role is one turn
+    (a reply re-sent as one content per chunk is the reply), its text parts are one text, a
+    call's id and every ``thoughtSignature`` are no part of the input, a user's role may go
+    unsaid, a whole number may come as a float."""
+
+    name, path = "gemini", "/v1beta/models/m:generateContent"
+    roles = ("critic",)
+    ids_count = False
+    joins_text = True
+    one_unit_each = False
+    raw_type = "gemini/content"
+    SIGNATURE = "c2lnbmF0dXJlIG9mIGEgdGhvdWdodA=="
+
+    def __init__(self, protocol: str) -> None:
+        self.protocol = protocol
+
+    def target(self, stream: bool) -> str:
+        return "/v1beta/models/m:streamGenerateContent?alt=sse" if stream else self.path
+
+    def result(self, call_id: str, name: str, text: str, is_error: bool,
+               extra: list[tuple[Any, ...]]) -> Msg:
+        return Msg("user", [("result", call_id, text, False), *extra], {"name": name})
+
+    @staticmethod
+    def _number(value: Any, rnd: random.Random) -> Any:
+        if isinstance(value, int) and not isinstance(value, bool) and rnd.random() < 0.5:
+            return float(value)  # a protobuf Struct holds doubles
+        return value
+
+    def parts(self, m: Msg, rnd: random.Random) -> list[dict[str, Any]]:
+        out: list[dict[str, Any]] = []
+        for b in m.blocks:
+            if b[0] == "text":
+                text, cut = b[1], rnd.randrange(len(b[1]) + 1)
+                pieces = [text[:cut], text[cut:]] if 0 < cut < len(text) and \
+                    rnd.random() < 0.4 else [text]
+                out += [{"text": piece} for piece in pieces]
+            elif b[0] == "image":
+                out.append({"fileData": {"mimeType": "image/png", "fileUri": b[1]}})
+            elif b[0] == "call":
+                call: dict[str, Any] = {"name": b[2], "args": _shuffled(
+                    {k: self._number(v, rnd) for k, v in b[3].items()}, rnd)}
+                if rnd.random() < 0.5:
+                    call["id"] = b[1]
+                out.append({"functionCall": call})
+            else:
+                response: dict[str, Any] = {"name": m.server.get("name", ""),
+                                            "response": {"output": b[2]}}
+                out.append({"functionResponse": response})
+        if m.role == "assistant" and out and rnd.random() < 0.5:
+            out[0] = {**out[0], "thoughtSignature": self.SIGNATURE}
+        return [_shuffled(p, rnd) for p in out]
+
+    def contents(self, m: Msg, rnd: random.Random) -> list[dict[str, Any]]:
+        role = "model" if m.role == "assistant" else m.role
+        parts = self.parts(m, rnd)
+        # a reply re-sent as one content per part, as the SDK's chats keep a stream
+        groups = [[p] for p in parts] if role == "model" and rnd.random() < 0.3 else [parts]
+        out = []
+        for group in groups:
+            content: dict[str, Any] = {"parts": group}
+            if role != "user" or rnd.random() < 0.7:
+                content["role"] = role
+            out.append(_shuffled(content, rnd))
+        return out
+
+    def body(self, system: str | None, history: list[Msg], rnd: random.Random,
+             stream: bool) -> dict[str, Any]:
+        out: dict[str, Any] = {"contents": [c for m in history for c in self.contents(m, rnd)]}
+        if system is not None:
+            out["systemInstruction"] = rnd.choice([
+                {"parts": [{"text": system}]}, {"role": "user", "parts": [{"text": system}]},
+                system])
+        return out
+
+    def inputs_sent(self, body: dict[str, Any], system: bool) -> list[Any]:
+        return list(body["contents"])
+
+    def reply(self, text: str, streamed: bool) -> list[Msg]:
+        chunks = _sse(text) if streamed else [json.loads(text)]
+        blocks: list[tuple[Any, ...]] = []
+        for chunk in chunks:
+            for part in chunk["candidates"][0]["content"].get("parts", []):
+                if "functionCall" in part:
+                    fc = part["functionCall"]
+                    blocks.append(("call", fc.get("id", ""), fc["name"], fc.get("args", {})))
+                elif part.get("text"):
+                    if blocks and blocks[-1][0] == "text":
+                        blocks[-1] = ("text", blocks[-1][1] + part["text"])
+                    else:
+                        blocks.append(("text", part["text"]))
+        return [Msg("assistant", blocks)]
+
+
+try:  # the fourth protocol, where this sesstree has it
+    from sesstree.proxy.protocols import GEMINI  # type: ignore[attr-defined]
+except ImportError:
+    pass
+else:
+    PROTOCOLS["gemini"] = Gemini(GEMINI)
+
+
 def _flip(text: str, at: int) -> str:
     ch = text[at]
     return text[:at] + ("b" if ch == "a" else "a") + text[at + 1:]
@@ -307,7 +420,7 @@ def mutations(history: list[Msg], at: int, shapes: Shapes) -> Iterator[tuple[str
     m = history[at]
     roles = shapes.roles
     # Chat keeps an assistant's text and its calls apart, and one text of a tool result.
-    split = not (shapes.name == "chat" and m.role in ("assistant", "tool"))
+    apart = shapes.name == "chat" and m.role in ("assistant", "tool")
 
     def changed(blocks: list[tuple[Any, ...]] | None = None, role: str | None = None
                 ) -> list[Msg]:
@@ -325,7 +438,7 @@ def mutations(history: list[Msg], at: int, shapes: Shapes) -> Iterator[tuple[str
             if shapes.error_flag:
                 yield "a changed error flag", changed([*m.blocks[:i], (
                     b[0], b[1], b[2], not b[3]), *m.blocks[i + 1:]])
-        if b[0] in ("call", "result"):
+        if b[0] in ("call", "result") and shapes.ids_count:
             yield "a changed tool id", changed([*m.blocks[:i], (b[0], b[1] + "x", *b[2:]),
                                                 *m.blocks[i + 1:]])
         if b[0] == "call":
@@ -338,9 +451,11 @@ def mutations(history: list[Msg], at: int, shapes: Shapes) -> Iterator[tuple[str
                 break
     if len(m.blocks) > 1:
         yield "a dropped block", changed(m.blocks[1:])
-        if m.blocks[0] != m.blocks[1] and split:
+        if m.blocks[0] != m.blocks[1] and not apart \
+                and not (shapes.joins_text and m.blocks[0][0] == m.blocks[1][0] == "text"):
             yield "a reordered block", changed([m.blocks[1], m.blocks[0], *m.blocks[2:]])
-    if m.blocks and m.blocks[0][0] == "text" and len(m.blocks[0][1]) > 1 and split:
+    if m.blocks and m.blocks[0][0] == "text" and len(m.blocks[0][1]) > 1 and not apart \
+            and not shapes.joins_text:
         text = m.blocks[0][1]
         yield "a text split in two", changed([("text", text[:1]), ("text", text[1:]),
                                               *m.blocks[1:]])
