@@ -195,7 +195,9 @@ class WatchMark(msgspec.Struct, frozen=True):
     ``format``: what the file was read as ("" for none); ``offset``: the bytes recorded (up
     to the end of the last whole line); ``lines``: how many lines those bytes hold;
     ``size``, ``mtime_ns``, ``inode``: the file as it was then; ``digest``: the blake3 (hex)
-    of the bytes recorded, which tells a file that grew from one rewritten.
+    of the bytes recorded, which tells a file that grew from one rewritten; ``pending``: it
+    was recorded while it was still being written (a reply may still be streaming), so it is
+    to be recorded again once it has been quiet long enough for its last reply to be settled.
     """
 
     format: str
@@ -205,6 +207,7 @@ class WatchMark(msgspec.Struct, frozen=True):
     mtime_ns: int
     inode: int
     digest: str
+    pending: bool = False
 
 
 def encode_watch_mark(mark: WatchMark) -> str:
