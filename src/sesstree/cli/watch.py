@@ -91,20 +91,41 @@ def watch(locator: StoreLocator, folders: tuple[Path, ...], once: bool, poll: bo
 
 
 def _changes(paths: list[Path], poll: bool, follower: Follower) -> Iterator[set[Path]]:
-    """The files that may have changed, a set at a time (empty when only time passed)."""
+    """The files that may have changed, a set at a time (empty when only time passed).
+
+    A folder made while watching (a new project, Codex's folder of the day) is walked for
+    files, and the watch is made again so that it covers the folder: inotify adds a watch on
+    a new folder only after it is told of it, so what is made inside it at once (``mkdir
+    -p``, then a file) can go unseen. Such a folder is walked once more at the next wake, to
+    find what was made while the watch was being made again.
+    """
     import watchfiles
 
     from ..interop.follow import is_candidate
 
     def keep(change: watchfiles.Change, path: str) -> bool:
+        if change == watchfiles.Change.added and os.path.isdir(path):
+            return True
         return change != watchfiles.Change.deleted and is_candidate(Path(path))
 
-    for changes in watchfiles.watch(*paths, watch_filter=keep, rust_timeout=_WAKE_MS,
-                                    yield_on_timeout=True, force_polling=True if poll else None,
-                                    poll_delay_ms=1000, ignore_permission_denied=True):
-        due = follower.next_due()
-        if changes or (due is not None and due <= time.time()):
-            yield {Path(p) for _, p in changes}
+    walk_again: set[Path] = set()
+    while True:
+        for changes in watchfiles.watch(*paths, watch_filter=keep, rust_timeout=_WAKE_MS,
+                                        yield_on_timeout=True,
+                                        force_polling=True if poll else None,
+                                        poll_delay_ms=1000, ignore_permission_denied=True):
+            folders = {Path(p) for c, p in changes
+                       if c == watchfiles.Change.added and os.path.isdir(p)}
+            files = {Path(p) for _, p in changes if is_candidate(Path(p))}
+            files |= follower.candidates(folders | walk_again)
+            walk_again = folders
+            due = follower.next_due()
+            if files or (due is not None and due <= time.time()):
+                yield files
+            if folders:
+                break  # made again below, covering the new folders
+        else:
+            return
 
 
 def _say(looks: list[Look]) -> None:
