@@ -130,7 +130,12 @@ def import_codex(
     store: Store, path: Path, name: str | None = None, *, owners: Provenance | None = None,
     force: bool = False, records: list[Record] | None = None, problems: list[str] | None = None,
 ) -> list[ImportResult]:
-    """Import one Codex rollout as one session named after its thread id."""
+    """Import one Codex rollout as one session named after its thread id.
+
+    ``records`` (with the ``problems`` met reading them) are the file's records already read,
+    as :mod:`sesstree.interop.follow` hands them over as the file grows; by default the file
+    is read here.
+    """
     problems = [] if problems is None else problems
     records = read_records(path, problems) if records is None else records
     entries: list[Entry] = []

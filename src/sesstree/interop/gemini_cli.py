@@ -68,6 +68,18 @@ def _message_events(record: dict[str, Any], ids: CallIds) -> list[tuple[str, Any
     return [e for c in record_contents(record) for e in content_events(c, ids)]
 
 
+def _replaced(history: list[Any], ids: CallIds) -> list[tuple[str, Any]]:
+    """A history replaced whole (``/compress``): a ``compaction/marker`` that stands for what
+    came before with the new history's first message, then the rest of it, so that what is
+    sent from here on is the new history and nothing else."""
+    new = [e for m in history if isinstance(m, dict) for e in _message_events(m, ids)]
+    if new and new[0][0] in ("user/message", "assistant/message"):
+        first = new.pop(0)[1]
+        text = first.get("content") if isinstance(first.get("content"), str) else ""
+        return [("compaction/marker", {"summary": text, "message": first}), *new]
+    return [("compaction/marker", {"summary": "the history was replaced"}), *new]
+
+
 def _written_lately(path: Path) -> bool:
     # As for Claude Code: a file untouched for LIVE_WINDOW seconds is finished.
     try:
@@ -127,10 +139,7 @@ def import_gemini_jsonl(
             history = update.get("messages")
             if isinstance(history, list):
                 events[:0] = settle()
-                events.append(("compaction/marker", {"summary": "history replaced"}))
-                for m in history:
-                    if isinstance(m, dict):
-                        events.extend(_message_events(m, ids))
+                events.extend(_replaced(history, ids))
         elif isinstance(rec.get("id"), str):
             mid = rec["id"]
             if pending is not None and pending.get("id") != mid:

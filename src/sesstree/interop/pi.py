@@ -144,7 +144,12 @@ def import_pi(
     store: Store, path: Path, name: str | None = None, *, owners: Provenance | None = None,
     force: bool = False, records: list[Record] | None = None, problems: list[str] | None = None,
 ) -> list[ImportResult]:
-    """Import one pi session file: one session per leaf, the main one named after the session."""
+    """Import one pi session file: one session per leaf, the main one named after the session.
+
+    ``records`` (with the ``problems`` met reading them) are the file's records already read,
+    as :mod:`sesstree.interop.follow` hands them over as the file grows; by default the file
+    is read here.
+    """
     problems = [] if problems is None else problems
     records = read_records(path, problems) if records is None else records
     header: dict[str, Any] = {}
