@@ -7,9 +7,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from tests.helpers.agent_writers import gemini_document, session_lines, session_path
+
 from sesstree import Store
 from sesstree.interop import detect_format, import_files
-from tests.helpers.agent_writers import gemini_document, session_lines, session_path
 
 
 def _write(path: Path, lines: list[str]) -> Path:
