@@ -210,3 +210,29 @@ def test_unreadable_and_foreign_files_are_said_once(tmp_path: Path) -> None:
     if os.geteuid() != 0:  # root reads any file
         assert len(failed) == 1 and "cannot read" in failed[0].problems[0]
     assert [p for look in again for p in look.problems] == []
+
+
+def test_a_file_gone_loses_its_mark_and_keeps_its_sessions(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    path = session_path(home, "codex", "g")
+    _write(path, "\n".join(session_lines("codex", "g", 1)) + "\n")
+    with open_store(tmp_path / "w") as store:
+        Follower(store).catch_up([home])
+        sessions = recorded(store)
+        path.unlink()
+        Follower(store).catch_up([home])
+        assert store.watch_marks() == {}
+        assert recorded(store) == sessions
+
+
+def test_notes_about_a_reply_still_being_written_are_not_repeated(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    path = session_path(home, "claude", "n")
+    lines = session_lines("claude", "n", 2)
+    with open_store(tmp_path / "w") as store:
+        follower = Follower(store)
+        said = []
+        for line in lines:
+            _write(path, line + "\n")
+            said += [p for look in follower.look_all([path]) for p in look.problems]
+    assert said == []

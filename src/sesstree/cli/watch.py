@@ -68,6 +68,7 @@ def watch(locator: StoreLocator, folders: tuple[Path, ...], once: bool, poll: bo
     if not paths:
         fail("nothing to watch: none of " + ", ".join(str(p) for p in default_folders())
              + " exists; name a folder")
+    paths = [p.absolute() for p in paths]  # the marks and the notifications name files so
     store = locator.open()
     stop = _stop_on_sigterm()
     try:

@@ -44,6 +44,7 @@ from .gemini_cli import import_gemini, import_gemini_jsonl
 from .jsonl import Record, decode_line, parse_records
 from .pi import import_pi
 from .provenance import Provenance
+from .tree import STILL_WRITTEN
 
 __all__ = ["WATCHED_FORMATS", "Follower", "Look", "is_candidate"]
 
@@ -103,6 +104,7 @@ class Follower:
 
     def catch_up(self, paths: Iterable[Path], progress: Progress | None = None) -> list[Look]:
         """Look at every file of ``paths`` (files, or folders walked whole), in one pass."""
+        paths = list(paths)
         files = sorted(self.candidates(paths))
         looks: list[Look] = []
         if progress is not None:
@@ -115,7 +117,21 @@ class Follower:
                     progress(done, len(files))
         finally:
             self._owners = None
+        self._drop_marks_of_files_gone(paths)
         return looks
+
+    def _drop_marks_of_files_gone(self, paths: Iterable[Path]) -> None:
+        """Forget the marks of files under ``paths`` that are no longer there (their sessions
+        stay: a file made again at that path is read whole)."""
+        roots = [os.path.join(os.path.abspath(p), "") for p in paths]
+        for source, mark in list(self._marks.items()):
+            if any(source.startswith(r) for r in roots) and not os.path.exists(source):
+                try:
+                    self.store.set_watch_mark(source, mark, None)
+                except ConflictError:
+                    pass  # another watcher moved it: it is that one's to keep or drop
+                self._marks.pop(source, None)
+                self._files.pop(source, None)
 
     @staticmethod
     def candidates(paths: Iterable[Path]) -> set[Path]:
@@ -152,7 +168,7 @@ class Follower:
     def look(self, path: Path) -> Look:
         """Record what is new in ``path``. Never raises for the file's sake: a file that cannot
         be read or recorded is a :class:`Look` with ``failed`` and one problem saying why."""
-        source = str(path.absolute())
+        source = os.path.abspath(path)
         look = Look(source)
         for attempt in (1, 2):
             state = self._files.get(source)
@@ -162,8 +178,11 @@ class Follower:
                 self._look(path, source, state, look)
                 break
             except ConflictError:
-                # Another watcher recorded this file meanwhile: start again from its mark.
+                # Another watcher recorded this file meanwhile: start again from its mark,
+                # and from the sessions as it left them.
                 self._marks = self.store.watch_marks()
+                if self._owners is not None:
+                    self._owners = Provenance(self.store)
                 self._files[source] = _File(self._marks.get(source))
                 self._files[source].said = state.said
                 if attempt == 2:
@@ -175,12 +194,18 @@ class Follower:
                                      else f"{source}: cannot read: {exc.strerror or exc}")
                 break
             except SesstreeError as exc:
+                # The store could not take it (locked too long, full): tried again at the
+                # next wake, the file read whole, since what was read is not recorded.
                 look.failed = True
                 look.problems.append(f"{source}: cannot record: {exc}")
+                self._forget(state)
+                state.quiet_at = self._clock()
                 break
         said = self._files[source].said
         for r in look.results:  # what the importer met, said here once, not at every look
-            look.problems.extend(r.problems)
+            # (A reply or tool call still being written is what a watch waits for: not said.)
+            look.problems.extend(p for p in r.problems
+                                 if not any(words in p for words in STILL_WRITTEN))
             r.problems = []
         look.problems = [p for p in dict.fromkeys(look.problems) if p not in said]
         said.update(look.problems)
