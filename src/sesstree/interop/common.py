@@ -185,8 +185,11 @@ def land(
         found = owners.find(origin, [n.id for n in nodes], exclude=exclude)
         name = found or base
     with store.batch():
-        new = len(nodes) - len(store.has([n.id for n in nodes]))
-        store.write(nodes)
+        stored = store.has([n.id for n in nodes])
+        new = len(nodes) - len(stored)
+        # Only what is not stored yet is encoded and sent: a re-import, and a watch that lands
+        # a growing file again at each look, write only the new records' nodes.
+        store.write([n for n in nodes if n.id not in stored])
         path = [n.id for n in nodes]
         holder = owners.origin_of(name)
         # A file's other branches all share one origin: one of them is this leaf's only if
