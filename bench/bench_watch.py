@@ -8,6 +8,9 @@ then measures, each against a baseline taken in the same run:
 
 - catching up: ``sess watch --once`` of the agents' folders into a fresh store, against
   ``sess import -r`` of the same folders into another (alternated, best of 2 each);
+- one line appended to a long session (5,000 lines of Claude Code): the watch's look at it
+  (it reads the line, then lands the file's tree again from the records it keeps) against
+  ``sess import`` of the file (which reads and parses it all), in one process, alternated;
 - idle: the CPU time (utime + stime from /proc/PID/stat) that a caught-up ``sess watch``
   uses over an idle interval, with notifications and with ``--poll``, side by side, against a
   ``sleep`` process over the same interval. A watch that is idle should cost about what
@@ -29,6 +32,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "src"))  # the sesstree of this tree, as the runs below use
 
 from tests.helpers.agent_writers import AGENTS, session_lines, session_path  # noqa: E402
 
@@ -79,6 +83,36 @@ def _run(home: Path, store: Path, *args: str) -> float:
     return time.perf_counter() - start
 
 
+def _append_costs(tmp: Path, rounds: int = 5) -> tuple[float, float]:
+    """Seconds per look at a long session that grew by one line, and per import of it."""
+    from sesstree import open_store
+    from sesstree.interop import import_files
+    from sesstree.interop.follow import Follower
+
+    lines = session_lines("claude", "long", 1250 + rounds)
+    path = session_path(tmp / "long", "claude", "long")
+    path.parent.mkdir(parents=True)
+    path.write_text("".join(line + "\n" for line in lines[:-2 * rounds]))
+    look_s, import_s = [], []
+    with open_store(tmp / "long-w") as watched, open_store(tmp / "long-i") as imported:
+        follower = Follower(watched)
+        follower.look_all([path])
+        import_files(imported, [path])
+        for i in range(rounds):
+            for line, store in ((lines[-2 * rounds + 2 * i], "w"),
+                                (lines[-2 * rounds + 2 * i + 1], "i")):
+                with path.open("a") as f:
+                    f.write(line + "\n")
+                start = time.perf_counter()
+                if store == "w":
+                    follower.look_all([path])
+                    look_s.append(time.perf_counter() - start)
+                else:
+                    import_files(imported, [path])
+                    import_s.append(time.perf_counter() - start)
+    return min(look_s), min(import_s)
+
+
 def _started(proc: subprocess.Popen[str]) -> None:
     assert proc.stderr is not None
     for line in proc.stderr:
@@ -106,6 +140,10 @@ def main() -> None:
         print(f"catch up   sess watch --once   {w:7.2f} s   {args.files / w:7.0f} files/s")
         print(f"           sess import -r      {im:7.2f} s   {args.files / im:7.0f} files/s")
         print(f"           ratio watch/import  {w / im:7.2f}")
+
+        look, whole = _append_costs(Path(tmp))
+        print(f"one line appended to 5,000: look {look * 1000:7.1f} ms   import {whole * 1000:7.1f}"
+              f" ms   ratio {look / whole:5.2f}")
 
         # Idle: two caught-up watches (their own stores, caught up first) and a sleep.
         procs = {}
