@@ -236,3 +236,34 @@ def test_notes_about_a_reply_still_being_written_are_not_repeated(tmp_path: Path
             _write(path, line + "\n")
             said += [p for look in follower.look_all([path]) for p in look.problems]
     assert said == []
+
+
+def test_a_second_notice_of_a_write_keeps_the_file_followed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A write is often notified twice; the second look finds nothing new, and must not let
+    # go of what it read (the next line would then read the whole file again).
+    path = session_path(tmp_path, "pi", "d")
+    lines = session_lines("pi", "d", 30)
+    _write(path, "\n".join(lines[:-1]) + "\n")
+    with open_store(tmp_path / "w") as store:
+        follower = Follower(store)
+        follower.look_all([path])
+        follower.look_all([path])  # the second notice
+        whole: list[Path] = []
+        real = Path.read_bytes
+        monkeypatch.setattr(Path, "read_bytes", lambda self: whole.append(self) or real(self))
+        sizes: list[int] = []
+        real_open = Path.open
+
+        def sized_open(self: Path, *args: object, **kwargs: object):  # type: ignore[no-untyped-def]
+            f = real_open(self, *args, **kwargs)  # type: ignore[call-overload]
+            if self == path:
+                read = f.read
+                f.read = lambda n=-1: (data := read(n), sizes.append(len(data)))[0]
+            return f
+
+        monkeypatch.setattr(Path, "open", sized_open)
+        _write(path, lines[-1] + "\n")
+        follower.look_all([path])
+    assert 0 < sum(sizes) <= len(lines[-1]) + 1 + 4096 < path.stat().st_size

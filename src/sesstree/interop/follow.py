@@ -224,10 +224,11 @@ class Follower:
         settle = mark is not None and mark.pending and st.st_mtime + claude.LIVE_WINDOW < now
         if mark is not None and (mark.size, mark.mtime_ns, mark.inode) == (
                 st.st_size, st.st_mtime_ns, st.st_ino) and not settle:
-            if mark.pending and state.quiet_at is None:
-                state.quiet_at = st.st_mtime + claude.LIVE_WINDOW + 1
-            elif not mark.pending:
+            # Nothing new (a second notice of a write already recorded, or a restart).
+            if state.quiet_at is not None and state.quiet_at <= now:
                 self._forget(state)  # quiet, and nothing pending: let go of its records
+            elif mark.pending and state.quiet_at is None:
+                state.quiet_at = st.st_mtime + claude.LIVE_WINDOW + 1  # to be settled then
             return
         if state.unreadable == (st.st_size, st.st_mtime_ns):
             return  # said once already; waits for the file to change
