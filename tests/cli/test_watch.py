@@ -222,3 +222,34 @@ def test_watch_of_a_truncation_and_a_rewrite_is_what_imports_at_each_step_record
     final_heads, final_nodes = imported(home, tmp_path / "i")
     assert set(final_heads.values()) <= set(watched[0].values())
     assert final_nodes <= watched[1]
+
+
+def test_ctrl_c_stops_it_cleanly(home: Path, tmp_path: Path) -> None:
+    store = tmp_path / "s"
+    open_store(store).close()
+    proc = _watch(home, store)
+    assert proc.stderr is not None
+    line = proc.stderr.readline()  # once it has caught up and waits
+    assert line.startswith("watching "), line
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=_PATIENCE)
+    assert proc.returncode == 0 and err == "stopped\n" and out == ""
+
+
+def test_a_file_it_cannot_read_is_one_line_and_the_others_are_recorded(
+    home: Path, tmp_path: Path
+) -> None:
+    good = session_path(home, "codex", "k")
+    good.parent.mkdir(parents=True, exist_ok=True)
+    good.write_text("".join(line + "\n" for line in session_lines("codex", "k", 1)))
+    os.mkfifo(good.with_name("pipe.jsonl"))  # reading it would wait for ever
+    store = tmp_path / "s"
+    open_store(store).close()
+    run = subprocess.run([sys.executable, "-c", "from sesstree.cli import main; main()",
+                          "--store", str(store), "watch", "--once"], env=_env(home),
+                         capture_output=True, text=True, timeout=_PATIENCE)
+    assert run.returncode == 1
+    warnings = [line for line in run.stderr.splitlines() if line.startswith("warning: ")]
+    assert len(warnings) == 1 and "pipe.jsonl: not a regular file" in warnings[0]
+    assert "Traceback" not in run.stderr
+    assert run.stdout.count(": created, ") == 1

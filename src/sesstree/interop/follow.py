@@ -27,6 +27,7 @@ read so far instead of reading the file itself).
 from __future__ import annotations
 
 import os
+import stat
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -219,6 +220,9 @@ class Follower:
         except FileNotFoundError:
             self._forget(state)
             return
+        if not stat.S_ISREG(st.st_mode):
+            # A pipe or a device named like a transcript: reading it could wait for ever.
+            raise InputError("not a regular file; passed over", path=source)
         now = self._clock()
         mark = state.mark
         settle = mark is not None and mark.pending and st.st_mtime + claude.LIVE_WINDOW < now
