@@ -267,3 +267,29 @@ def test_a_second_notice_of_a_write_keeps_the_file_followed(
         _write(path, lines[-1] + "\n")
         follower.look_all([path])
     assert 0 < sum(sizes) <= len(lines[-1]) + 1 + 4096 < path.stat().st_size
+
+
+def test_a_landing_the_store_refused_is_recorded_at_the_next_look(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from sesstree.errors import StoreFullError
+    from sesstree.interop import follow
+
+    home = tmp_path / "home"
+    path = session_path(home, "codex", "e")
+    _write(path, "\n".join(session_lines("codex", "e", 2)) + "\n")
+    real = follow._JSONL["codex"]
+
+    def full(*args: object, **kwargs: object) -> object:
+        raise StoreFullError("the disk is full")
+
+    with open_store(tmp_path / "w") as store:
+        follower = Follower(store)
+        monkeypatch.setitem(follow._JSONL, "codex", full)
+        [look] = follower.look_all([path])
+        assert look.failed and "disk is full" in look.problems[0]
+        assert store.watch_marks() == {} and store.sessions() == []
+        monkeypatch.setitem(follow._JSONL, "codex", real)
+        follower.look_all([])  # the next wake, with no change to the file
+        watched = recorded(store)
+    assert watched == imported(home, tmp_path / "i")

@@ -29,7 +29,8 @@ from __future__ import annotations
 import os
 import stat
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import blake3
@@ -272,8 +273,7 @@ class Follower:
                                  "read again when it changes")
             return
         state.unreadable = None
-        with self.store.batch():
-            self._write_mark(state, source, mark)
+        with self._landing(state, source, mark):
             look.results = import_gemini(self.store, path, owners=self._provenance())
 
     def _look_lines(self, path: Path, source: str, state: _File, look: Look,
@@ -304,8 +304,7 @@ class Follower:
         pending = self._pending(fmt, st)
         mark = WatchMark(fmt, state.offset, state.lines, end, st.st_mtime_ns, st.st_ino,
                          state.hasher.hexdigest(), pending)
-        with self.store.batch():
-            self._write_mark(state, source, mark)
+        with self._landing(state, source, mark):
             look.results = _JSONL[fmt](self.store, path, owners=self._provenance(),
                                        records=list(records), problems=list(state.problems))
         # Kept while the file is being written; let go of once it has been quiet this long.
@@ -337,6 +336,24 @@ class Follower:
 
     def _provenance(self) -> Provenance:
         return self._owners if self._owners is not None else Provenance(self.store)
+
+    @contextmanager
+    def _landing(self, state: _File, source: str, mark: WatchMark) -> Iterator[None]:
+        """One transaction: the mark moved (first, so that a second watcher of the file waits
+        for it or loses), then what the block lands. If it fails, the file's mark is the one
+        still stored, so that the next look records it."""
+        before = state.mark
+        try:
+            with self.store.batch():
+                self._write_mark(state, source, mark)
+                yield
+        except BaseException:
+            state.mark = before
+            if before is None:
+                self._marks.pop(source, None)
+            else:
+                self._marks[source] = before
+            raise
 
     def _write_mark(self, state: _File, source: str, mark: WatchMark) -> None:
         if mark != state.mark:
