@@ -156,3 +156,32 @@ def test_openai_arrays_are_still_openai(tmp_path: Path) -> None:
     path = tmp_path / "m.json"
     path.write_text(json.dumps([{"role": "user", "content": "hi"}]))
     assert detect_format(path) == "openai"
+
+
+def test_a_document_rewritten_without_some_messages_keeps_them_as_a_branch(
+    store: Store, tmp_path: Path
+) -> None:
+    # Gemini CLI's rewind, in the whole-document versions, rewrote the document without the
+    # messages it dropped: that line is kept as a branch. A rewrite that only changes the
+    # newest message (its tokens, its tool results) is no fork: it stays in the reflog.
+    path = tmp_path / "chats" / "session-2026-11-30T10-00-abcdef01.json"
+    path.parent.mkdir(parents=True)
+    full = json.loads(gemini_document("k", 3))
+    path.write_text(json.dumps(full, indent=2))
+    [first] = import_files(store, [path])
+    changed = json.loads(json.dumps(full))
+    changed["messages"][-1]["tokens"]["total"] += 1
+    path.write_text(json.dumps(changed, indent=2))
+    assert [r.outcome for r in import_files(store, [path])] == ["rewritten"]
+    rewound = {**changed, "messages": [*changed["messages"][:4], {
+        "id": "again", "timestamp": "2026-11-30T12:00:00.000Z", "type": "user",
+        "content": [{"text": "prompt again"}]}]}
+    path.write_text(json.dumps(rewound, indent=2))
+    results = import_files(store, [path])
+    assert [(r.session, r.outcome) for r in results] == [
+        (first.session, "rewritten"), (first.session + "/branch-2", "created")]
+    old = store.messages(first.session + "/branch-2")
+    assert [m["content"] for m in old if m["role"] == "user"] == ["prompt 0", "prompt 1",
+                                                                   "prompt 2"]
+    assert [r.outcome for r in import_files(store, [path])] == ["up to date"]
+    assert store.session_origin(first.session + "/branch-2") is not None

@@ -31,12 +31,13 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import InputError
+from ..node import NodeId, session_ref
 from ..repo.store import Store
 from . import claude
-from .common import ImportResult
+from .common import ImportResult, free_name
 from .gemini_content import CallIds, content_events, record_contents
 from .jsonl import Record, decode_line, read_records, record_type, ref_safe, session_base
-from .provenance import Provenance
+from .provenance import Origin, Provenance
 from .tree import Entry, build_tree, land_tree
 
 __all__ = ["gemini_document", "import_gemini", "import_gemini_jsonl",
@@ -229,8 +230,44 @@ def import_gemini(
         entries.append(Entry(i, f"@{i}", prev, events))
         prev = f"@{i}"
     tree = build_tree(entries, path)
-    return land_tree(store, tree, path=path, base=name or base, explicit=name is not None,
-                     meta=meta, problems=[], format="gemini", owners=owners, force=force)
+    owners = owners if owners is not None else Provenance(store)
+    with store.batch():
+        before = _held_messages(store, owners, path) if kind == "message" else None
+        results = land_tree(store, tree, path=path, base=name or base,
+                            explicit=name is not None, meta=meta, problems=[], format="gemini",
+                            owners=owners, force=force)
+        if before is not None and results and results[0].outcome == "rewritten":
+            kept = {i.get("id") for i in items if isinstance(i, dict)}
+            head, had = before
+            if not had <= kept:
+                results.append(_keep_dropped(store, owners, results[0], head, meta))
+    return results
+
+
+def _held_messages(store: Store, owners: Provenance,
+                   path: Path) -> tuple[NodeId, set[Any]] | None:
+    """The head of the session that holds this document's earlier import, and the ids of
+    the messages it holds (None if there is none)."""
+    held = owners.sessions_of(Origin("gemini", str(path.resolve()), main=True))
+    head = store.session_head(held[0]) if held else None
+    if head is None:
+        return None
+    chain = store.chain(head)
+    return head, {d.get("id") for t, d in zip(chain.types, chain.datas, strict=True)
+                  if t == "gemini/message" and isinstance(d, dict)}
+
+
+def _keep_dropped(store: Store, owners: Provenance, main: ImportResult, head: NodeId,
+                  meta: dict[str, Any]) -> ImportResult:
+    """The line a rewrite dropped messages from (a rewind in Gemini CLI, which then rewrote
+    its document), kept as a branch of the main session, as a rewind is in its JSONL files.
+    A rewrite that only changed messages (a reply's tokens, its tool results, added) is not
+    one: that line stays in the main session's reflog only."""
+    name = free_name(store, f"{main.session}/branch-1")
+    store.move_ref(session_ref(name), None, head,
+                   f"import: {main.source} dropped messages from this line")
+    owners.claim(name, Origin("gemini", main.source, main=False), meta)
+    return ImportResult(main.source, name, "created", len(store.chain(head)), 0, head)
 
 
 def _import_log(store: Store, path: Path, name: str | None, doc: list[dict[str, Any]], *,
