@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import blake3
@@ -34,11 +35,27 @@ def _env(home: Path) -> dict[str, str]:
     return env
 
 
+_RUNNING: list[subprocess.Popen[str]] = []
+
+
 def _watch(home: Path, store: Path, *args: str) -> subprocess.Popen[str]:
     code = "from sesstree.cli import main; main()"
-    return subprocess.Popen([sys.executable, "-c", code, "--store", str(store), "watch", *args],
+    proc = subprocess.Popen([sys.executable, "-c", code, "--store", str(store), "watch", *args],
                             env=_env(home), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True)
+    _RUNNING.append(proc)
+    return proc
+
+
+@pytest.fixture(autouse=True)
+def _no_watch_left_running() -> Iterator[None]:
+    """A test that fails half-way leaves no watcher behind (nor its pipes open)."""
+    yield
+    while _RUNNING:
+        proc = _RUNNING.pop()
+        if proc.poll() is None:
+            proc.kill()
+        proc.communicate(timeout=_PATIENCE)
 
 
 def _recorded_up_to(store: Path, files: dict[Path, str]) -> None:

@@ -26,9 +26,10 @@ if TYPE_CHECKING:
 
 __all__ = ["default_folders", "watch"]
 
-#: How long a wait for the file system lasts at most (ms): the longest a pending reply waits
-#: past its time to be settled. Waking this rarely costs nothing measurable.
-_WAKE_MS = 10_000
+#: How long a wait for the file system lasts at most (ms): how soon after it is armed the watch
+#: starts catching up, and the longest a pending reply waits past its time to be settled.
+#: (watchfiles itself wakes every 50 ms to look for signals: this adds nothing measurable.)
+_WAKE_MS = 1_000
 
 
 def default_folders() -> list[Path]:
@@ -73,17 +74,21 @@ def watch(locator: StoreLocator, folders: tuple[Path, ...], once: bool, poll: bo
     stop = _stop_on_sigterm()
     try:
         follower = Follower(store)
+        # Armed first, then caught up: what is written while catching up is seen after it.
+        changes = None if once else _changes(paths, poll, follower)
+        first = next(changes) if changes is not None else set()
         with progress_line("catching up") as progress:
             looks = follower.catch_up(paths, progress)
         _say(looks)
-        if once:
+        if changes is None:
             failed = sum(1 for look in looks if look.failed)
             if failed:
                 fail(f"{failed} of {plural(len(looks), 'file')} could not be recorded")
             return
         click.echo(one_line(f"watching {', '.join(str(p) for p in paths)} "
                             f"({plural(len(looks), 'file')}); Ctrl-C stops"), err=True)
-        for changed in _changes(paths, poll, follower):
+        _say(follower.look_all(first))
+        for changed in changes:
             _say(follower.look_all(changed))
     except KeyboardInterrupt:
         click.echo("stopped", err=True)
@@ -92,13 +97,14 @@ def watch(locator: StoreLocator, folders: tuple[Path, ...], once: bool, poll: bo
 
 
 def _changes(paths: list[Path], poll: bool, follower: Follower) -> Iterator[set[Path]]:
-    """The files that may have changed, a set at a time (empty when only time passed).
+    """The files that may have changed, a set at a time. The first set comes once the watch
+    is armed (changes from then on are kept for the next set), so that a catch-up made after
+    it misses nothing.
 
-    A folder made while watching (a new project, Codex's folder of the day) is walked for
-    files, and the watch is made again so that it covers the folder: inotify adds a watch on
-    a new folder only after it is told of it, so what is made inside it at once (``mkdir
-    -p``, then a file) can go unseen. Such a folder is walked once more at the next wake, to
-    find what was made while the watch was being made again.
+    A folder made while watching (a new project, Codex's folder of the day) makes the watch
+    be armed again to cover it, and is walked for files once it is: inotify watches a new
+    folder only once told of it, so what is made in it at once (``mkdir -p``, then a file)
+    would go unseen.
     """
     import watchfiles
 
@@ -109,8 +115,9 @@ def _changes(paths: list[Path], poll: bool, follower: Follower) -> Iterator[set[
             return True
         return change != watchfiles.Change.deleted and is_candidate(Path(path))
 
-    walk_again: set[Path] = set()
+    walk: set[Path] = set()
     while True:
+        armed = False
         for changes in watchfiles.watch(*paths, watch_filter=keep, rust_timeout=_WAKE_MS,
                                         yield_on_timeout=True,
                                         force_polling=True if poll else None,
@@ -118,13 +125,17 @@ def _changes(paths: list[Path], poll: bool, follower: Follower) -> Iterator[set[
             folders = {Path(p) for c, p in changes
                        if c == watchfiles.Change.added and os.path.isdir(p)}
             files = {Path(p) for _, p in changes if is_candidate(Path(p))}
-            files |= follower.candidates(folders | walk_again)
-            walk_again = folders
-            due = follower.next_due()
-            if files or (due is not None and due <= time.time()):
+            if not armed:
+                files |= follower.candidates(walk)  # covered by this watch now
+                walk, armed = set(), True
                 yield files
+            else:
+                due = follower.next_due()
+                if files or (due is not None and due <= time.time()):
+                    yield files
             if folders:
-                break  # made again below, covering the new folders
+                walk = folders
+                break  # armed again, covering them
         else:
             return
 
