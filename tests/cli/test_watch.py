@@ -270,3 +270,22 @@ def test_a_file_it_cannot_read_is_one_line_and_the_others_are_recorded(
     assert len(warnings) == 1 and "pipe.jsonl: not a regular file" in warnings[0]
     assert "Traceback" not in run.stderr
     assert run.stdout.count(": created, ") == 1
+
+
+def test_poll_records_what_is_appended(home: Path, tmp_path: Path) -> None:
+    store = tmp_path / "s"
+    open_store(store).close()
+    proc = _watch(home, store, "--poll")
+    assert proc.stderr is not None
+    assert proc.stderr.readline().startswith("watching ")
+    path = session_path(home, "pi", "p")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    lines = session_lines("pi", "p", 2)
+    path.write_text("".join(line + "\n" for line in lines[:4]))
+    _recorded_up_to(store, {path: path.read_text()})
+    with path.open("a") as f:
+        f.write("".join(line + "\n" for line in lines[4:]))
+    _recorded_up_to(store, {path: path.read_text()})
+    _stop(proc)
+    with open_store(store) as s:
+        assert recorded(s) == imported(home, tmp_path / "i")
