@@ -180,7 +180,10 @@ def _slug(events: Sequence[Event]) -> str:
             content = data.get("content")
             if isinstance(content, list):
                 content = " ".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
-            words = _WORD.findall(str(content or "").lower())
+            text = str(content or "")
+            # What a client wraps around the user's words (Claude Code's <system-reminder>,
+            # Gemini CLI's <session_context>) does not name the conversation: the words do.
+            words = _WORD.findall((_WRAPPED.sub(" ", text).strip() or text).lower())
             slug = ""
             for word in words[:6]:
                 if len(slug) + len(word) + 1 > 40:
@@ -190,6 +193,8 @@ def _slug(events: Sequence[Event]) -> str:
     return "chat"
 
 
+#: A block of text a client wraps in a tag of its own, e.g. ``<system-reminder>...</system-reminder>``.
+_WRAPPED = re.compile(r"<([A-Za-z][\w-]*)(?:\s[^>]*)?>.*?</\1>", re.DOTALL)
 _FORK_SUFFIX = re.compile(r"-fork-\d+$")
 
 
