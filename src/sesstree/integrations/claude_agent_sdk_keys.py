@@ -1,0 +1,132 @@
+"""Where the Claude Agent SDK adapter keeps each store key: the sessions a user reads, and the
+index that gives ``load`` back the lines exactly as they were appended.
+
+A key ``(project_key, session_id[, subpath])`` is:
+
+- the transcript's tree, as ``sess import`` makes it of the same lines: session
+  ``PROJECT/claude-XXXXXXXX`` (the project key made safe, then the name the importer gives
+  the session id) for the main line, ``.../branch-N`` for the other leaves; a subagent
+  transcript is ``MAIN/SUBPATH`` (``.../subagents/agent-ID``), its metadata naming ``MAIN``;
+- its index, a chain of ``claude-sdk/lines`` nodes under the tag ``claude-sdk/NAME``: one node
+  per append that added lines, holding the key, the node id of each new line's record, the
+  SDK's folded summary and the write time. A fork's first index node is a child of its
+  source's index node and holds only what the fork changed (:mod:`.claude_agent_sdk_tree`).
+
+Both live in the DAG, so ``sess push``/``pull`` carry them and ``load`` works on the copy.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from ..events import is_registered, register_event_type
+from ..interop.jsonl import ref_safe, session_base
+from ..node import NodeId, decode_data, make_node, session_ref, tag_name, tag_ref
+from ..repo.store import Store
+from .claude_agent_sdk_tree import Line, apply_overlay
+
+__all__ = ["INDEX_TAG", "INDEX_TYPE", "Keyed", "base_name", "clean_key", "find", "index_data",
+           "index_node", "indexed", "now_ms", "read_lines"]
+
+INDEX_TYPE = "claude-sdk/lines"
+#: Tags ``claude-sdk/NAME`` hold the index of session ``NAME``.
+INDEX_TAG = "claude-sdk/"
+if not is_registered(INDEX_TYPE):
+    register_event_type(INDEX_TYPE)
+
+Key = dict[str, str]
+
+
+def clean_key(key: Any) -> Key:
+    """The key as stored: ``project_key``, ``session_id`` and a ``subpath`` only when set."""
+    out = {"project_key": str(key["project_key"]), "session_id": str(key["session_id"])}
+    if key.get("subpath"):
+        out["subpath"] = str(key["subpath"])
+    return out
+
+
+def base_name(project_key: str, session_id: str) -> str:
+    """The session name of a main key before any clash: ``PROJECT/claude-XXXXXXXX``."""
+    # As ``sess import`` names the file ``SESSION_ID.jsonl``, under the project's own folder.
+    imported = session_base("claude", session_id, Path(session_id + ".jsonl"), by_id=False)
+    return f"{ref_safe(project_key)}/{imported}"
+
+
+class Keyed(msgspec.Struct):
+    """A key as the store holds it: its session name and the head of its index (None: new)."""
+
+    name: str
+    head: NodeId | None
+    data: dict[str, Any] | None
+
+
+def index_data(store: Store, head: NodeId) -> dict[str, Any]:
+    """The data of index node ``head``."""
+    data: dict[str, Any] = decode_data(store.node(head).encoded)
+    return data
+
+
+def find(store: Store, key: Key) -> Keyed:
+    """Where ``key`` is kept, or the name it would take: the first of ``BASE``, ``BASE-2``, ...
+    whose index holds this key, or that neither an index nor a session holds."""
+    main = {"project_key": key["project_key"], "session_id": key["session_id"]}
+    base = base_name(key["project_key"], key["session_id"])
+    if "subpath" in key:
+        base = f"{find(store, main).name}/{ref_safe(key['subpath'])}"
+    for n in itertools.count(1):
+        name = base if n == 1 else f"{base}-{n}"
+        head = store.target(tag_ref(INDEX_TAG + name))
+        if head is None:
+            if store.target(session_ref(name)) is None:
+                return Keyed(name, None, None)
+            continue
+        data = index_data(store, head)
+        if data.get("key") == key:
+            return Keyed(name, head, data)
+    raise AssertionError("unreachable")
+
+
+def index_node(parent: NodeId | None, data: dict[str, Any]) -> Any:
+    """The next node of an index chain."""
+    return make_node(parent, INDEX_TYPE, data)
+
+
+def read_lines(store: Store, head: NodeId) -> list[Line]:
+    """The lines of the index chain ending at ``head``, oldest first, exactly as appended."""
+    chain = store.chain_at(head)
+    lines: list[Line] = []
+    cache: dict[str, dict[str, Any]] = {}
+    for data in chain.datas:
+        sid = data["key"]["session_id"]
+        if "fork" in data:
+            lines = apply_overlay(lines, data["fork"], sid)
+        for ref in data.get("add", ()):
+            if isinstance(ref, dict):  # a record no node could hold, kept in the index
+                raw = ref["raw"]
+                own = bool(ref.get("own"))
+            else:
+                own = ref.endswith("+")
+                hex_id = ref.rstrip("+")
+                if hex_id not in cache:
+                    cache[hex_id] = decode_data(store.node(NodeId(hex_id)).encoded)
+                raw = cache[hex_id]
+            lines.append(Line(raw, {**raw, "sessionId": sid} if own else raw))
+    return lines
+
+
+def now_ms(previous: Any) -> int:
+    """This write's time in epoch milliseconds, after the key's previous one."""
+    now = int(time.time() * 1000)
+    return max(now, int(previous) + 1) if isinstance(previous, int) else now
+
+
+def indexed(store: Store) -> list[tuple[str, NodeId]]:
+    """Every key's session name and index head."""
+    return [(str(tag_name(r.name))[len(INDEX_TAG):], r.target)
+            for r in store.refs(tag_ref(INDEX_TAG))]
+

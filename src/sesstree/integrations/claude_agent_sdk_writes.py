@@ -1,0 +1,208 @@
+"""The writes of the Claude Agent SDK adapter: an append and a delete, each one transaction
+whose every ref move is a compare-and-set.
+
+An append reads the key's index, drops the entries whose ``uuid`` it already holds (a retried
+batch adds nothing), rebuilds the transcript's tree from every line (the importer's steps, so
+existing nodes dedupe and only the new ones are written), folds the SDK's session summary and
+moves the sessions and the index in one commit. Another process that appended in between
+moved the index first: the commit is refused (``ConflictError``, nothing written) and the
+append starts again from what that process stored, so no summary fold and no line is lost.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import msgspec
+
+from ..errors import ConflictError
+from ..node import NodeId, session_name, session_ref, tag_ref
+from ..repo.store import Store
+from ..store.base import RefUpdate
+from .claude_agent_sdk_keys import (
+    INDEX_TAG,
+    Key,
+    Keyed,
+    find,
+    index_data,
+    index_node,
+    indexed,
+    now_ms,
+    read_lines,
+)
+from .claude_agent_sdk_tree import Line, apply_overlay, build_lines_tree, fork_overlay, stored_raw
+
+__all__ = ["ATTEMPTS", "append_entries", "delete_key", "key_refs"]
+
+#: Appends lost to other writers before one gives up (each loss means another one landed).
+ATTEMPTS = 50
+
+Folder = Callable[[Any, Key, list[dict[str, Any]]], dict[str, Any]]
+_enc = msgspec.msgpack.Encoder()
+
+
+def append_entries(store: Store, key: Key, entries: list[dict[str, Any]], fold: Folder) -> None:
+    """Append ``entries`` to ``key``, retrying a lost compare-and-set."""
+    for _ in range(ATTEMPTS):
+        try:
+            _append_once(store, key, entries, fold)
+            return
+        except ConflictError:
+            continue
+    raise ConflictError(f"{key}: {ATTEMPTS} appends in a row lost to other writers")
+
+
+def _append_once(store: Store, key: Key, entries: list[dict[str, Any]], fold: Folder) -> None:
+    with store.batch():
+        keyed = find(store, key)
+        lines = read_lines(store, keyed.head) if keyed.head is not None else []
+        seen = {ln.final["uuid"] for ln in lines if isinstance(ln.final.get("uuid"), str)}
+        new: list[dict[str, Any]] = []
+        for entry in entries:
+            uuid = entry.get("uuid")
+            if isinstance(uuid, str):
+                if uuid in seen:
+                    continue
+                seen.add(uuid)
+            new.append(entry)
+        if not new:
+            return
+        sid = key["session_id"]
+        delta: dict[str, Any] = {"key": key}
+        parent = keyed.head
+        if keyed.head is None and "subpath" not in key:
+            forked = _as_fork(store, key, new)
+            if forked is not None:
+                parent, overlay, lines, count = forked
+                delta["fork"] = overlay
+                new = new[count:]
+        added = [Line(*_kept(entry, sid)) for entry in new]
+        owns = [stored_raw(entry, sid)[1] for entry in new]
+        everything = lines + added
+        links = {ln.final["uuid"]: ln.raw["uuid"] for ln in everything
+                 if isinstance(ln.final.get("uuid"), str) and ln.raw.get("uuid") != ln.final["uuid"]
+                 and isinstance(ln.raw.get("uuid"), str)}
+        tree = build_lines_tree([ln.raw for ln in everything], links, _where(keyed.name))
+        holders: dict[bytes, NodeId] = {}
+        for node in tree.nodes.values():
+            if node.type.startswith("claude/"):
+                holders.setdefault(_enc.encode(node.data), node.id)
+        refs: list[Any] = []
+        for line, own in zip(added, owns, strict=True):
+            held = holders.get(_enc.encode(line.raw))
+            refs.append(held + ("+" if own else "") if held is not None
+                        else {"raw": line.raw, "own": own})
+        if refs:
+            delta["add"] = refs
+        previous = keyed.data or {}
+        summary = previous.get("summary") if "fork" not in delta else None
+        if "subpath" not in key:
+            folded = fold(summary, key, new if "fork" not in delta else
+                          [ln.final for ln in lines] + new)
+            summary = dict(folded)
+        delta["mtime"] = now_ms(previous.get("mtime"))
+        if summary is not None:
+            summary["mtime"] = delta["mtime"]
+            delta["summary"] = summary
+        index = index_node(parent, delta)
+        updates = _session_updates(store, keyed, tree.leaves, key)
+        updates.append(RefUpdate(tag_ref(INDEX_TAG + keyed.name), keyed.head, index.id,
+                                 "claude-agent-sdk: append"))
+        store.write([*tree.nodes.values(), index], updates)
+        born = [name for u in updates if u.old is None and u.new is not None
+                and (name := session_name(u.name)) is not None]
+        if born:
+            # What the session is, as the importer says it (format, session id, source), and
+            # for a subagent's transcript whose session it belongs to.
+            meta = {"format": "claude", "sessionId": sid,
+                    "source": "claude-agent-sdk:" + "/".join(key.values())}
+            if "subpath" in key:
+                main = {"project_key": key["project_key"], "session_id": sid}
+                meta["subagentOf"] = find(store, main).name
+                meta["subpath"] = key["subpath"]
+            for name in born:
+                store.set_session_meta(name, meta)
+
+
+def _kept(entry: dict[str, Any], sid: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    return stored_raw(entry, sid)[0], entry
+
+
+def _where(name: str) -> str:
+    return f"claude-agent-sdk:{name}"
+
+
+def _as_fork(store: Store, key: Key, new: list[dict[str, Any]]
+             ) -> tuple[NodeId, dict[str, Any], list[Line], int] | None:
+    """A first append that begins with the SDK's fork of a stored session: the source's index
+    head, the overlay, the copied lines and how many of ``new`` they are."""
+    count = 0
+    while count < len(new) and isinstance(new[count].get("forkedFrom"), dict):
+        count += 1
+    if count == 0:
+        return None
+    source_id = new[0]["forkedFrom"].get("sessionId")
+    if not isinstance(source_id, str):
+        return None
+    source = find(store, {"project_key": key["project_key"], "session_id": source_id})
+    if source.head is None:
+        return None
+    source_lines = read_lines(store, source.head)
+    overlay = fork_overlay(source_lines, source_id, key["session_id"], new[:count])
+    if overlay is None:
+        return None
+    return source.head, overlay, apply_overlay(source_lines, overlay, key["session_id"]), count
+
+
+def _names(name: str, leaves: int) -> list[str]:
+    return [name if n == 1 else f"{name}/branch-{n}" for n in range(1, leaves + 1)]
+
+
+def _session_updates(store: Store, keyed: Keyed, leaves: list[NodeId], key: Key) -> list[RefUpdate]:
+    """Move the main session and its branches to the tree's leaves (main first); a branch the
+    tree no longer has goes (the reflog keeps where it was)."""
+    wanted = dict(zip(_names(keyed.name, len(leaves)), leaves, strict=True))
+    current = {str(session_name(r.name)): r.target
+               for r in store.refs(session_ref(keyed.name + "/branch-"))}
+    head = store.session_head(keyed.name)
+    if head is not None:
+        current[keyed.name] = head
+    updates = []
+    for name in sorted(set(wanted) | set(current)):
+        old, new = current.get(name), wanted.get(name)
+        if old != new:
+            updates.append(RefUpdate(session_ref(name), old, new, "claude-agent-sdk: append"))
+    return updates
+
+
+def key_refs(store: Store, keyed: Keyed) -> list[tuple[str, NodeId]]:
+    """The refs of one key: its sessions and its index (not its subagents')."""
+    out: list[tuple[str, NodeId]] = []
+    if keyed.head is not None:
+        out.append((tag_ref(INDEX_TAG + keyed.name), keyed.head))
+    head = store.session_head(keyed.name)
+    if head is not None:
+        out.append((session_ref(keyed.name), head))
+    out += [(r.name, r.target) for r in store.refs(session_ref(keyed.name + "/branch-"))]
+    return out
+
+
+def delete_key(store: Store, key: Key) -> None:
+    """Delete a key's sessions and index; a main key's subagents with it. Nodes stay (``sess
+    gc`` removes them) and each ref's reflog keeps where it was."""
+    with store.batch():
+        keyed = find(store, key)
+        if keyed.head is None:
+            return
+        doomed = key_refs(store, keyed)
+        if "subpath" not in key:
+            for name, head in indexed(store):
+                if name.startswith(keyed.name + "/"):
+                    sub = index_data(store, head)["key"]
+                    if sub.get("subpath") and sub["session_id"] == key["session_id"] \
+                            and sub["project_key"] == key["project_key"]:
+                        doomed += key_refs(store, Keyed(name, head, None))
+        store.write([], [RefUpdate(ref, old, None, "claude-agent-sdk: delete")
+                         for ref, old in doomed])
+
