@@ -105,7 +105,8 @@ def read_lines(store: Store, head: NodeId) -> list[Line]:
         sid = data["key"]["session_id"]
         if "fork" in data:
             lines = apply_overlay(lines, data["fork"], sid)
-        for ref in data.get("add", ()):
+        orders = data.get("order", {})
+        for n, ref in enumerate(data.get("add", ())):
             if isinstance(ref, dict):  # a record no node could hold, kept in the index
                 raw = ref["raw"]
                 own = bool(ref.get("own"))
@@ -115,7 +116,7 @@ def read_lines(store: Store, head: NodeId) -> list[Line]:
                 if hex_id not in cache:
                     cache[hex_id] = decode_data(store.node(NodeId(hex_id)).encoded)
                 raw = cache[hex_id]
-            lines.append(Line(raw, {**raw, "sessionId": sid} if own else raw))
+            lines.append(Line(raw, {**raw, "sessionId": sid} if own else raw, orders.get(str(n))))
     return lines
 
 

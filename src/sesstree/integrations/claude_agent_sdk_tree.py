@@ -29,7 +29,8 @@ from ..interop.claude import _entry_events, _merge_split_replies, _reply_in_prog
 from ..interop.jsonl import Record
 from ..interop.tree import Entry, Tree, build_tree
 
-__all__ = ["FORK_DROPPED", "Line", "apply_overlay", "build_lines_tree", "fork_overlay", "stored_raw"]
+__all__ = ["FORK_DROPPED", "Line", "apply_overlay", "build_lines_tree", "fork_overlay", "in_order",
+           "key_order", "stored_raw"]
 
 #: Fields the SDK's fork transform removes from a copied entry.
 FORK_DROPPED = ("teamName", "agentName", "slug", "sourceToolAssistantUUID")
@@ -37,10 +38,54 @@ FORK_DROPPED = ("teamName", "agentName", "slug", "sourceToolAssistantUUID")
 
 class Line(msgspec.Struct):
     """One appended line: ``raw`` is the record its content node holds, ``final`` what
-    ``load`` gives back; ``link`` maps a remapped uuid to the uuid its record is linked by."""
+    ``load`` gives back, ``order`` the key order of its message content (:func:`key_order`)."""
 
     raw: dict[str, Any]
     final: dict[str, Any]
+    order: Any = None
+
+
+def key_order(line: dict[str, Any]) -> Any:
+    """The order of the keys in the line's ``message.content`` where it is not sorted, or None.
+
+    A node keeps its data with sorted keys; the importer derives a tool call's ``arguments``
+    (and the text of an odd block) as JSON in the file's key order. To derive the same events
+    from a stored line when the tree is rebuilt, the order is kept beside it: for each dict
+    ``[keys, {key: order of its value}]``, for a list ``[None, {index: order}]``.
+    """
+    message = line.get("message")
+    return _skeleton(message.get("content")) if isinstance(message, dict) else None
+
+
+def _skeleton(value: Any) -> Any:
+    if isinstance(value, dict):
+        keys = list(value)
+        subs = {k: sk for k in keys if (sk := _skeleton(value[k])) is not None}
+        return [keys, subs] if keys != sorted(keys) or subs else None
+    if isinstance(value, list):
+        subs = {str(i): sk for i, x in enumerate(value) if (sk := _skeleton(x)) is not None}
+        return [None, subs] if subs else None
+    return None
+
+
+def in_order(line: Line) -> dict[str, Any]:
+    """The line's record with its message content in the key order it was appended in."""
+    message = line.raw.get("message")
+    if line.order is None or not isinstance(message, dict):
+        return line.raw
+    return {**line.raw, "message": {**message, "content": _ordered(message.get("content"),
+                                                                   line.order)}}
+
+
+def _ordered(value: Any, skeleton: Any) -> Any:
+    if skeleton is None:
+        return value
+    keys, subs = skeleton
+    if isinstance(value, dict) and keys is not None and set(keys) == set(value):
+        return {k: _ordered(value[k], subs.get(k)) for k in keys}
+    if isinstance(value, list):
+        return [_ordered(x, subs.get(str(i))) for i, x in enumerate(value)]
+    return value
 
 
 def stored_raw(line: dict[str, Any], session_id: str) -> tuple[dict[str, Any], bool]:
@@ -236,5 +281,5 @@ def apply_overlay(source: Sequence[Line], overlay: dict[str, Any], session_id: s
         for key in extra.get("-", []):
             final.pop(key, None)
         final.update({k: v for k, v in extra.items() if k != "-"})
-        out.append(Line(source[pos].raw, final))
+        out.append(Line(source[pos].raw, final, source[pos].order))
     return out

@@ -31,7 +31,15 @@ from .claude_agent_sdk_keys import (
     now_ms,
     read_lines,
 )
-from .claude_agent_sdk_tree import Line, apply_overlay, build_lines_tree, fork_overlay, stored_raw
+from .claude_agent_sdk_tree import (
+    Line,
+    apply_overlay,
+    build_lines_tree,
+    fork_overlay,
+    in_order,
+    key_order,
+    stored_raw,
+)
 
 __all__ = ["ATTEMPTS", "append_entries", "delete_key", "key_refs"]
 
@@ -77,13 +85,13 @@ def _append_once(store: Store, key: Key, entries: list[dict[str, Any]], fold: Fo
                 parent, overlay, lines, count = forked
                 delta["fork"] = overlay
                 new = new[count:]
-        added = [Line(*_kept(entry, sid)) for entry in new]
+        added = [Line(*_kept(entry, sid), key_order(entry)) for entry in new]
         owns = [stored_raw(entry, sid)[1] for entry in new]
         everything = lines + added
         links = {ln.final["uuid"]: ln.raw["uuid"] for ln in everything
                  if isinstance(ln.final.get("uuid"), str) and ln.raw.get("uuid") != ln.final["uuid"]
                  and isinstance(ln.raw.get("uuid"), str)}
-        tree = build_lines_tree([ln.raw for ln in everything], links, _where(keyed.name))
+        tree = build_lines_tree([in_order(ln) for ln in everything], links, _where(keyed.name))
         holders: dict[bytes, NodeId] = {}
         for node in tree.nodes.values():
             if node.type.startswith("claude/"):
@@ -95,6 +103,9 @@ def _append_once(store: Store, key: Key, entries: list[dict[str, Any]], fold: Fo
                         else {"raw": line.raw, "own": own})
         if refs:
             delta["add"] = refs
+        orders = {str(n): ln.order for n, ln in enumerate(added) if ln.order is not None}
+        if orders:
+            delta["order"] = orders
         previous = keyed.data or {}
         summary = previous.get("summary") if "fork" not in delta else None
         if "subpath" not in key:
@@ -106,7 +117,7 @@ def _append_once(store: Store, key: Key, entries: list[dict[str, Any]], fold: Fo
             summary["mtime"] = delta["mtime"]
             delta["summary"] = summary
         index = index_node(parent, delta)
-        updates = _session_updates(store, keyed, tree.leaves, key)
+        updates = _session_updates(store, keyed, tree.leaves, tree.has_main)
         updates.append(RefUpdate(tag_ref(INDEX_TAG + keyed.name), keyed.head, index.id,
                                  "claude-agent-sdk: append"))
         store.write([*tree.nodes.values(), index], updates)
@@ -155,14 +166,16 @@ def _as_fork(store: Store, key: Key, new: list[dict[str, Any]]
     return source.head, overlay, apply_overlay(source_lines, overlay, key["session_id"]), count
 
 
-def _names(name: str, leaves: int) -> list[str]:
-    return [name if n == 1 else f"{name}/branch-{n}" for n in range(1, leaves + 1)]
+def _names(name: str, leaves: int, has_main: bool) -> list[str]:
+    first = 1 if has_main else 2  # only prelude records so far: no main line yet, as imported
+    return [name if n == 1 else f"{name}/branch-{n}" for n in range(first, first + leaves)]
 
 
-def _session_updates(store: Store, keyed: Keyed, leaves: list[NodeId], key: Key) -> list[RefUpdate]:
-    """Move the main session and its branches to the tree's leaves (main first); a branch the
-    tree no longer has goes (the reflog keeps where it was)."""
-    wanted = dict(zip(_names(keyed.name, len(leaves)), leaves, strict=True))
+def _session_updates(store: Store, keyed: Keyed, leaves: list[NodeId], has_main: bool
+                     ) -> list[RefUpdate]:
+    """Move the main session and its branches to the tree's leaves (main first), named as
+    ``sess import`` names them; a branch the tree no longer has goes (the reflog keeps it)."""
+    wanted = dict(zip(_names(keyed.name, len(leaves), has_main), leaves, strict=True))
     current = {str(session_name(r.name)): r.target
                for r in store.refs(session_ref(keyed.name + "/branch-"))}
     head = store.session_head(keyed.name)

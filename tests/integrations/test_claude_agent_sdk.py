@@ -1,0 +1,208 @@
+"""SesstreeSessionStore: the same nodes as ``sess import``, idempotent appends, subagents,
+deletes, race-free appends from two processes, and the store work off the event loop."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+from claude_agent_sdk import fold_session_summary
+from cli_kit import Sess
+from conftest import TRANSCRIPTS, lines_of, session_id_of
+
+import sesstree.integrations.claude_agent_sdk as adapter
+from sesstree import Store, open_store
+from sesstree.integrations.claude_agent_sdk import SesstreeSessionStore
+from sesstree.interop.jsonl import session_base
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _trees(store: Store, prefix: str = "") -> tuple[Any, set[Any], set[str]]:
+    """The main session's head, the other sessions' heads and every node their chains hold."""
+    main = None
+    heads = set()
+    nodes: set[str] = set()
+    for info in store.sessions():
+        if not info.name.startswith(prefix):
+            continue
+        if "/branch-" in info.name:
+            heads.add(info.head)
+        else:
+            main = info.head
+        nodes.update(store.chain_at(info.head).ids)
+    return main, heads, nodes
+
+
+@pytest.mark.parametrize("path", TRANSCRIPTS, ids=lambda p: p.name[-24:])
+def test_the_same_lines_give_the_nodes_sess_import_gives(path: Path, tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """Node for node: the main line, every branch and every node, with the importer's name."""
+    monkeypatch.chdir(tmp_path)
+    # A fresh copy: a transcript written just now may still be growing, as a store key always
+    # may, so the importer keeps a last reply without a stop_reason raw, as the store does.
+    copy = tmp_path / path.name
+    copy.write_bytes(path.read_bytes())
+    sess = Sess(tmp_path)
+    sess.ok("--store", "imported", "init")
+    sess.ok("--store", "imported", "import", str(copy))
+    lines = lines_of(path)
+    sid = session_id_of(lines, path)
+    with open_store(tmp_path / "imported") as imported, open_store(tmp_path / "sdk") as mirrored:
+        sdk = SesstreeSessionStore(mirrored)
+        key = {"project_key": "-home-me-proj", "session_id": sid}
+
+        async def feed() -> None:
+            for start in range(0, len(lines), 7):  # batches, as the SDK sends them
+                await sdk.append(key, lines[start:start + 7])  # type: ignore[arg-type]
+
+        asyncio.run(feed())
+        want_main, want_branches, want_nodes = _trees(imported)
+        got_main, got_branches, got_nodes = _trees(mirrored, "home-me-proj/")
+        assert got_main == want_main
+        assert got_branches == want_branches
+        assert got_nodes == want_nodes
+        # Named as sess import names them, the file being the CLI's own, SESSION_ID.jsonl
+        imported_base = session_base("claude", sid, copy, by_id=False)
+        base = "home-me-proj/" + session_base("claude", sid, Path(sid + ".jsonl"), by_id=False)
+        assert {i.name: i.head for i in mirrored.sessions()} == {
+            base + i.name[len(imported_base):]: i.head for i in imported.sessions()}
+        assert asyncio.run(sdk.load(key)) == lines  # type: ignore[arg-type]
+        assert mirrored.get_session_meta(mirrored.sessions()[0].name) == {
+            "format": "claude", "sessionId": sid, "source": f"claude-agent-sdk:-home-me-proj/{sid}"}
+
+
+def _entry(uuid: str | None, text: str, parent: str | None = None) -> dict[str, Any]:
+    line: dict[str, Any] = {"type": "user", "sessionId": "s", "parentUuid": parent,
+                            "message": {"role": "user", "content": text},
+                            "timestamp": "2026-01-01T00:00:00.000Z"}
+    if uuid is not None:
+        line["uuid"] = uuid
+    return line
+
+
+def test_a_retried_batch_adds_nothing_and_lines_without_a_uuid_are_appended(sqlite_store: Store) -> None:
+    sdk = SesstreeSessionStore(sqlite_store)
+    key: Any = {"project_key": "p", "session_id": "s"}
+    batch = [_entry("u1", "one"), _entry("u2", "two", "u1")]
+    title = {"type": "custom-title", "customTitle": "t", "sessionId": "s"}
+
+    async def run() -> Any:
+        await sdk.append(key, batch)
+        refs = {r.name: r.target for r in sqlite_store.refs()}
+        nodes = sqlite_store.count_nodes()
+        await sdk.append(key, batch)  # the SDK's retry of a batch that did land
+        assert {r.name: r.target for r in sqlite_store.refs()} == refs
+        assert sqlite_store.count_nodes() == nodes
+        await sdk.append(key, [title])
+        await sdk.append(key, [title, _entry("u2", "two", "u1")])
+        return await sdk.load(key)
+
+    assert asyncio.run(run()) == [*batch, title, title]
+
+
+def test_a_subagent_is_its_own_session_that_names_its_main_one(sqlite_store: Store) -> None:
+    sdk = SesstreeSessionStore(sqlite_store)
+    main: Any = {"project_key": "p", "session_id": "0b9a3c1e-1111-4222-8333-444455556666"}
+    sub: Any = {**main, "subpath": "subagents/agent-a1"}
+    side = {**_entry("x1", "sub task"), "isSidechain": True, "sessionId": main["session_id"]}
+
+    async def run() -> None:
+        await sdk.append(main, [{**_entry("m1", "main"), "sessionId": main["session_id"]}])
+        await sdk.append(sub, [side])
+        assert await sdk.list_subkeys(main) == ["subagents/agent-a1"]
+        assert await sdk.load(sub) == [side]
+        await sdk.delete(main)
+        assert await sdk.load(sub) is None
+        assert await sdk.list_sessions("p") == []
+
+    names_before: list[str] = []
+
+    async def probe() -> None:
+        await sdk.append(main, [{**_entry("m1", "main"), "sessionId": main["session_id"]}])
+        await sdk.append(sub, [side])
+        names_before.extend(i.name for i in sqlite_store.sessions())
+
+    asyncio.run(probe())
+    assert names_before == ["p/claude-0b9a3c1e", "p/claude-0b9a3c1e/subagents/agent-a1"]
+    meta = sqlite_store.get_session_meta("p/claude-0b9a3c1e/subagents/agent-a1")
+    assert meta is not None and meta["subagentOf"] == "p/claude-0b9a3c1e"
+    assert sqlite_store.messages("p/claude-0b9a3c1e/subagents/agent-a1") == [
+        {"role": "user", "content": "sub task"}]
+    asyncio.run(run())
+    assert sqlite_store.sessions() == []
+    # the deleted sessions are in the reflog, nothing is lost
+    assert sqlite_store.reflog("p/claude-0b9a3c1e")[-1].new is None
+
+
+_WRITER = """
+import asyncio, sys
+sys.path.insert(0, {tests!r})
+from sesstree.integrations.claude_agent_sdk import SesstreeSessionStore
+sdk = SesstreeSessionStore(sys.argv[1])
+who = sys.argv[2]
+async def run():
+    for i in range(15):
+        await sdk.append({{"project_key": "p", "session_id": "s"}}, [
+            {{"type": "user", "uuid": f"{{who}}-{{i}}",
+             "message": {{"role": "user", "content": f"{{who}} {{i}}"}},
+             "timestamp": f"2026-01-01T00:00:{{i:02d}}.000Z", "customTitle": f"{{who}} {{i}}"}}])
+asyncio.run(run())
+sdk.close()
+"""
+
+
+def test_two_processes_appending_at_once_lose_no_line_and_no_fold(tmp_path: Path) -> None:
+    """Every append is a compare-and-set: the one that loses reads the other's and retries,
+    so both writers' lines are kept and the summary is the fold of every line, in order."""
+    open_store(tmp_path / "s").close()
+    script = _WRITER.format(tests=str(ROOT / "tests" / "integrations"))
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    writers = [subprocess.Popen([sys.executable, "-c", script, str(tmp_path / "s"), who], env=env)
+               for who in ("a", "b")]
+    assert [w.wait(timeout=300) for w in writers] == [0, 0]
+    sdk = SesstreeSessionStore(tmp_path / "s")
+    try:
+        key: Any = {"project_key": "p", "session_id": "s"}
+        loaded = asyncio.run(sdk.load(key))
+        assert loaded is not None
+        assert sorted(e["uuid"] for e in loaded) == sorted(f"{w}-{i}" for w in "ab" for i in range(15))
+        [summary] = asyncio.run(sdk.list_session_summaries("p"))
+        assert summary["data"] == fold_session_summary(None, key, loaded)["data"]
+    finally:
+        sdk.close()
+
+
+def test_the_store_work_runs_off_the_event_loop(sqlite_store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    threads: list[int] = []
+    real = adapter.append_entries
+
+    def recorded(*args: Any) -> None:
+        threads.append(threading.get_ident())
+        real(*args)
+
+    monkeypatch.setattr(adapter, "append_entries", recorded)
+    sdk = SesstreeSessionStore(sqlite_store)
+
+    async def run() -> int:
+        await sdk.append({"project_key": "p", "session_id": "s"}, [_entry("u1", "hi")])  # type: ignore[list-item]
+        return threading.get_ident()
+
+    loop_thread = asyncio.run(run())
+    assert threads and threads[0] != loop_thread
+
+
+def test_a_location_string_opens_a_store_the_adapter_closes(tmp_path: Path) -> None:
+    sdk = SesstreeSessionStore(str(tmp_path / "s"))
+    asyncio.run(sdk.append({"project_key": "p", "session_id": "s"}, [_entry("u1", "hi")]))  # type: ignore[list-item]
+    sdk.close()
+    with open_store(tmp_path / "s") as store:
+        assert [i.name for i in store.sessions()] == ["p/s"]
+        assert json.loads(json.dumps(store.messages("p/s"))) == [{"role": "user", "content": "hi"}]
