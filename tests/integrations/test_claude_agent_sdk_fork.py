@@ -1,0 +1,75 @@
+"""A fork made through the SDK (``fork_session_via_store``) costs the store only what the SDK
+changed: the copied lines are the source's records, while ``load`` gives back exactly what
+the SDK appended."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+from claude_agent_sdk import fork_session_via_store, project_key_for_directory
+from conftest import INTEROP, lines_of, session_id_of
+
+from sesstree import Store
+from sesstree.integrations.claude_agent_sdk import SesstreeSessionStore
+
+#: A real Claude Code session: 57 entries, tool calls, replies split over entries, summaries.
+SESSION = next((INTEROP / "samples" / "claude-code").glob("*069508a5*.jsonl"))
+
+
+class Recording(SesstreeSessionStore):
+    """The adapter, keeping what the SDK appended to compare ``load`` with."""
+
+    def __init__(self, store: Store) -> None:
+        super().__init__(store)
+        self.appended: dict[str, list[Any]] = {}
+
+    async def append(self, key: Any, entries: list[Any]) -> None:
+        self.appended.setdefault(key["session_id"], []).extend(entries)
+        await super().append(key, entries)
+
+
+def _node_bytes(store: Store) -> dict[str, int]:
+    return {n.id: len(n.encoded) for n in store.backend.iter_nodes()}
+
+
+def test_a_fork_adds_under_5_percent_of_the_forked_session(sqlite_store: Store, tmp_path: Path) -> None:
+    lines = lines_of(SESSION)
+    sid = session_id_of(lines, SESSION)
+    project = tmp_path / "proj"
+    project.mkdir()
+    key = {"project_key": project_key_for_directory(project), "session_id": sid}
+    sdk = Recording(sqlite_store)
+
+    before: dict[str, int] = {}
+    sizes: list[int] = []
+
+    async def measured() -> tuple[str, str, str]:
+        await sdk.append(key, lines)  # type: ignore[arg-type]
+        before.update(_node_bytes(sqlite_store))
+        ids = []
+        # a fork, a fork of that fork, and a fork of the first ten replies
+        for source, upto in ((sid, None), (None, None), (sid, 10)):
+            known = _node_bytes(sqlite_store)
+            origin = source if source is not None else ids[-1]
+            cut = [e["uuid"] for e in lines if e.get("type") == "assistant"][upto] if upto else None
+            forked = await fork_session_via_store(sdk, origin, directory=str(project),
+                                                  up_to_message_id=cut)
+            ids.append(forked.session_id)
+            now = _node_bytes(sqlite_store)
+            sizes.append(sum(b for i, b in now.items() if i not in known))
+        return ids[0], ids[1], ids[2]
+
+    fork, again, part = asyncio.run(measured())
+    source_bytes = sum(before.values())
+    assert all(size < 0.05 * source_bytes for size in sizes), (sizes, source_bytes)
+    print("fork bytes / source bytes:", [round(size / source_bytes, 4) for size in sizes])
+    for forked in (fork, again, part):
+        fork_key: Any = {**key, "session_id": forked}
+        assert asyncio.run(sdk.load(fork_key)) == sdk.appended[forked]
+    # The fork's conversation is the source's nodes: its session holds the source's main line
+    source_main = sqlite_store.chain_at(sqlite_store.sessions()[0].head).ids
+    fork_chains = [set(sqlite_store.chain_at(i.head).ids) for i in sqlite_store.sessions()
+                   if i.name.startswith(f"{sqlite_store.sessions()[0].name.split('/')[0]}/claude-{fork[:8]}")]
+    assert any(len(set(source_main) & c) >= len(source_main) - 2 for c in fork_chains)
