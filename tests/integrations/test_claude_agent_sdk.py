@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 from claude_agent_sdk import fold_session_summary
+from claude_sdk_transcripts import TRANSCRIPTS, lines_of, session_id_of
 from cli_kit import Sess
-from conftest import TRANSCRIPTS, lines_of, session_id_of
 
 import sesstree.integrations.claude_agent_sdk as adapter
 from sesstree import Store, open_store

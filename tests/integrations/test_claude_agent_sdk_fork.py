@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from claude_agent_sdk import fork_session_via_store, project_key_for_directory
-from conftest import INTEROP, lines_of, session_id_of
+from claude_sdk_transcripts import INTEROP, lines_of, session_id_of
 
 from sesstree import Store
 from sesstree.integrations.claude_agent_sdk import SesstreeSessionStore

@@ -28,7 +28,7 @@ from ..events import is_registered, register_event_type
 from ..interop.jsonl import ref_safe, session_base
 from ..node import NodeId, decode_data, make_node, session_ref, tag_name, tag_ref
 from ..repo.store import Store
-from .claude_agent_sdk_tree import Line, apply_overlay
+from .claude_agent_sdk_tree import Line, Transcript, fork_of
 
 __all__ = ["INDEX_TAG", "INDEX_TYPE", "Keyed", "base_name", "clean_key", "find", "index_data",
            "index_node", "indexed", "now_ms", "read_lines"]
@@ -96,15 +96,15 @@ def index_node(parent: NodeId | None, data: dict[str, Any]) -> Any:
     return make_node(parent, INDEX_TYPE, data)
 
 
-def read_lines(store: Store, head: NodeId) -> list[Line]:
+def read_lines(store: Store, head: NodeId) -> Transcript:
     """The lines of the index chain ending at ``head``, oldest first, exactly as appended."""
     chain = store.chain_at(head)
-    lines: list[Line] = []
+    lines = Transcript()
     cache: dict[str, dict[str, Any]] = {}
     for data in chain.datas:
         sid = data["key"]["session_id"]
         if "fork" in data:
-            lines = apply_overlay(lines, data["fork"], sid)
+            lines = fork_of(lines, data["fork"], sid)
         orders = data.get("order", {})
         for n, ref in enumerate(data.get("add", ())):
             if isinstance(ref, dict):  # a record no node could hold, kept in the index
@@ -116,7 +116,7 @@ def read_lines(store: Store, head: NodeId) -> list[Line]:
                 if hex_id not in cache:
                     cache[hex_id] = decode_data(store.node(NodeId(hex_id)).encoded)
                 raw = cache[hex_id]
-            lines.append(Line(raw, {**raw, "sessionId": sid} if own else raw, orders.get(str(n))))
+            lines.add(Line(raw, {**raw, "sessionId": sid} if own else raw, orders.get(str(n))))
     return lines
 
 

@@ -29,8 +29,18 @@ from ..interop.claude import _entry_events, _merge_split_replies, _reply_in_prog
 from ..interop.jsonl import Record
 from ..interop.tree import Entry, Tree, build_tree
 
-__all__ = ["FORK_DROPPED", "Line", "apply_overlay", "build_lines_tree", "fork_overlay", "in_order",
-           "key_order", "stored_raw"]
+__all__ = [
+    "FORK_DROPPED",
+    "Line",
+    "Transcript",
+    "apply_overlay",
+    "build_lines_tree",
+    "fork_of",
+    "fork_overlay",
+    "in_order",
+    "key_order",
+    "stored_raw",
+]
 
 #: Fields the SDK's fork transform removes from a copied entry.
 FORK_DROPPED = ("teamName", "agentName", "slug", "sourceToolAssistantUUID")
@@ -43,6 +53,27 @@ class Line(msgspec.Struct):
     raw: dict[str, Any]
     final: dict[str, Any]
     order: Any = None
+    #: Its place in the records the key's tree is built from (:class:`Transcript`).
+    at: int = -1
+
+
+class Transcript(msgspec.Struct):
+    """A key's lines as ``load`` gives them, and the records its tree is built from.
+
+    The two are one list but for a fork: its tree is built from its source's records up to
+    the last line it copied (records without a uuid, sidechains and progress included, which
+    the SDK leaves out of a fork) and then its own, so that the copied stretch is the source's
+    nodes, node for node; its lines are the copies.
+    """
+
+    lines: list[Line] = msgspec.field(default_factory=list)
+    tree: list[Line] = msgspec.field(default_factory=list)
+
+    def add(self, line: Line) -> None:
+        """Append a line of the key's own."""
+        line.at = len(self.tree)
+        self.lines.append(line)
+        self.tree.append(line)
 
 
 def key_order(line: dict[str, Any]) -> Any:
@@ -263,6 +294,13 @@ def _predict(source: Sequence[Line], by_uuid: dict[Any, dict[str, Any]], pos: in
                    timestamp=orig.get("timestamp"))
 
 
+def fork_of(source: Transcript, overlay: dict[str, Any], session_id: str) -> Transcript:
+    """The transcript of a fork of ``source``: the copied lines, and the source's records up
+    to the last of them for its tree."""
+    lines = apply_overlay(source.lines, overlay, session_id)
+    return Transcript(lines, source.tree[:max(ln.at for ln in lines) + 1])
+
+
 def apply_overlay(source: Sequence[Line], overlay: dict[str, Any], session_id: str) -> list[Line]:
     """The fork's copied lines, rebuilt from the source's lines and the overlay: each keeps
     the source's record (its node) and gets back exactly the line the SDK appended."""
@@ -281,5 +319,5 @@ def apply_overlay(source: Sequence[Line], overlay: dict[str, Any], session_id: s
         for key in extra.get("-", []):
             final.pop(key, None)
         final.update({k: v for k, v in extra.items() if k != "-"})
-        out.append(Line(source[pos].raw, final, source[pos].order))
+        out.append(Line(source[pos].raw, final, source[pos].order, source[pos].at))
     return out

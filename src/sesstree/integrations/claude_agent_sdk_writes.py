@@ -33,8 +33,9 @@ from .claude_agent_sdk_keys import (
 )
 from .claude_agent_sdk_tree import (
     Line,
-    apply_overlay,
+    Transcript,
     build_lines_tree,
+    fork_of,
     fork_overlay,
     in_order,
     key_order,
@@ -64,8 +65,8 @@ def append_entries(store: Store, key: Key, entries: list[dict[str, Any]], fold: 
 def _append_once(store: Store, key: Key, entries: list[dict[str, Any]], fold: Folder) -> None:
     with store.batch():
         keyed = find(store, key)
-        lines = read_lines(store, keyed.head) if keyed.head is not None else []
-        seen = {ln.final["uuid"] for ln in lines if isinstance(ln.final.get("uuid"), str)}
+        kept = read_lines(store, keyed.head) if keyed.head is not None else Transcript()
+        seen = {ln.final["uuid"] for ln in kept.lines if isinstance(ln.final.get("uuid"), str)}
         new: list[dict[str, Any]] = []
         for entry in entries:
             uuid = entry.get("uuid")
@@ -82,16 +83,19 @@ def _append_once(store: Store, key: Key, entries: list[dict[str, Any]], fold: Fo
         if keyed.head is None and "subpath" not in key:
             forked = _as_fork(store, key, new)
             if forked is not None:
-                parent, overlay, lines, count = forked
+                parent, overlay, kept, count = forked
                 delta["fork"] = overlay
                 new = new[count:]
+        copied = list(kept.lines)
         added = [Line(*_kept(entry, sid), key_order(entry)) for entry in new]
         owns = [stored_raw(entry, sid)[1] for entry in new]
-        everything = lines + added
-        links = {ln.final["uuid"]: ln.raw["uuid"] for ln in everything
+        for line in added:
+            kept.add(line)
+        # A line that names a copied line by its new uuid is linked to the record it copies.
+        links = {ln.final["uuid"]: ln.raw["uuid"] for ln in kept.lines
                  if isinstance(ln.final.get("uuid"), str) and ln.raw.get("uuid") != ln.final["uuid"]
                  and isinstance(ln.raw.get("uuid"), str)}
-        tree = build_lines_tree([in_order(ln) for ln in everything], links, _where(keyed.name))
+        tree = build_lines_tree([in_order(ln) for ln in kept.tree], links, _where(keyed.name))
         holders: dict[bytes, NodeId] = {}
         for node in tree.nodes.values():
             if node.type.startswith("claude/"):
@@ -110,7 +114,7 @@ def _append_once(store: Store, key: Key, entries: list[dict[str, Any]], fold: Fo
         summary = previous.get("summary") if "fork" not in delta else None
         if "subpath" not in key:
             folded = fold(summary, key, new if "fork" not in delta else
-                          [ln.final for ln in lines] + new)
+                          [ln.final for ln in copied] + new)
             summary = dict(folded)
         delta["mtime"] = now_ms(previous.get("mtime"))
         if summary is not None:
@@ -145,9 +149,9 @@ def _where(name: str) -> str:
 
 
 def _as_fork(store: Store, key: Key, new: list[dict[str, Any]]
-             ) -> tuple[NodeId, dict[str, Any], list[Line], int] | None:
+             ) -> tuple[NodeId, dict[str, Any], Transcript, int] | None:
     """A first append that begins with the SDK's fork of a stored session: the source's index
-    head, the overlay, the copied lines and how many of ``new`` they are."""
+    head, the overlay, the fork's transcript so far and how many of ``new`` it copied."""
     count = 0
     while count < len(new) and isinstance(new[count].get("forkedFrom"), dict):
         count += 1
@@ -160,10 +164,10 @@ def _as_fork(store: Store, key: Key, new: list[dict[str, Any]]
     if source.head is None:
         return None
     source_lines = read_lines(store, source.head)
-    overlay = fork_overlay(source_lines, source_id, key["session_id"], new[:count])
+    overlay = fork_overlay(source_lines.lines, source_id, key["session_id"], new[:count])
     if overlay is None:
         return None
-    return source.head, overlay, apply_overlay(source_lines, overlay, key["session_id"]), count
+    return source.head, overlay, fork_of(source_lines, overlay, key["session_id"]), count
 
 
 def _names(name: str, leaves: int, has_main: bool) -> list[str]:

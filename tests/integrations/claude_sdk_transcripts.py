@@ -1,4 +1,4 @@
-"""What the Claude Agent SDK adapter's tests share: Claude Code transcripts to feed it."""
+"""Claude Code transcripts for the Claude Agent SDK adapter's tests, and how `sess import` reads them."""
 
 from __future__ import annotations
 
