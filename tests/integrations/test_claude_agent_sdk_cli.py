@@ -63,6 +63,31 @@ class Model(FakeUpstream):
         super()._answer(h, path, body, scripted, n)
 
 
+class Recording(SesstreeSessionStore):
+    """The adapter, keeping what the SDK appended to each key: ``load`` must give it back."""
+
+    def __init__(self, location: Path) -> None:
+        super().__init__(location)
+        self.appended: dict[str, list[Any]] = {}
+
+    async def append(self, key: Any, entries: list[Any]) -> None:
+        self.appended.setdefault(key["session_id"], []).extend(json.loads(json.dumps(entries)))
+        await super().append(key, entries)
+
+    def expected(self, session_id: str) -> list[Any]:
+        """What was appended, a retried line (a uuid seen before) once."""
+        seen: set[str] = set()
+        out = []
+        for entry in self.appended[session_id]:
+            uuid = entry.get("uuid")
+            if isinstance(uuid, str):
+                if uuid in seen:
+                    continue
+                seen.add(uuid)
+            out.append(entry)
+        return out
+
+
 def _options(store: SesstreeSessionStore, up: Model, config: Path, project: Path,
              **extra: Any) -> ClaudeAgentOptions:
     env = {"ANTHROPIC_BASE_URL": up.url, "ANTHROPIC_API_KEY": "sk-ant-test-not-a-key",
@@ -93,7 +118,7 @@ def test_the_cli_runs_resumes_and_forks_from_a_sesstree_store(tmp_path: Path) ->
     project = tmp_path / "project"
     project.mkdir()
     pk = project_key_for_directory(project)
-    sdk = SesstreeSessionStore(tmp_path / "store")
+    sdk = Recording(tmp_path / "store")
     store = sdk.store
     try:
         with Model() as up:
@@ -155,9 +180,16 @@ def test_the_cli_runs_resumes_and_forks_from_a_sesstree_store(tmp_path: Path) ->
             session_bytes = sum(before.values())
             added = sum(b for i, b in now.items() if i not in known)
             assert added < 0.05 * session_bytes, (added, session_bytes)
+            # The CLI's fork copies every line under its own uuid with promptId renewed: it
+            # costs its new turn (a prompt, context attachments, a reply) and little more.
             cli_added = sum(b for i, b in known.items() if i not in before)
+            assert cli_added < 0.10 * session_bytes, (cli_added, session_bytes)
             print(f"fork_session_via_store added {added} bytes, {added / session_bytes:.1%} of "
-                  f"{session_bytes}; the CLI's fork and its turn {cli_added} bytes")
+                  f"{session_bytes}; the CLI's fork with its turn {cli_added} bytes, "
+                  f"{cli_added / session_bytes:.1%}")
+            for each in (sid, forked, made.session_id):
+                assert asyncio.run(sdk.load({"project_key": pk, "session_id": each})) == \
+                    sdk.expected(each)
             # The store's sessions: the original, its fork by the CLI and the one via the
             # store, each readable as chat; the store's fork is the original's conversation.
             names = {i.name for i in store.sessions() if "/branch-" not in i.name}

@@ -73,3 +73,31 @@ def test_a_fork_adds_under_5_percent_of_the_forked_session(sqlite_store: Store, 
     fork_chains = [set(sqlite_store.chain_at(i.head).ids) for i in sqlite_store.sessions()
                    if i.name.startswith(f"{sqlite_store.sessions()[0].name.split('/')[0]}/claude-{fork[:8]}")]
     assert any(len(set(source_main) & c) >= len(source_main) - 2 for c in fork_chains)
+
+
+def test_a_fork_the_cli_writes_is_kept_as_its_changes(sqlite_store: Store) -> None:
+    """Resume with ``fork_session=True``: the CLI writes the lines again under the new session
+    id, uuids kept, ``promptId`` renewed, then the new turn; in batches of its choosing."""
+    lines = lines_of(SESSION)
+    sid = session_id_of(lines, SESSION)
+    new_sid = "7f1c2d3e-4b5a-4697-8887-a9b0c1d2e3f4"
+    copied = [{**e, "sessionId": new_sid, **({"promptId": "p-new"} if e.get("type") == "user" else {})}
+              if "sessionId" in e else e for e in lines]
+    turn = [{"type": "user", "uuid": "c0ffee00-0000-4000-8000-000000000001", "sessionId": new_sid,
+             "parentUuid": lines[-1].get("uuid"), "message": {"role": "user", "content": "more"}}]
+    sdk = Recording(sqlite_store)
+    key: Any = {"project_key": "p", "session_id": sid}
+    fork_key: Any = {"project_key": "p", "session_id": new_sid}
+
+    async def run() -> None:
+        await sdk.append(key, lines)
+        before = _node_bytes(sqlite_store)
+        await sdk.append(fork_key, copied[:20])
+        await sdk.append(fork_key, copied[20:] + turn)
+        await sdk.append(fork_key, copied[20:] + turn)  # a retry
+        added = sum(b for i, b in _node_bytes(sqlite_store).items() if i not in before)
+        assert added < 0.05 * sum(before.values()), (added, sum(before.values()))
+        assert await sdk.load(fork_key) == copied + turn
+        assert await sdk.load(key) == lines
+
+    asyncio.run(run())

@@ -9,8 +9,9 @@ A key ``(project_key, session_id[, subpath])`` is:
   transcript is ``MAIN/SUBPATH`` (``.../subagents/agent-ID``), its metadata naming ``MAIN``;
 - its index, a chain of ``claude-sdk/lines`` nodes under the tag ``claude-sdk/NAME``: one node
   per append that added lines, holding the key, the node id of each new line's record, the
-  SDK's folded summary and the write time. A fork's first index node is a child of its
-  source's index node and holds only what the fork changed (:mod:`.claude_agent_sdk_tree`).
+  SDK's folded summary, the key's first uuid and the write time. A fork's first index node
+  is a child of its source's index node and holds only what the fork changed
+  (:mod:`.claude_agent_sdk_forks`).
 
 Both live in the DAG, so ``sess push``/``pull`` carry them and ``load`` works on the copy.
 """
@@ -28,7 +29,8 @@ from ..events import is_registered, register_event_type
 from ..interop.jsonl import ref_safe, session_base
 from ..node import NodeId, decode_data, make_node, session_ref, tag_name, tag_ref
 from ..repo.store import Store
-from .claude_agent_sdk_tree import Line, Transcript, fork_of
+from .claude_agent_sdk_forks import fork_of, from_copy
+from .claude_agent_sdk_tree import Line, Transcript
 
 __all__ = ["INDEX_TAG", "INDEX_TYPE", "Keyed", "base_name", "clean_key", "find", "index_data",
            "index_node", "indexed", "now_ms", "read_lines"]
@@ -107,6 +109,9 @@ def read_lines(store: Store, head: NodeId) -> Transcript:
             lines = fork_of(lines, data["fork"], sid)
         orders = data.get("order", {})
         for n, ref in enumerate(data.get("add", ())):
+            if isinstance(ref, dict) and "copy" in ref:  # a fork's copy of a source line
+                lines.add_copy(from_copy(lines, ref, sid))
+                continue
             if isinstance(ref, dict):  # a record no node could hold, kept in the index
                 raw = ref["raw"]
                 own = bool(ref.get("own"))

@@ -1,23 +1,14 @@
-"""A Claude Agent SDK transcript's lines as the Claude Code importer's tree, and the SDK's fork
-transform as a compact overlay.
+"""A Claude Agent SDK transcript's lines as the Claude Code importer's tree.
 
 The lines of one store key are turned into :class:`~sesstree.interop.tree.Entry` records by
 the same steps :func:`sesstree.interop.claude.import_claude` takes for a file (split replies
 merged, the newest reply kept raw while it may still stream, compactions linked under the
 entry they continue, records without a ``uuid`` spliced in), so the same lines give the same
 nodes, node for node.
-
-A fork made by ``fork_session_via_store`` copies the source's transcript entries with every
-``uuid`` remapped, ``sessionId`` rewritten, ``forkedFrom`` stamped and the last ``timestamp``
-renewed. :func:`fork_overlay` recognises such a copy and keeps only what the SDK changed (the
-new uuids, packed; a field it could not predict): the copied entries are then the source's
-own records, their nodes the source's nodes.
 """
 
 from __future__ import annotations
 
-import base64
-import uuid as uuid_mod
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -29,22 +20,7 @@ from ..interop.claude import _entry_events, _merge_split_replies, _reply_in_prog
 from ..interop.jsonl import Record
 from ..interop.tree import Entry, Tree, build_tree
 
-__all__ = [
-    "FORK_DROPPED",
-    "Line",
-    "Transcript",
-    "apply_overlay",
-    "build_lines_tree",
-    "fork_of",
-    "fork_overlay",
-    "in_order",
-    "key_order",
-    "stored_raw",
-]
-
-#: Fields the SDK's fork transform removes from a copied entry.
-FORK_DROPPED = ("teamName", "agentName", "slug", "sourceToolAssistantUUID")
-
+__all__ = ["Line", "Transcript", "build_lines_tree", "in_order", "key_order", "stored_raw"]
 
 class Line(msgspec.Struct):
     """One appended line: ``raw`` is the record its content node holds, ``final`` what
@@ -68,12 +44,32 @@ class Transcript(msgspec.Struct):
 
     lines: list[Line] = msgspec.field(default_factory=list)
     tree: list[Line] = msgspec.field(default_factory=list)
+    #: A fork's source, whose lines its copies name by position, and the source's session id.
+    source: Transcript | None = None
+    source_id: str | None = None
+    _positions: dict[str, int] | None = None
 
     def add(self, line: Line) -> None:
         """Append a line of the key's own."""
         line.at = len(self.tree)
         self.lines.append(line)
         self.tree.append(line)
+        self._positions = None
+
+    def add_copy(self, line: Line) -> None:
+        """Append a line whose record is one of the source's, already in :attr:`tree`."""
+        self.lines.append(line)
+        self._positions = None
+
+    def position(self, uuid: str) -> int | None:
+        """Where the line with this uuid is in :attr:`lines` (the first such), or None."""
+        if self._positions is None:
+            self._positions = {}
+            for i, ln in enumerate(self.lines):
+                u = ln.final.get("uuid")
+                if isinstance(u, str):
+                    self._positions.setdefault(u, i)
+        return self._positions.get(uuid)
 
 
 def key_order(line: dict[str, Any]) -> Any:
@@ -172,152 +168,3 @@ def _linked(raw: dict[str, Any], links: dict[str, str]) -> dict[str, Any]:
     moved = {f: links[v] for f in ("parentUuid", "logicalParentUuid")
              if isinstance(v := raw.get(f), str) and v in links}
     return {**raw, **moved} if moved else raw
-
-
-# -- forks -----------------------------------------------------------------------------------
-
-
-def _forked(orig: dict[str, Any], *, new_uuid: str, parent: str | None, logical: Any,
-            session_id: str, source_id: str, timestamp: Any) -> dict[str, Any]:
-    """The SDK's fork transform of one entry (``_build_fork_lines``), given what it chose."""
-    out = {**orig, "uuid": new_uuid, "parentUuid": parent, "logicalParentUuid": logical,
-           "sessionId": session_id, "timestamp": timestamp, "isSidechain": False,
-           "forkedFrom": {"sessionId": source_id, "messageUuid": orig["uuid"]}}
-    for key in FORK_DROPPED:
-        out.pop(key, None)
-    return out
-
-
-def _pack(uuids: Sequence[str]) -> tuple[str, dict[int, str]]:
-    """The uuids as 16 bytes each (base64); one not in canonical form is returned apart."""
-    packed = bytearray()
-    odd: dict[int, str] = {}
-    for i, text in enumerate(uuids):
-        try:
-            value = uuid_mod.UUID(text)
-        except ValueError:
-            value = None
-        if value is None or str(value) != text:
-            odd[i] = text
-            packed += bytes(16)
-        else:
-            packed += value.bytes
-    return base64.b64encode(bytes(packed)).decode(), odd
-
-
-def _unpack(packed: str, count: int) -> list[str]:
-    raw = base64.b64decode(packed)
-    return [str(uuid_mod.UUID(bytes=raw[i * 16:(i + 1) * 16])) for i in range(count)]
-
-
-def _runs(positions: Sequence[int]) -> list[list[int]]:
-    runs: list[list[int]] = []
-    for p in positions:
-        if runs and runs[-1][0] + runs[-1][1] == p:
-            runs[-1][1] += 1
-        else:
-            runs.append([p, 1])
-    return runs
-
-
-def _positions(runs: Sequence[Sequence[int]]) -> list[int]:
-    return [start + i for start, count in runs for i in range(count)]
-
-
-def fork_overlay(source: Sequence[Line], source_id: str, session_id: str,
-                 copied: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
-    """What ``copied`` (the first lines of a fork of ``source``) differ in from the source's
-    lines, if each is the SDK's fork transform of one of them; else None.
-
-    The overlay names the source lines by position (as runs), the new uuids packed, and per
-    line only the fields the transform did not predict (``apply_overlay`` rebuilds them).
-    """
-    by_uuid = {ln.final["uuid"]: (i, ln.final) for i, ln in enumerate(source)
-               if isinstance(ln.final.get("uuid"), str)}
-    positions: list[int] = []
-    mapping: dict[str, str] = {}
-    for line in copied:
-        origin = line.get("forkedFrom")
-        if not isinstance(origin, dict) or origin.get("sessionId") != source_id:
-            return None
-        found = by_uuid.get(origin.get("messageUuid"))
-        if found is None or not isinstance(line.get("uuid"), str):
-            return None
-        positions.append(found[0])
-        mapping[found[1]["uuid"]] = line["uuid"]
-    packed, odd = _pack([line["uuid"] for line in copied])
-    finals = _finals(source)
-    overlay: dict[str, Any] = {"from": source_id, "take": _runs(positions), "uuids": packed}
-    overrides: dict[str, dict[str, Any]] = {}
-    for n, (line, pos) in enumerate(zip(copied, positions, strict=True)):
-        guess = _predict(source, finals, pos, line["uuid"], mapping, session_id, source_id)
-        extra = {k: v for k, v in line.items() if guess.get(k, _MISSING) != v}
-        gone = [k for k in guess if k not in line]
-        if n in odd:
-            extra["uuid"] = odd[n]
-        if gone:
-            extra["-"] = gone
-        if extra:
-            overrides[str(n)] = extra
-    if overrides:
-        overlay["set"] = overrides
-    rebuilt = apply_overlay(source, overlay, session_id)
-    if [ln.final for ln in rebuilt] != list(copied):
-        return None  # cannot happen unless a field is named "-"; then the fork is a copy
-    return overlay
-
-
-_MISSING = object()
-
-
-def _finals(source: Sequence[Line]) -> dict[Any, dict[str, Any]]:
-    return {ln.final.get("uuid"): ln.final for ln in source}
-
-
-def _predict(source: Sequence[Line], by_uuid: dict[Any, dict[str, Any]], pos: int, new_uuid: str,
-             mapping: dict[str, str], session_id: str, source_id: str) -> dict[str, Any]:
-    orig = source[pos].final
-    parent: str | None = None
-    parent_id = orig.get("parentUuid")
-    while isinstance(parent_id, str):  # progress entries are skipped, as the SDK does
-        entry = by_uuid.get(parent_id)
-        if entry is None:
-            break
-        if parent_id in mapping:
-            parent = mapping[parent_id]
-            break
-        parent_id = entry.get("parentUuid")
-    logical = orig.get("logicalParentUuid")
-    logical = mapping.get(logical) if isinstance(logical, str) else logical
-    return _forked(orig, new_uuid=new_uuid, parent=parent, logical=logical,
-                   session_id=session_id, source_id=source_id,
-                   timestamp=orig.get("timestamp"))
-
-
-def fork_of(source: Transcript, overlay: dict[str, Any], session_id: str) -> Transcript:
-    """The transcript of a fork of ``source``: the copied lines, and the source's records up
-    to the last of them for its tree."""
-    lines = apply_overlay(source.lines, overlay, session_id)
-    return Transcript(lines, source.tree[:max(ln.at for ln in lines) + 1])
-
-
-def apply_overlay(source: Sequence[Line], overlay: dict[str, Any], session_id: str) -> list[Line]:
-    """The fork's copied lines, rebuilt from the source's lines and the overlay: each keeps
-    the source's record (its node) and gets back exactly the line the SDK appended."""
-    positions = _positions(overlay["take"])
-    uuids = _unpack(overlay["uuids"], len(positions))
-    sets: dict[str, dict[str, Any]] = overlay.get("set", {})
-    for index, extra in sets.items():
-        if "uuid" in extra:
-            uuids[int(index)] = extra["uuid"]
-    mapping = {source[p].final["uuid"]: u for p, u in zip(positions, uuids, strict=True)}
-    out: list[Line] = []
-    finals = _finals(source)
-    for n, (pos, new_uuid) in enumerate(zip(positions, uuids, strict=True)):
-        final = _predict(source, finals, pos, new_uuid, mapping, session_id, overlay["from"])
-        extra = sets.get(str(n), {})
-        for key in extra.get("-", []):
-            final.pop(key, None)
-        final.update({k: v for k, v in extra.items() if k != "-"})
-        out.append(Line(source[pos].raw, final, source[pos].order, source[pos].at))
-    return out

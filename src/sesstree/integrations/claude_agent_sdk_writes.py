@@ -2,7 +2,8 @@
 whose every ref move is a compare-and-set.
 
 An append reads the key's index, drops the entries whose ``uuid`` it already holds (a retried
-batch adds nothing), rebuilds the transcript's tree from every line (the importer's steps, so
+batch adds nothing), keeps a fork's copies as what they changed (:mod:`.claude_agent_sdk_forks`),
+rebuilds the transcript's tree from every line (the importer's steps, so
 existing nodes dedupe and only the new ones are written), folds the SDK's session summary and
 moves the sessions and the index in one commit. Another process that appended in between
 moved the index first: the commit is refused (``ConflictError``, nothing written) and the
@@ -20,6 +21,7 @@ from ..errors import ConflictError
 from ..node import NodeId, session_name, session_ref, tag_ref
 from ..repo.store import Store
 from ..store.base import RefUpdate
+from .claude_agent_sdk_forks import apply_overlay, copy_of, fork_of, fork_overlay, from_copy
 from .claude_agent_sdk_keys import (
     INDEX_TAG,
     Key,
@@ -31,16 +33,7 @@ from .claude_agent_sdk_keys import (
     now_ms,
     read_lines,
 )
-from .claude_agent_sdk_tree import (
-    Line,
-    Transcript,
-    build_lines_tree,
-    fork_of,
-    fork_overlay,
-    in_order,
-    key_order,
-    stored_raw,
-)
+from .claude_agent_sdk_tree import Line, Transcript, build_lines_tree, in_order, key_order, stored_raw
 
 __all__ = ["ATTEMPTS", "append_entries", "delete_key", "key_refs"]
 
@@ -66,31 +59,20 @@ def _append_once(store: Store, key: Key, entries: list[dict[str, Any]], fold: Fo
     with store.batch():
         keyed = find(store, key)
         kept = read_lines(store, keyed.head) if keyed.head is not None else Transcript()
-        seen = {ln.final["uuid"] for ln in kept.lines if isinstance(ln.final.get("uuid"), str)}
-        new: list[dict[str, Any]] = []
-        for entry in entries:
-            uuid = entry.get("uuid")
-            if isinstance(uuid, str):
-                if uuid in seen:
-                    continue
-                seen.add(uuid)
-            new.append(entry)
+        new = _unseen(kept, entries)
         if not new:
             return
         sid = key["session_id"]
         delta: dict[str, Any] = {"key": key}
         parent = keyed.head
+        folded_lines = new
         if keyed.head is None and "subpath" not in key:
             forked = _as_fork(store, key, new)
             if forked is not None:
-                parent, overlay, kept, count = forked
-                delta["fork"] = overlay
+                parent, delta["fork"], kept, count = forked
+                folded_lines = [ln.final for ln in kept.lines] + new[count:]
                 new = new[count:]
-        copied = list(kept.lines)
-        added = [Line(*_kept(entry, sid), key_order(entry)) for entry in new]
-        owns = [stored_raw(entry, sid)[1] for entry in new]
-        for line in added:
-            kept.add(line)
+        items, added = _items(kept, new, sid)
         # A line that names a copied line by its new uuid is linked to the record it copies.
         links = {ln.final["uuid"]: ln.raw["uuid"] for ln in kept.lines
                  if isinstance(ln.final.get("uuid"), str) and ln.raw.get("uuid") != ln.final["uuid"]
@@ -100,48 +82,81 @@ def _append_once(store: Store, key: Key, entries: list[dict[str, Any]], fold: Fo
         for node in tree.nodes.values():
             if node.type.startswith("claude/"):
                 holders.setdefault(_enc.encode(node.data), node.id)
-        refs: list[Any] = []
-        for line, own in zip(added, owns, strict=True):
+        for n, (line, own) in added.items():
             held = holders.get(_enc.encode(line.raw))
-            refs.append(held + ("+" if own else "") if held is not None
+            items[n] = (held + ("+" if own else "") if held is not None
                         else {"raw": line.raw, "own": own})
-        if refs:
-            delta["add"] = refs
-        orders = {str(n): ln.order for n, ln in enumerate(added) if ln.order is not None}
+        if items:
+            delta["add"] = items
+        orders = {str(n): line.order for n, (line, _) in added.items() if line.order is not None}
         if orders:
             delta["order"] = orders
         previous = keyed.data or {}
-        summary = previous.get("summary") if "fork" not in delta else None
-        if "subpath" not in key:
-            folded = fold(summary, key, new if "fork" not in delta else
-                          [ln.final for ln in copied] + new)
-            summary = dict(folded)
+        first = previous.get("first") or next(
+            (ln.final["uuid"] for ln in kept.lines if isinstance(ln.final.get("uuid"), str)), None)
+        if first is not None:
+            delta["first"] = first
         delta["mtime"] = now_ms(previous.get("mtime"))
-        if summary is not None:
-            summary["mtime"] = delta["mtime"]
-            delta["summary"] = summary
+        if "subpath" not in key:
+            summary = previous.get("summary") if "fork" not in delta else None
+            delta["summary"] = {**fold(summary, key, folded_lines), "mtime": delta["mtime"]}
         index = index_node(parent, delta)
         updates = _session_updates(store, keyed, tree.leaves, tree.has_main)
         updates.append(RefUpdate(tag_ref(INDEX_TAG + keyed.name), keyed.head, index.id,
                                  "claude-agent-sdk: append"))
         store.write([*tree.nodes.values(), index], updates)
-        born = [name for u in updates if u.old is None and u.new is not None
-                and (name := session_name(u.name)) is not None]
-        if born:
-            # What the session is, as the importer says it (format, session id, source), and
-            # for a subagent's transcript whose session it belongs to.
-            meta = {"format": "claude", "sessionId": sid,
-                    "source": "claude-agent-sdk:" + "/".join(key.values())}
-            if "subpath" in key:
-                main = {"project_key": key["project_key"], "session_id": sid}
-                meta["subagentOf"] = find(store, main).name
-                meta["subpath"] = key["subpath"]
-            for name in born:
-                store.set_session_meta(name, meta)
+        _describe(store, key, updates)
 
 
-def _kept(entry: dict[str, Any], sid: str) -> tuple[dict[str, Any], dict[str, Any]]:
-    return stored_raw(entry, sid)[0], entry
+def _unseen(kept: Transcript, entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The entries to append: not those whose uuid is stored, nor a repeat in the batch."""
+    seen = {ln.final["uuid"] for ln in kept.lines if isinstance(ln.final.get("uuid"), str)}
+    new: list[dict[str, Any]] = []
+    for entry in entries:
+        uuid = entry.get("uuid")
+        if isinstance(uuid, str):
+            if uuid in seen:
+                continue
+            seen.add(uuid)
+        new.append(entry)
+    return new
+
+
+def _items(kept: Transcript, new: list[dict[str, Any]], sid: str
+           ) -> tuple[list[Any], dict[int, tuple[Line, bool]]]:
+    """Add ``new`` to ``kept``: the index items (a fork's copies made already), and the lines
+    with records of their own by item, whose node ids are known once the tree is built."""
+    items: list[Any] = []
+    added: dict[int, tuple[Line, bool]] = {}
+    for entry in new:
+        copy = copy_of(kept, entry, sid)
+        if copy is not None:
+            kept.add_copy(from_copy(kept, copy, sid))
+            items.append(copy)
+            continue
+        raw, own = stored_raw(entry, sid)
+        line = Line(raw, entry, key_order(entry))
+        kept.add(line)
+        added[len(items)] = (line, own)
+        items.append(None)
+    return items, added
+
+
+def _describe(store: Store, key: Key, updates: list[RefUpdate]) -> None:
+    """Give each session the append created what it is, as the importer says it (format,
+    session id, source), and for a subagent's transcript whose session it belongs to."""
+    born = [name for u in updates if u.old is None and u.new is not None
+            and (name := session_name(u.name)) is not None]
+    if not born:
+        return
+    meta = {"format": "claude", "sessionId": key["session_id"],
+            "source": "claude-agent-sdk:" + "/".join(key.values())}
+    if "subpath" in key:
+        main = {"project_key": key["project_key"], "session_id": key["session_id"]}
+        meta["subagentOf"] = find(store, main).name
+        meta["subpath"] = key["subpath"]
+    for name in born:
+        store.set_session_meta(name, meta)
 
 
 def _where(name: str) -> str:
@@ -150,13 +165,18 @@ def _where(name: str) -> str:
 
 def _as_fork(store: Store, key: Key, new: list[dict[str, Any]]
              ) -> tuple[NodeId, dict[str, Any], Transcript, int] | None:
-    """A first append that begins with the SDK's fork of a stored session: the source's index
-    head, the overlay, the fork's transcript so far and how many of ``new`` it copied."""
+    """A first append that is a fork of a stored session: the source's index head, the fork
+    item, the fork's transcript so far and how many of ``new`` the fork item holds.
+
+    ``fork_session_via_store`` begins with lines stamped ``forkedFrom``; the CLI's fork (resume
+    with ``fork_session=True``) with the source's lines under their own uuids: its source is
+    the session of the project whose first uuid is the batch's first.
+    """
     count = 0
     while count < len(new) and isinstance(new[count].get("forkedFrom"), dict):
         count += 1
     if count == 0:
-        return None
+        return _as_cli_fork(store, key, new)
     source_id = new[0]["forkedFrom"].get("sessionId")
     if not isinstance(source_id, str):
         return None
@@ -167,7 +187,26 @@ def _as_fork(store: Store, key: Key, new: list[dict[str, Any]]
     overlay = fork_overlay(source_lines.lines, source_id, key["session_id"], new[:count])
     if overlay is None:
         return None
-    return source.head, overlay, fork_of(source_lines, overlay, key["session_id"]), count
+    copies = apply_overlay(source_lines.lines, overlay, key["session_id"])
+    fork = {**overlay, "upto": max(ln.at for ln in copies) + 1}
+    return source.head, fork, fork_of(source_lines, fork, key["session_id"]), count
+
+
+def _as_cli_fork(store: Store, key: Key, new: list[dict[str, Any]]
+                 ) -> tuple[NodeId, dict[str, Any], Transcript, int] | None:
+    first = next((e["uuid"] for e in new if isinstance(e.get("uuid"), str)), None)
+    if first is None:
+        return None
+    for _, head in indexed(store):
+        data = index_data(store, head)
+        other = data["key"]
+        if (data.get("first") == first and "subpath" not in other
+                and other["project_key"] == key["project_key"]
+                and other["session_id"] != key["session_id"]):
+            source_lines = read_lines(store, head)
+            fork = {"from": other["session_id"], "upto": len(source_lines.tree)}
+            return head, fork, fork_of(source_lines, fork, key["session_id"]), 0
+    return None
 
 
 def _names(name: str, leaves: int, has_main: bool) -> list[str]:
