@@ -159,16 +159,20 @@ sdk.close()
 """
 
 
-def test_two_processes_appending_at_once_lose_no_line_and_no_fold(tmp_path: Path) -> None:
+@pytest.mark.parametrize("kind", ["sqlite", "postgres"])
+def test_two_processes_appending_at_once_lose_no_line_and_no_fold(
+    kind: str, tmp_path: Path, request: pytest.FixtureRequest,
+) -> None:
     """Every append is a compare-and-set: the one that loses reads the other's and retries,
     so both writers' lines are kept and the summary is the fold of every line, in order."""
-    open_store(tmp_path / "s").close()
+    where = request.getfixturevalue("postgres_url") if kind == "postgres" else str(tmp_path / "s")
+    open_store(where).close()
     script = _WRITER.format(tests=str(ROOT / "tests" / "integrations"))
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
-    writers = [subprocess.Popen([sys.executable, "-c", script, str(tmp_path / "s"), who], env=env)
+    writers = [subprocess.Popen([sys.executable, "-c", script, where, who], env=env)
                for who in ("a", "b")]
     assert [w.wait(timeout=300) for w in writers] == [0, 0]
-    sdk = SesstreeSessionStore(tmp_path / "s")
+    sdk = SesstreeSessionStore(where)
     try:
         key: Any = {"project_key": "p", "session_id": "s"}
         loaded = asyncio.run(sdk.load(key))
