@@ -210,3 +210,32 @@ def test_a_location_string_opens_a_store_the_adapter_closes(tmp_path: Path) -> N
     with open_store(tmp_path / "s") as store:
         assert [i.name for i in store.sessions()] == ["p/s"]
         assert json.loads(json.dumps(store.messages("p/s"))) == [{"role": "user", "content": "hi"}]
+
+
+def test_lines_load_after_gc_when_a_later_line_relinks_the_tree(sqlite_store: Store) -> None:
+    """A reply continued by a later entry (one reply split over entries, as Claude Code
+    writes them) stops being a message of its own: what hung below it, a spliced record,
+    gets another node. The index follows it, so gc, which removes the old node, loses nothing."""
+    sdk = SesstreeSessionStore(sqlite_store)
+    key: Any = {"project_key": "p", "session_id": "s"}
+    user = _entry("u1", "hi")
+    first = {"type": "assistant", "uuid": "a1", "parentUuid": "u1", "sessionId": "s",
+             "message": {"id": "msg_1", "role": "assistant", "stop_reason": "tool_use",
+                         "content": [{"type": "text", "text": "let me look"}]}}
+    prompt = {"type": "last-prompt", "lastPrompt": "hi", "sessionId": "s"}
+    rest = {"type": "assistant", "uuid": "a2", "parentUuid": "a1", "sessionId": "s",
+            "message": {"id": "msg_1", "role": "assistant", "stop_reason": "tool_use",
+                        "content": [{"type": "tool_use", "id": "t1", "name": "Read",
+                                     "input": {"path": "a"}}]}}
+
+    async def run() -> Any:
+        await sdk.append(key, [user, first])
+        await sdk.append(key, [prompt])
+        await sdk.append(key, [rest])
+        return await sdk.load(key)
+
+    assert asyncio.run(run()) == [user, first, prompt, rest]
+    for info in sqlite_store.sessions():
+        sqlite_store.expire_reflog(info.name)  # nothing but the refs keeps a node now
+    assert sqlite_store.gc().removed > 0
+    assert asyncio.run(sdk.load(key)) == [user, first, prompt, rest]

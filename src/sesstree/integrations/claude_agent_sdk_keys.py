@@ -103,7 +103,8 @@ def read_lines(store: Store, head: NodeId) -> Transcript:
     chain = store.chain_at(head)
     lines = Transcript()
     cache: dict[str, dict[str, Any]] = {}
-    for data in chain.datas:
+    moved = _moved(chain.datas)
+    for i, data in enumerate(chain.datas):
         sid = data["key"]["session_id"]
         if "fork" in data:
             lines = fork_of(lines, data["fork"], sid)
@@ -117,12 +118,35 @@ def read_lines(store: Store, head: NodeId) -> Transcript:
                 own = bool(ref.get("own"))
             else:
                 own = ref.endswith("+")
-                hex_id = ref.rstrip("+")
+                hex_id = moved[i].get(len(lines.tree), ref.rstrip("+"))
                 if hex_id not in cache:
                     cache[hex_id] = decode_data(store.node(NodeId(hex_id)).encoded)
                 raw = cache[hex_id]
-            lines.add(Line(raw, {**raw, "sessionId": sid} if own else raw, orders.get(str(n))))
+            lines.add(Line(raw, {**raw, "sessionId": sid} if own else raw, orders.get(str(n)),
+                           ref=hex_id if not isinstance(ref, dict) else None))
     return lines
+
+
+def _moved(datas: list[Any]) -> list[dict[int, str]]:
+    """For the lines each index node adds: the record nodes that later appends moved them to,
+    by place in the tree's records.
+
+    A later line can relink the tree (a reply continued by a later entry is no longer a
+    message of its own), so that a record already stored gets another node; that append
+    names the new node (``fix``), since gc may remove the old one. A place counts in the
+    index node that made it and after; a fork's first node keeps its source's places below
+    ``upto`` only (above them the source's records are not the fork's).
+    """
+    out: list[dict[int, str]] = [{} for _ in datas]
+    later: dict[int, str] = {}
+    for i in reversed(range(len(datas))):
+        for place, node in datas[i].get("fix", {}).items():
+            later.setdefault(int(place), node)
+        out[i] = dict(later)
+        fork = datas[i].get("fork")
+        if fork is not None:
+            later = {p: n for p, n in later.items() if p < fork["upto"]}
+    return out
 
 
 def now_ms(previous: Any) -> int:

@@ -31,6 +31,8 @@ class Line(msgspec.Struct):
     order: Any = None
     #: Its place in the records the key's tree is built from (:class:`Transcript`).
     at: int = -1
+    #: The node that holds its record (None: the index holds it).
+    ref: str | None = None
 
 
 class Transcript(msgspec.Struct):

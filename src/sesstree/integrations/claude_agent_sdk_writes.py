@@ -84,10 +84,20 @@ def _append_once(store: Store, key: Key, entries: list[dict[str, Any]], fold: Fo
                 holders.setdefault(_enc.encode(node.data), node.id)
         for n, (line, own) in added.items():
             held = holders.get(_enc.encode(line.raw))
+            line.ref = held
             items[n] = (held + ("+" if own else "") if held is not None
                         else {"raw": line.raw, "own": own})
         if items:
             delta["add"] = items
+        # A record the new lines relinked has another node now: the index follows it.
+        fixes = {}
+        for line in kept.tree:
+            if line.ref is not None and line.ref not in tree.nodes:
+                moved = holders.get(_enc.encode(line.raw))
+                if moved is not None:
+                    fixes[str(line.at)] = line.ref = moved
+        if fixes:
+            delta["fix"] = fixes
         orders = {str(n): line.order for n, (line, _) in added.items() if line.order is not None}
         if orders:
             delta["order"] = orders
