@@ -25,6 +25,11 @@ from sesstree.interop.jsonl import session_base
 ROOT = Path(__file__).resolve().parents[2]
 
 
+def _transcripts(store: Store) -> list[Any]:
+    """The sessions a user reads: not the adapter's indexes (``claude-sdk-index/NAME``)."""
+    return [i for i in store.sessions() if not i.name.startswith("claude-sdk-index/")]
+
+
 def _trees(store: Store, prefix: str = "") -> tuple[Any, set[Any], set[str]]:
     """The main session's head, the other sessions' heads and every node their chains hold."""
     main = None
@@ -72,10 +77,10 @@ def test_the_same_lines_give_the_nodes_sess_import_gives(path: Path, tmp_path: P
         # Named as sess import names them, the file being the CLI's own, SESSION_ID.jsonl
         imported_base = session_base("claude", sid, copy, by_id=False)
         base = "home-me-proj/" + session_base("claude", sid, Path(sid + ".jsonl"), by_id=False)
-        assert {i.name: i.head for i in mirrored.sessions()} == {
+        assert {i.name: i.head for i in _transcripts(mirrored)} == {
             base + i.name[len(imported_base):]: i.head for i in imported.sessions()}
         assert asyncio.run(sdk.load(key)) == lines  # type: ignore[arg-type]
-        assert mirrored.get_session_meta(mirrored.sessions()[0].name) == {
+        assert mirrored.get_session_meta(_transcripts(mirrored)[0].name) == {
             "format": "claude", "sessionId": sid, "source": f"claude-agent-sdk:-home-me-proj/{sid}"}
 
 
@@ -131,7 +136,11 @@ def test_a_subagent_is_its_own_session_that_names_its_main_one(sqlite_store: Sto
         names_before.extend(i.name for i in sqlite_store.sessions())
 
     asyncio.run(probe())
-    assert names_before == ["p/claude-0b9a3c1e", "p/claude-0b9a3c1e/subagents/agent-a1"]
+    assert names_before == ["claude-sdk-index/p/claude-0b9a3c1e",
+                            "claude-sdk-index/p/claude-0b9a3c1e/subagents/agent-a1",
+                            "p/claude-0b9a3c1e", "p/claude-0b9a3c1e/subagents/agent-a1"]
+    assert sqlite_store.get_session_meta("claude-sdk-index/p/claude-0b9a3c1e") == {
+        "format": "claude-agent-sdk-index", "indexOf": "p/claude-0b9a3c1e"}
     meta = sqlite_store.get_session_meta("p/claude-0b9a3c1e/subagents/agent-a1")
     assert meta is not None and meta["subagentOf"] == "p/claude-0b9a3c1e"
     assert sqlite_store.messages("p/claude-0b9a3c1e/subagents/agent-a1") == [
@@ -208,7 +217,7 @@ def test_a_location_string_opens_a_store_the_adapter_closes(tmp_path: Path) -> N
     asyncio.run(sdk.append({"project_key": "p", "session_id": "s"}, [_entry("u1", "hi")]))  # type: ignore[list-item]
     sdk.close()
     with open_store(tmp_path / "s") as store:
-        assert [i.name for i in store.sessions()] == ["p/s"]
+        assert [i.name for i in store.sessions()] == ["claude-sdk-index/p/s", "p/s"]
         assert json.loads(json.dumps(store.messages("p/s"))) == [{"role": "user", "content": "hi"}]
 
 
@@ -239,3 +248,27 @@ def test_lines_load_after_gc_when_a_later_line_relinks_the_tree(sqlite_store: St
         sqlite_store.expire_reflog(info.name)  # nothing but the refs keeps a node now
     assert sqlite_store.gc().removed > 0
     assert asyncio.run(sdk.load(key)) == [user, first, prompt, rest]
+
+
+def test_a_cloned_or_pulled_store_loads_what_the_sdk_appended(tmp_path: Path,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """The transcript and its index are sessions: clone and pull carry them, and the SDK
+    resumes from the copy (as on another machine)."""
+    monkeypatch.chdir(tmp_path)
+    key: Any = {"project_key": "p", "session_id": "0b9a3c1e-1111-4222-8333-444455556666"}
+    one, two = _entry("u1", "hi"), _entry("u2", "again", "u1")
+    sdk = SesstreeSessionStore(tmp_path / "here")
+    asyncio.run(sdk.append(key, [one]))
+    sess = Sess(tmp_path)
+    sess.ok("clone", str(tmp_path / "here"), str(tmp_path / "there"))
+    asyncio.run(sdk.append(key, [two]))
+    sdk.close()
+    for name in ("p/claude-0b9a3c1e", "claude-sdk-index/p/claude-0b9a3c1e"):
+        sess.ok("--store", str(tmp_path / "there" / ".sess"), "pull", "origin", name)
+    there = SesstreeSessionStore(tmp_path / "there" / ".sess")
+    try:
+        assert asyncio.run(there.load(key)) == [one, two]
+        assert there.store.messages("p/claude-0b9a3c1e") == [
+            {"role": "user", "content": "hi"}, {"role": "user", "content": "again"}]
+    finally:
+        there.close()

@@ -69,9 +69,10 @@ def test_a_fork_adds_under_5_percent_of_the_forked_session(sqlite_store: Store, 
         fork_key: Any = {**key, "session_id": forked}
         assert asyncio.run(sdk.load(fork_key)) == sdk.appended[forked]
     # The fork's conversation is the source's nodes: its session holds the source's main line
-    source_main = sqlite_store.chain_at(sqlite_store.sessions()[0].head).ids
+    prefix = key["project_key"].strip("-")
+    source_main = sqlite_store.chain_at(sqlite_store.session_head(f"{prefix}/claude-{sid[:8]}")).ids
     fork_chains = [set(sqlite_store.chain_at(i.head).ids) for i in sqlite_store.sessions()
-                   if i.name.startswith(f"{sqlite_store.sessions()[0].name.split('/')[0]}/claude-{fork[:8]}")]
+                   if i.name.startswith(f"{prefix}/claude-{fork[:8]}")]
     assert any(len(set(source_main) & c) >= len(source_main) - 2 for c in fork_chains)
 
 

@@ -7,7 +7,7 @@ A key ``(project_key, session_id[, subpath])`` is:
   ``PROJECT/claude-XXXXXXXX`` (the project key made safe, then the name the importer gives
   the session id) for the main line, ``.../branch-N`` for the other leaves; a subagent
   transcript is ``MAIN/SUBPATH`` (``.../subagents/agent-ID``), its metadata naming ``MAIN``;
-- its index, a chain of ``claude-sdk/lines`` nodes under the tag ``claude-sdk/NAME``: one node
+- its index, a chain of ``claude-sdk/lines`` nodes, session ``claude-sdk-index/NAME``: one node
   per append that added lines, holding the key, the node id of each new line's record, the
   SDK's folded summary, the key's first uuid and the write time. A fork's first index node
   is a child of its source's index node and holds only what the fork changed
@@ -27,17 +27,18 @@ import msgspec
 
 from ..events import is_registered, register_event_type
 from ..interop.jsonl import ref_safe, session_base
-from ..node import NodeId, decode_data, make_node, session_ref, tag_name, tag_ref
+from ..node import NodeId, decode_data, make_node, session_name, session_ref
 from ..repo.store import Store
 from .claude_agent_sdk_forks import fork_of, from_copy
 from .claude_agent_sdk_tree import Line, Transcript
 
-__all__ = ["INDEX_TAG", "INDEX_TYPE", "Keyed", "base_name", "clean_key", "find", "index_data",
+__all__ = ["INDEX", "INDEX_TYPE", "Keyed", "base_name", "clean_key", "find", "index_data",
            "index_node", "indexed", "now_ms", "read_lines"]
 
 INDEX_TYPE = "claude-sdk/lines"
-#: Tags ``claude-sdk/NAME`` hold the index of session ``NAME``.
-INDEX_TAG = "claude-sdk/"
+#: Session ``claude-sdk-index/NAME`` is the index of session ``NAME``: a session, so that
+#: push and pull carry it as they carry the transcript (it only ever fast-forwards).
+INDEX = "claude-sdk-index/"
 if not is_registered(INDEX_TYPE):
     register_event_type(INDEX_TYPE)
 
@@ -82,7 +83,7 @@ def find(store: Store, key: Key) -> Keyed:
         base = f"{find(store, main).name}/{ref_safe(key['subpath'])}"
     for n in itertools.count(1):
         name = base if n == 1 else f"{base}-{n}"
-        head = store.target(tag_ref(INDEX_TAG + name))
+        head = store.target(session_ref(INDEX + name))
         if head is None:
             if store.target(session_ref(name)) is None:
                 return Keyed(name, None, None)
@@ -157,6 +158,6 @@ def now_ms(previous: Any) -> int:
 
 def indexed(store: Store) -> list[tuple[str, NodeId]]:
     """Every key's session name and index head."""
-    return [(str(tag_name(r.name))[len(INDEX_TAG):], r.target)
-            for r in store.refs(tag_ref(INDEX_TAG))]
+    return [(str(session_name(r.name))[len(INDEX):], r.target)
+            for r in store.refs(session_ref(INDEX))]
 

@@ -18,12 +18,12 @@ from typing import Any
 import msgspec
 
 from ..errors import ConflictError
-from ..node import NodeId, session_name, session_ref, tag_ref
+from ..node import NodeId, session_name, session_ref
 from ..repo.store import Store
 from ..store.base import RefUpdate
 from .claude_agent_sdk_forks import apply_overlay, copy_of, fork_of, fork_overlay, from_copy
 from .claude_agent_sdk_keys import (
-    INDEX_TAG,
+    INDEX,
     Key,
     Keyed,
     find,
@@ -112,7 +112,7 @@ def _append_once(store: Store, key: Key, entries: list[dict[str, Any]], fold: Fo
             delta["summary"] = {**fold(summary, key, folded_lines), "mtime": delta["mtime"]}
         index = index_node(parent, delta)
         updates = _session_updates(store, keyed, tree.leaves, tree.has_main)
-        updates.append(RefUpdate(tag_ref(INDEX_TAG + keyed.name), keyed.head, index.id,
+        updates.append(RefUpdate(session_ref(INDEX + keyed.name), keyed.head, index.id,
                                  "claude-agent-sdk: append"))
         store.write([*tree.nodes.values(), index], updates)
         _describe(store, key, updates)
@@ -154,7 +154,8 @@ def _items(kept: Transcript, new: list[dict[str, Any]], sid: str
 
 def _describe(store: Store, key: Key, updates: list[RefUpdate]) -> None:
     """Give each session the append created what it is, as the importer says it (format,
-    session id, source), and for a subagent's transcript whose session it belongs to."""
+    session id, source), and for a subagent's transcript whose session it belongs to; an
+    index says whose it is."""
     born = [name for u in updates if u.old is None and u.new is not None
             and (name := session_name(u.name)) is not None]
     if not born:
@@ -166,7 +167,11 @@ def _describe(store: Store, key: Key, updates: list[RefUpdate]) -> None:
         meta["subagentOf"] = find(store, main).name
         meta["subpath"] = key["subpath"]
     for name in born:
-        store.set_session_meta(name, meta)
+        if name.startswith(INDEX):
+            store.set_session_meta(name, {"format": "claude-agent-sdk-index",
+                                          "indexOf": name[len(INDEX):]})
+        else:
+            store.set_session_meta(name, meta)
 
 
 def _where(name: str) -> str:
@@ -246,7 +251,7 @@ def key_refs(store: Store, keyed: Keyed) -> list[tuple[str, NodeId]]:
     """The refs of one key: its sessions and its index (not its subagents')."""
     out: list[tuple[str, NodeId]] = []
     if keyed.head is not None:
-        out.append((tag_ref(INDEX_TAG + keyed.name), keyed.head))
+        out.append((session_ref(INDEX + keyed.name), keyed.head))
     head = store.session_head(keyed.name)
     if head is not None:
         out.append((session_ref(keyed.name), head))
