@@ -87,7 +87,7 @@ class SesstreeSessionStore(SessionStore):
         keyed = find(self.store, key)
         if keyed.head is None:
             return None
-        return [ln.final for ln in read_lines(self.store, keyed.head).lines]
+        return [ln.final for ln in read_lines(self.store, keyed.name, keyed.head).lines]
 
     async def list_sessions(self, project_key: str) -> list[SessionStoreListEntry]:
         """The main transcripts of ``project_key`` with their last write times (epoch ms)."""

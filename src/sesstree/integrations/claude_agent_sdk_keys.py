@@ -99,11 +99,12 @@ def index_node(parent: NodeId | None, data: dict[str, Any]) -> Any:
     return make_node(parent, INDEX_TYPE, data)
 
 
-def read_lines(store: Store, head: NodeId) -> Transcript:
-    """The lines of the index chain ending at ``head``, oldest first, exactly as appended."""
+def read_lines(store: Store, name: str, head: NodeId) -> Transcript:
+    """The lines of session ``name``'s index chain ending at ``head``, oldest first, exactly
+    as appended."""
     chain = store.chain_at(head)
     lines = Transcript()
-    cache: dict[str, dict[str, Any]] = {}
+    cache = _records(store, name)
     moved = _moved(chain.datas)
     for i, data in enumerate(chain.datas):
         sid = data["key"]["session_id"]
@@ -126,6 +127,20 @@ def read_lines(store: Store, head: NodeId) -> Transcript:
             lines.add(Line(raw, {**raw, "sessionId": sid} if own else raw, orders.get(str(n)),
                            ref=hex_id if not isinstance(ref, dict) else None))
     return lines
+
+
+def _records(store: Store, name: str) -> dict[str, dict[str, Any]]:
+    """The records on the paths of session ``name`` and its branches, by node id: one read of
+    each path, where reading the records one by one would be a round trip each."""
+    heads = [r.target for r in store.refs(session_ref(name + "/branch-"))]
+    main = store.session_head(name)
+    out: dict[str, dict[str, Any]] = {}
+    for head in ([main] if main is not None else []) + heads:
+        chain = store.chain_at(head)
+        for node, type, data in zip(chain.ids, chain.types, chain.datas, strict=True):
+            if type.startswith("claude/"):
+                out[node] = data
+    return out
 
 
 def _moved(datas: list[Any]) -> list[dict[int, str]]:

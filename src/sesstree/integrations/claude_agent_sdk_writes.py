@@ -58,7 +58,7 @@ def append_entries(store: Store, key: Key, entries: list[dict[str, Any]], fold: 
 def _append_once(store: Store, key: Key, entries: list[dict[str, Any]], fold: Folder) -> None:
     with store.batch():
         keyed = find(store, key)
-        kept = read_lines(store, keyed.head) if keyed.head is not None else Transcript()
+        kept = read_lines(store, keyed.name, keyed.head) if keyed.head is not None else Transcript()
         new = _unseen(kept, entries)
         if not new:
             return
@@ -114,7 +114,9 @@ def _append_once(store: Store, key: Key, entries: list[dict[str, Any]], fold: Fo
         updates = _session_updates(store, keyed, tree.leaves, tree.has_main)
         updates.append(RefUpdate(session_ref(INDEX + keyed.name), keyed.head, index.id,
                                  "claude-agent-sdk: append"))
-        store.write([*tree.nodes.values(), index], updates)
+        # Most of the tree is stored already: only what is not goes to the engine.
+        stored = store.has(list(tree.nodes))
+        store.write([*(n for i, n in tree.nodes.items() if i not in stored), index], updates)
         _describe(store, key, updates)
 
 
@@ -198,7 +200,7 @@ def _as_fork(store: Store, key: Key, new: list[dict[str, Any]]
     source = find(store, {"project_key": key["project_key"], "session_id": source_id})
     if source.head is None:
         return None
-    source_lines = read_lines(store, source.head)
+    source_lines = read_lines(store, source.name, source.head)
     overlay = fork_overlay(source_lines.lines, source_id, key["session_id"], new[:count])
     if overlay is None:
         return None
@@ -212,13 +214,13 @@ def _as_cli_fork(store: Store, key: Key, new: list[dict[str, Any]]
     first = next((e["uuid"] for e in new if isinstance(e.get("uuid"), str)), None)
     if first is None:
         return None
-    for _, head in indexed(store):
+    for name, head in indexed(store):
         data = index_data(store, head)
         other = data["key"]
         if (data.get("first") == first and "subpath" not in other
                 and other["project_key"] == key["project_key"]
                 and other["session_id"] != key["session_id"]):
-            source_lines = read_lines(store, head)
+            source_lines = read_lines(store, name, head)
             fork = {"from": other["session_id"], "upto": len(source_lines.tree)}
             return head, fork, fork_of(source_lines, fork, key["session_id"]), 0
     return None
