@@ -272,3 +272,24 @@ def test_a_cloned_or_pulled_store_loads_what_the_sdk_appended(tmp_path: Path,
             {"role": "user", "content": "hi"}, {"role": "user", "content": "again"}]
     finally:
         there.close()
+
+
+def test_a_name_taken_by_another_key_or_by_the_user_is_never_taken_over(sqlite_store: Store) -> None:
+    """Two session ids with the same first 8 digits, and a session the user made with the
+    name one of them would take: each key lands on a name of its own, and finds it again."""
+    sqlite_store.session("p/claude-0b9a3c1e").add_message({"role": "user", "content": "mine"})
+    sdk = SesstreeSessionStore(sqlite_store)
+    a: Any = {"project_key": "p", "session_id": "0b9a3c1e-1111-4222-8333-444455556666"}
+    b: Any = {"project_key": "p", "session_id": "0b9a3c1e-9999-4222-8333-444455556666"}
+
+    async def run() -> None:
+        await sdk.append(a, [_entry("u1", "from a")])
+        await sdk.append(b, [_entry("u2", "from b")])
+        await sdk.append(a, [_entry("u3", "a again", "u1")])
+        assert [e["uuid"] for e in await sdk.load(a) or []] == ["u1", "u3"]
+        assert [e["uuid"] for e in await sdk.load(b) or []] == ["u2"]
+
+    asyncio.run(run())
+    assert sqlite_store.messages("p/claude-0b9a3c1e") == [{"role": "user", "content": "mine"}]
+    assert [m["content"] for m in sqlite_store.messages("p/claude-0b9a3c1e-2")] == ["from a", "a again"]
+    assert [m["content"] for m in sqlite_store.messages("p/claude-0b9a3c1e-3")] == ["from b"]

@@ -187,6 +187,8 @@ def test_the_cli_runs_resumes_and_forks_from_a_sesstree_store(tmp_path: Path) ->
             print(f"fork_session_via_store added {added} bytes, {added / session_bytes:.1%} of "
                   f"{session_bytes}; the CLI's fork with its turn {cli_added} bytes, "
                   f"{cli_added / session_bytes:.1%}")
+            # The API key the CLI was given never reaches the store.
+            assert not any(b"sk-ant-test-not-a-key" in n.encoded for n in store.backend.iter_nodes())
             for each in (sid, forked, made.session_id):
                 assert asyncio.run(sdk.load({"project_key": pk, "session_id": each})) == \
                     sdk.expected(each)
