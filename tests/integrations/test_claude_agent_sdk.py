@@ -293,3 +293,22 @@ def test_a_name_taken_by_another_key_or_by_the_user_is_never_taken_over(sqlite_s
     assert sqlite_store.messages("p/claude-0b9a3c1e") == [{"role": "user", "content": "mine"}]
     assert [m["content"] for m in sqlite_store.messages("p/claude-0b9a3c1e-2")] == ["from a", "a again"]
     assert [m["content"] for m in sqlite_store.messages("p/claude-0b9a3c1e-3")] == ["from b"]
+
+
+def test_the_longest_keys_the_sdk_makes_still_name_sessions(sqlite_store: Store) -> None:
+    """The SDK cuts a project key at 200 characters (plus a hash); a ref name holds 200 bytes
+    in all, so long parts are cut too, with a hash that keeps two long keys apart."""
+    sdk = SesstreeSessionStore(sqlite_store)
+    long_a, long_b = "-home-" + "a" * 194, "-home-" + "a" * 193 + "b"
+    keys: list[Any] = [{"project_key": p, "session_id": "0b9a3c1e-1111-4222-8333-444455556666",
+                        **({"subpath": "subagents/agent-" + "x" * 150} if sub else {})}
+                       for p in (long_a, long_b) for sub in (False, True)]
+
+    async def run() -> list[Any]:
+        for n, key in enumerate(keys):
+            await sdk.append(key, [_entry(f"u{n}", f"line {n}")])
+        return [await sdk.load(key) for key in keys]
+
+    assert [[e["uuid"] for e in got or []] for got in asyncio.run(run())] == [["u0"], ["u1"], ["u2"], ["u3"]]
+    assert all(len(i.name.encode()) <= 200 for i in sqlite_store.sessions())
+    assert len(asyncio.run(sdk.list_sessions(long_a))) == 1

@@ -26,6 +26,7 @@ from claude_agent_sdk import (
 
 from sesstree import Store
 from sesstree.integrations.claude_agent_sdk import SesstreeSessionStore
+from sesstree.integrations.claude_agent_sdk_keys import base_name
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "proxy"))
 from fake_upstream import FakeUpstream, Scripted
@@ -143,7 +144,8 @@ def test_the_cli_runs_resumes_and_forks_from_a_sesstree_store(tmp_path: Path) ->
             transcript = [e for e in first if e.get("type") in ("user", "assistant")]
             assert [e["type"] for e in transcript] == ["user", "assistant", "user", "assistant",
                                                        "user", "assistant"]
-            name = f"{pk.strip('-')}/claude-{sid[:8]}"
+            name = base_name(pk, sid)  # PROJECT/claude-XXXXXXXX, the project's name cut short
+            assert name.endswith(f"/claude-{sid[:8]}")
             messages = store.messages(name)
             assert [m["role"] for m in messages] == ["user", "assistant", "tool", "assistant",
                                                      "user", "assistant"]
@@ -195,8 +197,7 @@ def test_the_cli_runs_resumes_and_forks_from_a_sesstree_store(tmp_path: Path) ->
             # The store's sessions: the original, its fork by the CLI and the one via the
             # store, each readable as chat; the store's fork is the original's conversation.
             names = {i.name for i in store.sessions() if "/branch-" not in i.name}
-            assert {name, f"{pk.strip('-')}/claude-{forked[:8]}",
-                    f"{pk.strip('-')}/claude-{made.session_id[:8]}"} <= names
+            assert {name, base_name(pk, forked), base_name(pk, made.session_id)} <= names
             assert len(asyncio.run(sdk.list_sessions(pk))) == 3
             # What the CLI sent the model when resumed from the store alone: the first
             # session's turns, the tool call and its result among them.

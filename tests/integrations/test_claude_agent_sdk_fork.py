@@ -13,6 +13,7 @@ from claude_sdk_transcripts import INTEROP, lines_of, session_id_of
 
 from sesstree import Store
 from sesstree.integrations.claude_agent_sdk import SesstreeSessionStore
+from sesstree.integrations.claude_agent_sdk_keys import base_name
 
 #: A real Claude Code session: 57 entries, tool calls, replies split over entries, summaries.
 SESSION = next((INTEROP / "samples" / "claude-code").glob("*069508a5*.jsonl"))
@@ -69,10 +70,10 @@ def test_a_fork_adds_under_5_percent_of_the_forked_session(sqlite_store: Store, 
         fork_key: Any = {**key, "session_id": forked}
         assert asyncio.run(sdk.load(fork_key)) == sdk.appended[forked]
     # The fork's conversation is the source's nodes: its session holds the source's main line
-    prefix = key["project_key"].strip("-")
-    source_main = sqlite_store.chain_at(sqlite_store.session_head(f"{prefix}/claude-{sid[:8]}")).ids
+    source_main = sqlite_store.chain_at(
+        sqlite_store.session_head(base_name(key["project_key"], sid))).ids  # type: ignore[arg-type]
     fork_chains = [set(sqlite_store.chain_at(i.head).ids) for i in sqlite_store.sessions()
-                   if i.name.startswith(f"{prefix}/claude-{fork[:8]}")]
+                   if i.name.startswith(base_name(key["project_key"], fork))]
     assert any(len(set(source_main) & c) >= len(source_main) - 2 for c in fork_chains)
 
 

@@ -35,7 +35,7 @@ from claude_agent_sdk.types import (
 )
 
 from ..repo.store import Store, open_store
-from .claude_agent_sdk_keys import clean_key, find, index_data, indexed, read_lines
+from .claude_agent_sdk_keys import clean_key, find, index_data, indexed, project_prefix, read_lines
 from .claude_agent_sdk_writes import append_entries, delete_key
 
 __all__ = ["SesstreeSessionStore"]
@@ -101,7 +101,7 @@ class SesstreeSessionStore(SessionStore):
 
     def _heads(self, project_key: str) -> list[dict[str, Any]]:
         out = []
-        for _, head in indexed(self.store):
+        for _, head in indexed(self.store, project_prefix(project_key)):
             data = index_data(self.store, head)
             key = data["key"]
             if key["project_key"] == project_key and "subpath" not in key:
@@ -118,7 +118,7 @@ class SesstreeSessionStore(SessionStore):
 
     def _subkeys(self, key: dict[str, str]) -> list[str]:
         out = []
-        for _, head in indexed(self.store):
+        for _, head in indexed(self.store, find(self.store, key).name + "/"):
             sub = index_data(self.store, head)["key"]
             if (sub.get("subpath") and sub["project_key"] == key["project_key"]
                     and sub["session_id"] == key["session_id"]):

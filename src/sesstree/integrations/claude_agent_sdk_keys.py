@@ -18,6 +18,7 @@ Both live in the DAG, so ``sess push``/``pull`` carry them and ``load`` works on
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import time
 from pathlib import Path
@@ -33,7 +34,7 @@ from .claude_agent_sdk_forks import fork_of, from_copy
 from .claude_agent_sdk_tree import Line, Transcript
 
 __all__ = ["INDEX", "INDEX_TYPE", "Keyed", "base_name", "clean_key", "find", "index_data",
-           "index_node", "indexed", "now_ms", "read_lines"]
+           "index_node", "indexed", "now_ms", "project_prefix", "read_lines"]
 
 INDEX_TYPE = "claude-sdk/lines"
 #: Session ``claude-sdk-index/NAME`` is the index of session ``NAME``: a session, so that
@@ -57,7 +58,7 @@ def base_name(project_key: str, session_id: str) -> str:
     """The session name of a main key before any clash: ``PROJECT/claude-XXXXXXXX``."""
     # As ``sess import`` names the file ``SESSION_ID.jsonl``, under the project's own folder.
     imported = session_base("claude", session_id, Path(session_id + ".jsonl"), by_id=False)
-    return f"{ref_safe(project_key)}/{imported}"
+    return project_prefix(project_key) + imported
 
 
 class Keyed(msgspec.Struct):
@@ -80,7 +81,7 @@ def find(store: Store, key: Key) -> Keyed:
     main = {"project_key": key["project_key"], "session_id": key["session_id"]}
     base = base_name(key["project_key"], key["session_id"])
     if "subpath" in key:
-        base = f"{find(store, main).name}/{ref_safe(key['subpath'])}"
+        base = f"{find(store, main).name}/{_short(key['subpath'])}"
     for n in itertools.count(1):
         name = base if n == 1 else f"{base}-{n}"
         head = store.target(session_ref(INDEX + name))
@@ -171,8 +172,26 @@ def now_ms(previous: Any) -> int:
     return max(now, int(previous) + 1) if isinstance(previous, int) else now
 
 
-def indexed(store: Store) -> list[tuple[str, NodeId]]:
-    """Every key's session name and index head."""
+def indexed(store: Store, under: str = "") -> list[tuple[str, NodeId]]:
+    """The session name and index head of every key whose name begins with ``under``."""
     return [(str(session_name(r.name))[len(INDEX):], r.target)
-            for r in store.refs(session_ref(INDEX))]
+            for r in store.refs(session_ref(INDEX + under))]
+
+
+def project_prefix(project_key: str) -> str:
+    """What the names of a project's keys begin with (other projects' may too: a name is
+    made safe, so read the key to be sure)."""
+    return _short(project_key) + "/"
+
+
+#: A part of a name longer than this is cut, with a hash of the whole: a ref name holds at
+#: most 200 bytes, and an index's is ``claude-sdk-index/PROJECT/claude-XXXXXXXX/SUBPATH``.
+PART = 64
+
+
+def _short(text: str) -> str:
+    safe = ref_safe(text)
+    if len(safe) <= PART:
+        return safe
+    return f"{safe[:PART - 9].rstrip('-./')}-{hashlib.sha256(text.encode()).hexdigest()[:8]}"
 

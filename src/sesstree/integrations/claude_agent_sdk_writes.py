@@ -18,6 +18,7 @@ from typing import Any
 import msgspec
 
 from ..errors import ConflictError
+from ..interop.tree import Tree
 from ..node import NodeId, session_name, session_ref
 from ..repo.store import Store
 from ..store.base import RefUpdate
@@ -31,6 +32,7 @@ from .claude_agent_sdk_keys import (
     index_node,
     indexed,
     now_ms,
+    project_prefix,
     read_lines,
 )
 from .claude_agent_sdk_tree import Line, Transcript, build_lines_tree, in_order, key_order, stored_raw
@@ -78,24 +80,9 @@ def _append_once(store: Store, key: Key, entries: list[dict[str, Any]], fold: Fo
                  if isinstance(ln.final.get("uuid"), str) and ln.raw.get("uuid") != ln.final["uuid"]
                  and isinstance(ln.raw.get("uuid"), str)}
         tree = build_lines_tree([in_order(ln) for ln in kept.tree], links, _where(keyed.name))
-        holders: dict[bytes, NodeId] = {}
-        for node in tree.nodes.values():
-            if node.type.startswith("claude/"):
-                holders.setdefault(_enc.encode(node.data), node.id)
-        for n, (line, own) in added.items():
-            held = holders.get(_enc.encode(line.raw))
-            line.ref = held
-            items[n] = (held + ("+" if own else "") if held is not None
-                        else {"raw": line.raw, "own": own})
+        fixes = _place(tree, kept, items, added)
         if items:
             delta["add"] = items
-        # A record the new lines relinked has another node now: the index follows it.
-        fixes = {}
-        for line in kept.tree:
-            if line.ref is not None and line.ref not in tree.nodes:
-                moved = holders.get(_enc.encode(line.raw))
-                if moved is not None:
-                    fixes[str(line.at)] = line.ref = moved
         if fixes:
             delta["fix"] = fixes
         orders = {str(n): line.order for n, (line, _) in added.items() if line.order is not None}
@@ -118,6 +105,31 @@ def _append_once(store: Store, key: Key, entries: list[dict[str, Any]], fold: Fo
         stored = store.has(list(tree.nodes))
         store.write([*(n for i, n in tree.nodes.items() if i not in stored), index], updates)
         _describe(store, key, updates)
+
+
+def _place(tree: Tree, kept: Transcript, items: list[Any],
+           added: dict[int, tuple[Line, bool]]) -> dict[str, str]:
+    """Fill in the index items of the new lines with the nodes of their records (``+``: the
+    key's session id was taken out of it), and return the records a new line relinked, by
+    place, with the node that holds each now."""
+    holders: dict[bytes, NodeId] = {}
+    for node in tree.nodes.values():
+        if node.type.startswith("claude/"):
+            holders.setdefault(_enc.encode(node.data), node.id)
+    for n, (line, own) in added.items():
+        held = holders.get(_enc.encode(line.raw))
+        line.ref = held
+        items[n] = (held + ("+" if own else "") if held is not None
+                    else {"raw": line.raw, "own": own})  # no node can hold it
+    # A later line can relink the tree (a reply continued by a later entry is no longer a
+    # message of its own): a record stored before then has another node, which gc keeps.
+    fixes: dict[str, str] = {}
+    for line in kept.tree:
+        if line.ref is not None and line.ref not in tree.nodes:
+            moved = holders.get(_enc.encode(line.raw))
+            if moved is not None:
+                fixes[str(line.at)] = line.ref = moved
+    return fixes
 
 
 def _unseen(kept: Transcript, entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -214,7 +226,7 @@ def _as_cli_fork(store: Store, key: Key, new: list[dict[str, Any]]
     first = next((e["uuid"] for e in new if isinstance(e.get("uuid"), str)), None)
     if first is None:
         return None
-    for name, head in indexed(store):
+    for name, head in indexed(store, project_prefix(key["project_key"])):
         data = index_data(store, head)
         other = data["key"]
         if (data.get("first") == first and "subpath" not in other
@@ -270,12 +282,11 @@ def delete_key(store: Store, key: Key) -> None:
             return
         doomed = key_refs(store, keyed)
         if "subpath" not in key:
-            for name, head in indexed(store):
-                if name.startswith(keyed.name + "/"):
-                    sub = index_data(store, head)["key"]
-                    if sub.get("subpath") and sub["session_id"] == key["session_id"] \
-                            and sub["project_key"] == key["project_key"]:
-                        doomed += key_refs(store, Keyed(name, head, None))
+            for name, head in indexed(store, keyed.name + "/"):
+                sub = index_data(store, head)["key"]
+                if sub.get("subpath") and sub["session_id"] == key["session_id"] \
+                        and sub["project_key"] == key["project_key"]:
+                    doomed += key_refs(store, Keyed(name, head, None))
         store.write([], [RefUpdate(ref, old, None, "claude-agent-sdk: delete")
                          for ref, old in doomed])
 
