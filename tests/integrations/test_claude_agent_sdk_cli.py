@@ -198,6 +198,15 @@ def test_the_cli_runs_resumes_and_forks_from_a_sesstree_store(tmp_path: Path) ->
             # store, each readable as chat; the store's fork is the original's conversation.
             names = {i.name for i in store.sessions() if "/branch-" not in i.name}
             assert {name, base_name(pk, forked), base_name(pk, made.session_id)} <= names
+            chain = store.chain_at(store.session_head(name))  # type: ignore[arg-type]
+            # Each fork's conversation is the original's nodes, up to its newest reply (which,
+            # as the newest, may still stream: a record only, where in a fork it is followed
+            # and so a message, the records spliced after it hanging below that)
+            reply = max(i for i, t in enumerate(chain.types) if t == "claude/assistant")
+            for fork_name in (base_name(pk, forked), base_name(pk, made.session_id)):
+                shared = max(len(set(chain.ids[:reply + 1]) & set(store.chain_at(i.head).ids))
+                             for i in store.sessions() if i.name.startswith(fork_name))
+                assert shared == reply + 1, (fork_name, shared, reply)
             assert len(asyncio.run(sdk.list_sessions(pk))) == 3
             # What the CLI sent the model when resumed from the store alone: the first
             # session's turns, the tool call and its result among them.
