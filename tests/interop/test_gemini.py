@@ -90,3 +90,48 @@ def test_system_instruction() -> None:
         "system/message", {"role": "system", "content": "Be terse."})
     assert gemini_system_events({"parts": []}) == [(RAW_TYPE, {"systemInstruction": {
         "parts": []}})]
+
+
+def test_what_a_media_part_says_beside_its_media_is_kept() -> None:
+    # A clip of a video, or an image at another resolution, is another input: the part's
+    # other fields stay in its message, in one spelling (the API takes snake_case too).
+    video = {"fileData": {"mimeType": "video/mp4", "fileUri": "https://x/v.mp4"}}
+    image = {"inlineData": {"mimeType": "image/png", "data": "AAAA"}}
+
+    def content(*parts: Any) -> list[Any]:
+        return [{"role": "user", "parts": [{"text": "watch"}, *parts]}]
+
+    clip = messages(content({**video, "videoMetadata": {"startOffset": "10s"}}))
+    assert clip != messages(content({**video, "videoMetadata": {"startOffset": "50s"}}))
+    assert clip != messages(content(video))
+    assert clip == messages(content({"file_data": {"mime_type": "video/mp4",
+                                                   "file_uri": "https://x/v.mp4"},
+                                     "video_metadata": {"start_offset": "10s"}}))
+    high = messages(content({**image, "mediaResolution": {"level": "MEDIA_RESOLUTION_HIGH"}}))
+    assert high != messages(content(image))
+    assert high == messages(content({**image, "thoughtSignature": "c2ln",
+                                     "media_resolution": {"level": "MEDIA_RESOLUTION_HIGH"}}))
+    # as in a function's response
+    call = {"role": "model", "parts": [{"functionCall": {"name": "shot", "args": {}}}]}
+
+    def answered(*parts: Any) -> list[Any]:
+        return messages([{"role": "user", "parts": [{"text": "go"}]}, call, {
+            "role": "user", "parts": [{"functionResponse": {"name": "shot", "response": {},
+                                                           "parts": list(parts)}}]}])
+
+    assert answered({**image, "mediaResolution": {"level": "MEDIA_RESOLUTION_LOW"}}) != \
+        answered(image)
+
+
+def test_a_response_naming_a_calls_id_under_another_name_is_not_its_answer() -> None:
+    # The model reads the name a response gives: the same id under another name is another
+    # input, not the same result re-sent.
+    def history(name: str) -> list[Any]:
+        return messages([
+            {"role": "user", "parts": [{"text": "go"}]},
+            {"role": "model", "parts": [{"functionCall": {"id": "x", "name": "f", "args": {}}}]},
+            {"role": "user", "parts": [{"functionResponse": {"id": "x", "name": name,
+                                                             "response": {"r": 1}}}]}])
+
+    assert history("f")[-1]["tool_call_id"] == "call_1_0"
+    assert history("g") != history("f")
