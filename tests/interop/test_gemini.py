@@ -135,3 +135,26 @@ def test_a_response_naming_a_calls_id_under_another_name_is_not_its_answer() -> 
 
     assert history("f")[-1]["tool_call_id"] == "call_1_0"
     assert history("g") != history("f")
+
+
+def test_a_file_image_keeps_its_media_type() -> None:
+    def user(mime: str) -> list[Any]:
+        return messages([{"role": "user", "parts": [
+            {"fileData": {"mimeType": mime, "fileUri": "https://x/files/a"}}]}])
+
+    assert user("image/png") != user("image/jpeg")
+    assert user("image/png") == [{"role": "user", "content": [{"type": "image_url", "image_url": {
+        "url": "https://x/files/a", "mime_type": "image/png"}}]}]
+
+
+def test_a_system_instruction_keeps_its_media_and_other_parts() -> None:
+    # The model reads an image in the system instruction: without it, it is another input.
+    image = {"inlineData": {"mimeType": "image/png", "data": "AAAA"}}
+    with_image = gemini_system_events({"parts": [{"text": "Style:"}, image, {"text": "Be terse."}]})
+    text_only = gemini_system_events({"parts": [{"text": "Style:"}, {"text": "Be terse."}]})
+    assert with_image[1] == ("system/message", {"role": "system", "content": [
+        {"type": "text", "text": "Style:"},
+        {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}},
+        {"type": "text", "text": "Be terse."}]})
+    assert with_image[1] != text_only[1]
+    assert gemini_system_events({"parts": [image]})[1][0] == "system/message"

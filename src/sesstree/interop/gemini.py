@@ -19,9 +19,10 @@ its last content:
 - ``inlineData`` images become ``image_url`` parts with a ``data:`` URL, other media a
   ``file`` part; the base64 text is written in its standard alphabet with padding (the SDK
   sends URL-safe base64, the API answers standard: one image, two spellings);
-  ``fileData`` becomes an ``image_url`` (images) or ``file`` part with its URI; what a media
-  part says beside its media (``videoMetadata``: a clip; ``mediaResolution``) is kept in that
-  part, its field names in camelCase (the API reads ``video_metadata`` as the same field);
+  ``fileData`` becomes an ``image_url`` (images) or ``file`` part with its URI and media
+  type; what a media part says beside its media (``videoMetadata``: a clip;
+  ``mediaResolution``) is kept in that part, its field names in camelCase (the API reads
+  ``video_metadata`` as the same field);
   any other part (``executableCode``, ``codeExecutionResult``, ...) is kept as it is, less its
   signature;
 - a call's arguments and a response's ``response`` are protobuf Structs (unordered maps of
@@ -35,7 +36,8 @@ its last content:
 
 ``systemInstruction`` (a ``Content`` whose role is ignored, or a string) is a raw
 ``gemini/content`` event ``{"systemInstruction": ...}`` then a ``system/message`` with its text
-parts joined by newlines (the API reads each part as a paragraph).
+parts joined by newlines (the API reads each part as a paragraph), a medium or another part in
+it kept in its place.
 """
 
 from __future__ import annotations
@@ -127,7 +129,9 @@ def _media_only(part: dict[str, Any]) -> dict[str, Any] | None:
         mime = str(_get(data, "mimeType", "mime_type") or "")
         uri = str(_get(data, "fileUri", "file_uri") or "")
         if mime.startswith("image/"):
-            return {"type": "image_url", "image_url": {"url": uri}}
+            # The media type is part of the input: the URI names stored bytes, it says how
+            # they are read.
+            return {"type": "image_url", "image_url": {"url": uri, "mime_type": mime}}
         return {"type": "file", "file": {"file_url": uri, "mime_type": mime}}
     return None
 
@@ -282,14 +286,30 @@ def gemini_turns(contents: Sequence[Any]) -> int:
 
 def gemini_system_events(instruction: Any) -> list[Event]:
     """The events for a ``systemInstruction``: its raw form and a system message (none for an
-    instruction with no text)."""
-    if isinstance(instruction, str):
-        texts = [instruction]
-    else:
-        texts = [str(p["text"]) for p in _parts([instruction])
-                 if isinstance(p.get("text"), str) and p.get("thought") is not True]
+    instruction with nothing the model reads). Its text parts are joined by newlines; a
+    medium or another part in it stays a part of the message, in its place."""
     events: list[Event] = [(RAW_TYPE, {"systemInstruction": instruction})]
-    text = "\n".join(t for t in texts if t)
-    if text:
-        events.append(("system/message", {"role": "system", "content": text}))
+    if isinstance(instruction, str):
+        content: Any = instruction or None
+    else:
+        pieces: list[Any] = []  # a list of text pieces, or a part
+        for part in _parts([instruction]):
+            if part.get("thought") is True:
+                continue
+            text = part.get("text")
+            if isinstance(text, str):
+                if text and pieces and isinstance(pieces[-1], list):
+                    pieces[-1].append(text)
+                elif text:
+                    pieces.append([text])
+                continue
+            media = _media(part)
+            kept = media if media is not None else \
+                {k: v for k, v in part.items() if k not in _SKIPPED_KEYS}
+            if kept:
+                pieces.append(kept)
+        content = _flatten([{"type": "text", "text": "\n".join(p)} if isinstance(p, list)
+                            else p for p in pieces])
+    if content:
+        events.append(("system/message", {"role": "system", "content": content}))
     return events
