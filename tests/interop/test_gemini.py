@@ -158,3 +158,23 @@ def test_a_system_instruction_keeps_its_media_and_other_parts() -> None:
         {"type": "text", "text": "Be terse."}]})
     assert with_image[1] != text_only[1]
     assert gemini_system_events({"parts": [image]})[1][0] == "system/message"
+
+
+def test_the_messages_keep_the_order_of_the_parts() -> None:
+    """Text before or after a function response (or a model's call) is a different input to
+    the model: the two orders map to different messages, each in its parts' order."""
+    call = {"functionCall": {"name": "ls", "args": {}}}
+    response = {"functionResponse": {"name": "ls", "response": {"ok": 1}}}
+    first = messages([{"role": "model", "parts": [call]},
+                      {"role": "user", "parts": [response, {"text": "and now?"}]}])
+    second = messages([{"role": "model", "parts": [call]},
+                       {"role": "user", "parts": [{"text": "and now?"}, response]}])
+    assert [m["role"] for m in first[1:]] == ["tool", "user"]
+    assert [m["role"] for m in second[1:]] == ["user", "tool"]
+    spoke_then_called = messages([{"role": "model", "parts": [{"text": "look"}, call]}])
+    called_then_spoke = messages([{"role": "model", "parts": [call, {"text": "look"}]}])
+    assert spoke_then_called == [{"role": "assistant", "content": "look", "tool_calls": [
+        {"id": "call_0_0", "type": "function", "function": {"name": "ls", "arguments": "{}"}}]}]
+    assert called_then_spoke == [
+        {"role": "assistant", "content": None, "tool_calls": spoke_then_called[0]["tool_calls"]},
+        {"role": "assistant", "content": "look"}]

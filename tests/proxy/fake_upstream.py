@@ -253,9 +253,13 @@ class FakeUpstream:
     def _responses(self, h: BaseHTTPRequestHandler, body: dict[str, Any], text: str,
                    scripted: Scripted, stream: bool, n: int) -> None:
         rid = f"resp_{n:04d}"
-        item = {"id": f"msg_{n:04d}", "type": "message", "status": "completed",
-                "role": "assistant",
-                "content": [{"type": "output_text", "text": text, "annotations": []}]}
+        call = scripted.tool_call
+        item: dict[str, Any] = {"id": f"msg_{n:04d}", "type": "message", "status": "completed",
+                                "role": "assistant", "content": [
+                                    {"type": "output_text", "text": text, "annotations": []}]}
+        if call:
+            item = {"id": f"fc_{n:04d}", "type": "function_call", "status": "completed",
+                    "call_id": call[0], "name": call[1], "arguments": call[2]}
         usage = {"input_tokens": 20 + n, "output_tokens": 7, "total_tokens": 27 + n}
         response = {"id": rid, "object": "response", "created_at": 1700000000,
                     "status": "completed", "model": body.get("model", "m"), "output": [item],
@@ -265,14 +269,22 @@ class FakeUpstream:
             self._json(h, 200, response)
             return
         started = {**response, "status": "in_progress", "output": [], "usage": None}
-        partial = {**item, "status": "in_progress", "content": []}
+        partial = {**item, "status": "in_progress", **({} if call else {"content": []})}
         half = len(text) // 2
         events: list[tuple[str | None, Any]] = [
             ("response.created", {"type": "response.created", "response": started,
                                   "sequence_number": 0}),
             ("response.output_item.added", {"type": "response.output_item.added",
                                             "output_index": 0, "item": partial,
-                                            "sequence_number": 1}),
+                                            "sequence_number": 1})]
+        if call:  # the call whole when it is done (no argument deltas: not needed here)
+            events += [("response.output_item.done", {
+                "type": "response.output_item.done", "output_index": 0, "item": item,
+                "sequence_number": 2}), ("response.completed", {
+                    "type": "response.completed", "response": response, "sequence_number": 3})]
+            self._stream(h, events, scripted)
+            return
+        events += [
             ("response.content_part.added", {"type": "response.content_part.added",
                                              "item_id": item["id"], "output_index": 0,
                                              "content_index": 0, "sequence_number": 2,

@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 
 from sesstree.proxy import EMPTY_KEY, canonical_message, chain_key, parse_request
+from sesstree.proxy.canonical import roll
 from sesstree.proxy.protocols import ANTHROPIC, CHAT, RESPONSES
 
 
@@ -27,9 +28,6 @@ SAME = [
     # text parts of other APIs are text parts
     ({"role": "user", "content": [{"type": "input_text", "text": "hi"}]},
      {"role": "user", "content": "hi"}),
-    # consecutive text parts are one text, joined by a newline
-    ({"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]},
-     {"role": "user", "content": "a\nb"}),
     # an assistant reply as the server sent it and as the client re-sends it
     ({"role": "assistant", "content": "ok", "refusal": None, "annotations": [], "audio": None},
      {"role": "assistant", "content": "ok"}),
@@ -52,6 +50,9 @@ DIFFERENT = [
                                                                      "arguments": "{}"}}]},
      {"role": "assistant", "tool_calls": [{"id": "c1", "function": {"name": "cat",
                                                                      "arguments": "{}"}}]}),
+    # adjacent text parts are not one text: no provider says it reads them as "a\nb"
+    ({"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]},
+     {"role": "user", "content": "a\nb"}),
     ({"role": "user", "content": [{"type": "image_url", "image_url": {"url": "a.png"}}]},
      {"role": "user", "content": [{"type": "image_url", "image_url": {"url": "b.png"}}]}),
 ]
@@ -101,9 +102,43 @@ def test_one_history_in_three_protocols_has_one_key() -> None:
     keys = set()
     for parsed in (chat, responses, anthropic):
         assert parsed is not None
-        k = EMPTY_KEY
+        k, pending = EMPTY_KEY, 0
         for type, data in parsed.events:
-            if type.endswith("/message") and type not in ("anthropic/message",):
-                k = chain_key(k, type, data)
+            k, pending, _ = roll(k, pending, type, data)
         keys.add(k)
     assert len(keys) == 1
+
+
+def test_other_roles_follow_the_same_rules() -> None:
+    cached = [{"type": "text", "text": "hi", "cache_control": {"type": "ephemeral"}}]
+    for role in ("developer", "tool", "function", "critic"):
+        assert key({"role": role, "content": "hi"}) == key({"role": role, "content": cached})
+        assert key({"role": role, "content": "hi"}) != key({"role": "user", "content": "hi"})
+
+
+def test_wire_forms_vectors() -> None:
+    from sesstree.proxy.wireforms import anthropic_form, response_item_form
+    # a reply item as the server sent it, and as a client re-sends it
+    assert response_item_form({
+        "type": "message", "id": "msg_1", "status": "completed", "role": "assistant",
+        "content": [{"type": "output_text", "text": "ok", "annotations": [], "logprobs": []}]
+    }) == response_item_form({"role": "assistant", "content": "ok"}) == \
+        canonical_message("assistant/message", {"role": "assistant", "content": "ok"})
+    call = {"type": "function_call", "call_id": "c", "name": "ls", "arguments": '{"a": 1}'}
+    assert response_item_form({**call, "id": "fc_1", "status": "completed"}) == \
+        response_item_form({**call, "arguments": '{"a":1}'})
+    assert response_item_form(call) != response_item_form({**call, "call_id": "d"})
+    # Anthropic: a tool result and the text after it, in two orders, are two inputs
+    result = {"type": "tool_result", "tool_use_id": "t", "content": "1"}
+    text = {"type": "text", "text": "go on"}
+    assert anthropic_form({"role": "user", "content": [result, text]}) != \
+        anthropic_form({"role": "user", "content": [text, result]})
+    assert anthropic_form({"role": "user", "content": [result]}) == anthropic_form(
+        {"role": "user", "content": [{**result, "is_error": False, "content": [
+            {"type": "text", "text": "1", "cache_control": {"type": "ephemeral"}}]}]})
+    assert anthropic_form({"role": "user", "content": [result]}) != anthropic_form(
+        {"role": "user", "content": [{**result, "is_error": True}]})
+    # a thinking block is what the model read: dropping it is another input
+    thinking = {"type": "thinking", "thinking": "hm", "signature": "sig"}
+    assert anthropic_form({"role": "assistant", "content": [thinking, text]}) != \
+        anthropic_form({"role": "assistant", "content": [text]})

@@ -117,3 +117,42 @@ def test_sess_proxy_refuses_an_upstream_it_could_not_reach(
     assert done.returncode != 0
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and named in lines[0] and "listening" not in done.stderr, lines
+
+
+def test_stats_of_a_running_proxy_per_session(tmp_path: Path, upstream: FakeUpstream) -> None:
+    open_store(tmp_path / "s").close()
+    proc, url = start(tmp_path / "s", "--upstream", upstream.url, "--port", "0")
+    port = url.rsplit(":", 1)[1]
+    try:
+        history = [{"role": "user", "content": "count the files"}]
+        for turn in range(2):
+            r = httpx.post(url + "/v1/chat/completions", json={"model": "m", "messages": history})
+            history += [r.json()["choices"][0]["message"], {"role": "user", "content": f"{turn}"}]
+        # an edit of the first message the model read: the re-sent history diverges
+        edited = [{"role": "user", "content": "count the dirs"}, *history[1:]]
+        httpx.post(url + "/v1/chat/completions", json={"model": "m", "messages": edited})
+        deadline = time.monotonic() + 20
+        while httpx.get(url + "/_sess/stats").json()["recorded"] < 3:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        shown = subprocess.run([*SESS, "--store", str(tmp_path / "s"), "proxy", "--stats",
+                                "--port", port], capture_output=True, text=True, timeout=30)
+    finally:
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=30)
+    assert shown.returncode == 0, shown.stderr
+    lines = shown.stdout.splitlines()
+    assert lines[0].startswith("requests 3, recorded 3,") and "resent unmatched 4" in lines[0]
+    assert lines[1].split() == ["session", "calls", "re-sent", "matched", "unmatched",
+                                "diverged"]
+    # the conversation: 2 calls, 2 messages re-sent and matched; the edit: 4 re-sent, none
+    # matched, on a session of its own
+    assert [line.split() for line in lines[2:]] == [["count-the-dirs", "1", "4", "0", "4", "1"],
+                                                   ["count-the-files", "2", "2", "2", "0", "0"]]
+    assert "4 re-sent did not match" in err
+    assert "sess proxy: count-the-dirs: 4 of 4 re-sent messages did not match" in err
+    # no proxy there: one line, exit 1
+    gone = subprocess.run([*SESS, "--store", str(tmp_path / "s"), "proxy", "--stats", "--port",
+                           port], capture_output=True, text=True, timeout=30)
+    assert gone.returncode == 1 and gone.stderr.count("\n") == 1
+    assert "no sess proxy answers at http://127.0.0.1:" in gone.stderr

@@ -54,7 +54,7 @@ class _Group(click.Group):
         "serve": "sesstree.cli.remote:serve", "remote": "sesstree.cli.remote:remote",
         "clone": "sesstree.cli.remote:clone", "fetch": "sesstree.cli.remote:fetch",
         "pull": "sesstree.cli.remote:pull", "push": "sesstree.cli.remote:push",
-        "proxy": "sesstree.cli.proxy:proxy",
+        "proxy": "sesstree.cli.proxy:proxy", "watch": "sesstree.cli.watch:watch",
     }
     #: The first paragraph of each command's help, which ``sess --help`` shortens to fit, as
     #: click would from the command itself (a test checks they agree). A command missing
@@ -111,6 +111,8 @@ class _Group(click.Group):
         "status": "Show the current session (HEAD), its head id and length.",
         "tag": "Name the node at REV (default HEAD), or list tags (-l PATTERN: those "
                "matching).",
+        "watch": "Record the sessions of Claude Code, Codex, pi and Gemini CLI as they are "
+                 "written.",
     }
 
     def list_commands(self, ctx: click.Context) -> list[str]:

@@ -8,7 +8,7 @@ import socket
 import click
 
 from ..fmt import printable
-from .core import StoreLocator, fail, pass_store
+from .core import StoreLocator, fail, pass_store, usage
 
 __all__ = ["proxy"]
 
@@ -52,8 +52,32 @@ def _check_host(host: str, shown: str) -> None:
         fail(printable(f"--upstream {shown!r}: {host!r} is not a valid host name ({exc})"))
 
 
+def _show_stats(host: str, port: int) -> None:
+    """Print the counters of the proxy listening on ``host``:``port``, and per session how
+    many re-sent messages matched the store."""
+    import httpx
+
+    where = {"0.0.0.0": "127.0.0.1", "::": "::1"}.get(host, host)
+    url = f"http://{f'[{where}]' if ':' in where else where}:{port}/_sess/stats"
+    try:
+        # trust_env off: an HTTP_PROXY of the environment must not carry a loopback call
+        stats = httpx.get(url, timeout=10, trust_env=False).raise_for_status().json()
+    except (httpx.HTTPError, ValueError) as exc:
+        fail(printable(f"no sess proxy answers at {url}: {exc}"))
+    sessions = stats.pop("sessions", {}) if isinstance(stats, dict) else {}
+    click.echo(", ".join(f"{k.replace('_', ' ')} {v}" for k, v in stats.items()))
+    if not sessions:
+        return
+    width = max(7, *(len(name) for name in sessions))
+    heads = ("calls", "re-sent", "matched", "unmatched", "diverged")
+    click.echo(printable(f"{'session':<{width}}  " + "  ".join(f"{h:>9}" for h in heads)))
+    for name, c in sessions.items():
+        values = (c["calls"], c["resent"], c["matched"], c["unmatched"], c["divergences"])
+        click.echo(printable(f"{name:<{width}}  " + "  ".join(f"{v:>9}" for v in values)))
+
+
 @click.command("proxy")
-@click.option("--upstream", required=True, metavar="URL",
+@click.option("--upstream", metavar="URL",
               help="The model provider, e.g. https://api.openai.com, https://api.anthropic.com "
                    "or https://generativelanguage.googleapis.com (Gemini).")
 @click.option("--port", type=click.IntRange(0, 65535), default=8787, show_default=True,
@@ -68,9 +92,13 @@ def _check_host(host: str, shown: str) -> None:
               help="Serve browser requests from the web pages of this origin, e.g. "
                    "http://localhost:3000 (repeatable); none by default.")
 @click.option("-q", "--quiet", is_flag=True, help="No line per request (counters still at exit).")
+@click.option("--stats", "show_stats", is_flag=True,
+              help="Print the counters of the proxy running on --host/--port, and per session "
+                   "how many re-sent messages matched the store, then exit.")
 @pass_store
-def proxy(locator: StoreLocator, upstream: str, port: int, host: str, timeout: float,
-          allow_hosts: tuple[str, ...], allow_origins: tuple[str, ...], quiet: bool) -> None:
+def proxy(locator: StoreLocator, upstream: str | None, port: int, host: str, timeout: float,
+          allow_hosts: tuple[str, ...], allow_origins: tuple[str, ...], quiet: bool,
+          show_stats: bool) -> None:
     """Record every conversation that passes through, untouched, into the store.
 
     Point the agent at it: OPENAI_BASE_URL=http://127.0.0.1:8787/v1,
@@ -82,8 +110,13 @@ def proxy(locator: StoreLocator, upstream: str, port: int, host: str, timeout: f
     counters. Requests sent to another host name than the proxy's, and requests from web
     pages of another origin (unless --allow-origin), are refused. Stop with Ctrl-C: the calls
     received are recorded first (for at most 30 s; any left are named), and a second Ctrl-C
-    stops the calls still in flight.
+    stops the calls still in flight. With --stats, ask the proxy running on --port instead.
     """
+    if show_stats:
+        _show_stats(host, port)
+        return
+    if upstream is None:
+        usage("Missing option '--upstream' (the model provider to forward to).")
     import httpx
     import uvicorn
 

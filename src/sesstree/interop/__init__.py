@@ -17,6 +17,7 @@ from .claude import import_claude, looks_like_claude
 from .codex import import_codex, looks_like_codex
 from .common import ImportResult, write_new
 from .export import render_openai, render_records
+from .gemini_cli import import_gemini, looks_like_gemini
 from .jsonl import decode_line
 from .openai import import_openai_json, looks_like_messages
 from .pi import import_pi, looks_like_pi
@@ -36,7 +37,7 @@ __all__ = [
 
 #: Formats ``sess import --format`` accepts; "auto" detects from the content. ``openai`` is a
 #: JSON array (or ``{"messages": [...]}``) of chat messages, or JSONL like ``seed``.
-FORMATS = ("auto", "seed", "openai", "claude", "pi", "codex")
+FORMATS = ("auto", "seed", "openai", "claude", "pi", "codex", "gemini")
 #: Formats ``sess export --format`` writes.
 EXPORT_FORMATS = ("seed", "jsonl", "openai", "claude", "pi")
 
@@ -62,12 +63,20 @@ def _first_records(path: Path, limit: int = 8) -> list[Any]:
 
 
 def detect_format(path: Path) -> str | None:
-    """The format of a file from its content: seed, openai, claude, pi, codex, or None."""
+    """The format of a file from its content: seed, openai, claude, pi, codex, gemini, or
+    None."""
     try:
         with path.open("rb") as f:
             start = f.read(64).lstrip()
     except OSError as exc:
         raise InputError(f"cannot read: {exc.strerror}", path=str(path)) from None
+    if start.startswith(b"[") and path.name.endswith(".json"):
+        # A JSON array: chat messages, or a Gemini CLI checkpoint (Content[]) or prompt log.
+        try:
+            whole = decode_line(path.read_bytes())
+        except (InputError, OSError):
+            return "openai"  # the strict openai reader says what is wrong with it
+        return "gemini" if looks_like_gemini(whole) else "openai"
     if start.startswith(b"["):
         return "openai"
     try:
@@ -79,10 +88,14 @@ def detect_format(path: Path) -> str | None:
             whole = decode_line(path.read_bytes())
         except InputError:
             return None
+        if looks_like_gemini(whole):
+            return "gemini"
         return "openai" if looks_like_messages(whole) else None
     objects = [r for r in records if isinstance(r, dict)]
     if not objects:
         return None
+    if looks_like_gemini(objects[0]):
+        return "gemini"
     if looks_like_pi(objects[0]):
         return "pi"
     if any(looks_like_codex(r) for r in objects):
@@ -134,6 +147,8 @@ def import_file(
         return import_pi(store, path, name, owners=owners, force=force)
     if fmt == "codex":
         return import_codex(store, path, name, owners=owners, force=force)
+    if fmt == "gemini":
+        return import_gemini(store, path, name, owners=owners, force=force)
     raise InputError(f"unknown format {fmt!r}; expected one of {', '.join(FORMATS)}")
 
 

@@ -250,11 +250,16 @@ def _session_id(records: list[Record], path: Path) -> str:
 
 def import_claude(
     store: Store, path: Path, name: str | None = None, *, owners: Provenance | None = None,
-    force: bool = False,
+    force: bool = False, records: list[Record] | None = None, problems: list[str] | None = None,
 ) -> list[ImportResult]:
-    """Import one Claude Code transcript: one session per leaf, the main one named ``name``."""
-    problems: list[str] = []
-    records = read_records(path, problems)
+    """Import one Claude Code transcript: one session per leaf, the main one named ``name``.
+
+    ``records`` (with the ``problems`` met reading them) are the file's records already read,
+    as :mod:`sesstree.interop.follow` hands them over as the file grows; by default the file
+    is read here.
+    """
+    problems = [] if problems is None else problems
+    records = read_records(path, problems) if records is None else records
     session_id = _session_id(records, path)
     merged, silent = _merge_split_replies(records)
     pending = _reply_in_progress(records) if _may_be_live(path) else None

@@ -25,7 +25,7 @@ import msgspec
 
 from ..repo.store import Store
 from .common import ImportResult
-from .jsonl import read_records, record_type, session_base
+from .jsonl import Record, read_records, record_type, session_base
 from .provenance import Provenance
 from .tree import Entry, build_tree, land_tree
 
@@ -128,11 +128,16 @@ def _events(rec: dict[str, Any]) -> list[tuple[str, Any]]:
 
 def import_codex(
     store: Store, path: Path, name: str | None = None, *, owners: Provenance | None = None,
-    force: bool = False,
+    force: bool = False, records: list[Record] | None = None, problems: list[str] | None = None,
 ) -> list[ImportResult]:
-    """Import one Codex rollout as one session named after its thread id."""
-    problems: list[str] = []
-    records = read_records(path, problems)
+    """Import one Codex rollout as one session named after its thread id.
+
+    ``records`` (with the ``problems`` met reading them) are the file's records already read,
+    as :mod:`sesstree.interop.follow` hands them over as the file grows; by default the file
+    is read here.
+    """
+    problems = [] if problems is None else problems
+    records = read_records(path, problems) if records is None else records
     entries: list[Entry] = []
     prev: str | None = None
     thread = None

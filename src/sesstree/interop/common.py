@@ -18,7 +18,7 @@ from ..node import Node, NodeId, make_node, session_ref
 from ..repo.store import Store
 from .provenance import Origin, Provenance, without_provenance
 
-__all__ = ["ImportResult", "land", "message_chain", "write_new"]
+__all__ = ["ImportResult", "free_name", "land", "message_chain", "write_new"]
 
 
 class ImportResult(msgspec.Struct):
@@ -185,8 +185,11 @@ def land(
         found = owners.find(origin, [n.id for n in nodes], exclude=exclude)
         name = found or base
     with store.batch():
-        new = len(nodes) - len(store.has([n.id for n in nodes]))
-        store.write(nodes)
+        stored = store.has([n.id for n in nodes])
+        new = len(nodes) - len(stored)
+        # Only what is not stored yet is encoded and sent: a re-import, and a watch that lands
+        # a growing file again at each look, write only the new records' nodes.
+        store.write([n for n in nodes if n.id not in stored])
         path = [n.id for n in nodes]
         holder = owners.origin_of(name)
         # A file's other branches all share one origin: one of them is this leaf's only if
@@ -198,7 +201,7 @@ def land(
                 and outcome not in ("up to date", "ahead")):
             # Another import holds the name: never move it. (One that already holds this
             # history is reported as it is: a copy of a file lands nowhere new.)
-            name, head, outcome = _free_name(store, base), None, "created"
+            name, head, outcome = free_name(store, base), None, "created"
         if outcome == "differs":
             if ours:
                 outcome = "moved" if file_nodes is not None and head in file_nodes else "rewritten"
@@ -211,7 +214,7 @@ def land(
                     f"session {name!r} {what} and its history differs; pass --force to replace "
                     "it (its head stays in the reflog) or --as another name", path=source)
             else:
-                name, head, outcome = _free_name(store, base), None, "created"
+                name, head, outcome = free_name(store, base), None, "created"
         claim = ours or outcome in ("created", "replaced") or (
             explicit_name and (holder is None or force))
         reason = {
@@ -247,7 +250,7 @@ def _relation(store: Store, head: NodeId | None, target: NodeId, path: Sequence[
     return "differs"
 
 
-def _free_name(store: Store, name: str) -> str:
+def free_name(store: Store, name: str) -> str:
     """The first free ``NAME-N`` (N from 2); for ``X/branch-K``, the next free ``X/branch-N``."""
     stem, n = f"{name}-", 2
     if (m := _BRANCH_NAME.fullmatch(name)) is not None:

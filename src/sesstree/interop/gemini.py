@@ -190,19 +190,42 @@ def _flatten(parts: list[Any]) -> Any:
 
 
 def _turn(role: str, contents: Sequence[Any], position: int, calls: _Calls) -> list[Event]:
-    """The chat messages of one turn: the contents of one role, turn number ``position``."""
+    """The chat messages of one turn: the contents of one role, turn number ``position``.
+
+    The messages keep the order of the parts: a function response after a user's text is a
+    message after that text's, a model's text after its function call starts a message of its
+    own, since the model reads them in that order (two orders are two different inputs).
+    """
     events: list[Event] = []
     # Text pieces are gathered and joined once: a streamed reply re-sent as one content per
     # chunk would otherwise copy the text so far at every chunk.
     parts: list[Any] = []  # a list of text pieces, or a part
     tool_calls: list[dict[str, Any]] = []
     mine: list[tuple[str | None, str, str]] = []
+
+    def flush() -> None:
+        joined = [{"type": "text", "text": "".join(p)} if isinstance(p, list) else p
+                  for p in parts]
+        if role == "model":
+            if joined or tool_calls:
+                message: dict[str, Any] = {"role": "assistant", "content": _flatten(joined)}
+                if tool_calls:
+                    message["tool_calls"] = list(tool_calls)
+                events.append(("assistant/message", message))
+        elif joined:
+            kind = "user/message" if role == "user" else "message"
+            events.append((kind, {"role": role, "content": _flatten(joined)}))
+        parts.clear()
+        tool_calls.clear()
+
     for part in _parts(contents):
         if part.get("thought") is True:
             continue  # a thought summary: not resent as input
         text = part.get("text")
         if isinstance(text, str):
             if text:
+                if tool_calls:
+                    flush()  # text after a call: the model's next message
                 if parts and isinstance(parts[-1], list):
                     parts[-1].append(text)
                 else:
@@ -219,6 +242,7 @@ def _turn(role: str, contents: Sequence[Any], position: int, calls: _Calls) -> l
             continue
         response = _get(part, "functionResponse", "function_response")
         if isinstance(response, dict):
+            flush()  # what came before the response, in its place
             name = str(response.get("name", ""))
             result: Any = _json(response.get("response") or {})
             extra = [m for m in (_media(p) for p in _parts([response])) if m is not None]
@@ -228,6 +252,8 @@ def _turn(role: str, contents: Sequence[Any], position: int, calls: _Calls) -> l
                                            "tool_call_id": calls.pair(response.get("id"), name),
                                            "content": result}))
             continue
+        if tool_calls:
+            flush()
         media = _media(part)
         if media is not None:
             parts.append(media)
@@ -237,16 +263,7 @@ def _turn(role: str, contents: Sequence[Any], position: int, calls: _Calls) -> l
                 parts.append(kept)
     if mine:
         calls.add_turn(mine)
-    joined = [{"type": "text", "text": "".join(p)} if isinstance(p, list) else p for p in parts]
-    if role == "model":
-        if joined or tool_calls:
-            message: dict[str, Any] = {"role": "assistant", "content": _flatten(joined)}
-            if tool_calls:
-                message["tool_calls"] = tool_calls
-            events.append(("assistant/message", message))
-    elif joined:
-        kind = "user/message" if role == "user" else "message"
-        events.append((kind, {"role": role, "content": _flatten(joined)}))
+    flush()
     return events
 
 

@@ -18,7 +18,8 @@ import msgspec
 from ..errors import InputError
 from ..events import is_registered, register_event_type
 
-__all__ = ["Record", "decode_line", "read_records", "record_type", "ref_safe", "session_base"]
+__all__ = ["Record", "decode_line", "parse_records", "read_records", "record_type", "ref_safe",
+           "session_base"]
 
 _decoder = msgspec.json.Decoder()
 _raw = json.JSONDecoder()
@@ -41,8 +42,16 @@ def read_records(path: Path, problems: list[str], *, strict: bool = False) -> li
         raw = path.read_bytes()
     except OSError as exc:
         raise InputError(f"cannot read: {exc.strerror}", path=str(path)) from None
+    return parse_records(raw, path, problems, strict=strict)
+
+
+def parse_records(raw: bytes, path: Path, problems: list[str], *, first_line: int = 1,
+                  strict: bool = False) -> list[Record]:
+    """:func:`read_records` of bytes already read: ``raw`` is a stretch of ``path`` whose first
+    line is line ``first_line`` of the file (a watch reads a file as it grows, a stretch at a
+    time, and numbers its lines as a whole read would)."""
     out: list[Record] = []
-    for number, line in enumerate(raw.split(b"\n"), 1):
+    for number, line in enumerate(raw.split(b"\n"), first_line):
         if not line.strip():
             continue
         try:

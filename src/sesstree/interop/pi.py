@@ -27,7 +27,7 @@ import msgspec
 
 from ..repo.store import Store
 from .common import ImportResult
-from .jsonl import read_records, record_type, session_base
+from .jsonl import Record, read_records, record_type, session_base
 from .provenance import Provenance
 from .tree import Entry, build_tree, land_tree
 
@@ -142,11 +142,16 @@ def _events(rec: dict[str, Any]) -> list[tuple[str, Any]]:
 
 def import_pi(
     store: Store, path: Path, name: str | None = None, *, owners: Provenance | None = None,
-    force: bool = False,
+    force: bool = False, records: list[Record] | None = None, problems: list[str] | None = None,
 ) -> list[ImportResult]:
-    """Import one pi session file: one session per leaf, the main one named after the session."""
-    problems: list[str] = []
-    records = read_records(path, problems)
+    """Import one pi session file: one session per leaf, the main one named after the session.
+
+    ``records`` (with the ``problems`` met reading them) are the file's records already read,
+    as :mod:`sesstree.interop.follow` hands them over as the file grows; by default the file
+    is read here.
+    """
+    problems = [] if problems is None else problems
+    records = read_records(path, problems) if records is None else records
     header: dict[str, Any] = {}
     if records and records[0].data.get("type") == "session":
         header = records[0].data

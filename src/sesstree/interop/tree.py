@@ -22,7 +22,7 @@ from ..sending import derive_messages
 from .common import ImportResult, land
 from .provenance import Origin, Provenance
 
-__all__ = ["Entry", "Tree", "build_tree", "land_tree"]
+__all__ = ["STILL_WRITTEN", "Entry", "Tree", "build_tree", "land_tree"]
 
 
 class Entry(msgspec.Struct):
@@ -58,9 +58,13 @@ class Tree(msgspec.Struct):
     has_main: bool = True
 
 
+#: The words of the notes about a file still being written (its last reply, its last tool
+#: call): what a watch, which looks again as the file grows, does not repeat at every look.
+STILL_WRITTEN = ("may still be being written", "with no result yet")
+
 _PROBLEM_WORDS = {
     "orphan-call": "tool call with no result",
-    "pending-call": "tool call with no result yet (the last in the file)",
+    "pending-call": f"tool call {STILL_WRITTEN[1]} (the last in the file)",
     "orphan-result": "tool result with no call",
 }
 

@@ -10,7 +10,8 @@ importing :mod:`sesstree.proxy.app` loads them.
 
 from __future__ import annotations
 
-from .canonical import EMPTY_KEY, canonical_message, chain_key
+from . import wireforms  # noqa: F401  (registers the protocols' wire forms before any key)
+from .canonical import EMPTY_KEY, canonical_message, canonical_unit, chain_key, register_wire_form
 from .protocols import ParsedRequest, parse_request, protocol_of
 from .recorder import Exchange, Outcome, Recorder, Stats, redact
 from .replies import ReplyBuilder, ReplyResult, SseParser
@@ -26,8 +27,10 @@ __all__ = [
     "SseParser",
     "Stats",
     "canonical_message",
+    "canonical_unit",
     "chain_key",
     "parse_request",
     "protocol_of",
     "redact",
+    "register_wire_form",
 ]

@@ -110,6 +110,14 @@ def _cut(by: str | None) -> str:
     return ", cut by the proxy (stopping)" if by == "proxy" else f", cut by the {by}"
 
 
+def _unmatched(outcome: Outcome) -> str:
+    """What the line says of re-sent messages that did not match the store."""
+    if not outcome.unmatched:
+        return ""
+    where = f" {outcome.diverged_from}" if outcome.diverged_from else " the store"
+    return f", {outcome.unmatched} re-sent did not match{where}"
+
+
 def _tokens(usage: Any) -> str:
     if not isinstance(usage, dict):
         return "no usage"
@@ -241,6 +249,8 @@ class Proxy:
                 self.report(f"sess proxy: {n} call{'s' if n > 1 else ''} received "
                             f"{'were' if n > 1 else 'was'} not recorded: the proxy stopped first")
         self.report("sess proxy: " + self.stats.line())
+        for line in self.stats.divergence_lines():
+            self.report(printable(f"sess proxy: {line}"))
 
     def flush(self) -> None:
         """Wait until every recording submitted so far is written (for tests and benches)."""
@@ -251,7 +261,7 @@ class Proxy:
 
     async def stats_endpoint(self, scope: Scope, receive: Receive, send: Send) -> None:
         """The counters, as JSON."""
-        await answer_json(send, 200, self.stats.snapshot())
+        await answer_json(send, 200, {**self.stats.snapshot(), "sessions": self.stats.sessions()})
 
     async def forward(self, scope: Scope, receive: Receive, send: Send) -> None:
         """Forward one request, and record it if it is a model call.
@@ -436,8 +446,8 @@ class Proxy:
         cut = _cut(call.cut_by)
         self._say(call,
                   f"{call.where} -> {outcome.session} ({outcome.kind}) +{outcome.new_nodes} "
-                  f"nodes, {outcome.dedup} re-sent, {_tokens(exchange.reply.usage)}, "
-                  f"{call.ms:.0f} ms{cut}")
+                  f"nodes, {outcome.dedup} re-sent{_unmatched(outcome)}, "
+                  f"{_tokens(exchange.reply.usage)}, {call.ms:.0f} ms{cut}")
 
     def _say(self, call: Call, line: str) -> None:
         """Log a line about ``call``, its secrets redacted (a session is named after the

@@ -1,7 +1,8 @@
 """Which stored node a history ends at: an index from history keys to nodes.
 
-Every chat message event rolls the history key (:func:`~sesstree.proxy.canonical.chain_key`);
-every other event is a record of the run and leaves the key as it is. The index maps a key to
+Every unit of a history (a chat message, or a protocol's wire form, whose derived chat
+messages follow it) rolls the history key (:func:`~sesstree.proxy.canonical.roll`); every
+other event is a record of the run and leaves the key as it is. The index maps a key to
 the node where a history with that key can be continued: the message's node, moved on past
 the records that close it (a reply's ``usage`` and ``step/end``). A model call is recorded as
 ``step/start``, the reply, ``usage``, ``step/end``: a call whose reply holds no message (an
@@ -28,10 +29,9 @@ from typing import Any, NamedTuple
 
 import msgspec
 
-from ..events import MESSAGE_TYPES
 from ..node import SESSIONS, NodeId, short_name
 from ..repo.store import Store
-from .canonical import EMPTY_KEY, chain_key
+from .canonical import EMPTY_KEY, WIRE_FORMS, chain_key, is_unit, roll
 
 __all__ = ["MEMO_BYTES", "MEMO_ENTRY_BYTES", "Candidate", "PathIndex", "WalkState"]
 
@@ -50,11 +50,14 @@ _encode_into = msgspec.json.Encoder().encode_into
 
 
 class WalkState(NamedTuple):
-    """Where a walk along a path is: the history key, and whether it is inside a model call
-    (0 no, 1 yes with no reply message yet, 2 yes with a reply message)."""
+    """Where a walk along a path is: the history key, whether it is inside a model call
+    (0 no, 1 yes with no reply message yet, 2 yes with a reply message), and whether it is
+    how many chat messages derived from the wire form before it are still to come (they do
+    not roll the key)."""
 
     key: bytes
     call: int = 0
+    pending: int = 0
 
 
 ROOT = WalkState(EMPTY_KEY)
@@ -85,12 +88,11 @@ class PathIndex:
 
     # -- walking -----------------------------------------------------------------------------
 
-    def _mark(self, key: bytes, node: NodeId, session: str | None) -> None:
+    def _mark(self, key: bytes, node: NodeId, session: str | None,
+              replaces: NodeId | None = None) -> None:
         found = self.keys.setdefault(key, [])
-        for i, c in enumerate(found):
-            if c.node == node:
-                del found[i]
-                break
+        if any(c.node == node or c.node == replaces for c in found):
+            found[:] = [c for c in found if c.node != node and c.node != replaces]
         found.append(Candidate(node, session))
         if len(found) > _KEEP:
             del found[0]
@@ -98,25 +100,32 @@ class PathIndex:
     def walk(self, state: WalkState, ids: Sequence[NodeId], types: Sequence[str],
              datas: Sequence[Any], session: str | None) -> WalkState:
         """Index a stretch of a path that starts after a node in ``state``; the end state."""
-        key, call = state
+        key, call, pending = state
+        last: NodeId | None = None  # the node of the wire group the key is marked at
         for node, type, data in zip(ids, types, datas, strict=True):
-            if type in MESSAGE_TYPES:
-                key = chain_key(key, type, data)
-                self._mark(key, node, session)
+            if is_unit(type):
+                derived = pending > 0 and type not in WIRE_FORMS
+                key, pending, _ = roll(key, pending, type, data)
+                # A wire form's derived messages carry its key on: the history goes on after
+                # the last of them, which alone keeps the mark.
+                self._mark(key, node, session, last if derived else None)
+                last = node
                 if call:
                     call = 2
-            elif type == "step/start":
-                call = 1
-            elif type in _CLOSING:
-                if type == "step/end":
-                    if isinstance(data, dict) and isinstance(data.get("response_id"), str):
-                        self.responses[data["response_id"]] = node
-                    self._mark(key, node, session)
-                    call = 0
-                elif call != 1:
-                    self._mark(key, node, session)
-            self.states[node] = WalkState(key, call)
-        return WalkState(key, call)
+            else:
+                pending, last = 0, None
+                if type == "step/start":
+                    call = 1
+                elif type in _CLOSING:
+                    if type == "step/end":
+                        if isinstance(data, dict) and isinstance(data.get("response_id"), str):
+                            self.responses[data["response_id"]] = node
+                        self._mark(key, node, session)
+                        call = 0
+                    elif call != 1:
+                        self._mark(key, node, session)
+            self.states[node] = WalkState(key, call, pending)
+        return WalkState(key, call, pending)
 
     def state_at(self, node: NodeId | None) -> WalkState | None:
         """The walk state after ``node`` (ROOT for None), or None if it was never walked."""
@@ -150,13 +159,14 @@ class PathIndex:
         it can be continued from (most recent last; none: nothing matched), and the key after
         each event."""
         keys: list[bytes] = []
-        key = base.key
+        counted: list[bool] = []
+        key, pending = base.key, base.pending
         for type, data in zip(types, datas, strict=True):
-            if type in MESSAGE_TYPES:
-                key = self._chain_key(key, type, data)
+            key, pending, unit = roll(key, pending, type, data, self._chain_key)
             keys.append(key)
+            counted.append(unit)
         for i in range(len(types) - 1, -1, -1):
-            if types[i] in MESSAGE_TYPES and keys[i] in self.keys:
+            if counted[i] and keys[i] in self.keys:
                 return i + 1, list(self.keys[keys[i]]), keys
         return 0, [], keys
 

@@ -33,7 +33,7 @@ from ..errors import ConflictError, RefExistsError, SesstreeError
 from ..events import MESSAGE_TYPES
 from ..node import Node, NodeId, make_node, session_ref
 from ..repo.store import Store, raw_node
-from .canonical import chain_key
+from .canonical import roll, units
 from .paths import ROOT, Candidate, PathIndex, WalkState
 from .protocols import Event, ParsedRequest
 from .replies import ReplyResult
@@ -49,17 +49,44 @@ class Stats:
     """Counters of a proxy, safe to bump from any thread."""
 
     NAMES = ("requests", "recorded", "passed_through", "dedup_hits", "new_nodes",
-             "prefix_misses", "already_stored", "upstream_errors", "incomplete",
-             "ref_conflicts", "record_failures", "refused")
+             "prefix_misses", "resent_unmatched", "already_stored", "upstream_errors",
+             "incomplete", "ref_conflicts", "record_failures", "refused")
+    #: Counted per session, for each call recorded into it.
+    SESSION_NAMES = ("calls", "resent", "matched", "unmatched", "divergences")
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._counts = dict.fromkeys(self.NAMES, 0)
+        self._sessions: dict[str, dict[str, int]] = {}
+
+    def add_session(self, name: str, resent: int, unmatched: int) -> None:
+        """Count one call recorded into session ``name``: ``resent`` units of its history had
+        been sent before, ``unmatched`` of them did not match the store."""
+        with self._lock:
+            counts = self._sessions.get(name)
+            if counts is None:
+                counts = self._sessions[name] = dict.fromkeys(self.SESSION_NAMES, 0)
+            counts["calls"] += 1
+            counts["resent"] += resent
+            counts["matched"] += resent - unmatched
+            counts["unmatched"] += unmatched
+            counts["divergences"] += unmatched > 0
+
+    def sessions(self) -> dict[str, dict[str, int]]:
+        """The per-session counters, now, by session name."""
+        with self._lock:
+            return {name: dict(counts) for name, counts in sorted(self._sessions.items())}
 
     def add(self, name: str, n: int = 1) -> None:
         """Add ``n`` to counter ``name``."""
         with self._lock:
             self._counts[name] += n
+
+    def divergence_lines(self) -> list[str]:
+        """One line per session some of whose re-sent messages did not match the store."""
+        return [f"{name}: {c['unmatched']} of {c['resent']} re-sent messages did not match "
+                f"the store ({c['divergences']} of {c['calls']} calls diverged)"
+                for name, c in self.sessions().items() if c["unmatched"]]
 
     def snapshot(self) -> dict[str, int]:
         """Every counter, now."""
@@ -97,9 +124,17 @@ class Outcome(msgspec.Struct):
     #: stored (the history and the reply were both stored already: nothing written)
     kind: str
     new_nodes: int
+    #: Units of the history found in the store, not written again.
     dedup: int
     head: NodeId
     miss: bool = False
+    #: Units of the history sent before (up to its last model output): each matched the
+    #: store (``dedup`` counts them, and the new input after them) or not (``unmatched``).
+    resent: int = 0
+    #: Re-sent units that did not match: they were written again, on a fork or a new path.
+    unmatched: int = 0
+    #: The session a diverging history left, if any.
+    diverged_from: str | None = None
 
 
 def redact(value: Any, secrets: Sequence[str]) -> Any:
@@ -211,6 +246,9 @@ class Recorder:
         stats.add("new_nodes", outcome.new_nodes)
         if outcome.miss:
             stats.add("prefix_misses")
+        stats.add("resent_unmatched", outcome.unmatched)
+        if outcome.session:
+            stats.add_session(outcome.session, outcome.resent, outcome.unmatched)
         if outcome.kind == "stored":
             stats.add("already_stored")
         if ex.cut_by is not None:
@@ -253,16 +291,22 @@ class Recorder:
         types = [t for t, _ in events]
         datas = [d for _, d in events]
         n, candidates, keys = index.match(base_state, types, datas)
+        starts = units(types, datas, base_state.pending)
         stored = self._stored(keys[-1] if keys else base_state.key, call)
         if stored is not None:
-            return Outcome(stored.session or "", "stored", 0, sum(
-                1 for t in types if t in MESSAGE_TYPES), stored.node, False)
+            resent = sum(starts)
+            return Outcome(stored.session or "", "stored", 0, resent, stored.node, False,
+                           resent)
         if not candidates and base_node is not None:
             candidates = [Candidate(base_node, None)]
-        last_reply = max((i for i, t in enumerate(types)
-                          if t in ("assistant/message", "tool/result")), default=-1)
-        miss = miss or n <= last_reply
-        dedup = sum(1 for t in types[:n] if t in MESSAGE_TYPES)
+        # What was sent before: the history up to its last model output, the unit holding
+        # it included. A re-sent unit that does not match is a divergence.
+        last_output = max((i for i, t in enumerate(types) if t == "assistant/message"),
+                          default=-1)
+        miss = miss or n <= last_output
+        dedup = sum(starts[:n])
+        resent = sum(starts[:last_output + 1])
+        unmatched = max(0, resent - dedup)
         rest = events[n:] + call
         heads = index.sessions_at(c.node for c in candidates)
         conversation = base_node is not None or any(
@@ -325,16 +369,16 @@ class Recorder:
                                                    "protocol": protocol})
             except SesstreeError:  # metadata is a courtesy; the recording stands without it
                 pass
-        return Outcome(name, kind, new, dedup, tip, miss)
+        return Outcome(name, kind, new, dedup, tip, miss, resent, unmatched,
+                       left_from if miss else None)
 
     def _stored(self, key: bytes, call: Sequence[Event]) -> Candidate | None:
         """Where the history and the reply are already stored (another writer recorded the
         reply from a later request that re-sent it), or None."""
-        replied = False
+        replied, pending = False, 0
         for type, data in call:
-            if type in MESSAGE_TYPES:
-                key = chain_key(key, type, data)
-                replied = True
+            key, pending, unit = roll(key, pending, type, data)
+            replied = replied or unit
         found = self.index.keys.get(key) if replied else None
         return found[-1] if found else None
 

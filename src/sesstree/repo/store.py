@@ -43,6 +43,7 @@ from ..store.base import (
     Ref,
     ReflogEntry,
     RefUpdate,
+    WatchMark,
 )
 from ..store.engines import STORE_FILE, engine_of, open_backend
 from .head import Checkout, FileHead, HeadKeeper, MetaHead, head_file_for
@@ -291,6 +292,20 @@ class Store(StoredReads):
         metadata is kept as it is."""
         with self.batch():
             write_origin(self.backend, name, origin)
+
+    def watch_marks(self) -> dict[str, WatchMark]:
+        """How far ``sess watch`` has read each file, by absolute path (one read)."""
+        return self.backend.list_watch_marks()
+
+    def set_watch_mark(self, path: str, old: WatchMark | None, new: WatchMark | None) -> None:
+        """Move the watch mark of ``path`` from ``old`` to ``new`` (None: absent), as a
+        compare-and-set; inside a batch, in its transaction.
+
+        Raises:
+            ConflictError: the stored mark is not ``old`` (another watcher read the file).
+        """
+        with self.batch():
+            self.backend.set_watch_mark(path, old, new)
 
     # -- tags and HEAD -----------------------------------------------------------------------
 

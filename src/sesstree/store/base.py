@@ -41,8 +41,11 @@ __all__ = [
     "SessionMeta",
     "StoreFormat",
     "StoredNode",
+    "WatchMark",
     "decode_session_meta",
+    "decode_watch_mark",
     "encode_session_meta",
+    "encode_watch_mark",
 ]
 
 #: Called with (done, total) as a long operation advances; total is 0 when not known.
@@ -184,6 +187,43 @@ class SessionMeta(msgspec.Struct, frozen=True):
         return bool(self.fields) or self.origin is not None or self.legacy_origin is not None
 
 
+class WatchMark(msgspec.Struct, frozen=True):
+    """How far ``sess watch`` has read one file (see :mod:`sesstree.interop.follow`), kept
+    beside the refs under the file's absolute path, so that a restarted watch goes on where
+    it stopped. Not a ref: no node and no reflog entry; written by compare-and-set.
+
+    ``format``: what the file was read as ("" for none); ``offset``: the bytes recorded (up
+    to the end of the last whole line); ``lines``: how many lines those bytes hold;
+    ``size``, ``mtime_ns``, ``inode``: the file as it was then; ``digest``: the blake3 (hex)
+    of the bytes recorded, which tells a file that grew from one rewritten; ``pending``: it
+    was recorded while it was still being written (a reply may still be streaming), so it is
+    to be recorded again once it has been quiet long enough for its last reply to be settled.
+    """
+
+    format: str
+    offset: int
+    lines: int
+    size: int
+    mtime_ns: int
+    inode: int
+    digest: str
+    pending: bool = False
+
+
+def encode_watch_mark(mark: WatchMark) -> str:
+    """The one text form of a :class:`WatchMark` every backend stores (a JSON object)."""
+    return msgspec.json.encode(mark).decode()
+
+
+def decode_watch_mark(text: str) -> WatchMark | None:
+    """The inverse of :func:`encode_watch_mark`; None for a row that is not one (a hand
+    edit), which a watch then treats as a file it has not read."""
+    try:
+        return msgspec.json.decode(text, type=WatchMark)
+    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
+        return None
+
+
 class StoreFormat(msgspec.Struct, frozen=True):
     """A store's format version and id scheme, as its backend recorded them."""
 
@@ -292,6 +332,18 @@ class RefStore(Protocol):
 
     def list_session_meta(self) -> dict[str, SessionMeta]:
         """What is kept beside every session that has any, by name, in one read."""
+
+    def list_watch_marks(self) -> dict[str, WatchMark]:
+        """Every file's :class:`WatchMark`, by absolute path, in one read."""
+
+    def set_watch_mark(self, path: str, old: WatchMark | None, new: WatchMark | None) -> None:
+        """Compare-and-set the mark of ``path``: from ``old`` (None: absent) to ``new`` (None:
+        remove it); in the open batch's transaction, if there is one. Two watchers of one
+        store thus never both record the same stretch of a file.
+
+        Raises:
+            ConflictError: the stored mark is not ``old`` (nothing was written).
+        """
 
     def get_head(self) -> str | None:
         """HEAD as a local store keeps it (``ref: sessions/NAME`` or an id), or None."""

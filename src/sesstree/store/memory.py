@@ -21,9 +21,10 @@ from .base import (
     SessionMeta,
     StoredNode,
     StoreFormat,
+    WatchMark,
     describe,
 )
-from .storable import check_commit, check_head, check_session_meta
+from .storable import check_commit, check_head, check_session_meta, check_text
 
 __all__ = ["MemoryBackend"]
 
@@ -41,6 +42,7 @@ class MemoryBackend:
         self._newest: dict[str, int] = {}
         self._session_meta: dict[str, SessionMeta] = {}
         self._head: str | None = None
+        self._marks: dict[str, WatchMark] = {}
         # Every read and write holds the lock: a reader iterating a dict while another thread
         # writes it would otherwise fail ("dictionary changed size during iteration").
         self._lock = threading.RLock()
@@ -268,6 +270,26 @@ class MemoryBackend:
     def list_session_meta(self) -> dict[str, SessionMeta]:
         with self._lock:
             return dict(self._session_meta)
+
+    def list_watch_marks(self) -> dict[str, WatchMark]:
+        with self._lock:
+            return dict(self._marks)
+
+    def set_watch_mark(self, path: str, old: WatchMark | None, new: WatchMark | None) -> None:
+        check_text(path, "watched path")
+        with self._lock:
+            found = self._marks.get(path)
+            if found != old:
+                raise ConflictError(f"the watch mark of {path} moved: another watcher read it")
+            if self._undo is not None:
+                self._undo.append(partial(self._put_mark, path, found))
+            self._put_mark(path, new)
+
+    def _put_mark(self, path: str, mark: WatchMark | None) -> None:
+        if mark is None:
+            self._marks.pop(path, None)
+        else:
+            self._marks[path] = mark
 
     def get_head(self) -> str | None:
         with self._lock:

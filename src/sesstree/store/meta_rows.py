@@ -5,6 +5,8 @@ table of text keys and values. Only these backends see the keys: the seam is typ
 - ``session:NAME``: a session's metadata (:func:`~sesstree.store.base.encode_session_meta`);
 - ``import-source:NAME``: ``FORMAT:PATH``, the provenance stores kept before it moved into
   the session's metadata; read, and dropped when the session's metadata is next written;
+- ``watch:PATH``: how far ``sess watch`` read the file at PATH
+  (:func:`~sesstree.store.base.encode_watch_mark`);
 - ``HEAD``: a local store's HEAD; ``format`` and ``ids``: the store's format and id scheme.
 """
 
@@ -12,11 +14,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from .base import SessionMeta, decode_session_meta
+from .base import SessionMeta, WatchMark, decode_session_meta, decode_watch_mark
 
-__all__ = ["HEAD", "LEGACY", "SESSION", "session_meta_of"]
+__all__ = ["HEAD", "LEGACY", "SESSION", "WATCH", "session_meta_of", "watch_marks_of"]
 
 SESSION = "session:"
+WATCH = "watch:"
 LEGACY = "import-source:"
 HEAD = "HEAD"
 
@@ -35,4 +38,13 @@ def session_meta_of(rows: Iterable[tuple[str, str]]) -> dict[str, SessionMeta]:
         meta = decode_session_meta(docs.get(name), legacy.get(name))
         if meta is not None:
             out[name] = meta
+    return out
+
+
+def watch_marks_of(rows: Iterable[tuple[str, str]]) -> dict[str, WatchMark]:
+    """The watch marks held by ``rows`` of ``watch:`` keys, by path (unreadable rows left out)."""
+    out: dict[str, WatchMark] = {}
+    for key, value in rows:
+        if key.startswith(WATCH) and (mark := decode_watch_mark(value)) is not None:
+            out[key[len(WATCH):]] = mark
     return out

@@ -27,7 +27,7 @@ from contextlib import AbstractContextManager
 import psycopg
 
 from ...node import NodeId
-from ..base import RawNode, RefUpdate, SessionMeta
+from ..base import RawNode, RefUpdate, SessionMeta, WatchMark
 from ..urls import redact_url
 from .channel import Channel
 from .codec import PgPayloads
@@ -72,6 +72,7 @@ class PostgresBackend:
         self.get_ref, self.list_refs, self.reflog = reads.get_ref, reads.list_refs, reads.reflog
         self.get_session_meta = reads.get_session_meta
         self.list_session_meta = reads.list_session_meta
+        self.list_watch_marks = reads.list_watch_marks
         self.get_head, self.store_format = reads.get_head, reads.store_format
         self.snapshot, self.check = reads.snapshot, reads.check
         # The bounded reads (base.ScaleReads) and gc's two steps.
@@ -137,6 +138,10 @@ class PostgresBackend:
     def set_session_meta(self, name: str, meta: SessionMeta | None) -> None:
         """See :meth:`sesstree.store.base.RefStore.set_session_meta`."""
         self._writes.set_session_meta(name, meta)
+
+    def set_watch_mark(self, path: str, old: WatchMark | None, new: WatchMark | None) -> None:
+        """See :meth:`sesstree.store.base.RefStore.set_watch_mark`."""
+        self._writes.set_watch_mark(path, old, new)
 
     def set_head(self, value: str) -> None:
         """See :meth:`sesstree.store.base.RefStore.set_head`."""

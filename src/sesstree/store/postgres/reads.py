@@ -16,9 +16,9 @@ import psycopg
 
 from ...errors import StoreCorruptError
 from ...node import NodeId
-from ..base import Chain, Ref, ReflogEntry, SessionMeta, StoredNode, StoreFormat
+from ..base import Chain, Ref, ReflogEntry, SessionMeta, StoredNode, StoreFormat, WatchMark
 from ..codec import CodecError, dict_hash
-from ..meta_rows import HEAD, LEGACY, SESSION, session_meta_of
+from ..meta_rows import HEAD, LEGACY, SESSION, WATCH, session_meta_of, watch_marks_of
 from ..packs import describe
 from ..rows import split_row
 from ..storable import storable
@@ -207,6 +207,10 @@ class PgReads:
     def list_session_meta(self) -> dict[str, SessionMeta]:
         """Every session's metadata, by name."""
         return session_meta_of(self._meta_rows(SESSION) + self._meta_rows(LEGACY))
+
+    def list_watch_marks(self) -> dict[str, WatchMark]:
+        """Every watched file's mark, by path."""
+        return watch_marks_of(self._meta_rows(WATCH))
 
     def get_head(self) -> str | None:
         """HEAD's stored value, or None."""

@@ -21,10 +21,18 @@ import psycopg
 
 from ...errors import ConflictError, MissingNodeError, SesstreeError, StoreError
 from ...node import NodeId
-from ..base import RawNode, RefUpdate, SessionMeta, describe
+from ..base import (
+    RawNode,
+    RefUpdate,
+    SessionMeta,
+    WatchMark,
+    decode_watch_mark,
+    describe,
+    encode_watch_mark,
+)
 from ..codec import CodecError
-from ..meta_rows import HEAD, LEGACY, SESSION
-from ..storable import check_commit, check_head, check_session_meta, storable
+from ..meta_rows import HEAD, LEGACY, SESSION, WATCH
+from ..storable import check_commit, check_head, check_session_meta, check_text, storable
 from . import objects, refs
 from .channel import Channel
 from .codec import PgPayloads
@@ -231,6 +239,39 @@ class PgWrites:
                     conn.execute(refs.UNSET_META, (SESSION + name,))
                 else:
                     conn.execute(refs.SET_META, (SESSION + name, text))
+
+        with self._channel.lock:
+            self._channel.run(work)
+
+    def set_watch_mark(self, path: str, old: WatchMark | None, new: WatchMark | None) -> None:
+        """See :meth:`sesstree.store.base.RefStore.set_watch_mark`: the row is locked (or,
+        absent, claimed by its insert) before it is compared, so of two watchers one waits
+        for the other and then finds the mark moved."""
+        key = WATCH + check_text(path, "watched path")
+
+        def conflict() -> ConflictError:
+            return ConflictError(f"the watch mark of {path} moved: another watcher read it")
+
+        def work(conn: Conn, replay: bool) -> None:
+            with conn.transaction():  # inside a batch: a savepoint of it
+                if old is None:
+                    if new is None:
+                        if conn.execute(refs.GET_META + " FOR UPDATE", (key,)).fetchall():
+                            raise conflict()
+                        return
+                    cur = conn.execute(
+                        "INSERT INTO meta(key, value) VALUES (%s, %s) ON CONFLICT DO NOTHING",
+                        (key, encode_watch_mark(new)))
+                    if cur.rowcount != 1:
+                        raise conflict()
+                    return
+                rows = conn.execute(refs.GET_META + " FOR UPDATE", (key,)).fetchall()
+                if not rows or decode_watch_mark(str(rows[0][0])) != old:
+                    raise conflict()
+                if new is None:
+                    conn.execute(refs.UNSET_META, (key,))
+                else:
+                    conn.execute(refs.SET_META, (key, encode_watch_mark(new)))
 
         with self._channel.lock:
             self._channel.run(work)

@@ -52,6 +52,7 @@ from ..base import (
     SessionMeta,
     StoredNode,
     StoreFormat,
+    WatchMark,
 )
 from .check import check_store
 from .commit import BLOB_MIN, SIZE_WAL_AFTER, Writer
@@ -171,6 +172,12 @@ class SqliteBackend:
 
     def list_session_meta(self) -> dict[str, SessionMeta]:
         return self._refs.list_session_meta()
+
+    def list_watch_marks(self) -> dict[str, WatchMark]:
+        return self._refs.list_watch_marks()
+
+    def set_watch_mark(self, path: str, old: WatchMark | None, new: WatchMark | None) -> None:
+        self._ref_writes.set_watch_mark(path, old, new)
 
     def get_head(self) -> str | None:
         return self._refs.get_head()

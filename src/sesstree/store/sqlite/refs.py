@@ -9,10 +9,20 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from ...errors import ConflictError
 from ...node import NodeId
-from ..base import Ref, ReflogEntry, RefUpdate, SessionMeta, StoreFormat
-from ..meta_rows import HEAD, LEGACY, SESSION, session_meta_of
-from ..storable import check_commit, check_head, check_session_meta, storable
+from ..base import (
+    Ref,
+    ReflogEntry,
+    RefUpdate,
+    SessionMeta,
+    StoreFormat,
+    WatchMark,
+    decode_watch_mark,
+    encode_watch_mark,
+)
+from ..meta_rows import HEAD, LEGACY, SESSION, WATCH, session_meta_of, watch_marks_of
+from ..storable import check_commit, check_head, check_session_meta, check_text, storable
 from .sql import LIST_REFS
 from .state import ConnState
 from .txn import Transactions
@@ -95,6 +105,10 @@ class RefReads:
             rows = self._meta_range(SESSION) + self._meta_range(LEGACY)
         return session_meta_of(rows)
 
+    def list_watch_marks(self) -> dict[str, WatchMark]:
+        with self._state.lock, self._state.errors():
+            return watch_marks_of(self._meta_range(WATCH))
+
     def get_head(self) -> str | None:
         with self._state.lock, self._state.errors():
             rows = self._meta_range(HEAD, "")
@@ -161,6 +175,20 @@ class RefWrites:
                 db.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (SESSION + name, text))
             else:
                 db.execute("DELETE FROM meta WHERE key = ?", (SESSION + name,))
+
+    def set_watch_mark(self, path: str, old: WatchMark | None, new: WatchMark | None) -> None:
+        key = WATCH + check_text(path, "watched path")
+        db = self._state.db
+        with self._txn.write():  # a write transaction: the read and the write are one step
+            row = db.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+            found = decode_watch_mark(str(row[0])) if row is not None else None
+            if found != old:
+                raise ConflictError(f"the watch mark of {path} moved: another watcher read it")
+            if new is None:
+                db.execute("DELETE FROM meta WHERE key = ?", (key,))
+            else:
+                db.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)",
+                           (key, encode_watch_mark(new)))
 
     def set_head(self, value: str) -> None:
         check_head(value)

@@ -13,7 +13,7 @@ import pytest
 from ...errors import ConflictError, MissingNodeError
 from ...node import make_node, session_ref
 from ...repo.store import Store
-from ...store.base import RefUpdate
+from ...store.base import RefUpdate, WatchMark
 from .. import Engine, grow, user
 from .objects import raw
 
@@ -26,6 +26,7 @@ __all__ = [
     "test_reflog_records_every_move",
     "test_reopen_sees_everything",
     "test_session_metadata",
+    "test_watch_marks_compare_and_set",
 ]
 
 
@@ -159,3 +160,30 @@ def test_reopen_sees_everything(engine: Engine) -> None:
         assert t.fsck() == []
     finally:
         t.close()
+
+
+def test_watch_marks_compare_and_set(engine: Engine) -> None:
+    store = engine.open()
+    path = "/home/u/.claude/projects/-p/0a1b2c3d.jsonl"
+    first = WatchMark("claude", 120, 2, 130, 17, 5, "ab" * 32)
+    later = WatchMark("claude", 300, 5, 300, 18, 5, "cd" * 32)
+    assert store.watch_marks() == {}
+    store.set_watch_mark(path, None, first)
+    assert store.watch_marks() == {path: first}
+    with pytest.raises(ConflictError):
+        store.set_watch_mark(path, None, later)  # a second watcher that saw no mark
+    with pytest.raises(ConflictError):
+        store.set_watch_mark(path, later, first)
+    # A lost compare-and-set in a batch undoes the batch's other writes too.
+    with pytest.raises(ConflictError), store.batch():
+        store.set_session_meta("q", {"v": 1})
+        store.set_watch_mark(path, None, later)
+    assert store.get_session_meta("q") is None
+    store.set_watch_mark(path, first, later)
+    store.set_watch_mark("/odd path/ünï.json", None, first)
+    store.close()
+    store = engine.open()  # kept by the store, not the process
+    assert store.watch_marks() == {path: later, "/odd path/ünï.json": first}
+    store.set_watch_mark(path, later, None)
+    assert list(store.watch_marks()) == ["/odd path/ünï.json"]
+    store.close()

@@ -1,0 +1,383 @@
+"""Following agents' transcript files as they grow (what ``sess watch`` runs on).
+
+A :class:`Follower` looks at a file when it may have changed and records what is new with the
+importer of its format, so a watched file lands exactly where ``sess import`` of it would:
+the same sessions, names, trees and nodes (the importer is the same code, handed the records
+read so far instead of reading the file itself).
+
+- **Incremental.** A JSONL transcript is read from where the last look stopped: only the bytes
+  appended since (and the last few KB before them, to see that what was read is still there).
+  A last line without its end waits for it, unless it is already one whole JSON object (the
+  tools write a line and its newline in one write). A file that shrank, was replaced (another
+  inode) or whose bytes before the end changed is read again whole and landed as what it is
+  now: the importer's landing makes that a fast-forward, a branch or a rewrite, never a
+  duplicate. Gemini CLI's ``.json`` files are one document rewritten in place: read whole
+  when they change (a document caught half-written waits for the next change).
+- **Restart-safe.** After each landing, the file's :class:`~sesstree.store.base.WatchMark`
+  (bytes and lines recorded, size, mtime, inode, blake3 of the bytes recorded) is moved in the
+  same transaction, by compare-and-set. A restarted follower does not read a file whose
+  size, mtime and inode are those of its mark; a file that changed since is read whole once,
+  then followed incrementally. A second follower on the same store loses the compare-and-set
+  (nothing of its landing is written), reads the file again and finds it up to date.
+- **Bounded memory.** The records of a file are kept while it is written to; a file idle for
+  ``LIVE_WINDOW`` seconds (when a Claude Code or Gemini CLI reply still pending is settled)
+  is forgotten, to be read whole again if it ever grows.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import time
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import blake3
+import msgspec
+
+from ..errors import ConflictError, InputError, SesstreeError
+from ..repo.store import Store
+from ..store.base import Progress, WatchMark
+from . import claude, detect_format
+from .codex import import_codex
+from .common import ImportResult
+from .gemini_cli import import_gemini, import_gemini_jsonl
+from .jsonl import Record, decode_line, parse_records
+from .pi import import_pi
+from .provenance import Provenance
+from .tree import STILL_WRITTEN
+
+__all__ = ["WATCHED_FORMATS", "Follower", "Look", "is_candidate"]
+
+#: The formats a watch records: the agents' own transcripts.
+WATCHED_FORMATS = ("claude", "codex", "pi", "gemini")
+_JSONL = {"claude": claude.import_claude, "codex": import_codex, "pi": import_pi,
+          "gemini": import_gemini_jsonl}
+#: How many bytes before the end of what was read are read again, to see they are unchanged.
+_TAIL = 4096
+
+
+def is_candidate(path: Path) -> bool:
+    """True for a file name a transcript may have (``*.jsonl``, ``*.json``, not a seed
+    ``.meta.json`` sidecar): others (temporary files, backups) are never looked at."""
+    name = path.name
+    return name.endswith((".jsonl", ".json")) and not name.endswith(".meta.json")
+
+
+class Look(msgspec.Struct):
+    """What one look at a file did: the sessions landed (none if nothing was new) and the
+    problems met, each to be said once."""
+
+    source: str
+    results: list[ImportResult] = msgspec.field(default_factory=list)
+    problems: list[str] = msgspec.field(default_factory=list)
+    #: The file cannot be read or recorded (a line saying why is in ``problems``).
+    failed: bool = False
+
+
+class _File:
+    """What a follower holds of one file between looks."""
+
+    def __init__(self, mark: WatchMark | None) -> None:
+        self.mark = mark
+        #: The records of the bytes read, while the file is followed (None: not read).
+        self.records: list[Record] | None = None
+        self.problems: list[str] = []
+        self.said: set[str] = set()
+        self.hasher = blake3.blake3()
+        self.tail = b""
+        self.offset = 0
+        self.lines = 0
+        #: When the file will have been quiet long enough to be settled and let go of.
+        self.quiet_at: float | None = None
+        self.unreadable: tuple[int, int] | None = None  # (size, mtime) of a failed read
+
+
+class Follower:
+    """Records files into ``store`` as they grow (see the module docstring)."""
+
+    def __init__(self, store: Store, *, clock: Callable[[], float] = time.time) -> None:
+        self.store = store
+        self._clock = clock
+        self._marks = store.watch_marks()
+        self._files: dict[str, _File] = {}
+        self._owners: Provenance | None = None
+
+    def catch_up(self, paths: Iterable[Path], progress: Progress | None = None) -> list[Look]:
+        """Look at every file of ``paths`` (files, or folders walked whole), in one pass."""
+        paths = list(paths)
+        files = sorted(self.candidates(paths))
+        looks: list[Look] = []
+        if progress is not None:
+            progress(0, len(files))
+        self._owners = Provenance(self.store)  # one read for the whole pass, as an import
+        try:
+            for done, f in enumerate(files, 1):
+                looks.append(self.look(f))
+                if progress is not None:
+                    progress(done, len(files))
+        finally:
+            self._owners = None
+        self._drop_marks_of_files_gone(paths)
+        return looks
+
+    def _drop_marks_of_files_gone(self, paths: Iterable[Path]) -> None:
+        """Forget the marks of files under ``paths`` that are no longer there (their sessions
+        stay: a file made again at that path is read whole)."""
+        roots = [os.path.join(os.path.abspath(p), "") for p in paths]
+        for source, mark in list(self._marks.items()):
+            if any(source.startswith(r) for r in roots) and not os.path.exists(source):
+                try:
+                    self.store.set_watch_mark(source, mark, None)
+                except ConflictError:
+                    pass  # another watcher moved it: it is that one's to keep or drop
+                self._marks.pop(source, None)
+                self._files.pop(source, None)
+
+    @staticmethod
+    def candidates(paths: Iterable[Path]) -> set[Path]:
+        """The files of ``paths`` a transcript may be (folders walked whole)."""
+        out: set[Path] = set()
+        for p in paths:
+            if p.is_dir():
+                for folder, _, names in os.walk(p):
+                    out.update(q for n in names if is_candidate(q := Path(folder, n)))
+            elif is_candidate(p):
+                out.add(p)
+        return out
+
+    def look_all(self, paths: Iterable[Path]) -> list[Look]:
+        """Look at ``paths`` (that may have changed) and at the files that have now been quiet
+        long enough to be settled; one read of the store's provenance for them all."""
+        now = self._clock()
+        due = {Path(src) for src, f in self._files.items()
+               if f.quiet_at is not None and f.quiet_at <= now}
+        todo = sorted({p for p in paths if is_candidate(p)} | due)
+        if not todo:
+            return []
+        self._owners = Provenance(self.store)
+        try:
+            return [self.look(p) for p in todo]
+        finally:
+            self._owners = None
+
+    def next_due(self) -> float | None:
+        """When the next file will have been quiet long enough to be settled, or None."""
+        times = [f.quiet_at for f in self._files.values() if f.quiet_at is not None]
+        return min(times) if times else None
+
+    def look(self, path: Path) -> Look:
+        """Record what is new in ``path``. Never raises for the file's sake: a file that cannot
+        be read or recorded is a :class:`Look` with ``failed`` and one problem saying why."""
+        source = os.path.abspath(path)
+        look = Look(source)
+        for attempt in (1, 2):
+            state = self._files.get(source)
+            if state is None:
+                state = self._files[source] = _File(self._marks.get(source))
+            try:
+                self._look(path, source, state, look)
+                break
+            except ConflictError:
+                # Another watcher recorded this file meanwhile: start again from its mark,
+                # and from the sessions as it left them.
+                self._marks = self.store.watch_marks()
+                if self._owners is not None:
+                    self._owners = Provenance(self.store)
+                self._files[source] = _File(self._marks.get(source))
+                self._files[source].said = state.said
+                if attempt == 2:
+                    look.problems.append(f"{source}: another watcher keeps recording it; "
+                                         "left to it")
+            except (InputError, OSError) as exc:
+                look.failed = True
+                look.problems.append(str(exc) if isinstance(exc, InputError)
+                                     else f"{source}: cannot read: {exc.strerror or exc}")
+                break
+            except SesstreeError as exc:
+                # The store could not take it (locked too long, full): tried again at the
+                # next wake, the file read whole, since what was read is not recorded.
+                look.failed = True
+                look.problems.append(f"{source}: cannot record: {exc}")
+                self._forget(state)
+                state.quiet_at = self._clock()
+                break
+        said = self._files[source].said
+        for r in look.results:  # what the importer met, said here once, not at every look
+            # (A reply or tool call still being written is what a watch waits for: not said.)
+            look.problems.extend(p for p in r.problems
+                                 if not any(words in p for words in STILL_WRITTEN))
+            r.problems = []
+        look.problems = [p for p in dict.fromkeys(look.problems) if p not in said]
+        said.update(look.problems)
+        return look
+
+    # -- one look ----------------------------------------------------------------------------
+
+    def _look(self, path: Path, source: str, state: _File, look: Look) -> None:
+        try:
+            st = path.stat()
+        except FileNotFoundError:
+            self._forget(state)
+            return
+        if not stat.S_ISREG(st.st_mode):
+            # A pipe or a device named like a transcript: reading it could wait for ever.
+            raise InputError("not a regular file; passed over", path=source)
+        now = self._clock()
+        mark = state.mark
+        settle = mark is not None and mark.pending and st.st_mtime + claude.LIVE_WINDOW < now
+        if mark is not None and (mark.size, mark.mtime_ns, mark.inode) == (
+                st.st_size, st.st_mtime_ns, st.st_ino) and not settle:
+            # Nothing new (a second notice of a write already recorded, or a restart).
+            if state.quiet_at is not None and state.quiet_at <= now:
+                self._forget(state)  # quiet, and nothing pending: let go of its records
+            elif mark.pending and state.quiet_at is None:
+                state.quiet_at = st.st_mtime + claude.LIVE_WINDOW + 1  # to be settled then
+            return
+        if state.unreadable == (st.st_size, st.st_mtime_ns):
+            return  # said once already; waits for the file to change
+        fmt = mark.format if mark is not None and mark.format else None
+        if fmt is None:
+            fmt = detect_format(path) if st.st_size else None
+            if fmt not in WATCHED_FORMATS:
+                # Not a transcript (yet: an empty file, a first line half written). Marked,
+                # so that a restart does not sniff it again until it changes.
+                self._write_mark(state, source, WatchMark("", 0, 0, st.st_size, st.st_mtime_ns,
+                                                          st.st_ino, ""))
+                return
+        assert fmt is not None
+        if fmt == "gemini" and path.name.endswith(".json"):
+            self._look_document(path, source, state, look, st, settle)
+        else:
+            self._look_lines(path, source, state, look, st, fmt, settle)
+
+    def _pending(self, fmt: str, st: os.stat_result) -> bool:
+        """Whether a landing now takes the file as still being written (see claude.py)."""
+        return fmt in ("claude", "gemini") and st.st_mtime + claude.LIVE_WINDOW >= self._clock()
+
+    def _look_document(self, path: Path, source: str, state: _File, look: Look,
+                       st: os.stat_result, settle: bool) -> None:
+        raw = path.read_bytes()
+        digest = blake3.blake3(raw).hexdigest()
+        mark = WatchMark("gemini", len(raw), raw.count(b"\n"), len(raw), st.st_mtime_ns,
+                         st.st_ino, digest)
+        if state.mark is not None and state.mark.digest == digest:
+            self._write_mark(state, source, mark)  # touched, not changed
+            return
+        try:
+            decode_line(raw)
+        except InputError as exc:
+            state.unreadable = (st.st_size, st.st_mtime_ns)
+            look.problems.append(f"{source}: {exc} (a document being rewritten?); "
+                                 "read again when it changes")
+            return
+        state.unreadable = None
+        with self._landing(state, source, mark):
+            look.results = import_gemini(self.store, path, owners=self._provenance())
+
+    def _look_lines(self, path: Path, source: str, state: _File, look: Look,
+                    st: os.stat_result, fmt: str, settle: bool) -> None:
+        chunk, end, whole = self._read_new(path, state, st)
+        records = state.records
+        assert records is not None  # _read_new leaves the file's records read
+        if whole and state.mark is not None and state.mark.format and not settle and (
+                len(chunk) == state.mark.offset
+                and blake3.blake3(chunk).hexdigest() == state.mark.digest):
+            # The very bytes recorded (a file touched, or one last line still half written):
+            # nothing to land.
+            state.records = None
+            self._write_mark(state, source, msgspec.structs.replace(
+                state.mark, size=end, mtime_ns=st.st_mtime_ns, inode=st.st_ino))
+            return
+        if not chunk and not whole and not settle:
+            return  # only half a line more: it waits for its end
+        before = len(state.problems)
+        if chunk:
+            records.extend(parse_records(chunk, path, state.problems,
+                                         first_line=state.lines + 1))
+            state.hasher.update(chunk)
+            state.tail = (state.tail + chunk)[-_TAIL:]
+            state.offset += len(chunk)
+            state.lines += chunk.count(b"\n")
+        look.problems.extend(state.problems[before:])
+        pending = self._pending(fmt, st)
+        mark = WatchMark(fmt, state.offset, state.lines, end, st.st_mtime_ns, st.st_ino,
+                         state.hasher.hexdigest(), pending)
+        with self._landing(state, source, mark):
+            look.results = _JSONL[fmt](self.store, path, owners=self._provenance(),
+                                       records=list(records), problems=list(state.problems))
+        # Kept while the file is being written; let go of once it has been quiet this long.
+        state.quiet_at = st.st_mtime + claude.LIVE_WINDOW + 1
+        if state.quiet_at <= self._clock():
+            self._forget(state)
+
+    def _read_new(self, path: Path, state: _File, st: os.stat_result) -> tuple[bytes, int, bool]:
+        """The whole lines appended since the last look, the size read up to, and whether the
+        file was read whole (it was not followed, or was not simply appended to: then the
+        records kept are dropped, to be read again)."""
+        with path.open("rb") as f:
+            followed = state.records is not None and state.mark is not None
+            if followed and state.mark is not None and st.st_ino == state.mark.inode \
+                    and st.st_size >= state.offset:
+                start = state.offset - len(state.tail)
+                f.seek(start)
+                data = f.read()
+                if data[:len(state.tail)] == state.tail:
+                    return _whole_lines(data[len(state.tail):]), start + len(data), False
+                f.seek(0)
+            # Not followed yet (a restart), or rewritten, truncated, replaced: read it whole.
+            data = f.read()
+        state.records, state.problems = [], []
+        state.hasher, state.tail, state.offset, state.lines = blake3.blake3(), b"", 0, 0
+        return _whole_lines(data), len(data), True
+
+    # -- bookkeeping -------------------------------------------------------------------------
+
+    def _provenance(self) -> Provenance:
+        return self._owners if self._owners is not None else Provenance(self.store)
+
+    @contextmanager
+    def _landing(self, state: _File, source: str, mark: WatchMark) -> Iterator[None]:
+        """One transaction: the mark moved (first, so that a second watcher of the file waits
+        for it or loses), then what the block lands. If it fails, the file's mark is the one
+        still stored, so that the next look records it."""
+        before = state.mark
+        try:
+            with self.store.batch():
+                self._write_mark(state, source, mark)
+                yield
+        except BaseException:
+            state.mark = before
+            if before is None:
+                self._marks.pop(source, None)
+            else:
+                self._marks[source] = before
+            raise
+
+    def _write_mark(self, state: _File, source: str, mark: WatchMark) -> None:
+        if mark != state.mark:
+            self.store.set_watch_mark(source, state.mark, mark)
+            state.mark = mark
+            self._marks[source] = mark
+
+    @staticmethod
+    def _forget(state: _File) -> None:
+        """Let go of a file's records (it is read whole again if it changes)."""
+        state.records = None
+        state.problems = []
+        state.quiet_at = None
+
+
+def _whole_lines(data: bytes) -> bytes:
+    """``data`` up to the end of its last whole line; a last line without its newline counts
+    when it already is one whole JSON object (a tool that ends its file without one)."""
+    end = data.rfind(b"\n") + 1
+    rest = data[end:]
+    if rest.strip():
+        try:
+            if isinstance(decode_line(rest), dict):
+                return data
+        except InputError:
+            pass
+    return data[:end]
