@@ -92,6 +92,74 @@ def test_system_instruction() -> None:
         "parts": []}})]
 
 
+def test_what_a_media_part_says_beside_its_media_is_kept() -> None:
+    # A clip of a video, or an image at another resolution, is another input: the part's
+    # other fields stay in its message, in one spelling (the API takes snake_case too).
+    video = {"fileData": {"mimeType": "video/mp4", "fileUri": "https://x/v.mp4"}}
+    image = {"inlineData": {"mimeType": "image/png", "data": "AAAA"}}
+
+    def content(*parts: Any) -> list[Any]:
+        return [{"role": "user", "parts": [{"text": "watch"}, *parts]}]
+
+    clip = messages(content({**video, "videoMetadata": {"startOffset": "10s"}}))
+    assert clip != messages(content({**video, "videoMetadata": {"startOffset": "50s"}}))
+    assert clip != messages(content(video))
+    assert clip == messages(content({"file_data": {"mime_type": "video/mp4",
+                                                   "file_uri": "https://x/v.mp4"},
+                                     "video_metadata": {"start_offset": "10s"}}))
+    high = messages(content({**image, "mediaResolution": {"level": "MEDIA_RESOLUTION_HIGH"}}))
+    assert high != messages(content(image))
+    assert high == messages(content({**image, "thoughtSignature": "c2ln",
+                                     "media_resolution": {"level": "MEDIA_RESOLUTION_HIGH"}}))
+    # as in a function's response
+    call = {"role": "model", "parts": [{"functionCall": {"name": "shot", "args": {}}}]}
+
+    def answered(*parts: Any) -> list[Any]:
+        return messages([{"role": "user", "parts": [{"text": "go"}]}, call, {
+            "role": "user", "parts": [{"functionResponse": {"name": "shot", "response": {},
+                                                           "parts": list(parts)}}]}])
+
+    assert answered({**image, "mediaResolution": {"level": "MEDIA_RESOLUTION_LOW"}}) != \
+        answered(image)
+
+
+def test_a_response_naming_a_calls_id_under_another_name_is_not_its_answer() -> None:
+    # The model reads the name a response gives: the same id under another name is another
+    # input, not the same result re-sent.
+    def history(name: str) -> list[Any]:
+        return messages([
+            {"role": "user", "parts": [{"text": "go"}]},
+            {"role": "model", "parts": [{"functionCall": {"id": "x", "name": "f", "args": {}}}]},
+            {"role": "user", "parts": [{"functionResponse": {"id": "x", "name": name,
+                                                             "response": {"r": 1}}}]}])
+
+    assert history("f")[-1]["tool_call_id"] == "call_1_0"
+    assert history("g") != history("f")
+
+
+def test_a_file_image_keeps_its_media_type() -> None:
+    def user(mime: str) -> list[Any]:
+        return messages([{"role": "user", "parts": [
+            {"fileData": {"mimeType": mime, "fileUri": "https://x/files/a"}}]}])
+
+    assert user("image/png") != user("image/jpeg")
+    assert user("image/png") == [{"role": "user", "content": [{"type": "image_url", "image_url": {
+        "url": "https://x/files/a", "mime_type": "image/png"}}]}]
+
+
+def test_a_system_instruction_keeps_its_media_and_other_parts() -> None:
+    # The model reads an image in the system instruction: without it, it is another input.
+    image = {"inlineData": {"mimeType": "image/png", "data": "AAAA"}}
+    with_image = gemini_system_events({"parts": [{"text": "Style:"}, image, {"text": "Be terse."}]})
+    text_only = gemini_system_events({"parts": [{"text": "Style:"}, {"text": "Be terse."}]})
+    assert with_image[1] == ("system/message", {"role": "system", "content": [
+        {"type": "text", "text": "Style:"},
+        {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}},
+        {"type": "text", "text": "Be terse."}]})
+    assert with_image[1] != text_only[1]
+    assert gemini_system_events({"parts": [image]})[1][0] == "system/message"
+
+
 def test_the_messages_keep_the_order_of_the_parts() -> None:
     """Text before or after a function response (or a model's call) is a different input to
     the model: the two orders map to different messages, each in its parts' order."""

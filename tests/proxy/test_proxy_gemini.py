@@ -303,3 +303,73 @@ def test_a_streamed_reply_is_merged_as_the_gemini_cli_merges_it() -> None:
         ("assistant/message", {"role": "assistant", "content": "The answer is 4.",
                                "tool_calls": [{"id": "call_3_0", "type": "function", "function": {
                                    "name": "check", "arguments": '{"n":4}'}}]})]
+
+
+def _sse_upstream(body: bytes) -> Any:
+    """A raw upstream answering every call with ``body`` as a stream, then closing."""
+    from raw_upstream import RawUpstream, read_request
+
+    def handler(conn: Any) -> None:
+        if read_request(conn) is None:
+            return
+        conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+                     b"Connection: close\r\n\r\n" + body)
+
+    return RawUpstream(handler)
+
+
+def _sdk_stream(proxy: RunningProxy, text: str) -> str:
+    return "".join(c.text or "" for c in client(proxy).models.generate_content_stream(
+        model="gemini-test", contents=text))
+
+
+def test_a_last_event_with_no_blank_line_after_it_is_read_as_the_sdk_reads_it(
+        store: Store) -> None:
+    # The SDK takes the event the body ends with, blank line or not: so does the recording.
+    first = {"candidates": [{"content": {"role": "model", "parts": [{"text": "Hel"}]}}]}
+    last = {"candidates": [{"content": {"role": "model", "parts": [{"text": "lo"}]},
+                            "finishReason": "STOP"}],
+            "usageMetadata": {"promptTokenCount": 3, "candidatesTokenCount": 2}}
+    body = b"data: " + json.dumps(first).encode() + b"\r\n\r\ndata: " + \
+        json.dumps(last).encode() + b"\r\n"
+    with _sse_upstream(body) as up, RunningProxy(store, up.url) as proxy:
+        assert _sdk_stream(proxy, "say hello") == "Hello"
+        proxy.flush()
+    assert store.messages("say-hello") == [{"role": "user", "content": "say hello"},
+                                           {"role": "assistant", "content": "Hello"}]
+    end = next(n.data for n in store.log("say-hello") if n.type == "step/end")
+    assert end["finish_reason"] == "STOP" and "incomplete" not in end
+
+
+def test_an_error_the_stream_sends_as_raw_json_lines_is_recorded(store: Store) -> None:
+    # Mid-stream, the API reports an error as a JSON object over several lines with no
+    # "data:" before them; the SDK reads it and raises.
+    first = {"candidates": [{"content": {"role": "model", "parts": [{"text": "Let me"}]}}]}
+    error = {"error": {"code": 500, "message": "Internal error {braces} \"quoted\"",
+                       "status": "INTERNAL"}}
+    body = b"data: " + json.dumps(first).encode() + b"\r\n\r\n" + \
+        json.dumps(error, indent=2).replace("\n", "\r\n").encode() + b"\r\n"
+    with _sse_upstream(body) as up, RunningProxy(store, up.url) as proxy:
+        with pytest.raises(errors.ServerError):
+            _sdk_stream(proxy, "busy now")
+        proxy.flush()
+        assert proxy.proxy.stats.snapshot()["upstream_errors"] == 1
+    nodes = store.log("busy-now")
+    assert next(n.data for n in nodes if n.type == "error")["message"] == error["error"]
+    assert next(n.data for n in nodes if n.type == "assistant/chunk")["parts"] == [
+        {"text": "Let me"}]
+
+
+def test_the_gemini_stream_parser_at_every_split() -> None:
+    from sesstree.proxy.gemini_reply import GeminiSse
+
+    error = {"error": {"message": 'a "}" and a \\ and {', "code": 500}}
+    raw = json.dumps(error, indent=2).replace("\n", "\r\n").encode()
+    body = b'data: {"a": 1}\r\n\r\n' + raw + b'\r\n\r\ndata: {"b":\r\ndata: 2}'
+    expected = [(None, '{"a": 1}'), (None, raw.decode().replace("\r\n", "")),
+                (None, '{"b":\n2}')]
+    for at in range(len(body) + 1):
+        parser = GeminiSse()
+        events = parser.feed(body[:at]) + parser.feed(body[at:]) + parser.end()
+        assert events == expected, at
+        assert json.loads(events[1][1]) == error

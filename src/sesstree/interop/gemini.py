@@ -19,23 +19,30 @@ its last content:
 - ``inlineData`` images become ``image_url`` parts with a ``data:`` URL, other media a
   ``file`` part; the base64 text is written in its standard alphabet with padding (the SDK
   sends URL-safe base64, the API answers standard: one image, two spellings);
-  ``fileData`` becomes an ``image_url`` (images) or ``file`` part with its URI; any other part
-  (``executableCode``, ``codeExecutionResult``, ...) is kept as it is, less its signature;
+  ``fileData`` becomes an ``image_url`` (images) or ``file`` part with its URI and media
+  type; what a media part says beside its media (``videoMetadata``: a clip;
+  ``mediaResolution``) is kept in that part, its field names in camelCase (the API reads
+  ``video_metadata`` as the same field);
+  any other part (``executableCode``, ``codeExecutionResult``, ...) is kept as it is, less its
+  signature;
 - a call's arguments and a response's ``response`` are protobuf Structs (unordered maps of
   doubles): written as JSON with sorted keys, a whole-valued number as an integer;
 - a call's id is its place, ``call_<turn>_<k>`` (the k-th call of the history's turn number
   ``turn``, counted from 0): the API sends ids or not, and the Gemini CLI replaces them with
   its own before it re-sends the call, so the id is no part of the input. A
-  ``functionResponse`` is paired with the call whose id it names (as given), else with the
-  first unanswered call of that name, latest turn first.
+  ``functionResponse`` is paired with the call whose id it names (as given) if that call has
+  its name, else with the first unanswered call of that name, latest turn first (a response
+  under another name than its call's is another input: the model reads the name).
 
 ``systemInstruction`` (a ``Content`` whose role is ignored, or a string) is a raw
 ``gemini/content`` event ``{"systemInstruction": ...}`` then a ``system/message`` with its text
-parts joined by newlines (the API reads each part as a paragraph).
+parts joined by newlines (the API reads each part as a paragraph), a medium or another part in
+it kept in its place.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -53,6 +60,10 @@ if not is_registered(RAW_TYPE):
 Event = tuple[str, Any]
 _sorted_json = msgspec.json.Encoder(order="sorted")
 _SKIPPED_KEYS = frozenset({"thoughtSignature", "thought_signature"})
+_MEDIA_KEYS = frozenset({"inlineData", "inline_data", "fileData", "file_data"})
+#: Part fields that hold a protobuf Struct (the user's keys): never renamed.
+_STRUCT_KEYS = frozenset({"partMetadata", "part_metadata"})
+_SNAKE = re.compile(r"_([a-z0-9])")
 
 
 def _struct(value: Any) -> Any:
@@ -85,7 +96,27 @@ def _get(part: dict[str, Any], camel: str, snake: str) -> Any:
     return part.get(snake) if value is None else value
 
 
+def _camel(value: Any) -> Any:
+    """A protobuf message's JSON with its field names in camelCase, as the API reads either."""
+    if isinstance(value, dict):
+        return {_SNAKE.sub(lambda m: m.group(1).upper(), str(k)):
+                v if k in _STRUCT_KEYS else _camel(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_camel(v) for v in value]
+    return value
+
+
 def _media(part: dict[str, Any]) -> dict[str, Any] | None:
+    """A media part as a message part, with the part's other fields (a clip of a video, a
+    resolution: they change what the model reads), less its signature."""
+    found = _media_only(part)
+    if found is None:
+        return None
+    extra = {k: v for k, v in part.items() if k not in _MEDIA_KEYS and k not in _SKIPPED_KEYS}
+    return {**found, **_camel(extra)} if extra else found
+
+
+def _media_only(part: dict[str, Any]) -> dict[str, Any] | None:
     inline = _get(part, "inlineData", "inline_data")
     if isinstance(inline, dict):
         mime = str(_get(inline, "mimeType", "mime_type") or "application/octet-stream")
@@ -98,7 +129,9 @@ def _media(part: dict[str, Any]) -> dict[str, Any] | None:
         mime = str(_get(data, "mimeType", "mime_type") or "")
         uri = str(_get(data, "fileUri", "file_uri") or "")
         if mime.startswith("image/"):
-            return {"type": "image_url", "image_url": {"url": uri}}
+            # The media type is part of the input: the URI names stored bytes, it says how
+            # they are read.
+            return {"type": "image_url", "image_url": {"url": uri, "mime_type": mime}}
         return {"type": "file", "file": {"file_url": uri, "mime_type": mime}}
     return None
 
@@ -110,6 +143,7 @@ class _Calls:
 
     def __init__(self) -> None:
         self.ids: dict[str, str] = {}  # an id as given, or ours -> ours
+        self.names: dict[str, str] = {}  # ours -> the call's name
         self.by_name: dict[str, list[list[str]]] = {}  # name -> per turn, our ids in order
         self.answered: set[str] = set()
 
@@ -117,6 +151,7 @@ class _Calls:
         turn: dict[str, list[str]] = {}
         for given, name, ours in calls:
             self.ids[ours] = ours
+            self.names[ours] = name
             if given:
                 self.ids[given] = ours  # the latest call of an id reused
             turn.setdefault(name, []).append(ours)
@@ -124,8 +159,8 @@ class _Calls:
             self.by_name.setdefault(name, []).append(ids)
 
     def pair(self, given: Any, name: str) -> str:
-        if isinstance(given, str) and given in self.ids:
-            ours = self.ids[given]
+        ours = self.ids.get(given) if isinstance(given, str) else None
+        if ours is not None and self.names[ours] == name:
             self.answered.add(ours)
             return ours
         turns = self.by_name.get(name, [])
@@ -268,14 +303,30 @@ def gemini_turns(contents: Sequence[Any]) -> int:
 
 def gemini_system_events(instruction: Any) -> list[Event]:
     """The events for a ``systemInstruction``: its raw form and a system message (none for an
-    instruction with no text)."""
-    if isinstance(instruction, str):
-        texts = [instruction]
-    else:
-        texts = [str(p["text"]) for p in _parts([instruction])
-                 if isinstance(p.get("text"), str) and p.get("thought") is not True]
+    instruction with nothing the model reads). Its text parts are joined by newlines; a
+    medium or another part in it stays a part of the message, in its place."""
     events: list[Event] = [(RAW_TYPE, {"systemInstruction": instruction})]
-    text = "\n".join(t for t in texts if t)
-    if text:
-        events.append(("system/message", {"role": "system", "content": text}))
+    if isinstance(instruction, str):
+        content: Any = instruction or None
+    else:
+        pieces: list[Any] = []  # a list of text pieces, or a part
+        for part in _parts([instruction]):
+            if part.get("thought") is True:
+                continue
+            text = part.get("text")
+            if isinstance(text, str):
+                if text and pieces and isinstance(pieces[-1], list):
+                    pieces[-1].append(text)
+                elif text:
+                    pieces.append([text])
+                continue
+            media = _media(part)
+            kept = media if media is not None else \
+                {k: v for k, v in part.items() if k not in _SKIPPED_KEYS}
+            if kept:
+                pieces.append(kept)
+        content = _flatten([{"type": "text", "text": "\n".join(p)} if isinstance(p, list)
+                            else p for p in pieces])
+    if content:
+        events.append(("system/message", {"role": "system", "content": content}))
     return events

@@ -12,7 +12,7 @@ from typing import Any
 
 import msgspec
 
-from .gemini_reply import GeminiReply
+from .gemini_reply import GeminiReply, GeminiSse
 from .protocols import GEMINI, ParsedRequest, parse_request
 from .recorder import Exchange, redact
 from .replies import ReplyBuilder, SseParser
@@ -77,7 +77,8 @@ def exchange_steps(call: Call, parsed: ParsedRequest
         ReplyBuilder(parsed.protocol)
     error: Any = call.error
     if call.streamed and call.status is not None and call.status < 400:
-        parser = SseParser()
+        gemini = isinstance(builder, GeminiReply)
+        parser = GeminiSse() if gemini else SseParser()
         inflate = zlib.decompressobj(47) if call.encoding in ("gzip", "deflate") else None
         done = 0
         # Chunk by chunk, as they came: no copy of the whole reply.
@@ -90,6 +91,9 @@ def exchange_steps(call: Call, parsed: ParsedRequest
             if done >= STEP_BYTES:
                 done = 0
                 yield
+        if gemini:  # the SDK takes the event the body ends in, closed by a blank line or not
+            for event, text in parser.end():
+                builder.feed_event(event, text)
     else:
         data = b"".join(call.chunks)
         if call.encoding in ("gzip", "deflate") and data:

@@ -1,8 +1,9 @@
 """The reply to a Gemini ``generateContent`` call, whole or streamed, in the event vocabulary
-(see :mod:`sesstree.proxy.gemini`)."""
+(see :mod:`sesstree.proxy.gemini`), and its stream read as the google-genai SDK reads it."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import msgspec
@@ -10,11 +11,60 @@ import msgspec
 from ..interop.gemini import gemini_contents_events
 from .gemini import GEMINI, split_array
 from .protocols import Event
-from .replies import ReplyBuilder, ReplyResult
+from .replies import ReplyBuilder, ReplyResult, SseParser
 
-__all__ = ["GeminiReply"]
+__all__ = ["GeminiReply", "GeminiSse"]
 
 _decode = msgspec.json.decode
+_JSON_TOKENS = re.compile(r'["\\{}]')
+
+
+class GeminiSse(SseParser):
+    """Server-sent events as the google-genai SDK reads a Gemini stream: a JSON object sent as
+    lines of its own, with no ``data:`` (how the API reports an error after the stream began),
+    is one event once its braces balance; and :meth:`end` gives the event the body ended in
+    without a blank line (the SDK takes it)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._raw: list[str] = []
+        self._depth = 0
+        self._in_string = False
+        self._escaped = False
+
+    def _other(self, line: str, out: list[tuple[str | None, str]]) -> None:
+        self._raw.append(line)
+        # A backslash escapes the next character, the first of this line for one that ended
+        # the line before (the SDK joins the lines as they are).
+        skip = 0 if self._escaped else -1
+        self._escaped = False
+        for token in _JSON_TOKENS.finditer(line):
+            at, char = token.start(), token.group()
+            if at == skip:
+                continue
+            if self._in_string:
+                if char == "\\":
+                    skip = at + 1
+                    self._escaped = skip == len(line)
+                elif char == '"':
+                    self._in_string = False
+            elif char == '"':
+                self._in_string = True
+            elif char == "{":
+                self._depth += 1
+            elif char == "}":
+                self._depth -= 1
+        if self._depth <= 0:
+            out.append((None, "".join(self._raw)))
+            self._raw, self._depth, self._in_string = [], 0, False
+
+    def end(self) -> list[tuple[str | None, str]]:
+        """The events the end of the body completes: the last one, and raw JSON still open."""
+        out = super().end()
+        if self._raw:
+            out.append((None, "".join(self._raw)))
+            self._raw, self._depth, self._in_string = [], 0, False
+        return out
 
 
 class GeminiReply(ReplyBuilder):

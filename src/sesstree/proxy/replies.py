@@ -73,6 +73,21 @@ class SseParser:
             self._data.append(line[5:].removeprefix(" "))
         elif line.startswith("event:"):
             self._event = line[6:].strip()
+        elif not line.startswith((":", "id:", "retry:")):
+            self._other(line, out)
+
+    def _other(self, line: str, out: list[tuple[str | None, str]]) -> None:
+        """A line that is no SSE field (ignored here: a protocol may read it)."""
+
+    def end(self) -> list[tuple[str | None, str]]:
+        """The event the body ended in without the blank line that closes it (with its last
+        line, if that had no newline either)."""
+        out: list[tuple[str | None, str]] = []
+        if self._pending:
+            line, self._pending = b"".join(self._pending), []
+            self._line(line, out)
+        self._line(b"", out)
+        return out
 
 
 class ReplyResult(msgspec.Struct):
