@@ -22,8 +22,10 @@ that crossed its threshold). On a second core they run beside the appends.
 
 Closing the backend waits for the pack under way and ends the thread, which closes its
 connection; what was still queued is left to the closing pause, which packs every tail the
-writer moved. A child process forked meanwhile has no such thread: its copy starts its own
-when it has work, with a connection of its own (the parent's is never used there).
+writer moved. A fork waits for the job under way (the child must not be made while this
+thread is inside SQLite, holding mutexes it would wait for forever); the child has no such
+thread: its copy starts its own when it has work, with a connection of its own (the parent's
+is never used there).
 """
 
 from __future__ import annotations
@@ -48,6 +50,9 @@ __all__ = ["CHECKPOINT_EVERY", "Background"]
 #: Commits between two background checkpoints (about 2,000 WAL pages of appends).
 CHECKPOINT_EVERY = 256
 
+# How long a fork waits for a job under way (a pack or a checkpoint takes milliseconds; one
+# waiting for the write lock may take longer, and the fork then goes ahead).
+_FORK_WAIT = 2.0
 # Every Background of this process, so that a forked child can reset theirs.
 _ALL: weakref.WeakSet[Background] = weakref.WeakSet()
 # Connections a forked child inherited: never used or closed there (SQLite forbids it).
@@ -69,6 +74,8 @@ class Background:
         self._closed = False
         self._thread: threading.Thread | None = None
         self._own: ConnState | None = None
+        # Held while a job runs: a fork waits for it (see _before_fork).
+        self._working = threading.Lock()
         _ALL.add(self)
 
     # -- jobs (from the writer's thread) -----------------------------------------------------
@@ -136,7 +143,8 @@ class Background:
                     self._checkpoint = False
                 self._busy = True
             try:
-                self._run(name)
+                with self._working:
+                    self._run(name)
             finally:
                 with cond:
                     self._busy = False
@@ -189,8 +197,19 @@ class Background:
             except sqlite3.Error:
                 pass
 
+    def _before_fork(self) -> bool:
+        """Before a fork: wait (a moment at most) for the job under way, and hold the next
+        one off, so that the child is not made while this thread is inside SQLite (holding
+        its mutexes, which the child would wait for forever). True if it got that."""
+        return self._working.acquire(timeout=_FORK_WAIT)
+
+    def _after_fork_in_parent(self, held: bool) -> None:
+        if held:
+            self._working.release()
+
     def _after_fork(self) -> None:
         """In a forked child: no thread, no jobs, and the parent's connection left alone."""
+        self._working = threading.Lock()
         self._cond = threading.Condition()
         self._names = {}
         self._checkpoint = self._busy = False
@@ -200,10 +219,26 @@ class Background:
             self._own = None
 
 
-def _reset_after_fork() -> None:
+# The Backgrounds a fork in progress holds off (see Background._before_fork).
+_HELD: list[tuple[Background, bool]] = []
+
+
+def _before_fork() -> None:
+    _HELD[:] = [(background, background._before_fork()) for background in list(_ALL)]
+
+
+def _after_fork_in_parent() -> None:
+    held, _HELD[:] = list(_HELD), []
+    for background, got in held:
+        background._after_fork_in_parent(got)
+
+
+def _after_fork_in_child() -> None:
+    _HELD.clear()
     for background in list(_ALL):
         background._after_fork()
 
 
 if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_reset_after_fork)
+    os.register_at_fork(before=_before_fork, after_in_parent=_after_fork_in_parent,
+                        after_in_child=_after_fork_in_child)
