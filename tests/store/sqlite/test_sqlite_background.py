@@ -189,3 +189,16 @@ def test_a_writer_checkpoints_in_the_background_every_so_many_commits(
     with open_store(tmp_path, durability="durable") as store:
         fill(store, "d", background.CHECKPOINT_EVERY)  # (its WAL is sized for SQLite's own)
         assert len(asked) == 2
+
+
+def test_pack_counts_inside_a_snapshot_does_not_wait_for_a_commit_that_waits_for_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with held_commit(monkeypatch) as (built, go), open_store(tmp_path) as store:
+        sent = fill(store, "q", PACK_AT)
+        assert built.wait(60)
+        with store.backend.snapshot():  # holds the backend's lock, which the commit needs
+            go.set()
+            assert store.backend.pack_counts().packs == 0  # (returns: it does not wait)
+        assert store.backend.pack_counts().packs == 1
+        assert store.messages("q") == sent

@@ -100,24 +100,35 @@ class Background:
             self._start()
             self._cond.notify()
 
+    def _lock_held_here(self) -> bool:
+        """True if this thread holds the backend's lock (inside a batch or a snapshot): the
+        thread's next commit waits for it, so waiting for the thread would never end."""
+        owned = getattr(self._main.lock, "_is_owned", None)
+        return bool(owned()) if owned is not None else False
+
     def wait(self) -> None:
-        """Return once nothing is queued or under way."""
+        """Return once nothing is queued or under way (at once inside a batch or a snapshot
+        of this backend, whose lock a queued pack's commit needs)."""
+        if self._lock_held_here():
+            return
         with self._cond:
             while (self._names or self._checkpoint or self._busy) and self._thread is not None:
                 self._cond.wait()
 
     def close(self) -> None:
         """Wait for the job under way, drop the rest, end the thread and close its
-        connection. (The caller must not hold the backend's lock: a pack's commit takes it.)"""
+        connection. Closed inside a batch or a snapshot (whose lock a pack's commit waits
+        for), it does not wait: the thread ends after its job, which then fails on the
+        closed connection and writes nothing."""
         with self._cond:
             self._closed = True
             self._names.clear()
             self._checkpoint = False
             self._cond.notify_all()
             thread = self._thread
-        if thread is not None:
+        if thread is not None and not self._lock_held_here():
             thread.join()
-        self._close_own()
+            self._close_own()
 
     def _start(self) -> None:
         if self._thread is None:
