@@ -299,7 +299,11 @@ class SqliteBackend:
         return total
 
     def checkpoint(self) -> None:
-        """Fold the WAL back into the main file (used before measuring size)."""
+        """Fold the WAL back into the main file (used before measuring size), once the
+        background thread's work is done (a checkpoint of its own would keep this one from
+        starting the WAL over)."""
+        if self._background is not None:
+            self._background.wait()
         with self._state.lock, self._state.errors():
             self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
 
