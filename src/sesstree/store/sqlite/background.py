@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import sys
 import threading
 import weakref
 from typing import TYPE_CHECKING
@@ -114,7 +115,8 @@ class Background:
         if self._lock_held_here():
             return
         with self._cond:
-            while (self._names or self._checkpoint or self._busy) and self._thread is not None:
+            while ((self._names or self._checkpoint or self._busy) and self._thread is not None
+                   and self._thread.is_alive()):
                 self._cond.wait()
 
     def close(self) -> None:
@@ -181,6 +183,9 @@ class Background:
                 self._packer.pack_tail(head, PACK_AT, PACK_AT, own)
         except (SesstreeError, sqlite3.Error, CodecError, OSError):
             pass
+        except Exception:  # a bug: reported as a thread's error is, and the thread goes on
+            threading.excepthook(threading.ExceptHookArgs(
+                (*sys.exc_info(), threading.current_thread())))
 
     def _connection(self) -> ConnState:
         """The thread's own connection (opened at its first job): it only reads, and
