@@ -10,7 +10,8 @@ Usage: ``pack_crash_child.py JOB STORE [SESSION]``
   ``CHUNK`` after each of its delete transactions), then ``DONE``.
 
 Every job prints ``START`` when the store is open, ``PACKING`` as it starts a pack's
-transaction (packing.py's ``Packer._pack_run``) and ``PACKED`` once that committed, and
+transaction (packing.py's ``Packer._commit``, in the background thread of a writer) and
+``PACKED`` once that committed, and
 ``TRIM`` as gc starts rebuilding packs (``trim_packs``), so that a test can kill it while
 it packs, not only at a random moment.
 """
@@ -18,6 +19,7 @@ it packs, not only at a random moment.
 from __future__ import annotations
 
 import sys
+import threading
 from typing import Any
 
 from sesstree import open_store
@@ -37,22 +39,32 @@ def message(i: int) -> dict[str, Any]:
     return {"role": "user" if i % 2 else "assistant", "content": text}
 
 
-def announce() -> None:
-    """Print a line as each pack starts and once it committed, and as gc starts rebuilding
-    packs."""
-    run, trim = packing.Packer._pack_run, packing.trim_packs
+_said = threading.Lock()
 
-    def pack_run(self: packing.Packer, *args: Any) -> int:
-        print("PACKING", flush=True)
+
+def say(line: str) -> None:
+    """Print ``line`` whole (the background thread prints too), flushed."""
+    with _said:
+        sys.stdout.write(line + "\n")
+        sys.stdout.flush()
+
+
+def announce() -> None:
+    """Print a line as each pack's transaction starts and once it committed, and as gc starts
+    rebuilding packs."""
+    run, trim = packing.Packer._commit, packing.trim_packs
+
+    def commit(self: packing.Packer, *args: Any) -> int:
+        say("PACKING")
         made = run(self, *args)
-        print("PACKED", flush=True)
+        say("PACKED")
         return made
 
     def trim_packs(*args: Any) -> int:
-        print("TRIM", flush=True)
+        say("TRIM")
         return trim(*args)
 
-    packing.Packer._pack_run = pack_run  # type: ignore[method-assign]
+    packing.Packer._commit = commit  # type: ignore[method-assign]
     packing.trim_packs = trim_packs
 
 
@@ -60,21 +72,21 @@ def main() -> int:
     job, path, *rest = sys.argv[1:]
     announce()
     with open_store(path, create=job == "write") as store:
-        print("START", flush=True)
+        say("START")
         if job == "write":
             session = store.session(rest[0])
             i = len(session.messages())
             while True:
                 session.add_message(message(i))
-                print(f"ACK {i}", flush=True)
+                say(f"ACK {i}")
                 i += 1
         elif job == "repack":
             store.backend.repack()
         elif job == "gc":
-            gc(store, progress=lambda done, total: print("CHUNK", flush=True))
+            gc(store, progress=lambda done, total: say("CHUNK"))
         else:
             raise SystemExit(f"unknown job {job}")
-    print("DONE", flush=True)
+    say("DONE")
     return 0
 
 

@@ -103,7 +103,7 @@ def test_a_disk_full_while_training_at_close_loses_nothing(tmp_path: Path) -> No
         db = store.backend._db  # type: ignore[attr-defined]
         pages = db.execute("PRAGMA page_count").fetchone()[0]
         wal = folder / "store.db-wal"
-        db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        store.backend.checkpoint()  # type: ignore[attr-defined]
         assert not wal.exists() or wal.stat().st_size == 0
         db.execute(f"PRAGMA max_page_count = {pages + 2}")  # no room for a 64 KB dictionary
     finally:

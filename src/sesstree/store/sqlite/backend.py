@@ -54,6 +54,7 @@ from ..base import (
     StoreFormat,
     WatchMark,
 )
+from .background import Background
 from .check import check_store
 from .commit import BLOB_MIN, SIZE_WAL_AFTER, Writer
 from .dicts import Dictionary
@@ -105,10 +106,17 @@ class SqliteBackend:
             Packer(state, txn, lambda: None if dicts.looked else dicts.find())
             if state.packs and not state.read_only else None
         )
+        # What a writer's appends make due (a tail to pack, a checkpoint) runs in a thread of
+        # its own, with a connection of its own (background.py).
+        self._background = background = (
+            Background(state, packer) if packer is not None else None)
+        if packer is not None:
+            packer.background = background
         # A batch that took the store past TRAIN_AFTER rows trains the dictionary at its end,
         # and the tails it made PACK_AT long are packed.
         txn.after_batch = self._after_batch
-        self._writer = writer = Writer(state, txn, dicts, hold.refuse_if_full, packer)
+        self._writer = writer = Writer(state, txn, dicts, hold.refuse_if_full, packer,
+                                       background if not durable else None)
         self._nodes = nodes = SqliteNodes(state, txn)
         self._refs = refs = RefReads(state, txn)
         self._ref_writes = RefWrites(state, txn)
@@ -268,7 +276,10 @@ class SqliteBackend:
     # -- packs (packing.py) ---------------------------------------------------------------------
 
     def pack_counts(self) -> PackCounts:
-        """Packs, packed and loose nodes, and the packs' bytes."""
+        """Packs, packed and loose nodes, and the packs' bytes (once the packs this writer's
+        appends made due are made)."""
+        if self._background is not None:
+            self._background.wait()
         if self._packer is None:
             with self._state.lock, self._state.errors():
                 nodes = int(self._db.execute("SELECT count(*) FROM nodes").fetchone()[0])
@@ -280,6 +291,8 @@ class SqliteBackend:
         if self._packer is None:
             self._hold.refuse_if_full()
             raise StoreReadOnlyError(f"store {self.path} is read-only: it cannot be repacked")
+        if self._background is not None:
+            self._background.wait()  # (what it is packing now would only be packed twice)
         with self._state.lock, self._state.errors():
             self._txn.write_folds()
         return self._packer.repack(progress)
@@ -293,7 +306,11 @@ class SqliteBackend:
         return total
 
     def checkpoint(self) -> None:
-        """Fold the WAL back into the main file (used before measuring size)."""
+        """Fold the WAL back into the main file (used before measuring size), once the
+        background thread's work is done (a checkpoint of its own would keep this one from
+        starting the WAL over)."""
+        if self._background is not None:
+            self._background.wait()
         with self._state.lock, self._state.errors():
             self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
 
@@ -324,6 +341,9 @@ class SqliteBackend:
 
     def close(self) -> None:
         self._idle.stop()
+        if self._background is not None:
+            # The pack under way is finished; what was queued, the closing pause packs.
+            self._background.close()
         with self._state.lock:
             if self._idle.wrote_since_checkpoint:
                 # What this connection wrote should not live on only in the WAL.

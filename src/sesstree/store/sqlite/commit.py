@@ -20,6 +20,7 @@ from ..codec import SMALL_MIN
 from ..packs import INLINE_MAX
 from ..rows import row_data
 from ..storable import check_commit
+from .background import CHECKPOINT_EVERY, Background
 from .dicts import Dictionary
 from .opening import WAL_PAGES
 from .packing import Packer
@@ -47,8 +48,12 @@ class Writer:
     """
 
     def __init__(self, state: ConnState, txn: Transactions, dicts: Dictionary,
-                 refuse_if_full: Callable[[], None], packer: Packer | None = None) -> None:
+                 refuse_if_full: Callable[[], None], packer: Packer | None = None,
+                 background: Background | None = None) -> None:
         self._state = state
+        #: Checkpoints the WAL every CHECKPOINT_EVERY commits (None: SQLite's own only).
+        self._background = background
+        self._to_checkpoint = CHECKPOINT_EVERY
         #: Packs a tail that commits made long enough (format 5; None for an older store).
         self.packer = packer
         self._txn = txn
@@ -142,14 +147,19 @@ class Writer:
                 queue.release()
                 self._idle.wrote()
             # (Training the dictionary waits for the writer's next pause, see dicts.py.)
+            self._to_checkpoint -= 1
+            if self._to_checkpoint <= 0 and self._background is not None:
+                self._to_checkpoint = CHECKPOINT_EVERY
+                self._background.checkpoint()
             packer = self.packer
             if packer is not None:
                 due = [u.name for u in updates if u.new is not None and packer.note(u.name)]
                 if due:
-                    # Committed: packing is a transaction of its own, after it (packing.py).
-                    # Its failure (a disk too full for the pack, the lock held too long) is
-                    # not the append's: the tail stays loose, and the next append or pause
-                    # packs it.
+                    # Committed: packing is a transaction of its own, after it (packing.py),
+                    # made by the background thread (background.py), or here once that is
+                    # closed. Its failure (a disk too full for the pack, the lock held too
+                    # long) is not the append's: the tail stays loose, and the next append or
+                    # pause packs it.
                     try:
                         with state.errors():
                             packer.after_commit(due)

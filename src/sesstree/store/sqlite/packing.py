@@ -23,7 +23,7 @@ from __future__ import annotations
 import sqlite3
 import time
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from ...errors import SesstreeError, StoreCorruptError
 from ..base import PackCounts, Progress
@@ -41,6 +41,9 @@ from ..packs import (
 )
 from .state import ConnState
 from .txn import Transactions
+
+if TYPE_CHECKING:
+    from .background import Background
 
 __all__ = ["PENDING", "Packer", "trim_packs"]
 
@@ -80,6 +83,20 @@ UPGRADE_AT_PAUSE = 0.2
 UPGRADE_AT_CLOSE = 0.05
 
 
+class _Run(NamedTuple):
+    """A pack built and not committed yet: its rows as read (row, parent row, id), where it
+    goes, and its compressed frame."""
+
+    rows: list[tuple[int, int | None, bytes]]
+    base: int | None
+    base_id: bytes | None
+    depth: int
+    size: int
+    codec: int
+    data: bytes
+    inlined: list[int]
+
+
 class Packer:
     """Packs the tails of one connection's store. Owns the count of loose appends this
     connection made to each ref since its tail was last packed."""
@@ -93,6 +110,9 @@ class Packer:
         self.moved: dict[str, int] = {}
         self._failed: set[int] = set()  # heads whose tail could not be packed (damage)
         self._cursor = ""  # how far an upgrade's packing got through the ref names
+        #: The writer's background thread (background.py), which packs the tails commits made
+        #: long; None: they are packed inline, right after the commit.
+        self.background: Background | None = None
 
     # -- when -------------------------------------------------------------------------------
 
@@ -103,10 +123,15 @@ class Packer:
         return count >= PACK_AT
 
     def after_commit(self, names: Iterable[str]) -> None:
-        """Whole packs of PACK_AT for the refs whose tails are due (after a commit)."""
+        """Whole packs of PACK_AT for the refs whose tails are due (after a commit): queued
+        for the background thread, or (none, or closed) made now."""
+        background = self.background
         for name in names:
             if self.moved.get(name, 0) >= PACK_AT:
-                head = self._head(name)
+                if background is not None and background.pack(name):
+                    self.moved[name] = 0  # (still listed: the pause packs what is left)
+                    continue
+                head = self.head(name)
                 left = self.pack_tail(head, PACK_AT, PACK_AT) if head is not None else 0
                 self.moved[name] = left
 
@@ -115,7 +140,7 @@ class Packer:
         packing a moment. True if that packing is not finished (the next pause goes on)."""
         moved, self.moved = self.moved, {}
         for name in moved:
-            head = self._head(name)
+            head = self.head(name)
             if head is not None:
                 self.pack_tail(head, PACK_MIN, None)
         cursor = self._pending()
@@ -167,16 +192,19 @@ class Packer:
 
     # -- how ---------------------------------------------------------------------------------
 
-    def pack_tail(self, head: int, least: int, step: int | None) -> int:
+    def pack_tail(self, head: int, least: int, step: int | None,
+                  src: ConnState | None = None) -> int:
         """Pack the loose tail that ends at row ``head`` if it is at least ``least`` long:
         packs of ``step`` nodes (the rest stays loose), or (None) all of it. Returns how many
         nodes are left loose. Damage found while building is left for reads and fsck to
-        report (the rows stay as they are)."""
+        report (the rows stay as they are). ``src``: the connection the rows are read and
+        the packs built on (by default the backend's; the background packer's own, see
+        background.py); each pack is committed on the backend's connection."""
         if head in self._failed:
             return 0
-        state = self._state
-        with state.lock, state.errors():
-            tail = state.db.execute(_TAIL, (head,)).fetchall()
+        src = src if src is not None else self._state
+        with src.lock, src.errors():
+            tail = src.db.execute(_TAIL, (head,)).fetchall()
         if len(tail) < least:
             return len(tail)
         tail.reverse()
@@ -188,7 +216,7 @@ class Packer:
             if step is not None and len(seqs) - at < step:
                 break
             try:
-                made = self._pack_run(seqs[at : at + size], base)
+                made = self._pack_run(seqs[at : at + size], base, src)
             except (StoreCorruptError, CodecError):
                 self._failed.add(head)
                 return 0
@@ -198,65 +226,99 @@ class Packer:
             at += made
         return len(seqs) - at
 
-    def _pack_run(self, seqs: list[int], base: int | None) -> int:
-        """Pack the oldest of ``seqs`` (consecutive nodes of one path below row ``base``) in
-        one transaction: as many as fit in PACK_BYTES (at least one). Returns how many were
-        packed (0: they are not loose below a packed parent any more)."""
+    def _pack_run(self, seqs: list[int], base: int | None, src: ConnState) -> int:
+        """Pack the oldest of ``seqs`` (consecutive nodes of one path below row ``base``): as
+        many as fit in PACK_BYTES (at least one), built on ``src`` outside any write
+        transaction, then committed in a short one of its own. Returns how many were packed
+        (0: they are not loose below a packed parent any more)."""
+        if src is self._state:
+            self._find_dict()
+            with src.lock, src.errors():
+                run = self._build(src, seqs, base)
+        else:
+            with src.errors():
+                run = self._build(src, seqs, base)
+        return 0 if run is None else self._commit(run)
+
+    def _build(self, src: ConnState, seqs: list[int], base: int | None) -> _Run | None:
+        """Read the rows on ``src``, check each node against its id and make the pack (its
+        frame compressed): nothing is written. None if the rows are not loose below a packed
+        parent (packed or removed meanwhile)."""
+        db = src.db
+        marks = ",".join("?" * len(seqs))
+        found = {r[0]: r for r in db.execute(_ROWS.format(marks=marks), seqs)}
+        base_id: bytes | None = None
+        if base is not None:
+            row = db.execute("SELECT id, pack FROM nodes WHERE seq = ?", (base,)).fetchone()
+            if row is None or row[1] is None:
+                return None
+            base_id = row[0]
+        rows: list[Any] = [found.get(s) for s in seqs]
+        ids: list[bytes] = []
+        bodies: list[bytes] = []  # each node's hashed body (for its id)
+        entries: list[bytes] = []  # what the frame holds for it
+        apart: list[int] = []
+        inlined: list[int] = []  # blob rows whose payload went into the frame
+        size = 0
+        parent = base
+        first_depth = rows[0][10] if rows[0] is not None else None
+        for k, r in enumerate(rows):
+            if r is None or r[2] is not None or r[1] != parent:
+                return None  # packed or removed meanwhile (or not the path it was)
+            if type(first_depth) is not int or r[10] != first_depth + k:
+                raise StoreCorruptError(
+                    f"store {src.path} is damaged: node row {r[0]} has a wrong depth index")
+            body, entry, kept_apart = self._body(src, r)
+            if k and size + len(entry) > PACK_BYTES:
+                break
+            size += len(entry)
+            ids.append(r[3])
+            bodies.append(body)
+            entries.append(entry)
+            if kept_apart:
+                apart.append(k)
+            elif r[8] is not None:
+                inlined.append(r[8])
+            parent = r[0]
+        count = len(ids)
+        bad = verify_run(base_id, b"".join(ids), bodies)
+        if bad >= 0:
+            raise StoreCorruptError(
+                f"store {src.path} is damaged: node {ids[bad].hex()[:12]} does not hash "
+                "to its id")
+        frame = build_frame(ids, base_id, entries, apart)
+        codec, data = src.paths.codec.pack_blob(frame)
+        depth = first_depth if type(first_depth) is int else 0  # (checked above)
+        return _Run([(r[0], r[1], r[3]) for r in rows[:count]], base, base_id, depth,
+                    len(frame), codec, data, inlined)
+
+    def _commit(self, run: _Run) -> int:
+        """Commit a built pack on the backend's connection, in one short write transaction
+        that first checks its rows are still loose below their packed parent, as they were
+        read (another writer may have packed them, or gc removed them, meanwhile: then it
+        writes nothing and returns 0). Returns how many nodes it packed."""
         state = self._state
         db = state.db
-        self._find_dict()
+        packed = [r[0] for r in run.rows]
+        count = len(packed)
+        where = f"seq IN ({','.join('?' * count)})"
         with self._txn.write():
-            marks = ",".join("?" * len(seqs))
-            found = {r[0]: r for r in db.execute(_ROWS.format(marks=marks), seqs)}
-            base_id: bytes | None = None
-            if base is not None:
-                row = db.execute("SELECT id, pack FROM nodes WHERE seq = ?", (base,)).fetchone()
-                if row is None or row[1] is None:
+            now = db.execute(f"SELECT seq, parent, id FROM nodes WHERE {where} AND pack IS NULL",
+                             packed).fetchall()
+            if len(now) != count or set(now) != set(run.rows):
+                return 0
+            if run.base is not None:
+                row = db.execute("SELECT id, pack FROM nodes WHERE seq = ?",
+                                 (run.base,)).fetchone()
+                if row is None or row[1] is None or row[0] != run.base_id:
                     return 0
-                base_id = row[0]
-            rows: list[Any] = [found.get(s) for s in seqs]
-            ids: list[bytes] = []
-            bodies: list[bytes] = []  # each node's hashed body (for its id)
-            entries: list[bytes] = []  # what the frame holds for it
-            apart: list[int] = []
-            inlined: list[int] = []  # blob rows whose payload went into the frame
-            size = 0
-            parent = base
-            first_depth = rows[0][10] if rows[0] is not None else None
-            for k, r in enumerate(rows):
-                if r is None or r[2] is not None or r[1] != parent:
-                    return 0  # packed or removed meanwhile (or not the path it was)
-                if type(first_depth) is not int or r[10] != first_depth + k:
-                    raise StoreCorruptError(
-                        f"store {state.path} is damaged: node row {r[0]} has a wrong depth index")
-                body, entry, kept_apart = self._body(r)
-                if k and size + len(entry) > PACK_BYTES:
-                    break
-                size += len(entry)
-                ids.append(r[3])
-                bodies.append(body)
-                entries.append(entry)
-                if kept_apart:
-                    apart.append(k)
-                elif r[8] is not None:
-                    inlined.append(r[8])
-                parent = r[0]
-            count = len(ids)
-            bad = verify_run(base_id, b"".join(ids), bodies)
-            if bad >= 0:
-                raise StoreCorruptError(
-                    f"store {state.path} is damaged: node {ids[bad].hex()[:12]} does not hash "
-                    "to its id")
-            depth = first_depth if type(first_depth) is int else 0  # (checked above)
-            pid = _store_pack(state, build_frame(ids, base_id, entries, apart), depth, base,
-                              count)
+            pid = _store_pack(state, run.codec, run.data, run.size, run.depth, run.base, count)
             # The payloads leave `loose` (whole pages freed for the next appends); a node's row
             # only gains its pack (a row written before format 5 also drops its payload).
-            packed = seqs[:count]
-            where = f"seq IN ({','.join('?' * count)})"
             db.execute(f"DELETE FROM loose WHERE {where}", packed)
             db.execute(f"UPDATE nodes SET pack = ?, data = x'', codec = NULL WHERE {where}",
                        [pid, *packed])
+            inlined = run.inlined
             if inlined:
                 marks = ",".join("?" * len(inlined))
                 db.execute(f"UPDATE nodes SET bid = NULL WHERE {where} AND bid IN ({marks})",
@@ -265,13 +327,14 @@ class Packer:
                            "(SELECT 1 FROM nodes WHERE nodes.bid = blobs.bid)", inlined)
         return count
 
-    def _body(self, r: tuple[object, ...]) -> tuple[bytes, bytes, bool]:
+    @staticmethod
+    def _body(src: ConnState, r: tuple[object, ...]) -> tuple[bytes, bytes, bool]:
         """A loose row's hashed body, what the frame holds for it, and whether its payload
-        stays apart."""
+        stays apart (inflated with ``src``'s codec)."""
         data, blob, codec, bcodec, digest = r[4], r[5], r[6], r[7], r[9]
         if not isinstance(data, bytes):
-            raise StoreCorruptError(f"store {self._state.path} is damaged: a node row is unreadable")
-        paths = self._state.paths
+            raise StoreCorruptError(f"store {src.path} is damaged: a node row is unreadable")
+        paths = src.paths
         key = r[3] if isinstance(r[3], bytes) else None
         if codec is not None:
             data = paths.inflate(data, codec, key, 1 << 20)  # type: ignore[arg-type]
@@ -295,14 +358,28 @@ class Packer:
             nodes = int(state.db.execute("SELECT count(*) FROM nodes").fetchone()[0])
         return PackCounts(int(packs), int(packed), nodes - int(packed), int(stored), int(raw))
 
-    def _head(self, name: str) -> int | None:
-        state = self._state
+    def head(self, name: str, src: ConnState | None = None) -> int | None:
+        """The row ref ``name`` is at (read on ``src``, by default the backend's connection),
+        or None (no such ref, or it cannot be read now)."""
+        state = src if src is not None else self._state
         try:
             with state.lock, state.errors():
                 row = state.db.execute(_NEWEST, (name,)).fetchone()
         except (SesstreeError, sqlite3.Error):
             return None
         return int(row[0]) if row is not None and row[0] is not None else None
+
+    def use_dict_of(self, src: ConnState) -> None:
+        """Make ``src``'s codec compress with the store's newest dictionary, as the backend's
+        connection does (a connection of the background thread builds packs too)."""
+        row = src.db.execute("SELECT max(id) FROM dicts").fetchone()
+        if row[0] is not None and row[0] != src.paths.codec.dict_id:
+            try:
+                data = src.paths.load_dict(int(row[0]))
+            except CodecError:
+                return  # damaged: packs stay plain zstd (fsck names the dictionary)
+            if data is not None:
+                src.paths.codec.use(int(row[0]), data)
 
     def _pending(self) -> str | None:
         """Where an upgrade's packing got to (the last ref name it did; "1" for none yet), or
@@ -313,14 +390,14 @@ class Packer:
         return None if row is None else str(row[0])
 
 
-def _store_pack(state: ConnState, frame: bytes, depth: int, base: int | None, count: int) -> int:
-    """Compress ``frame`` (with the store's dictionary, if it has one) and insert it as a pack
-    of ``count`` nodes from ``depth`` below row ``base``, with its checksum; its number.
-    (Inside the caller's write transaction.)"""
-    codec, data = state.paths.codec.pack_blob(frame)
+def _store_pack(state: ConnState, codec: int, data: bytes, size: int, depth: int,
+                base: int | None, count: int) -> int:
+    """Insert the compressed frame ``data`` (``size`` bytes before compression, made with
+    ``codec``) as a pack of ``count`` nodes from ``depth`` below row ``base``, with its
+    checksum; its number. (Inside the caller's write transaction.)"""
     cur = state.db.execute(
         "INSERT INTO packs(depth, base, count, size, codec, sum, data) VALUES (?, ?, ?, ?, ?, ?, ?)",
-        (depth, base, count, len(frame), codec, checksum(codec, depth, count, data), data))
+        (depth, base, count, size, codec, checksum(codec, depth, count, data), data))
     assert cur.lastrowid is not None
     return cur.lastrowid
 
@@ -354,7 +431,8 @@ def trim_packs(state: ConnState, txn: Transactions) -> int:
                 continue  # not a prefix: damage, which fsck reports; nothing is rewritten
             frame = build_frame([ids[32 * k : 32 * k + 32] for k in range(kept)], base_id,
                                 entries[:kept], [k for k in apart if k < kept])
-            made = _store_pack(state, frame, pack.depth, pack.base, kept)
+            codec, data = state.paths.codec.pack_blob(frame)
+            made = _store_pack(state, codec, data, len(frame), pack.depth, pack.base, kept)
             db.execute("UPDATE nodes SET pack = ? WHERE pack = ?", (made, pid))
             db.execute("DELETE FROM packs WHERE pid = ?", (pid,))
             changed += 1
