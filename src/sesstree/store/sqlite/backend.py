@@ -146,6 +146,9 @@ class SqliteBackend:
     def resolve_prefix(self, prefix: str, limit: int = 2) -> list[NodeId]:
         return self._nodes.resolve_prefix(prefix, limit)
 
+    def recorded(self, ids: Sequence[NodeId]) -> dict[NodeId, float]:
+        return self._nodes.recorded(ids)
+
     def iter_nodes(self) -> Iterator[StoredNode]:
         return self._nodes.iter_nodes()
 

@@ -104,7 +104,8 @@ class Writer:
         elif bid is None:
             self._dicts.count_plain(True)  # (plain until packed: see _append_one)
         key = bytes.fromhex(node.id)
-        cur = db.execute(INSERT_NODE, (key, parent_seq, depth, bid))
+        # Its recorded time (format 6): an insert that finds the node stored keeps the older.
+        cur = db.execute(INSERT_NODE, (key, parent_seq, depth, bid, int(time.time() * 1000)))
         if cur.rowcount == 1:
             assert cur.lastrowid is not None
             db.execute(INSERT_LOOSE, (cur.lastrowid, row, codec))

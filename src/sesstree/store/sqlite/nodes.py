@@ -72,6 +72,21 @@ class SqliteNodes:
                 state.sync_cache()
             return {i for i in ids if state.seq_of(i) is not None}
 
+    def recorded(self, ids: Sequence[NodeId]) -> dict[NodeId, float]:
+        state = self._state
+        out: dict[NodeId, float] = {}
+        if not state.times:
+            return out
+        with self._lock, state.errors():
+            for k in range(0, len(ids), 500):
+                chunk = [bytes.fromhex(i) for i in ids[k : k + 500]]
+                for key, ms in state.db.execute(
+                        f"SELECT id, t FROM nodes WHERE id IN ({','.join('?' * len(chunk))}) "
+                        "AND t IS NOT NULL", chunk):
+                    if type(ms) is int:  # (anything else is damage, dated by the reflog)
+                        out[state.hex(key)] = ms / 1000
+        return out
+
     def chain(self, head: NodeId, limit: int | None = None) -> Chain:
         state = self._state
         with self._lock, state.errors():

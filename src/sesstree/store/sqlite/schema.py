@@ -22,7 +22,7 @@ from .sums import SUMS_TABLE
 
 __all__ = [
     "FORMAT_VERSION", "LOOSE_TABLE", "MIGRATIONS", "PACKS_TABLE", "TABLES", "build", "has_codec", "has_packs",
-    "reflog_has_started", "upgrade",
+    "has_times", "reflog_has_started", "upgrade",
 ]
 
 #: Format 1: the tables. See :mod:`sesstree.store.sqlite.backend` for the layout and why.
@@ -135,6 +135,17 @@ def m005_packs(db: sqlite3.Connection) -> None:
         db.execute("INSERT OR REPLACE INTO meta VALUES ('pack_pending', '1')")
 
 
+@migration
+def m006_recorded(db: sqlite3.Connection) -> None:
+    """Format 6: each node's first-recorded time, ``nodes.t`` (integer milliseconds since
+    1970, the earliest commit that wrote it: a put of a node already stored keeps it), so
+    that the store dates events without the reflog, where one handle's appends are now one
+    entry. Rows written before read NULL, and are dated by the reflog as before. A sesstree
+    of format 5 would log and date the same store its own way: it must refuse it."""
+    if not any(r[1] == "t" for r in db.execute("PRAGMA table_info(nodes)")):
+        db.execute("ALTER TABLE nodes ADD COLUMN t INTEGER")
+
+
 #: The format this sesstree writes, and the newest it reads.
 FORMAT_VERSION = 1 + len(MIGRATIONS)
 
@@ -184,6 +195,12 @@ def reflog_has_started(db: sqlite3.Connection) -> bool:
 def has_packs(db: sqlite3.Connection) -> bool:
     """Whether the store has format 5's packs (an older store opened read-only has not)."""
     return any(row[1] == "pack" for row in db.execute("PRAGMA table_info(nodes)"))
+
+
+def has_times(db: sqlite3.Connection) -> bool:
+    """Whether the store keeps each node's recorded time (format 6; an older store opened
+    read-only has not)."""
+    return any(row[1] == "t" for row in db.execute("PRAGMA table_info(nodes)"))
 
 
 def has_codec(db: sqlite3.Connection) -> bool:

@@ -92,6 +92,9 @@ _PUT_BLOB = (
     "WHERE NEW.hash IS NOT NULL;"
 )
 _BID = "(SELECT bid FROM main.blobs WHERE hash = NEW.hash)"
+# A new node's recorded time (format 6): the append's, in whole milliseconds (rounded down, so
+# it is never later than the reflog entry's time).
+_MS = "CAST(NEW.time * 1000 AS INTEGER)"
 # A new node's type and payload go to `loose` (format 5), keyed by its row number; only when the
 # node was inserted. After it, changes() and last_insert_rowid() still say what the node insert
 # did (1 and its row, or 0), which the statements after it read.
@@ -104,8 +107,8 @@ APPEND_TEMP = [
     "bcodec) AS SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL",
     f"""CREATE TEMP TRIGGER append_one_do INSTEAD OF INSERT ON append_one BEGIN
         {_PUT_BLOB}
-        INSERT OR IGNORE INTO nodes(id, parent, depth, data, codec, bid)
-        SELECT NEW.id, p.seq, coalesce(p.depth, 0) + 1, x'', NULL, {_BID}
+        INSERT OR IGNORE INTO nodes(id, parent, depth, data, codec, bid, t)
+        SELECT NEW.id, p.seq, coalesce(p.depth, 0) + 1, x'', NULL, {_BID}, {_MS}
         FROM (SELECT 1) LEFT JOIN main.nodes p ON p.id = NEW.parent
         WHERE NEW.parent IS NULL OR p.seq IS NOT NULL;
         {_PUT_LOOSE}
@@ -124,8 +127,8 @@ APPEND_TEMP = [
     "bcodec) AS SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL",
     f"""CREATE TEMP TRIGGER append_fold_do INSTEAD OF INSERT ON append_fold BEGIN
         {_PUT_BLOB}
-        INSERT OR IGNORE INTO nodes(id, parent, depth, data, codec, bid)
-        SELECT NEW.id, p.seq, p.depth + 1, x'', NULL, {_BID}
+        INSERT OR IGNORE INTO nodes(id, parent, depth, data, codec, bid, t)
+        SELECT NEW.id, p.seq, p.depth + 1, x'', NULL, {_BID}, {_MS}
         FROM main.nodes p WHERE p.id = NEW.parent;
         {_PUT_LOOSE}
         UPDATE reflog SET new = (SELECT seq FROM nodes WHERE id = NEW.id), time = NEW.time,
@@ -139,8 +142,10 @@ APPEND_TEMP = [
 ]
 APPEND_ONE = "INSERT INTO temp.append_one VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 APPEND_FOLD = "INSERT INTO temp.append_fold VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+# (?-parameters: id, parent row, depth, payload's blob row, recorded time in milliseconds.)
 INSERT_NODE = (
-    "INSERT OR IGNORE INTO nodes(id, parent, depth, data, bid, codec) VALUES (?, ?, ?, x'', ?, NULL)"
+    "INSERT OR IGNORE INTO nodes(id, parent, depth, data, bid, codec, t) "
+    "VALUES (?, ?, ?, x'', ?, NULL, ?)"
 )
 INSERT_LOOSE = "INSERT INTO loose(seq, data, codec) VALUES (?, ?, ?)"
 # How a format-5 read gets a node's type and payload: from `loose`, or (a row written before

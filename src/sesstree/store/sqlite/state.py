@@ -19,7 +19,7 @@ from ...errors import StoreCorruptError
 from ...node import NodeId
 from .media import translate, translating
 from .paths import PathReader
-from .schema import has_codec, has_packs, reflog_has_started
+from .schema import has_codec, has_packs, has_times, reflog_has_started
 from .sql import FOLD, FOLD_NEWEST, REFLOG_ROWS, without_codec, without_packs, without_started
 
 __all__ = ["ConnState"]
@@ -64,6 +64,7 @@ class ConnState:
         # Set by setup():
         self.codec_columns = False
         self.packs = False
+        self.times = False
         self.paths: PathReader
         self.fold_sql = self.fold_newest_sql = self.reflog_sql = ""
 
@@ -73,6 +74,8 @@ class ConnState:
         self.codec_columns = has_codec(self.db)
         # Format 5's packs (an older store opened read-only has none, and is read as it is).
         self.packs = has_packs(self.db)
+        # Format 6's recorded times (an older store opened read-only has none).
+        self.times = has_times(self.db)
         self.paths = PathReader(self.db, self.path, self.codec_columns, self.packs)
         # The statements that write and read a folded entry's `started`, or (a store made
         # before it was kept) their forms without it.

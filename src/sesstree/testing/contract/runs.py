@@ -1,4 +1,5 @@
-"""The engine contract, runs of plain appends: one handle's appends logged as one entry.
+"""The engine contract, runs of plain appends: one handle's appends logged as one entry, and
+each node's recorded time kept with the node.
 
 Outside batches and log groups, a session handle's consecutive appends fold into one reflog
 entry (:mod:`sesstree.repo.policy`), each still committed on its own. What the engine must
@@ -12,7 +13,10 @@ the older time, and packing keeps it.
 
 from __future__ import annotations
 
+import time
+
 from ...node import session_ref
+from ...repo.recorded import stored_dates
 from ...repo.store import Store
 from .. import Engine, grow, user
 
@@ -20,6 +24,7 @@ __all__ = [
     "test_a_reset_or_a_batch_ends_a_run",
     "test_a_run_of_appends_is_one_entry_and_each_is_committed",
     "test_another_writers_move_starts_a_new_entry",
+    "test_each_node_keeps_when_it_was_first_recorded",
 ]
 
 
@@ -77,3 +82,36 @@ def test_a_reset_or_a_batch_ends_a_run(store: Store) -> None:
     ]
     assert (log[1].old, log[1].new) == (ids[2], ids[1])
 
+
+def test_each_node_keeps_when_it_was_first_recorded(store: Store, engine: Engine) -> None:
+    before = time.time()
+    ids = grow(store, "q", 3)
+    after = time.time()
+    got = store.backend.recorded(ids)
+    assert set(got) == set(ids)
+    # (To the millisecond, rounded down.)
+    assert all(before - 0.002 <= got[i] <= after for i in ids)
+    assert [got[i] for i in ids] == sorted(got[i] for i in ids)
+    assert store.backend.recorded(["0" * 64]) == {}
+    # The same node put again later (another session writing the same event on the same
+    # parent) keeps its first time.
+    time.sleep(0.01)
+    store.fork("w", "q~1")
+    again = store.session("w").add_message(user("q-2"))
+    assert again.id == ids[2]
+    assert store.backend.recorded([ids[2]]) == {ids[2]: got[ids[2]]}
+    # Every event of a session is dated by it, with no reflog read.
+    nodes = store.session("q").events()
+    times: dict[str, float] = {}
+    assert stored_dates(store.recorded, nodes, times)
+    assert times == got
+    # ... from a fresh handle too, and after the engine packed what it keeps.
+    store.close()
+    fresh = engine.open()
+    try:
+        repack = getattr(fresh.backend, "repack", None)
+        if callable(repack):
+            repack()
+        assert fresh.backend.recorded(ids) == got
+    finally:
+        fresh.close()
