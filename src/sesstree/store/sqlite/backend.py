@@ -56,6 +56,7 @@ from ..base import (
 from .check import check_store
 from .commit import BLOB_MIN, SIZE_WAL_AFTER, Writer
 from .dicts import Dictionary
+from .freepages import give_back_free_pages
 from .nodes import SqliteNodes
 from .opening import DURABLE_WAL_PAGES, PAGE_SIZE, WAL_PAGES
 from .packcheck import check_packs
@@ -315,6 +316,12 @@ class SqliteBackend:
                         more = self._packer.at_pause(closing=closing)
                     except (SesstreeError, sqlite3.Error):
                         pass  # packing only makes reads faster: the next pause tries again
+                    # The pages packing freed past a reserve go back to the file system.
+                    try:
+                        with self._state.errors():
+                            give_back_free_pages(self._state, self._txn, closing)
+                    except (SesstreeError, sqlite3.Error):
+                        pass  # only space: the next pause tries again
                 self._db.execute("PRAGMA wal_checkpoint(PASSIVE)")
         return more
 

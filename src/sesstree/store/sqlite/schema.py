@@ -154,6 +154,9 @@ def build(db: sqlite3.Connection, page_size: int) -> None:
     """Page size, WAL mode, tables, every migration and the format of a new store (in the
     private file that create.py renames into place)."""
     db.execute(f"PRAGMA page_size={page_size}")
+    # (Format 6: free pages can be given back, see freepages.py; it must be set before the
+    # first table.)
+    db.execute("PRAGMA auto_vacuum=INCREMENTAL")
     db.execute("PRAGMA journal_mode=WAL")
     db.execute("BEGIN IMMEDIATE")
     for statement in TABLES:
