@@ -57,11 +57,11 @@ from .check import check_store
 from .commit import BLOB_MIN, SIZE_WAL_AFTER, Writer
 from .dicts import Dictionary
 from .freepages import give_back_free_pages
-from .plainpacks import compress_plain_packs
 from .nodes import SqliteNodes
 from .opening import DURABLE_WAL_PAGES, PAGE_SIZE, WAL_PAGES
 from .packcheck import check_packs
 from .packing import Packer
+from .plainpacks import compress_plain_packs
 from .refs import RefReads, RefWrites
 from .release import Hold
 from .scans import SqliteScans

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import time
 
-from ...node import session_ref
+from ...node import NodeId, session_ref
 from ...repo.recorded import stored_dates
 from ...repo.store import Store
 from .. import Engine, grow, user
@@ -85,14 +85,14 @@ def test_a_reset_or_a_batch_ends_a_run(store: Store) -> None:
 
 def test_each_node_keeps_when_it_was_first_recorded(store: Store, engine: Engine) -> None:
     before = time.time()
-    ids = grow(store, "q", 3)
+    ids = [NodeId(i) for i in grow(store, "q", 3)]
     after = time.time()
     got = store.backend.recorded(ids)
     assert set(got) == set(ids)
     # (To the millisecond, rounded down.)
     assert all(before - 0.002 <= got[i] <= after for i in ids)
     assert [got[i] for i in ids] == sorted(got[i] for i in ids)
-    assert store.backend.recorded(["0" * 64]) == {}
+    assert store.backend.recorded([NodeId("0" * 64)]) == {}
     # The same node put again later (another session writing the same event on the same
     # parent) keeps its first time.
     time.sleep(0.01)
@@ -102,7 +102,7 @@ def test_each_node_keeps_when_it_was_first_recorded(store: Store, engine: Engine
     assert store.backend.recorded([ids[2]]) == {ids[2]: got[ids[2]]}
     # Every event of a session is dated by it, with no reflog read.
     nodes = store.session("q").events()
-    times: dict[str, float] = {}
+    times: dict[NodeId, float] = {}
     assert stored_dates(store.recorded, nodes, times)
     assert times == got
     # ... from a fresh handle too, and after the engine packed what it keeps.
