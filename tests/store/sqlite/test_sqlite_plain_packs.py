@@ -1,6 +1,6 @@
-"""Packs made before the store had a dictionary are compressed again with it when a writer
-pauses or closes (sqlite/plainpacks.py): smaller, read back exactly, fsck clean, each looked
-at once."""
+"""Packs are compressed again once settled, with the store's dictionary at a higher level,
+when a writer pauses or closes (sqlite/plainpacks.py): those made before the store had a
+dictionary too; smaller, read back exactly, fsck clean, each compressed again once."""
 
 from __future__ import annotations
 
