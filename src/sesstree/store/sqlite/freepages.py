@@ -7,7 +7,7 @@ leaves a freelist as large as its loose rows were: a forest of 200 forks of 20 m
 1.7 MB of free pages in a 4.3 MB file. A store made with ``auto_vacuum=INCREMENTAL`` (every
 store created since format 6; an older one keeps its mode, which only a ``VACUUM`` changes)
 can hand them back: at a pause a writer gives back the free pages past a reserve kept for
-the next appends, at its close all but a few. ``PRAGMA incremental_vacuum`` moves pages from
+the next appends, at its close all of them. ``PRAGMA incremental_vacuum`` moves pages from
 the end of the file into the free ones and truncates it, in one short write transaction.
 """
 
@@ -26,8 +26,8 @@ INCREMENTAL = 2
 #: ``_KEEP_AT_PAUSE``, a close the ones past ``_KEEP_AT_CLOSE``, and neither bothers for fewer
 #: than ``_LEAST`` (each page given back is a page moved).
 _KEEP_AT_PAUSE = 512
-_KEEP_AT_CLOSE = 16
-_LEAST = 64
+_KEEP_AT_CLOSE = 0
+_LEAST = 16
 
 
 def give_back_free_pages(state: ConnState, txn: Transactions, closing: bool) -> int:
