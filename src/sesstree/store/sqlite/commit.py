@@ -23,7 +23,7 @@ from ..storable import check_commit
 from .dicts import Dictionary
 from .opening import WAL_PAGES
 from .packing import Packer
-from .sql import APPEND_FOLD, APPEND_ONE, INSERT_LOOSE, INSERT_NODE
+from .sql import APPEND_FOLD, APPEND_ONE, INSERT_LOOSE, INSERT_NODE, by_id
 from .state import ConnState
 from .txn import Transactions
 from .wal import preallocate_wal
@@ -112,7 +112,8 @@ class Writer:
             value = (cur.lastrowid, depth)
             self._state.txn_new.append(node.id)
         else:
-            row = db.execute("SELECT seq, depth FROM nodes WHERE id = ?", (key,)).fetchone()
+            row = db.execute(f"SELECT seq, depth FROM nodes WHERE {by_id('id', '?1')}",
+                             (key,)).fetchone()
             value = (row[0], row[1])
         self._state.remember(node.id, value)
         return value

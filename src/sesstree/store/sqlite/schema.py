@@ -18,6 +18,7 @@ import sqlite3
 from collections.abc import Callable
 
 from ...node import ID_VERSION
+from .sql import KEY_BYTES
 from .sums import SUMS_TABLE
 
 __all__ = [
@@ -135,15 +136,42 @@ def m005_packs(db: sqlite3.Connection) -> None:
         db.execute("INSERT OR REPLACE INTO meta VALUES ('pack_pending', '1')")
 
 
+#: Format 6's node table, for a store with no node yet: format 5's columns, ``t`` added, and
+#: no unique index on ``id`` (see m006_recorded).
+NODES_TABLE = """CREATE TABLE nodes(
+        seq INTEGER PRIMARY KEY,
+        id BLOB NOT NULL,
+        parent INTEGER,
+        depth INTEGER NOT NULL,
+        data BLOB NOT NULL,
+        bid INTEGER,
+        codec INTEGER,
+        pack INTEGER,
+        t INTEGER
+    )"""
+
+
 @migration
 def m006_recorded(db: sqlite3.Connection) -> None:
     """Format 6: each node's first-recorded time, ``nodes.t`` (integer milliseconds since
     1970, the earliest commit that wrote it: a put of a node already stored keeps it), so
     that the store dates events without the reflog, where one handle's appends are now one
-    entry. Rows written before read NULL, and are dated by the reflog as before. A sesstree
-    of format 5 would log and date the same store its own way: it must refuse it."""
+    entry. Rows written before read NULL, and are dated by the reflog as before. A store with
+    no node yet gets the slimmer node index (below). A sesstree of format 5 would log and date
+    the same store its own way, and would write duplicate nodes into a store without the
+    unique index: it must refuse it."""
     if not any(r[1] == "t" for r in db.execute("PRAGMA table_info(nodes)")):
         db.execute("ALTER TABLE nodes ADD COLUMN t INTEGER")
+    if db.execute("SELECT 1 FROM nodes LIMIT 1").fetchone() is None:
+        # A store with no node yet (a new one) gets format 6's slimmer node index: the ids
+        # indexed by their first bytes (``nodes_key``, about 15 bytes a node), not whole
+        # (a unique index, about 45): lookups confirm the full id in the row (sql.by_id), and
+        # the writers insert a node only if it is not stored. A store with nodes keeps its
+        # unique index (dropping it means rebuilding the table); the same statements use it.
+        db.execute("DROP TABLE nodes")
+        db.execute(NODES_TABLE)
+        db.execute("CREATE INDEX nodes_bid ON nodes(bid) WHERE bid IS NOT NULL")
+        db.execute(f"CREATE INDEX nodes_key ON nodes(substr(id, 1, {KEY_BYTES}))")
 
 
 #: The format this sesstree writes, and the newest it reads.

@@ -20,11 +20,20 @@ from ...node import NodeId
 from .media import translate, translating
 from .paths import PathReader
 from .schema import has_codec, has_packs, has_times, reflog_has_started
-from .sql import FOLD, FOLD_NEWEST, REFLOG_ROWS, without_codec, without_packs, without_started
+from .sql import (
+    FOLD,
+    FOLD_NEWEST,
+    REFLOG_ROWS,
+    by_id,
+    without_codec,
+    without_packs,
+    without_started,
+)
 
 __all__ = ["ConnState"]
 
 _CACHE_MAX = 200_000
+_SEQ_OF = f"SELECT seq, depth FROM nodes WHERE {by_id('id', '?1')}"
 
 
 class ConnState:
@@ -117,9 +126,7 @@ class ConnState:
         """(row, depth) of a stored node, or None."""
         known = self.known.get(id)
         if known is None:
-            row = self.db.execute(
-                "SELECT seq, depth FROM nodes WHERE id = ?", (bytes.fromhex(id),)
-            ).fetchone()
+            row = self.db.execute(_SEQ_OF, (bytes.fromhex(id),)).fetchone()
             if row is None:
                 return None
             known = (row[0], row[1])
