@@ -47,6 +47,7 @@ class MemoryBackend:
         # writes it would otherwise fail ("dictionary changed size during iteration").
         self._lock = threading.RLock()
         self._batch_depth = 0
+        self._batch_time: float | None = None  # when the open batch began (its nodes' time)
         # Inside a batch: how to undo each change made so far, newest last. A rollback runs
         # them backwards; the store is never copied, so a batch costs what it writes.
         self._undo: list[Callable[[], None]] | None = None
@@ -77,7 +78,8 @@ class MemoryBackend:
                     raise MissingNodeError(f"{u.name}: target {u.new[:12]} is not stored")
             now = time.time()
             self._nodes.update(staged)
-            self._times.update(dict.fromkeys(staged, now))
+            # (A batch lands at once: its nodes are dated alike, when it began.)
+            self._times.update(dict.fromkeys(staged, self._batch_time or now))
             if self._undo is not None and staged:
                 self._undo.append(lambda: self._drop_nodes(staged))
             for u in updates:
@@ -141,6 +143,7 @@ class MemoryBackend:
             if outer:
                 self._undo = []
                 self._remember_reflog()
+                self._batch_time = time.time()
             self._batch_depth += 1
             try:
                 yield
@@ -154,6 +157,7 @@ class MemoryBackend:
                 self._batch_depth -= 1
                 if outer:
                     self._undo = None
+                    self._batch_time = None
 
     @contextmanager
     def snapshot(self) -> Iterator[None]:

@@ -66,6 +66,8 @@ class Writer:
         # writer's appends then stop growing the file; see wal.py). A durable store's WAL
         # was sized when it was opened.
         self._appends_to_size_wal = -1 if state.durable else SIZE_WAL_AFTER
+        # The recorded time of the nodes of the commit being made (milliseconds).
+        self._commit_ms = 0
 
     def _insert(self, node: RawNode) -> tuple[int, int]:
         known = self._state.known.get(node.id)
@@ -104,8 +106,10 @@ class Writer:
         elif bid is None:
             self._dicts.count_plain(True)  # (plain until packed: see _append_one)
         key = bytes.fromhex(node.id)
-        # Its recorded time (format 6): an insert that finds the node stored keeps the older.
-        cur = db.execute(INSERT_NODE, (key, parent_seq, depth, bid, int(time.time() * 1000)))
+        # Its recorded time (format 6): one for the whole commit or batch (it lands at once);
+        # an insert that finds the node stored keeps the older.
+        ms = self._state.batch_ms or self._commit_ms
+        cur = db.execute(INSERT_NODE, (key, parent_seq, depth, bid, ms))
         if cur.rowcount == 1:
             assert cur.lastrowid is not None
             db.execute(INSERT_LOOSE, (cur.lastrowid, row, codec))
@@ -122,6 +126,7 @@ class Writer:
         """Store ``nodes`` and move refs by ``updates``, all or nothing (see Backend.commit)."""
         check_commit(nodes, updates)
         state = self._state
+        self._commit_ms = int(time.time() * 1000)
         with self._lock:
             if state.batch_depth:
                 with state.errors():

@@ -63,6 +63,9 @@ class ConnState:
         #: queue (0: not held).
         self.batch_depth = 0
         self.queue_depth = 0
+        #: The recorded time (milliseconds) of every node the open batch writes: a batch
+        #: lands at once, so its nodes are dated alike (None: no batch open).
+        self.batch_ms: int | None = None
         #: id -> (seq, depth) of nodes known to be stored: saves a lookup per append.
         self.known: dict[NodeId, tuple[int, int]] = {}
         #: Nodes the open transaction inserted (forgotten from ``known`` if it rolls back).

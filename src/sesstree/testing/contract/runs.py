@@ -105,6 +105,13 @@ def test_each_node_keeps_when_it_was_first_recorded(store: Store, engine: Engine
     times: dict[NodeId, float] = {}
     assert stored_dates(store.recorded, nodes, times)
     assert times == got
+    # A batch lands at once: its nodes are dated alike.
+    with store.batch():
+        one = store.session("b").add_message(user("b0")).id
+        time.sleep(0.01)
+        two = store.session("b").add_message(user("b1")).id
+    batched = store.backend.recorded([one, two])
+    assert batched[one] == batched[two]
     # ... from a fresh handle too, and after the engine packed what it keeps.
     store.close()
     fresh = engine.open()
