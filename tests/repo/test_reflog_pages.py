@@ -14,8 +14,9 @@ from sesstree.repo.scan import reflog_page, reflog_times
 
 
 def grow(store: Store, name: str, moves: int) -> list[str]:
-    s = store.session(name)
-    return [s.add_message({"role": "user", "content": f"{name} {i}"}).id for i in range(moves)]
+    # A handle per append: one handle's appends would be one run, logged as one entry.
+    return [store.session(name).add_message({"role": "user", "content": f"{name} {i}"}).id
+            for i in range(moves)]
 
 
 def test_pages_and_times_agree_with_the_whole_log_on_every_backend(store: Store) -> None:

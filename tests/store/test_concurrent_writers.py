@@ -8,6 +8,7 @@ after ``Session.refresh()`` or with ``append(..., rebase=True)``.
 from __future__ import annotations
 
 import itertools
+import re
 import subprocess
 import sys
 import threading
@@ -61,9 +62,13 @@ def run_writers(folder: Path, workers: int, count: int) -> None:
             assert [m["content"] for m in store.messages(f"own-{w}")] == expected
         assert len(store.log("shared")) == workers * count
         # every move of the shared ref is logged and chains: old of each is new of the last
+        # (a writer's run of appends is one entry, "append (N moves)", until another
+        # writer's move comes between: the moves add up to every append)
         log = store.reflog("shared")
-        assert len(log) == workers * count
         assert all(a.new == b.old for a, b in itertools.pairwise(log))
+        assert sum(int(found.group(1)) if (found := re.fullmatch(r"append \((\d+) moves\)",
+                                                                 e.reason)) else 1
+                   for e in log) == workers * count
         check_no_dangling(store)
 
 

@@ -67,9 +67,8 @@ def test_search_stops_at_its_budget_inside_a_session_and_goes_on(long_client: ht
 def test_the_reflog_comes_in_pages_newest_first(long_store: Store) -> None:
     for i in range(450):
         long_store.tag(f"t{i}", "short")  # (tags do not move the session)
-    s = long_store.session("short")
-    for i in range(449):
-        s.add_message({"role": "user", "content": f"move {i}"})
+    for i in range(449):  # (a handle each: one handle's appends are one entry)
+        long_store.session("short").add_message({"role": "user", "content": f"move {i}"})
     total = len(long_store.reflog("short"))
     assert total == 450
     with serve(long_store) as base, httpx.Client(base_url=base, timeout=30) as c:

@@ -123,7 +123,9 @@ def test_times_are_the_events_own_or_the_stores_labelled(tmp_path: Path) -> None
         first = s.add_message({"role": "user", "content": "one"})
         time.sleep(0.05)
         second = s.add_message({"role": "assistant", "content": "two"})
-        recorded = {e.new: e.time for e in store.reflog("t")}
+        # (When the store recorded each node: kept with it, format 6, to the millisecond.)
+        recorded = store.recorded([first.id, second.id])
+        assert abs(recorded[second.id] - store.reflog("t")[-1].time) < 0.001
         time.sleep(0.05)
         store.reset("t", first.id)  # back and forth again: neither records anything
         store.reset("t", second.id)
@@ -167,7 +169,7 @@ def test_a_time_no_clock_could_have_written_is_the_stores(tmp_path: Path, bogus:
         s = store.session("t")
         s.append("claude/user", {"type": "user", "timestamp": bogus})
         message = s.add_message({"role": "user", "content": "from a transcript"})
-        recorded = {e.new: e.time for e in store.reflog("t")}
+        recorded = store.recorded([message.id])
         with serve(store) as url, httpx.Client(base_url=url, timeout=10) as client:
             page = client.get("/session/t")
             every = client.get("/session/t", params={"all-events": "1"})

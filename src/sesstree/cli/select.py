@@ -15,7 +15,7 @@ import click
 
 from ..errors import InputError
 from ..node import Node, NodeId, session_ref
-from ..repo.recorded import reflog_dates
+from ..repo.recorded import reflog_dates, stored_dates
 from ..repo.store import Store
 from ..store.base import ReflogEntry
 from .conversation import node_text, role_of
@@ -45,15 +45,20 @@ def parse_range(rev: str) -> Range | None:
 
 def node_times(store: Store, rev: str, chain: Sequence[Node],
                wanted: Collection[NodeId] | None = None) -> dict[NodeId, float]:
-    """When each node of ``chain`` (a path, newest first) was recorded, as far as the reflog
-    says: an entry that moved a ref from ``old`` to ``new`` recorded every node after ``old``
-    up to ``new`` (an append one, a batch, an import or a whole agent turn several) at its
-    time. The session ``rev`` is about is read first, then (for ``wanted`` nodes it leaves
-    without a time, as those a fork shares with its source) the whole store's reflog."""
+    """When each node of ``chain`` (a path, newest first) was recorded: the time the store
+    keeps with each node; for nodes written before it kept one, as far as the reflog says: an
+    entry that moved a ref from ``old`` to ``new`` recorded every node after ``old`` up to
+    ``new`` (an append one, a run of appends, a batch, an import or a whole agent turn
+    several) at its time. The session ``rev`` is about is read first, then (for ``wanted``
+    nodes it leaves without a time, as those a fork shares with its source) the whole store's
+    reflog."""
     order = chain[::-1]
     index = {n.id: i for i, n in enumerate(order)}
     wanted = set(index) if wanted is None else set(wanted)
     times: dict[NodeId, float] = {}
+    stored_dates(store.recorded, [n for n in order if n.id in wanted], times)
+    if wanted <= times.keys():
+        return times
 
     def take(entries: Sequence[ReflogEntry]) -> None:
         reflog_dates(order, entries, times)

@@ -9,10 +9,16 @@ a user sees of them is decided here, once, for every backend:
 - a log group (``session.log_group(reason)``: one agent turn) commits every move on its own,
   as it happens, and still logs the session's moves in it as one entry, named ``reason``
   (``reason (N moves)`` once it has several);
+- outside both, a session handle's run of plain appends is logged the same way, as if the
+  handle had a log group of its own: its first append adds an entry (``append: TYPE``), each
+  later one that continues the session from where the handle's last append put it folds into
+  it (``append (N moves)``). Any other move of the handle (a reset, one in a batch or in a log
+  group) ends the run, and so does another writer's move (the handle's next append then starts
+  from a head its run did not make). Every append is still committed on its own;
 - if a batch rolls back, the session handles it moved forget what it wrote.
 
-A move folds only onto the move it continues: the ref must be where this batch or group last
-put it. So a batch rolled back inside a group, or another writer's move in between, starts a
+A move folds only onto the move it continues: the ref must be where this batch, group or
+run last put it. So a batch rolled back inside a group, or another writer's move in between, starts a
 new entry rather than rewriting one that is not ours.
 
 A batch belongs to the thread that opened it (as the backend's transaction does): another
@@ -31,6 +37,10 @@ from ..node import NodeId
 from ..store.base import RefUpdate
 
 __all__ = ["Handle", "LogGroup", "WritePolicy"]
+
+#: How a handle's run of plain appends names its entry once it has several moves
+#: (``append (N moves)``; an entry of one append keeps that append's own reason).
+_APPEND_RUN = "append"
 
 
 class LogGroup:
@@ -51,6 +61,9 @@ class Handle(Protocol):
 
     #: The open log group of the handle, or None.
     log_group_open: LogGroup | None
+    #: The handle's run of plain appends outside any group or batch (a group of its own, named
+    #: by the policy), or None: what the next plain append may fold into.
+    append_run: LogGroup | None
 
     def refresh(self) -> None:
         """Re-read where the session points (after a batch rolled its moves back)."""
@@ -101,9 +114,10 @@ class WritePolicy:
         return self._batch().depth
 
     def update(self, ref: str, old: NodeId | None, new: NodeId | None, reason: str,
-               handle: Handle | None) -> RefUpdate:
-        """The compare-and-set that moves ``ref``, logged as the policy says. Call
-        :meth:`moved` once the backend has committed it."""
+               handle: Handle | None, append: bool = False) -> RefUpdate:
+        """The compare-and-set that moves ``ref``, logged as the policy says (``append``: a
+        plain append of ``handle``, which may fold into the handle's run). Call :meth:`moved`
+        once the backend has committed it."""
         group = handle.log_group_open if handle is not None else None
         if group is not None:
             if group.moves and group.head == old:
@@ -116,15 +130,32 @@ class WritePolicy:
             if count and last == old:
                 return RefUpdate(ref, old, new, f"{reason} (batch of {count + 1} moves)",
                                  fold=True)
+            return RefUpdate(ref, old, new, reason)
+        run = handle.append_run if handle is not None and append else None
+        if run is not None and run.moves and run.head == old and old is not None:
+            return RefUpdate(ref, old, new, f"{run.reason} ({run.moves + 1} moves)", fold=True)
         return RefUpdate(ref, old, new, reason)
 
-    def moved(self, update: RefUpdate, handle: Handle | None) -> None:
+    def moved(self, update: RefUpdate, handle: Handle | None, append: bool = False) -> None:
         """Note a committed move (see :meth:`update`)."""
         group = handle.log_group_open if handle is not None else None
         if group is not None:
             group.moves = group.moves + 1 if update.fold else 1
             group.head = update.new
         state = self._batch()
+        if handle is not None:
+            # A plain append outside any group or batch starts or continues the handle's run;
+            # any other move of the handle ends it.
+            if append and group is None and not state.depth:
+                run = handle.append_run
+                if update.fold and run is not None:
+                    run.moves += 1
+                else:
+                    run = handle.append_run = LogGroup(_APPEND_RUN)
+                    run.moves = 1
+                run.head = update.new
+            else:
+                handle.append_run = None
         if state.depth:
             count, _ = state.refs.get(update.name, (0, None))
             state.refs[update.name] = (count + 1 if update.fold or not count else 1, update.new)

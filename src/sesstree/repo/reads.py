@@ -137,6 +137,11 @@ class StoredReads:
         """A stamp of the reflog that changes whenever any ref moves (what a live page polls)."""
         return scan.reflog_stamp(self.backend)
 
+    def recorded(self, ids: Sequence[NodeId]) -> dict[NodeId, float]:
+        """When the store first recorded each of ``ids``, for the nodes it keeps a time for
+        (see :meth:`~sesstree.store.base.ObjectStore.recorded`)."""
+        return self.backend.recorded(list(ids)) if ids else {}
+
     def reflog_times(self, ref: str, targets: Sequence[NodeId]) -> dict[NodeId, float]:
         """When ref ``ref`` (a full name) last moved to each of ``targets`` it moved to."""
         return scan.reflog_times(self.backend, ref, targets)

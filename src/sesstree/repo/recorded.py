@@ -2,23 +2,24 @@
 
 The agent loop's events hold no wall-clock time; an importer's raw records (Claude Code's,
 Codex's, pi's entries) hold the ``timestamp`` the tool wrote, and the messages derived from one
-follow it. Where an event carries no time, the reflog says when the store recorded it: the
-entry that moved the session onto it, the earliest such (a later reset back and forth, a
-fast-forward to a node already written, dates nothing new). Those times are the store's, not
-the event's, and a view says so.
+follow it. Where an event carries no time, the store says when it recorded it: the time it
+keeps with each node (format 6: the commit that first wrote it; :func:`stored_dates`), or,
+for a node written before it kept one, the reflog: the entry that moved the session onto it,
+the earliest such (a later reset back and forth, a fast-forward to a node already written,
+dates nothing new). Those times are the store's, not the event's, and a view says so.
 """
 
 from __future__ import annotations
 
 import math
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime, timezone
 
 from ..node import Node, NodeId
 from ..store.base import ReflogEntry
 
-__all__ = ["MOVES_ONLY", "event_time", "events_times", "reflog_dates"]
+__all__ = ["MOVES_ONLY", "event_time", "events_times", "reflog_dates", "stored_dates"]
 
 #: Reflog reasons of moves that record no new node: a fork, a rename, a reset, a tag.
 MOVES_ONLY = ("branch:", "reset:", "tag:")
@@ -74,6 +75,18 @@ def events_times(nodes: Sequence[Node]) -> dict[NodeId, float]:
         else:
             last = None  # something else came between: the record's time stops here
     return out
+
+
+def stored_dates(recorded: Callable[[Sequence[NodeId]], dict[NodeId, float]],
+                 order: Sequence[Node], times: dict[NodeId, float]) -> bool:
+    """Add to ``times`` when the store first recorded each node of ``order`` as it keeps it
+    with the node (``recorded``: :meth:`~sesstree.store.base.ObjectStore.recorded`). True when
+    every node has a time now; else the reflog dates the rest (:func:`reflog_dates`, which
+    keeps the earlier of two times, so a node's own time stands)."""
+    for id, when in recorded([n.id for n in order if n.id not in times]).items():
+        if id not in times or when < times[id]:
+            times[id] = when
+    return all(n.id in times for n in order)
 
 
 def reflog_dates(order: Sequence[Node], entries: Iterable[ReflogEntry],

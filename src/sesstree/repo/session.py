@@ -49,6 +49,9 @@ class Session:
         self._datas: list[Any] = []
         #: The open log group (see :meth:`log_group`), or None.
         self.log_group_open: LogGroup | None = None
+        #: This handle's run of plain appends, which its next one may fold into (see
+        #: sesstree.repo.policy), or None.
+        self.append_run: LogGroup | None = None
         self.refresh()
 
     def __repr__(self) -> str:
@@ -102,7 +105,9 @@ class Session:
     # -- writing -----------------------------------------------------------------------------
 
     def append(self, type: str, data: Any, *, rebase: bool = False) -> Node:
-        """Append one event and move the session to it, atomically, with a reflog entry.
+        """Append one event and move the session to it, atomically, logged in the reflog (this
+        handle's run of plain appends is one entry, ``append (N moves)``: see
+        :mod:`sesstree.repo.policy`).
 
         When this returns, the event is stored (durable as the store's durability says; inside
         ``store.batch()``, when the batch ends).
@@ -148,7 +153,8 @@ class Session:
         parent = self._head
         id = node_id_from_encoded(parent, type, encoded)
         self.store.move_ref(self.ref, parent, id, f"append: {type}",
-                            nodes=(RawNode(id, parent, type, encoded),), handle=self)
+                            nodes=(RawNode(id, parent, type, encoded),), handle=self,
+                            append=True)
         self._head = id
         if self._loaded:
             self._new_ids.append(id)

@@ -252,18 +252,21 @@ class Store(StoredReads):
         return head
 
     def move_ref(self, ref: str, old: NodeId | None, new: NodeId | None, reason: str, *,
-                 nodes: Sequence[RawNode] = (), handle: Session | None = None) -> None:
+                 nodes: Sequence[RawNode] = (), handle: Session | None = None,
+                 append: bool = False) -> None:
         """The one way a ref moves: store ``nodes`` and move ``ref`` from ``old`` to ``new`` as
         one compare-and-set with its reflog entry. ``handle`` is the session handle that moved
-        it, so that a batch that fails puts the handle back where the store is.
+        it, so that a batch that fails puts the handle back where the store is; ``append``
+        says the move is a plain append of ``handle`` (its run of them is logged as one entry,
+        see :mod:`sesstree.repo.policy`).
 
         Raises:
             ConflictError: ``ref`` is not at ``old`` (nothing was written).
             MissingNodeError: a parent, or ``new``, is not stored.
         """
-        update = self._policy.update(ref, old, new, reason, handle)
+        update = self._policy.update(ref, old, new, reason, handle, append)
         self.backend.commit(nodes, [update])
-        self._policy.moved(update, handle)
+        self._policy.moved(update, handle, append)
 
     def get_session_meta(self, name: str) -> dict[str, Any] | None:
         """The metadata stored with a session (``NAME.meta.json`` on import/export), or None.

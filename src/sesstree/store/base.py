@@ -279,6 +279,12 @@ class ObjectStore(Protocol):
     def resolve_prefix(self, prefix: str, limit: int = 2) -> list[NodeId]:
         """Up to ``limit`` ids that start with the lowercase hex ``prefix``."""
 
+    def recorded(self, ids: Sequence[NodeId]) -> dict[NodeId, float]:
+        """When the store first recorded each of ``ids`` (Unix seconds, to the millisecond):
+        the commit that first stored it (a put of a node already stored keeps the older
+        time). Only for the nodes it keeps a time for: a node written by a sesstree that kept
+        none (before format 6) has none, and is dated by the reflog."""
+
     def iter_nodes(self) -> Iterator[StoredNode]:
         """Every stored node, parents before children."""
 

@@ -36,6 +36,8 @@ class MemoryBackend:
 
     def __init__(self) -> None:
         self._nodes: dict[NodeId, StoredNode] = {}
+        # When each node was first recorded (see ObjectStore.recorded).
+        self._times: dict[NodeId, float] = {}
         self._refs: dict[str, Ref] = {}
         self._reflog: list[ReflogEntry] = []
         # Where each ref's newest reflog entry is in the list (what a fold rewrites).
@@ -47,6 +49,7 @@ class MemoryBackend:
         # writes it would otherwise fail ("dictionary changed size during iteration").
         self._lock = threading.RLock()
         self._batch_depth = 0
+        self._batch_time: float | None = None  # when the open batch began (its nodes' time)
         # Inside a batch: how to undo each change made so far, newest last. A rollback runs
         # them backwards; the store is never copied, so a batch costs what it writes.
         self._undo: list[Callable[[], None]] | None = None
@@ -75,10 +78,12 @@ class MemoryBackend:
             for u in updates:
                 if u.new is not None and u.new not in self._nodes and u.new not in staged:
                     raise MissingNodeError(f"{u.name}: target {u.new[:12]} is not stored")
+            now = time.time()
             self._nodes.update(staged)
+            # (A batch lands at once: its nodes are dated alike, when it began.)
+            self._times.update(dict.fromkeys(staged, self._batch_time or now))
             if self._undo is not None and staged:
                 self._undo.append(lambda: self._drop_nodes(staged))
-            now = time.time()
             for u in updates:
                 self._remember_ref(u.name)
                 if u.new is None:
@@ -140,6 +145,7 @@ class MemoryBackend:
             if outer:
                 self._undo = []
                 self._remember_reflog()
+                self._batch_time = time.time()
             self._batch_depth += 1
             try:
                 yield
@@ -153,6 +159,7 @@ class MemoryBackend:
                 self._batch_depth -= 1
                 if outer:
                     self._undo = None
+                    self._batch_time = None
 
     @contextmanager
     def snapshot(self) -> Iterator[None]:
@@ -167,6 +174,10 @@ class MemoryBackend:
     def has(self, ids: Sequence[NodeId]) -> set[NodeId]:
         with self._lock:
             return {i for i in ids if i in self._nodes}
+
+    def recorded(self, ids: Sequence[NodeId]) -> dict[NodeId, float]:
+        with self._lock:
+            return {i: self._times[i] for i in ids if i in self._nodes and i in self._times}
 
     def chain(self, head: NodeId, limit: int | None = None) -> Chain:
         with self._lock:
@@ -318,15 +329,18 @@ class MemoryBackend:
     def delete_nodes(self, ids: Sequence[NodeId]) -> int:
         with self._lock:
             gone = {i: n for i in ids if (n := self._nodes.pop(i, None)) is not None}
+            times = {i: self._times.pop(i) for i in gone if i in self._times}
             if self._undo is not None and gone:
                 # Parents first, as iter_nodes promises: by depth.
                 self._undo.append(lambda: self._nodes.update(
                     sorted(gone.items(), key=lambda item: item[1].depth)))
+                self._undo.append(lambda: self._times.update(times))
             return len(gone)
 
     def _drop_nodes(self, ids: dict[NodeId, StoredNode]) -> None:
         for i in ids:
             self._nodes.pop(i, None)
+            self._times.pop(i, None)
 
     def collect_garbage(
         self, dry_run: bool, keep: NodeId | None = None

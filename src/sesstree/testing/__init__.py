@@ -53,8 +53,12 @@ def assistant(text: str | None, **extra: object) -> dict[str, object]:
     return {"role": "assistant", "content": text, **extra}
 
 
-def grow(store: Store, name: str, n: int, tag: str = "") -> list[str]:
-    """Append ``n`` user messages to session ``name``; return their ids."""
+def grow(store: Store, name: str, n: int, tag: str = "", *, each_logged: bool = False) -> list[str]:
+    """Append ``n`` user messages to session ``name``; return their ids. One handle's appends
+    are one run, logged as one reflog entry; ``each_logged``: a handle per append, so that
+    each has an entry of its own."""
+    if each_logged:
+        return [store.session(name).add_message(user(f"{name}{tag}-{i}")).id for i in range(n)]
     s = store.session(name)
     return [s.add_message(user(f"{name}{tag}-{i}")).id for i in range(n)]
 

@@ -16,7 +16,7 @@ import msgspec
 from ..errors import UnknownRevisionError
 from ..node import TAGS, Node, NodeId, session_ref, tag_name
 from ..repo.folding import turn_start_index
-from ..repo.recorded import reflog_dates
+from ..repo.recorded import reflog_dates, stored_dates
 from ..repo.store import Store
 from ..store.base import Chain
 from .catalog import Filter, list_sessions, newest_sessions, source_of
@@ -336,10 +336,13 @@ def _closes_turn(nodes: Sequence[Node]) -> bool:
 
 
 def _recorded(store: Store, name: str, nodes: list[Node]) -> dict[NodeId, float]:
-    """When the store recorded each of ``nodes`` (a path, oldest first): the earliest move of
-    the session's newest ``REFLOG_DATES`` that brought it (a reset, a fork dates nothing);
-    for older nodes, the index of the session's moves."""
+    """When the store recorded each of ``nodes`` (a path, oldest first): the time it keeps with
+    each node; for a node written before it kept one, the earliest move of the session's
+    newest ``REFLOG_DATES`` that brought it (a reset, a fork dates nothing), and for older
+    nodes, the index of the session's moves."""
     times: dict[NodeId, float] = {}
+    if stored_dates(store.recorded, nodes, times):
+        return times
     entries, _ = store.reflog_page(name, REFLOG_DATES, 0)
     reflog_dates(nodes, entries, times)
     missing = [n.id for n in nodes if n.id not in times]

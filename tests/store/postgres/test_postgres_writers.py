@@ -11,6 +11,7 @@ from __future__ import annotations
 import itertools
 import os
 import random
+import re
 import signal
 import subprocess
 import sys
@@ -57,9 +58,17 @@ def check_writers(store: Store, shared: int, own: int, count: int, acked: dict[s
         assert [m["content"] for m in store.messages(f"own-{w}")] == [
             f"o{w}:{i}" for i in range(count)]
     log = store.reflog("shared") if shared else []
-    assert len(log) == shared * count
+    # A writer's run of appends is one entry (N moves) until another writer's move comes
+    # between: the entries chain, and their moves add up to every append.
     assert all(a.new == b.old for a, b in itertools.pairwise(log))
+    assert sum(moves(e.reason) for e in log) == shared * count
     assert store.fsck() == []
+
+
+def moves(reason: str) -> int:
+    """How many appends a reflog entry logs: ``append (N moves)`` N, an append's own 1."""
+    found = re.fullmatch(r"append \((\d+) moves\)", reason)
+    return int(found.group(1)) if found else 1
 
 
 def start_writers(url: str, shared: int, own: int, count: int) -> dict[str, subprocess.Popen[str]]:

@@ -193,7 +193,7 @@ def test_a_format_3_store_reads_as_it_is_and_is_upgraded_on_write(tmp_path: Path
         db = store.backend._db  # type: ignore[attr-defined]
         # Upgraded to format 5 when opened; the history it had is packed afterwards.
         meta = dict(db.execute("SELECT key, value FROM meta").fetchall())
-        assert meta["format"] == "5" and meta[PENDING] == "1"
+        assert meta["format"] == "6" and meta[PENDING] == "1"
         s = store.session("q")
         with store.batch():
             for m in more:
@@ -215,7 +215,7 @@ def test_a_format_3_store_reads_as_it_is_and_is_upgraded_on_write(tmp_path: Path
             s.add_message(m)
         assert store.messages("q") == old + more + last
     db = db_at(folder)
-    assert db.execute("SELECT value FROM meta WHERE key = 'format'").fetchone() == ("5",)
+    assert db.execute("SELECT value FROM meta WHERE key = 'format'").fetchone() == ("6",)
     # Of the two zlib blobs, the huge payload is still stored apart as format 3 stored it; the
     # other went into its pack.
     assert db.execute("SELECT count(*) FROM blobs WHERE codec IS NULL").fetchone() == (1,)
@@ -243,8 +243,8 @@ def test_an_older_sesstree_refuses_a_format_5_store(
         store.repack()  # (a store with a pack in it)
     assert len(packs(folder)) == 1
     before = (folder / "store.db").read_bytes()
-    monkeypatch.setattr(sqlite_open, "FORMAT_VERSION", 4)  # what the previous release reads
-    with pytest.raises(StoreFormatError, match="has store format 5; this sesstree reads up to 4"):
+    monkeypatch.setattr(sqlite_open, "FORMAT_VERSION", 4)  # what the release before reads
+    with pytest.raises(StoreFormatError, match="has store format 6; this sesstree reads up to 4"):
         open_store(folder)
     assert (folder / "store.db").read_bytes() == before
 
@@ -393,7 +393,8 @@ def test_an_append_is_one_statement_whatever_the_payload_size(tmp_path: Path) ->
                 db.set_trace_callback(None)
             # One statement (each program of its trigger is traced under the same text): blob,
             # node and ref move in one implicit transaction, with no BEGIN, COMMIT or lookup.
-            assert len(set(seen)) == 1 and "INSERT INTO temp.append_one" in seen[0], seen
+            # (The handle's later appends fold into its run's entry: the same, folding.)
+            assert len(set(seen)) == 1 and "INSERT INTO temp.append_fold" in seen[0], seen
         # The same large payload again is stored once.
         s.add_message({"role": "tool", "tool_call_id": "c", "content": "z" * INLINE_MAX})
         assert db.execute("SELECT count(*) FROM blobs").fetchone()[0] == 2

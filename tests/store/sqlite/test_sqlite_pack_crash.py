@@ -103,6 +103,11 @@ def test_a_writer_killed_while_it_packs_loses_no_acknowledged_append(tmp_path: P
             assert len(got) > max(acked), (len(got), max(acked))
             assert store.fsck() == []
             counts = store.backend.pack_counts()
+            # Each child's appends are one run: one reflog entry per child, each fold
+            # committed (the entry ends at the last append that was, acknowledged or not).
+            log = store.reflog("quest")
+            assert len(log) <= round + 1 and log[-1].reason.startswith("append")
+            assert log[-1].new == store.session_head("quest")
         key = "killed as it packed" if round % 2 else "killed at random"
         outcomes[key] = outcomes.get(key, 0) + 1
         print(f"round {round}: {key}; {len(got)} messages ({max(acked) + 1} acknowledged), "

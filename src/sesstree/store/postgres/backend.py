@@ -68,6 +68,7 @@ class PostgresBackend:
         # The reads, bound: the store calls the part that runs them, with no layer between.
         self.get, self.has, self.chain = reads.get, reads.has, reads.chain
         self.resolve_prefix, self.iter_nodes = reads.resolve_prefix, reads.iter_nodes
+        self.recorded = reads.recorded
         self.count_nodes, self.physical_bytes = reads.count_nodes, reads.physical_bytes
         self.get_ref, self.list_refs, self.reflog = reads.get_ref, reads.list_refs, reads.reflog
         self.get_session_meta = reads.get_session_meta

@@ -142,6 +142,17 @@ GET = (
 )
 HAS = "SELECT id FROM nodes WHERE id = ANY(%s)"
 PREFIX = "SELECT id FROM nodes WHERE id BETWEEN %s AND %s ORDER BY id LIMIT %s"
+# When each node was first recorded (format 6: milliseconds; NULL for rows written before).
+RECORDED = "SELECT id, t FROM nodes WHERE id = ANY(%s) AND t IS NOT NULL"
+# Format 5 to 6: each node's first-recorded time. The column is added without a default (no
+# row is rewritten: the rows written before read NULL, dated by the reflog as before); the
+# default set after it applies to the rows inserted from then on: when their transaction began
+# (`now()`: a batch lands at once, and its nodes are dated alike; an insert that finds the node
+# stored keeps the row, and so its older time).
+TO_FORMAT_6 = [
+    "ALTER TABLE nodes ADD COLUMN IF NOT EXISTS t bigint",
+    "ALTER TABLE nodes ALTER COLUMN t SET DEFAULT (extract(epoch FROM now()) * 1000)::bigint",
+]
 # Parents come before children because a parent's seq is always the smaller. (The packs of
 # packed nodes are read apart, once each: see .reads.)
 ITER = (

@@ -167,6 +167,11 @@ class PgReads:
             raise StoreCorruptError(f"the store at {self._url} is damaged: a node row is "
                                     "unreadable") from None
 
+    def recorded(self, ids: Sequence[NodeId]) -> dict[NodeId, float]:
+        """When each of ``ids`` was first recorded, for the nodes that keep a time."""
+        rows = self._read(objects.RECORDED, ([bytes.fromhex(i) for i in ids],))
+        return {NodeId(r[0].hex()): r[1] / 1000 for r in rows if type(r[1]) is int}
+
     def resolve_prefix(self, prefix: str, limit: int = 2) -> list[NodeId]:
         """Up to ``limit`` stored ids that start with ``prefix``, through the id index."""
         lo = bytes.fromhex((prefix + "0" * 64)[:64])

@@ -10,7 +10,9 @@ Tables (see docs/storage.md, "PostgreSQL", for why each is shaped so):
   parent's ``seq``), ``depth`` and ``path_bytes`` (derived: the path's length and its size as
   JSONL lines, so stats need no pass over the nodes), ``data`` (type then payload, msgpack;
   the payload is nil when it is in ``blobs``; empty for a packed node), ``blob`` (the
-  payload's hash), ``pack`` (the node's pack, NULL while it is loose).
+  payload's hash), ``pack`` (the node's pack, NULL while it is loose), ``t`` (format 6: when
+  it was first recorded, milliseconds, by the column's default; NULL for a row written
+  before).
 - ``packs``: settled runs of a path, one compressed frame each (:mod:`.packsql`).
 - ``blobs``: payloads over 1 KB, keyed by their blake3 hash, stored once; TOAST compresses them.
 - ``refs``: a ref's current target (``seq``); the row a compare-and-set locks.
@@ -33,14 +35,14 @@ from ...errors import StoreCorruptError, StoreFormatError, StoreNotFoundError
 from ...node import ID_VERSION
 from .codec import DICTS_TABLE
 from .conn import Conn
-from .objects import OBJECT_FUNCTIONS, OBJECT_TABLES
+from .objects import OBJECT_FUNCTIONS, OBJECT_TABLES, TO_FORMAT_6
 from .packsql import PACK_FUNCTIONS, PACK_TABLES
 from .pathsql import PATH_FUNCTIONS
 from .refs import REF_FUNCTIONS, REF_TABLES, TO_FORMAT_2
 
 __all__ = ["FORMAT_VERSION", "FUNCTIONS", "MIGRATIONS", "ensure_schema"]
 
-FORMAT_VERSION = 5
+FORMAT_VERSION = 6
 
 #: Step k takes format k to format k + 1.
 MIGRATIONS: list[list[str]] = [
@@ -71,6 +73,11 @@ MIGRATIONS: list[list[str]] = [
     # due) and by writers as sessions grow. A sesstree of format 4 would find packed rows
     # empty: it must refuse the store.
     PACK_TABLES,
+    # 6: each node's first-recorded time (`nodes.t`, milliseconds), so that the store dates
+    # events without the reflog, where one handle's run of appends is now one entry. Rows
+    # written before keep none (the reflog dates them). A sesstree of format 5 would log one
+    # run as one entry without keeping the times that date its events: it must refuse it.
+    TO_FORMAT_6,
 ]
 assert len(MIGRATIONS) == FORMAT_VERSION
 

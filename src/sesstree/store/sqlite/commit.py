@@ -24,7 +24,7 @@ from .background import CHECKPOINT_EVERY, Background
 from .dicts import Dictionary
 from .opening import WAL_PAGES
 from .packing import Packer
-from .sql import APPEND_FOLD, APPEND_ONE, INSERT_LOOSE, INSERT_NODE
+from .sql import APPEND_FOLD, APPEND_ONE, INSERT_LOOSE, INSERT_NODE, by_id
 from .state import ConnState
 from .txn import Transactions
 from .wal import preallocate_wal
@@ -71,6 +71,8 @@ class Writer:
         # writer's appends then stop growing the file; see wal.py). A durable store's WAL
         # was sized when it was opened.
         self._appends_to_size_wal = -1 if state.durable else SIZE_WAL_AFTER
+        # The recorded time of the nodes of the commit being made (milliseconds).
+        self._commit_ms = 0
 
     def _insert(self, node: RawNode) -> tuple[int, int]:
         known = self._state.known.get(node.id)
@@ -109,14 +111,18 @@ class Writer:
         elif bid is None:
             self._dicts.count_plain(True)  # (plain until packed: see _append_one)
         key = bytes.fromhex(node.id)
-        cur = db.execute(INSERT_NODE, (key, parent_seq, depth, bid))
+        # Its recorded time (format 6): one for the whole commit or batch (it lands at once);
+        # an insert that finds the node stored keeps the older.
+        ms = self._state.batch_ms or self._commit_ms
+        cur = db.execute(INSERT_NODE, (key, parent_seq, depth, bid, ms))
         if cur.rowcount == 1:
             assert cur.lastrowid is not None
             db.execute(INSERT_LOOSE, (cur.lastrowid, row, codec))
             value = (cur.lastrowid, depth)
             self._state.txn_new.append(node.id)
         else:
-            row = db.execute("SELECT seq, depth FROM nodes WHERE id = ?", (key,)).fetchone()
+            row = db.execute(f"SELECT seq, depth FROM nodes WHERE {by_id('id', '?1')}",
+                             (key,)).fetchone()
             value = (row[0], row[1])
         self._state.remember(node.id, value)
         return value
@@ -125,6 +131,7 @@ class Writer:
         """Store ``nodes`` and move refs by ``updates``, all or nothing (see Backend.commit)."""
         check_commit(nodes, updates)
         state = self._state
+        self._commit_ms = int(time.time() * 1000)
         with self._lock:
             if state.batch_depth:
                 with state.errors():

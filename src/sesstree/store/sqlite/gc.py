@@ -25,6 +25,7 @@ from collections.abc import Iterator
 from ...node import NodeId, parse_symbolic
 from ..base import Progress
 from ..meta_rows import HEAD
+from .sql import by_id
 from .state import ConnState
 from .txn import Transactions
 
@@ -116,7 +117,7 @@ def _detached_head(db: sqlite3.Connection) -> int | None:
         key = bytes.fromhex(str(row[0]))
     except ValueError:
         return None
-    found = db.execute("SELECT seq FROM nodes WHERE id = ?", (key,)).fetchone()
+    found = db.execute(f"SELECT seq FROM nodes WHERE {by_id('id', '?1')}", (key,)).fetchone()
     return None if found is None else int(found[0])
 
 
@@ -148,7 +149,8 @@ def collect_garbage(
     with txn.snapshot():
         plan = _Plan(db)
         if keep is not None:
-            row = db.execute("SELECT seq FROM nodes WHERE id = ?", (bytes.fromhex(keep),)).fetchone()
+            row = db.execute(f"SELECT seq FROM nodes WHERE {by_id('id', '?1')}",
+                             (bytes.fromhex(keep),)).fetchone()
             plan.revive(None if row is None else int(row[0]))
         if dry_run:
             found = [i for chunk in _chunks(plan.doomed()) for i in _ids(db, chunk)]

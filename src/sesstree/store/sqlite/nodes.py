@@ -15,11 +15,15 @@ from ..base import Chain, StoredNode
 from .packing import trim_packs
 from .paths import verify_node
 from .scans import SLICE
-from .sql import LOOSE_JOIN, NODE_COLS
+from .sql import KEY_BYTES, LOOSE_JOIN, NODE_COLS, by_id, ids_in, in_params
 from .state import ConnState
 from .txn import Transactions
 
 __all__ = ["SqliteNodes"]
+
+# The ids in [?1, ?2] (up to ?3 of them), through the index on their first bytes (format 6).
+_PREFIX = (f"SELECT id FROM nodes WHERE substr(id, 1, {KEY_BYTES}) BETWEEN substr(?1, 1, "
+           f"{KEY_BYTES}) AND substr(?2, 1, {KEY_BYTES}) AND id BETWEEN ?1 AND ?2 LIMIT ?3")
 
 
 class SqliteNodes:
@@ -43,7 +47,7 @@ class SqliteNodes:
             row = state.db.execute(state.q(
                 f"SELECT {NODE_COLS}, n.depth, p.id, p.depth FROM nodes n LEFT JOIN nodes p "
                 f"ON p.seq = n.parent {LOOSE_JOIN} LEFT JOIN blobs b ON b.bid = n.bid "
-                "WHERE n.id = ?"),
+                f"WHERE {by_id('n.id', '?1')}"),
                 (bytes.fromhex(id),),
             ).fetchone()
             if row is None:
@@ -72,6 +76,21 @@ class SqliteNodes:
                 state.sync_cache()
             return {i for i in ids if state.seq_of(i) is not None}
 
+    def recorded(self, ids: Sequence[NodeId]) -> dict[NodeId, float]:
+        state = self._state
+        out: dict[NodeId, float] = {}
+        if not state.times:
+            return out
+        with self._lock, state.errors():
+            for k in range(0, len(ids), 500):
+                chunk = [bytes.fromhex(i) for i in ids[k : k + 500]]
+                for key, ms in state.db.execute(
+                        f"SELECT id, t FROM nodes WHERE {ids_in('id', len(chunk))} "
+                        "AND t IS NOT NULL", in_params(chunk)):
+                    if type(ms) is int:  # (anything else is damage, dated by the reflog)
+                        out[state.hex(key)] = ms / 1000
+        return out
+
     def chain(self, head: NodeId, limit: int | None = None) -> Chain:
         state = self._state
         with self._lock, state.errors():
@@ -92,9 +111,7 @@ class SqliteNodes:
         lo = bytes.fromhex((prefix + "0" * 64)[:64])
         hi = bytes.fromhex((prefix + "f" * 64)[:64])
         with self._lock, state.errors():
-            rows = state.db.execute(
-                "SELECT id FROM nodes WHERE id BETWEEN ? AND ? LIMIT ?", (lo, hi, limit)
-            ).fetchall()
+            rows = state.db.execute(_PREFIX, (lo, hi, limit)).fetchall()
             if not rows and state.db.execute(
                 "SELECT 1 FROM nodes NOT INDEXED WHERE id BETWEEN ? AND ? LIMIT 1", (lo, hi)
             ).fetchone():
@@ -168,7 +185,7 @@ class SqliteNodes:
         with self._txn.write():
             db = state.db
             cur = db.executemany(
-                "DELETE FROM nodes WHERE id = ?", [(bytes.fromhex(i),) for i in ids]
+                f"DELETE FROM nodes WHERE {by_id('id', '?1')}", [(bytes.fromhex(i),) for i in ids]
             )
             # One seek in nodes_bid per payload (format 2), not a scan of nodes per payload.
             db.execute(

@@ -23,7 +23,7 @@ from ..base import Counts, Progress, Ref, ReflogEntry, ReflogStamp
 from ..storable import storable
 from .paths import verify_node
 from .refs import RefReads
-from .sql import LIST_REFS
+from .sql import LIST_REFS, ids_in, in_params
 from .state import ConnState
 from .txn import Transactions
 
@@ -39,7 +39,7 @@ assert _LIST_REFS_DEPTH != LIST_REFS
 # name a node, and only those that are still their ref's newest count.
 _REFS_AT = (
     "SELECT l.ref, d.id, l.time FROM nodes d JOIN reflog l ON l.new = d.seq "
-    "WHERE d.id IN ({marks}) AND l.n = (SELECT max(n) FROM reflog WHERE ref = l.ref)"
+    "WHERE {ids} AND l.n = (SELECT max(n) FROM reflog WHERE ref = l.ref)"
 )
 _VERIFY = (
     "SELECT n.seq, n.id, n.parent, p.id, coalesce(l.data, n.data), b.data, "
@@ -106,7 +106,7 @@ class SqliteScans:
             for k in range(0, len(wanted), _MARKS):
                 part = [bytes.fromhex(t) for t in wanted[k:k + _MARKS]]
                 for ref, key, moved in self._state.db.execute(
-                    _REFS_AT.format(marks=_marks(len(part))), part
+                    _REFS_AT.format(ids=ids_in("d.id", len(part))), in_params(part)
                 ):
                     found[ref] = Ref(ref, self._state.hex(key), moved)
         return [found[k] for k in sorted(found)]
@@ -118,7 +118,7 @@ class SqliteScans:
             for k in range(0, len(unique), _MARKS):
                 part = [bytes.fromhex(i) for i in unique[k:k + _MARKS]]
                 for key, seq in self._state.db.execute(
-                    f"SELECT id, seq FROM nodes WHERE id IN ({_marks(len(part))})", part
+                    f"SELECT id, seq FROM nodes WHERE {ids_in('id', len(part))}", in_params(part)
                 ):
                     out[self._state.hex(key)] = int(seq)
         return out
@@ -223,8 +223,8 @@ class SqliteScans:
                 # Oldest first, so that the newest move to a node is the one kept.
                 for key, time in self._state.db.execute(
                     "SELECT d.id, l.time FROM nodes d JOIN reflog l ON l.new = d.seq "
-                    f"WHERE d.id IN ({_marks(len(part))}) AND l.ref = ? ORDER BY l.n",
-                    [*part, name],
+                    f"WHERE {ids_in('d.id', len(part))} AND l.ref = ? ORDER BY l.n",
+                    [*in_params(part), name],
                 ):
                     out[self._state.hex(key)] = float(time)
         return out

@@ -18,11 +18,12 @@ import sqlite3
 from collections.abc import Callable
 
 from ...node import ID_VERSION
+from .sql import KEY_BYTES
 from .sums import SUMS_TABLE
 
 __all__ = [
     "FORMAT_VERSION", "LOOSE_TABLE", "MIGRATIONS", "PACKS_TABLE", "TABLES", "build", "has_codec", "has_packs",
-    "reflog_has_started", "upgrade",
+    "has_times", "reflog_has_started", "upgrade",
 ]
 
 #: Format 1: the tables. See :mod:`sesstree.store.sqlite.backend` for the layout and why.
@@ -135,6 +136,44 @@ def m005_packs(db: sqlite3.Connection) -> None:
         db.execute("INSERT OR REPLACE INTO meta VALUES ('pack_pending', '1')")
 
 
+#: Format 6's node table, for a store with no node yet: format 5's columns, ``t`` added, and
+#: no unique index on ``id`` (see m006_recorded).
+NODES_TABLE = """CREATE TABLE nodes(
+        seq INTEGER PRIMARY KEY,
+        id BLOB NOT NULL,
+        parent INTEGER,
+        depth INTEGER NOT NULL,
+        data BLOB NOT NULL,
+        bid INTEGER,
+        codec INTEGER,
+        pack INTEGER,
+        t INTEGER
+    )"""
+
+
+@migration
+def m006_recorded(db: sqlite3.Connection) -> None:
+    """Format 6: each node's first-recorded time, ``nodes.t`` (integer milliseconds since
+    1970, the earliest commit that wrote it: a put of a node already stored keeps it), so
+    that the store dates events without the reflog, where one handle's appends are now one
+    entry. Rows written before read NULL, and are dated by the reflog as before. A store with
+    no node yet gets the slimmer node index (below). A sesstree of format 5 would log and date
+    the same store its own way, and would write duplicate nodes into a store without the
+    unique index: it must refuse it."""
+    if not any(r[1] == "t" for r in db.execute("PRAGMA table_info(nodes)")):
+        db.execute("ALTER TABLE nodes ADD COLUMN t INTEGER")
+    if db.execute("SELECT 1 FROM nodes LIMIT 1").fetchone() is None:
+        # A store with no node yet (a new one) gets format 6's slimmer node index: the ids
+        # indexed by their first bytes (``nodes_key``, about 15 bytes a node), not whole
+        # (a unique index, about 45): lookups confirm the full id in the row (sql.by_id), and
+        # the writers insert a node only if it is not stored. A store with nodes keeps its
+        # unique index (dropping it means rebuilding the table); the same statements use it.
+        db.execute("DROP TABLE nodes")
+        db.execute(NODES_TABLE)
+        db.execute("CREATE INDEX nodes_bid ON nodes(bid) WHERE bid IS NOT NULL")
+        db.execute(f"CREATE INDEX nodes_key ON nodes(substr(id, 1, {KEY_BYTES}))")
+
+
 #: The format this sesstree writes, and the newest it reads.
 FORMAT_VERSION = 1 + len(MIGRATIONS)
 
@@ -143,6 +182,9 @@ def build(db: sqlite3.Connection, page_size: int) -> None:
     """Page size, WAL mode, tables, every migration and the format of a new store (in the
     private file that create.py renames into place)."""
     db.execute(f"PRAGMA page_size={page_size}")
+    # (Format 6: free pages can be given back, see freepages.py; it must be set before the
+    # first table.)
+    db.execute("PRAGMA auto_vacuum=INCREMENTAL")
     db.execute("PRAGMA journal_mode=WAL")
     db.execute("BEGIN IMMEDIATE")
     for statement in TABLES:
@@ -184,6 +226,12 @@ def reflog_has_started(db: sqlite3.Connection) -> bool:
 def has_packs(db: sqlite3.Connection) -> bool:
     """Whether the store has format 5's packs (an older store opened read-only has not)."""
     return any(row[1] == "pack" for row in db.execute("PRAGMA table_info(nodes)"))
+
+
+def has_times(db: sqlite3.Connection) -> bool:
+    """Whether the store keeps each node's recorded time (format 6; an older store opened
+    read-only has not)."""
+    return any(row[1] == "t" for row in db.execute("PRAGMA table_info(nodes)"))
 
 
 def has_codec(db: sqlite3.Connection) -> bool:

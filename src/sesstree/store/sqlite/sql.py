@@ -18,6 +18,7 @@ __all__ = [
     "FOLD_NEWEST",
     "INSERT_LOOSE",
     "INSERT_NODE",
+    "KEY_BYTES",
     "LIST_REFS",
     "LOOSE_JOIN",
     "NEWEST",
@@ -28,6 +29,9 @@ __all__ = [
     "RUN_BREAK",
     "STARTED_SET",
     "WALK_ROWS",
+    "by_id",
+    "ids_in",
+    "in_params",
     "without_codec",
     "without_packs",
     "without_started",
@@ -55,6 +59,30 @@ def without_packs(sql: str) -> str:
     row holds its own payload)."""
     return (sql.replace("n.pack", "NULL").replace(LOOSE_JOIN, "").replace(DATA, "n.data")
             .replace(CODEC, "n.codec"))
+
+
+#: How many bytes of a node's id the index of a format-6 store keys on (``nodes_key``).
+KEY_BYTES = 6
+
+
+def by_id(column: str, param: str) -> str:
+    """``column = param`` for node ids, as a lookup through ``nodes_key``, the index on their
+    first KEY_BYTES bytes (format 6), the full id confirmed by the row. SQLite uses an index
+    on an expression only where a query names that expression; a store made before format 6
+    has a unique index on the whole id instead, which the second term uses."""
+    return f"substr({column}, 1, {KEY_BYTES}) = substr({param}, 1, {KEY_BYTES}) AND {column} = {param}"
+
+
+def ids_in(column: str, count: int) -> str:
+    """``column IN (...)`` for ``count`` node ids, through ``nodes_key`` as :func:`by_id`: its
+    parameters are the ids' first KEY_BYTES bytes, then the ids (see :func:`in_params`)."""
+    marks = ",".join("?" * count)
+    return f"substr({column}, 1, {KEY_BYTES}) IN ({marks}) AND {column} IN ({marks})"
+
+
+def in_params(keys: list[bytes]) -> list[bytes]:
+    """The parameters of :func:`ids_in` for ``keys`` (32-byte ids)."""
+    return [k[:KEY_BYTES] for k in keys] + keys
 
 
 NEWEST = "SELECT new FROM reflog WHERE ref = ?1 ORDER BY n DESC LIMIT 1"
@@ -92,6 +120,12 @@ _PUT_BLOB = (
     "WHERE NEW.hash IS NOT NULL;"
 )
 _BID = "(SELECT bid FROM main.blobs WHERE hash = NEW.hash)"
+# A new node's recorded time (format 6): the append's, in whole milliseconds (rounded down, so
+# it is never later than the reflog entry's time).
+_MS = "CAST(NEW.time * 1000 AS INTEGER)"
+# Only a node not stored yet is inserted: a format-6 store has no unique index on the id (it
+# keys on its first bytes, see by_id), so OR IGNORE alone would not see it there.
+_NEW_NODE = f"NOT EXISTS (SELECT 1 FROM main.nodes x WHERE {by_id('x.id', 'NEW.id')})"
 # A new node's type and payload go to `loose` (format 5), keyed by its row number; only when the
 # node was inserted. After it, changes() and last_insert_rowid() still say what the node insert
 # did (1 and its row, or 0), which the statements after it read.
@@ -104,17 +138,17 @@ APPEND_TEMP = [
     "bcodec) AS SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL",
     f"""CREATE TEMP TRIGGER append_one_do INSTEAD OF INSERT ON append_one BEGIN
         {_PUT_BLOB}
-        INSERT OR IGNORE INTO nodes(id, parent, depth, data, codec, bid)
-        SELECT NEW.id, p.seq, coalesce(p.depth, 0) + 1, x'', NULL, {_BID}
-        FROM (SELECT 1) LEFT JOIN main.nodes p ON p.id = NEW.parent
-        WHERE NEW.parent IS NULL OR p.seq IS NOT NULL;
+        INSERT OR IGNORE INTO nodes(id, parent, depth, data, codec, bid, t)
+        SELECT NEW.id, p.seq, coalesce(p.depth, 0) + 1, x'', NULL, {_BID}, {_MS}
+        FROM (SELECT 1) LEFT JOIN main.nodes p ON {by_id("p.id", "NEW.parent")}
+        WHERE (NEW.parent IS NULL OR p.seq IS NOT NULL) AND {_NEW_NODE};
         {_PUT_LOOSE}
         INSERT INTO reflog(ref, n, old, new, time, reason)
         SELECT NEW.ref, coalesce(last.n, 0) + 1, c.parent, c.seq, NEW.time, NEW.reason
         FROM nodes c
         LEFT JOIN (SELECT n, new FROM reflog WHERE ref = NEW.ref ORDER BY n DESC LIMIT 1) last
         WHERE c.seq = CASE WHEN changes() = 1 THEN last_insert_rowid()
-                           ELSE (SELECT seq FROM nodes WHERE id = NEW.id) END
+                           ELSE (SELECT seq FROM nodes WHERE {by_id("id", "NEW.id")}) END
           AND last.new IS c.parent;
         SELECT RAISE(ABORT, 'sesstree-conflict') WHERE changes() = 0;
     END""",
@@ -124,23 +158,26 @@ APPEND_TEMP = [
     "bcodec) AS SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL",
     f"""CREATE TEMP TRIGGER append_fold_do INSTEAD OF INSERT ON append_fold BEGIN
         {_PUT_BLOB}
-        INSERT OR IGNORE INTO nodes(id, parent, depth, data, codec, bid)
-        SELECT NEW.id, p.seq, p.depth + 1, x'', NULL, {_BID}
-        FROM main.nodes p WHERE p.id = NEW.parent;
+        INSERT OR IGNORE INTO nodes(id, parent, depth, data, codec, bid, t)
+        SELECT NEW.id, p.seq, p.depth + 1, x'', NULL, {_BID}, {_MS}
+        FROM main.nodes p WHERE {by_id("p.id", "NEW.parent")} AND {_NEW_NODE};
         {_PUT_LOOSE}
-        UPDATE reflog SET new = (SELECT seq FROM nodes WHERE id = NEW.id), time = NEW.time,
-            reason = NEW.reason{STARTED_SET}
+        UPDATE reflog SET new = (SELECT seq FROM nodes WHERE {by_id("id", "NEW.id")}),
+            time = NEW.time, reason = NEW.reason{STARTED_SET}
         WHERE ref = NEW.ref
           AND n = (SELECT n FROM reflog WHERE ref = NEW.ref ORDER BY n DESC LIMIT 1)
-          AND new IS (SELECT seq FROM nodes WHERE id = NEW.parent)
-          AND (SELECT seq FROM nodes WHERE id = NEW.id) IS NOT NULL;
+          AND new IS (SELECT seq FROM nodes WHERE {by_id("id", "NEW.parent")})
+          AND (SELECT seq FROM nodes WHERE {by_id("id", "NEW.id")}) IS NOT NULL;
         SELECT RAISE(ABORT, 'sesstree-conflict') WHERE changes() = 0;
     END""",
 ]
 APPEND_ONE = "INSERT INTO temp.append_one VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 APPEND_FOLD = "INSERT INTO temp.append_fold VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+# (?-parameters: id, parent row, depth, payload's blob row, recorded time in milliseconds.)
 INSERT_NODE = (
-    "INSERT OR IGNORE INTO nodes(id, parent, depth, data, bid, codec) VALUES (?, ?, ?, x'', ?, NULL)"
+    "INSERT OR IGNORE INTO nodes(id, parent, depth, data, bid, codec, t) "
+    "SELECT ?1, ?2, ?3, x'', ?4, NULL, ?5 "
+    f"WHERE NOT EXISTS (SELECT 1 FROM nodes x WHERE {by_id('x.id', '?1')})"
 )
 INSERT_LOOSE = "INSERT INTO loose(seq, data, codec) VALUES (?, ?, ?)"
 # How a format-5 read gets a node's type and payload: from `loose`, or (a row written before
@@ -219,4 +256,7 @@ CHECKS = {
     "ON p.seq = c.parent WHERE c.depth != coalesce(p.depth, 0) + 1",
     "node whose payload is missing": "SELECT c.id FROM nodes c WHERE c.bid IS NOT NULL "
     "AND NOT EXISTS (SELECT 1 FROM blobs b WHERE b.bid = c.bid)",
+    # (Format 6 keys its index on the ids' first bytes, not unique: the writers keep them so.)
+    "node stored twice": "SELECT c.id FROM nodes c WHERE EXISTS (SELECT 1 FROM nodes d WHERE "
+    f"{by_id('d.id', 'c.id')} AND d.seq < c.seq)",
 }

@@ -19,12 +19,21 @@ from ...errors import StoreCorruptError
 from ...node import NodeId
 from .media import translate, translating
 from .paths import PathReader
-from .schema import has_codec, has_packs, reflog_has_started
-from .sql import FOLD, FOLD_NEWEST, REFLOG_ROWS, without_codec, without_packs, without_started
+from .schema import has_codec, has_packs, has_times, reflog_has_started
+from .sql import (
+    FOLD,
+    FOLD_NEWEST,
+    REFLOG_ROWS,
+    by_id,
+    without_codec,
+    without_packs,
+    without_started,
+)
 
 __all__ = ["ConnState"]
 
 _CACHE_MAX = 200_000
+_SEQ_OF = f"SELECT seq, depth FROM nodes WHERE {by_id('id', '?1')}"
 
 
 class ConnState:
@@ -54,6 +63,9 @@ class ConnState:
         #: queue (0: not held).
         self.batch_depth = 0
         self.queue_depth = 0
+        #: The recorded time (milliseconds) of every node the open batch writes: a batch
+        #: lands at once, so its nodes are dated alike (None: no batch open).
+        self.batch_ms: int | None = None
         #: id -> (seq, depth) of nodes known to be stored: saves a lookup per append.
         self.known: dict[NodeId, tuple[int, int]] = {}
         #: Nodes the open transaction inserted (forgotten from ``known`` if it rolls back).
@@ -64,6 +76,7 @@ class ConnState:
         # Set by setup():
         self.codec_columns = False
         self.packs = False
+        self.times = False
         self.paths: PathReader
         self.fold_sql = self.fold_newest_sql = self.reflog_sql = ""
 
@@ -73,6 +86,8 @@ class ConnState:
         self.codec_columns = has_codec(self.db)
         # Format 5's packs (an older store opened read-only has none, and is read as it is).
         self.packs = has_packs(self.db)
+        # Format 6's recorded times (an older store opened read-only has none).
+        self.times = has_times(self.db)
         self.paths = PathReader(self.db, self.path, self.codec_columns, self.packs)
         # The statements that write and read a folded entry's `started`, or (a store made
         # before it was kept) their forms without it.
@@ -114,9 +129,7 @@ class ConnState:
         """(row, depth) of a stored node, or None."""
         known = self.known.get(id)
         if known is None:
-            row = self.db.execute(
-                "SELECT seq, depth FROM nodes WHERE id = ?", (bytes.fromhex(id),)
-            ).fetchone()
+            row = self.db.execute(_SEQ_OF, (bytes.fromhex(id),)).fetchone()
             if row is None:
                 return None
             known = (row[0], row[1])

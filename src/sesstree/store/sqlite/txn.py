@@ -11,6 +11,7 @@ log (``unwritten``).
 from __future__ import annotations
 
 import sqlite3
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
@@ -130,6 +131,7 @@ class Transactions:
                 state.db.execute("BEGIN IMMEDIATE")
                 state.sync_cache()
                 state.batch_depth = 1
+                state.batch_ms = int(time.time() * 1000)
                 try:
                     yield
                     self.write_folds()
@@ -140,6 +142,7 @@ class Transactions:
                     raise
                 finally:
                     state.batch_depth = 0
+                    state.batch_ms = None
                     self.heads.clear()
                     self.unwritten.clear()
                 # Committed, outside any transaction, still holding the write lock: a batch

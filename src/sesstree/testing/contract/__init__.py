@@ -19,6 +19,7 @@ does, and what it checks is still what the engine kept. By topic:
 - :mod:`.objects`: idempotent puts, reads by id, paths, id prefixes, damage fsck finds;
 - :mod:`.refs`: compare-and-set on create, move and delete, the reflog, metadata, reopening;
 - :mod:`.batches`: all-or-nothing, one reflog entry per ref, folding as a compare-and-set;
+- :mod:`.runs`: a handle's run of plain appends as one entry, each append committed;
 - :mod:`.space`: gc of what nothing reaches, reflog expiry, sizes, large payloads;
 - :mod:`.text`: text no engine can hold (:mod:`sesstree.store.storable`);
 - :mod:`.packs`: packs read back exactly, forks in them, repack, gc, damage named (an
@@ -32,11 +33,12 @@ that imports the suite (``tests/store/sqlite/test_sqlite_contract.py::test_cas_o
 from __future__ import annotations
 
 from ..fixtures import store
-from . import batches, objects, packs, refs, space, text
+from . import batches, objects, packs, refs, runs, space, text
 from .batches import *  # noqa: F403 - the contract's tests, by topic
 from .objects import *  # noqa: F403
 from .packs import *  # noqa: F403
 from .refs import *  # noqa: F403
+from .runs import *  # noqa: F403
 from .space import *  # noqa: F403
 from .text import *  # noqa: F403
 
@@ -44,6 +46,7 @@ __all__ = ["store"]
 __all__ += objects.__all__
 __all__ += refs.__all__
 __all__ += batches.__all__
+__all__ += runs.__all__
 __all__ += space.__all__
 __all__ += text.__all__
 __all__ += packs.__all__
