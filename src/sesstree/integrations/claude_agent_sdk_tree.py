@@ -16,9 +16,9 @@ from typing import Any
 import msgspec
 
 # The importer's own steps, so that the store and ``sess import`` cannot drift apart.
-from ..interop.claude import _entry_events, _merge_split_replies, _reply_in_progress
+from ..interop.claude import _merge_split_replies, _reply_in_progress, claude_entries
 from ..interop.jsonl import Record
-from ..interop.tree import Entry, Tree, build_tree
+from ..interop.tree import Tree, build_tree
 
 __all__ = ["Line", "Transcript", "build_lines_tree", "in_order", "key_order", "stored_raw"]
 
@@ -136,31 +136,7 @@ def build_lines_tree(raws: Sequence[dict[str, Any]], links: dict[str, str], wher
     pending = _reply_in_progress(records)
     if pending is not None:
         silent.add(pending[0])
-    entries: list[Entry] = []
-    last_key: str | None = None
-    last_main: str | None = None
-    for r, raw in zip(records, raws, strict=True):
-        rec = r.data
-        uuid = rec.get("uuid")
-        side = bool(rec.get("isSidechain"))
-        events = _entry_events(rec, raw, merged.get(uuid) if isinstance(uuid, str) else None,
-                               isinstance(uuid, str) and uuid in silent)
-        if not isinstance(uuid, str):
-            key = f"@{r.line}"
-            entries.append(Entry(r.line, key, last_key, events, splice=last_key is not None,
-                                 prelude=last_main is None))
-            last_key = key
-            continue
-        parent = rec.get("parentUuid")
-        parent = parent if isinstance(parent, str) else None
-        compaction = rec.get("isCompactSummary") or rec.get("subtype") == "compact_boundary"
-        if parent is None and compaction and not side and last_main is not None:
-            logical = rec.get("logicalParentUuid")
-            parent = logical if isinstance(logical, str) else last_main
-        entries.append(Entry(r.line, uuid, parent, events, side=side))
-        last_key = uuid
-        if not side:
-            last_main = uuid
+    entries = claude_entries(records, raws, merged, silent)
     return build_tree(entries, Path(where))
 
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import collections
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +37,7 @@ from .jsonl import Record, read_records, record_type, session_base
 from .provenance import Provenance
 from .tree import Entry, build_tree, land_tree
 
-__all__ = ["claude_message_events", "import_claude", "looks_like_claude"]
+__all__ = ["claude_entries", "claude_message_events", "import_claude", "looks_like_claude"]
 
 _json = msgspec.json.Encoder()
 
@@ -248,34 +249,18 @@ def _session_id(records: list[Record], path: Path) -> str:
     return ids.most_common(1)[0][0] if ids else stem
 
 
-def import_claude(
-    store: Store, path: Path, name: str | None = None, *, owners: Provenance | None = None,
-    force: bool = False, records: list[Record] | None = None, problems: list[str] | None = None,
-) -> list[ImportResult]:
-    """Import one Claude Code transcript: one session per leaf, the main one named ``name``.
-
-    ``records`` (with the ``problems`` met reading them) are the file's records already read,
-    as :mod:`sesstree.interop.follow` hands them over as the file grows; by default the file
-    is read here.
-    """
-    problems = [] if problems is None else problems
-    records = read_records(path, problems) if records is None else records
-    session_id = _session_id(records, path)
-    merged, silent = _merge_split_replies(records)
-    pending = _reply_in_progress(records) if _may_be_live(path) else None
-    if pending is not None:
-        silent.add(pending[0])
-        problems.append(f"{path}:{pending[1]}: the last reply may still be being written (it "
-                        "has no stop_reason): kept as its record, not yet as a message")
+def claude_entries(records: Sequence[Record], raws: Sequence[dict[str, Any]],
+                   merged: dict[str, Any], silent: set[str]) -> list[Entry]:
+    """The tree entries of a transcript's records, in file order: ``raws[i]`` is what the node
+    of ``records[i]`` keeps, ``merged`` and ``silent`` what :func:`_merge_split_replies` (and
+    a reply still being written) made of its split replies. The importer and the Claude Agent
+    SDK's store build their trees with it, so that the two agree node for node."""
     entries: list[Entry] = []
     last_key: str | None = None  # the previous record of the file, for splicing
     last_main: str | None = None  # the previous main-line entry, for compaction roots
-    for r in records:
+    for r, raw in zip(records, raws, strict=True):
         rec = r.data
         uuid = rec.get("uuid")
-        raw = rec
-        if isinstance(uuid, str) and rec.get("sessionId") == session_id:
-            raw = {k: v for k, v in rec.items() if k != "sessionId"}
         side = bool(rec.get("isSidechain"))
         # a uuid of another type (a damaged file) is no key: a list cannot even be looked up
         events = _entry_events(rec, raw, merged.get(uuid) if isinstance(uuid, str) else None,
@@ -296,6 +281,32 @@ def import_claude(
         last_key = uuid
         if not side:
             last_main = uuid
+    return entries
+
+
+def import_claude(
+    store: Store, path: Path, name: str | None = None, *, owners: Provenance | None = None,
+    force: bool = False, records: list[Record] | None = None, problems: list[str] | None = None,
+) -> list[ImportResult]:
+    """Import one Claude Code transcript: one session per leaf, the main one named ``name``.
+
+    ``records`` (with the ``problems`` met reading them) are the file's records already read,
+    as :mod:`sesstree.interop.follow` hands them over as the file grows; by default the file
+    is read here.
+    """
+    problems = [] if problems is None else problems
+    records = read_records(path, problems) if records is None else records
+    session_id = _session_id(records, path)
+    merged, silent = _merge_split_replies(records)
+    pending = _reply_in_progress(records) if _may_be_live(path) else None
+    if pending is not None:
+        silent.add(pending[0])
+        problems.append(f"{path}:{pending[1]}: the last reply may still be being written (it "
+                        "has no stop_reason): kept as its record, not yet as a message")
+    raws = [{k: v for k, v in r.data.items() if k != "sessionId"}
+             if isinstance(r.data.get("uuid"), str) and r.data.get("sessionId") == session_id
+             else r.data for r in records]
+    entries = claude_entries(records, raws, merged, silent)
     tree = build_tree(entries, path)
     base = name or session_base("claude", session_id, path, by_id=False)
     meta = {"format": "claude", "sessionId": session_id, "source": str(path)}
