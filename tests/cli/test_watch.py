@@ -14,9 +14,9 @@ from pathlib import Path
 
 import blake3
 import pytest
-from tests.helpers.agent_writers import AGENTS, session_lines, session_path
-from tests.helpers.cli_kit import Sess
-from tests.helpers.watch_kit import imported, recorded
+from agent_writers import AGENTS, session_lines, session_path
+from cli_kit import Sess
+from watch_kit import imported, recorded
 
 import sesstree
 from sesstree import open_store

@@ -9,8 +9,8 @@ import time
 from pathlib import Path
 
 import pytest
-from tests.helpers.agent_writers import AGENTS, gemini_document, session_lines, session_path
-from tests.helpers.watch_kit import imported, recorded
+from agent_writers import AGENTS, gemini_document, session_lines, session_path
+from watch_kit import imported, recorded
 
 from sesstree import open_store
 from sesstree.errors import ConflictError

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from tests.helpers.agent_writers import gemini_document, session_lines, session_path
+from agent_writers import gemini_document, session_lines, session_path
 
 from sesstree import Store
 from sesstree.interop import detect_format, import_files
