@@ -195,24 +195,34 @@ def test_a_server_restart_mid_run_loses_nothing(postgres_url: str) -> None:
     open_store(postgres_url).close()
     count = 150
     procs = start_writers(postgres_url, 2, 2, count)
-    first = procs["own-0"]
-    assert first.stdout is not None
-    for line in first.stdout:  # let them get going
-        if int(line.split()[1]) >= 20:
-            break
+    # Every writer must be connected before the restart: a store's first connection fails at
+    # once on an absent server (a wrong address is reported, not waited for), and only a
+    # connection that was up is waited for.
+    early: dict[str, list[int]] = {}
+    for key, proc in procs.items():
+        assert proc.stdout is not None
+        early[key] = []
+        for line in proc.stdout:  # let them get going (own-0 furthest)
+            early[key].append(int(line.split()[1]))
+            if early[key][-1] >= (20 if key == "own-0" else 0):
+                break
     started = server_start_time(postgres_url)
     restart_server()
     assert server_start_time(postgres_url) != started
-    # Read on through the same buffered reader: lines it already holds are not lost (as they
+    # Read on through the same buffered readers: lines they already hold are not lost (as they
     # would be to communicate(), which reads the pipe underneath it).
-    assert first.stderr is not None
-    with first.stdout, first.stderr:
-        rest, err = first.stdout.read(), first.stderr.read()
-    first.wait(300)
-    assert first.returncode == 0 and "Traceback" not in err, err
-    acked = {"own-0": list(range(21)) + [int(x.split()[1]) for x in rest.splitlines()
-                                           if x.startswith("ACK")]}
-    acked.update({key: finish(proc) for key, proc in procs.items() if key != "own-0"})
+    acked = {}
+    for key, proc in procs.items():
+        assert proc.stdout is not None and proc.stderr is not None
+        try:
+            with proc.stdout, proc.stderr:
+                rest, err = proc.stdout.read(), proc.stderr.read()
+            proc.wait(300)
+        finally:
+            proc.kill()  # (a no-op once it has exited) no writer outlives a failed test
+        assert proc.returncode == 0 and "Traceback" not in err, err
+        acked[key] = early[key] + [int(x.split()[1]) for x in rest.splitlines()
+                                   if x.startswith("ACK")]
     with open_store(postgres_url, create=False) as store:
         check_writers(store, 2, 2, count, acked)
 
