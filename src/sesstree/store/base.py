@@ -34,11 +34,13 @@ __all__ = [
     "Packing",
     "Progress",
     "RawNode",
+    "Reaching",
     "Ref",
     "RefStore",
     "RefUpdate",
     "ReflogEntry",
     "ReflogStamp",
+    "RefsReaching",
     "ScaleReads",
     "SearchMode",
     "SearchQuery",
@@ -544,6 +546,25 @@ class TextIndex(Protocol):
 
     def index_counts(self) -> IndexCounts:
         """The index's :class:`IndexCounts`, without reading every node."""
+
+
+class RefsReaching(msgspec.Struct, frozen=True):
+    """The refs that reach one node (their target is it or below it), each with its target's
+    depth, the most recently moved first (ties by name); ``complete`` is False when the walk
+    stopped at its bound, and more refs may reach it."""
+
+    refs: list[tuple[Ref, int]]
+    complete: bool = True
+
+
+class Reaching(Protocol):
+    """Which refs reach a few nodes, walked down from each node (optional: a backend without
+    it gets the generic walk up from every ref in :mod:`sesstree.repo.search`, which reads
+    the whole store)."""
+
+    def refs_reaching(self, ids: Sequence[NodeId], prefix: str, bound: int) -> dict[NodeId, RefsReaching]:
+        """For each stored node among ``ids``, the refs under ``prefix`` that reach it,
+        reading at most ``bound`` nodes below it (its descendants)."""
 
 
 class Backend(ObjectStore, RefStore, Protocol):
