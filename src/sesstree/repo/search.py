@@ -105,10 +105,14 @@ def search(store: Store, pattern: str, *, mode: SearchMode = "words", ignore_cas
     index = _index(backend)
     found: list[SearchHit] = []
     more = False
+    size = max(limit, 16)
     while len(found) < limit:
-        want = limit - len(found)
-        page = (index.search_nodes(query, max(want, 16), before) if index is not None
-                else _scan_page(backend, query, max(want, 16), before))
+        want = size
+        # (Pages of hits no session reaches, an aborted import say, are left behind faster
+        # and faster: each next page asked for is twice the last, up to 512.)
+        size = min(512, size * 2)
+        page = (index.search_nodes(query, want, before) if index is not None
+                else _scan_page(backend, query, want, before))
         reach = _reaching(backend, [h.id for h in page])
         for i, hit in enumerate(page):
             where = reach.get(hit.id, RefsReaching([]))
@@ -116,10 +120,10 @@ def search(store: Store, pattern: str, *, mode: SearchMode = "words", ignore_cas
                 found.append(_hit(backend, query, hit, where, hit.depth, shown))
             before = hit.key
             if len(found) >= limit:
-                more = i + 1 < len(page) or len(page) == max(want, 16)
+                more = i + 1 < len(page) or len(page) == want
                 break
         else:
-            if len(page) < max(want, 16):
+            if len(page) < want:
                 break
             more = True
     return SearchPage(found, f"k{before}" if more and before is not None else None)
