@@ -20,6 +20,7 @@
     ├── MissingNodeError            a node's parent, or a ref's target, is not stored
     ├── InvalidEventError           an unknown event type or data that is not JSON
     ├── InputError                  a malformed input file (names file and line)
+    ├── SearchQueryError            a search pattern that cannot be searched (empty, too long)
     ├── RemoteError                 a remote cannot be reached, refuses, or answers garbage
     │   └── PushRejectedError       the remote refused to move some refs (non-fast-forward, ...)
     └── AgentError
@@ -47,6 +48,7 @@ __all__ = [
     "RefExistsError",
     "RemoteError",
     "RevisionError",
+    "SearchQueryError",
     "SesstreeError",
     "StoreCorruptError",
     "StoreError",
@@ -151,6 +153,11 @@ class InputError(SesstreeError):
         super().__init__(where + message)
         self.path = path
         self.line = line
+
+
+class SearchQueryError(SesstreeError):
+    """A search pattern that cannot be searched: empty, too long, or (for a words search)
+    with no word in it. The message says which, and what to search instead."""
 
 
 class RemoteError(SesstreeError):

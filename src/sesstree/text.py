@@ -6,7 +6,7 @@ all. The CLI, the web view and the search all turn it into text, and they differ
 ways a :class:`TextStyle` names: how parts join, what a part without text shows as, how JSON
 that is not text is written, and which other fields of an event count as its text. Each
 caller keeps its style beside it (``fmt.LINE``, ``cli.conversation.GREP``, ``web.render.PAGE``,
-``web.search.SEARCH``); the default is the full text the CLI prints.
+``SEARCH`` here for the text index); the default is the full text the CLI prints.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import Any, Literal
 
 import msgspec
 
-__all__ = ["FULL", "TextStyle", "content_text", "event_text", "json_text"]
+__all__ = ["FULL", "SEARCH", "TextStyle", "content_text", "event_text", "json_text"]
 
 _compact = msgspec.json.Encoder()
 _sorted = msgspec.json.Encoder(order="sorted")
@@ -61,6 +61,14 @@ class TextStyle:
 
 #: The full text, line breaks kept, as ``sess show`` and ``sess messages`` print it.
 FULL = TextStyle()
+
+#: What a person reads of an event, as the text index keeps it and a search matches it: the
+#: content (text parts only; JSON that is not text, compact), the summary, message and
+#: reasoning an event carries, every tool call's name and arguments (a ``tool/call`` record's
+#: too); nothing for an event with no text (no ids, no bookkeeping, no JSON fallback).
+SEARCH = TextStyle(placeholder="none", scalars=False,
+                   fields=("summary", "message", "reasoning", "reasoning_content"),
+                   records=True, keep_empty=False, fallback_json=False)
 
 
 def json_text(value: Any, *, pretty: bool = False, limit: int | None = None) -> str:

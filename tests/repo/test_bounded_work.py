@@ -539,10 +539,10 @@ def test_an_older_store_is_upgraded_on_open_and_read_as_it_is_when_read_only(
         db = db_of(store)
         names = {r[0] for r in db.execute("SELECT name FROM sqlite_master")}
         assert {"nodes_bid", "reflog_new", "reflog_time", "path_bytes"} <= names
-        # Upgraded to format 6 when opened; the nodes it has are packed afterwards, online
+        # Upgraded to format 7 when opened; the nodes it has are packed afterwards, online
         # (at the writer's pauses, or as here all at once by `sess repack`).
         meta = dict(db.execute("SELECT key, value FROM meta").fetchall())
-        assert meta["format"] == "6" and meta[PENDING] == "1"
+        assert meta["format"] == "7" and meta[PENDING] == "1"
         assert store.backend.pack_counts() == stats.packs  # type: ignore[attr-defined]
         counts = store.repack()
         assert counts is not None and (counts.packed_nodes, counts.loose_nodes) == (20, 0)

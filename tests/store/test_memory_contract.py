@@ -17,7 +17,16 @@ def damage(store: Store, id: NodeId) -> None:  # other bytes under the same id, 
     nodes[id] = msgspec.structs.replace(nodes[id], encoded=msgspec.msgpack.encode(user("evil")))
 
 
+def damage_index(store: Store, id: NodeId, missing: bool) -> None:
+    index = store.backend._index  # type: ignore[attr-defined]
+    if missing:
+        del index[id]
+    else:
+        index[id] = index[id]._replace(text="something else")
+
+
 @pytest.fixture
 def engine() -> Engine:
     backend = MemoryBackend()  # opened again, it is the same store
-    return Engine("memory", open=lambda: Store(backend), damage_node=damage, measures_size=False)
+    return Engine("memory", open=lambda: Store(backend), damage_node=damage,
+                  damage_index=damage_index, measures_size=False)

@@ -46,6 +46,7 @@ class _Group(click.Group):
         "init": "sesstree.cli.sessions:init", "reset": "sesstree.cli.sessions:reset",
         "status": "sesstree.cli.sessions:status",
         "diff": "sesstree.cli.reading:diff", "log": "sesstree.cli.reading:log",
+        "grep": "sesstree.cli.grep:grep",
         "messages": "sesstree.cli.viewing:messages", "show": "sesstree.cli.viewing:show",
         "export": "sesstree.cli.storage:export", "fsck": "sesstree.cli.storage:fsck",
         "gc": "sesstree.cli.storage:gc", "import": "sesstree.cli.storage:import_",
@@ -76,6 +77,8 @@ class _Group(click.Group):
         "fsck": "Re-hash every node and check parents, refs, reflog and indexes; exit 1 on any "
                 "fault.",
         "gc": "Remove nodes that no session, tag, HEAD or reflog entry reaches.",
+        "grep": "Find PATTERN in every session (or in each REV), newest first: one line per "
+                "matching event, shown once however many sessions share it.",
         "import": "Import transcripts (seed JSONL: one message per line, optional "
                   "NAME.meta.json).",
         "init": "Create a store in PATH/.sess (default: this folder), or at --store / "

@@ -148,11 +148,15 @@ def _ratio(logical: int, physical: int) -> str:
 @click.option("--accept-wal-loss", is_flag=True,
               help="Open a store whose write-ahead log is damaged without the commits the "
                    "damage hides (a copy of the log stays), then check it.")
+@click.option("--rebuild-index", is_flag=True,
+              help="Build the text index (sess grep's) again from the nodes first: what a "
+                   "damaged index is restored with. Safe to stop: it goes on where it stopped.")
 @pass_store
-def fsck(locator: StoreLocator, accept_wal_loss: bool) -> None:
+def fsck(locator: StoreLocator, accept_wal_loss: bool, rebuild_index: bool) -> None:
     """Re-hash every node and check parents, refs, reflog and indexes; exit 1 on any fault."""
     from ..errors import WalDamagedError
     from ..repo.maintenance import fsck as check
+    from ..repo.maintenance import rebuild_index as rebuild
     from .progress import progress_line
 
     if accept_wal_loss:
@@ -163,6 +167,11 @@ def fsck(locator: StoreLocator, accept_wal_loss: bool) -> None:
         # Found on open (this one or an earlier one): the store is not opened until accepted.
         click.echo(one_line(f"fault: {exc}"))
         fail("1 fault found: the write-ahead log is damaged (see above)")
+    if rebuild_index:
+        with progress_line("indexing nodes") as progress:
+            counts = rebuild(store, progress=progress)
+        if counts is not None:
+            click.echo(f"text index rebuilt: {plural(counts.entries, 'node')} indexed")
     with progress_line("checking nodes") as progress:
         faults = check(store, progress=progress)
     for fault in faults:

@@ -8,10 +8,13 @@ import msgspec
 
 from ..errors import StoreCorruptError
 from ..node import SESSIONS, TAGS, NodeId, node_id_from_encoded
-from ..store.base import Backend, PackCounts, Packing, Progress
+from ..store.base import Backend, IndexCounts, PackCounts, Packing, Progress, TextIndex
 from .scan import scale_reads
 
-__all__ = ["GcResult", "Stats", "Upkept", "ancestors", "fsck", "gc", "repack", "stats"]
+__all__ = [
+    "GcResult", "Stats", "Upkept", "ancestors", "fsck", "gc", "rebuild_index", "repack", "stats",
+    "text_index",
+]
 
 _json = msgspec.json.Encoder()
 _msgpack = msgspec.msgpack.Decoder()
@@ -75,8 +78,14 @@ def fsck(store: Upkept, *, progress: Progress | None = None) -> list[str]:
     try:
         with store.backend.snapshot():
             if scale_reads(store.backend) is not None:
-                return _fsck_streaming(store, progress)
-            return _fsck(store)
+                faults = _fsck_streaming(store, progress)
+            else:
+                faults = _fsck(store)
+        # The text index is checked after the snapshot: an engine that catches it up writes.
+        index = text_index(store.backend)
+        if index is not None:
+            faults += index.index_faults(progress)
+        return faults
     except StoreCorruptError as exc:
         # Damage that stops the check itself is a finding like any other.
         return [str(exc)]
@@ -162,6 +171,21 @@ def packing(backend: Backend) -> Packing | None:
         found: Packing = backend  # type: ignore[assignment]
         return found
     return None
+
+
+def text_index(backend: Backend) -> TextIndex | None:
+    """The backend's text index, if it keeps one (see :class:`~sesstree.store.base.TextIndex`)."""
+    if callable(getattr(backend, "search_nodes", None)) and callable(getattr(backend, "rebuild_index", None)):
+        found: TextIndex = backend  # type: ignore[assignment]
+        return found
+    return None
+
+
+def rebuild_index(store: Upkept, *, progress: Progress | None = None) -> IndexCounts | None:
+    """Build the text index again from the nodes (``sess fsck --rebuild-index``): what a
+    damaged or missing index is restored with. None for an engine that keeps none."""
+    index = text_index(store.backend)
+    return index.rebuild_index(progress) if index is not None else None
 
 
 def repack(store: Upkept, *, progress: Progress | None = None) -> PackCounts | None:

@@ -43,6 +43,7 @@ from ..store.base import (
     Ref,
     ReflogEntry,
     RefUpdate,
+    SearchMode,
     WatchMark,
 )
 from ..store.engines import STORE_FILE, engine_of, open_backend
@@ -53,6 +54,7 @@ from .policy import WritePolicy
 from .reads import StoredReads
 from .revisions import logged_refs, named_for_log, resolve, session_name_of, steps_suffix
 from .scan import list_refs_with_depth, reflog_page
+from .search import SearchPage, search
 from .view import Diff, SessionInfo, diff_of, nodes_of, raw_node
 
 if TYPE_CHECKING:
@@ -449,6 +451,16 @@ class Store(StoredReads):
         return page
 
     # -- maintenance -------------------------------------------------------------------------
+
+    def search(self, pattern: str, *, mode: SearchMode = "words", ignore_case: bool = False,
+               roles: Sequence[str] = (), types: Sequence[str] = (), since: float | None = None,
+               until: float | None = None, revs: Sequence[str] = (), everything: bool = False,
+               limit: int = 20, cursor: str | None = None, shown: int = 3) -> SearchPage:
+        """The nodes whose text matches, newest first, a page at a time, each once with the
+        sessions that reach it. See :func:`sesstree.repo.search.search`."""
+        return search(self, pattern, mode=mode, ignore_case=ignore_case, roles=roles, types=types,
+                      since=since, until=until, revs=revs, everything=everything, limit=limit,
+                      cursor=cursor, shown=shown)
 
     def fsck(self) -> list[str]:
         """Every fault in the store (empty when sound). See :func:`sesstree.repo.maintenance.fsck`."""

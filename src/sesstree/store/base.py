@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 import msgspec
 
@@ -27,20 +27,27 @@ __all__ = [
     "Chain",
     "Counts",
     "ImportOrigin",
+    "IndexCounts",
+    "IndexHit",
     "ObjectStore",
     "PackCounts",
     "Packing",
     "Progress",
     "RawNode",
+    "Reaching",
     "Ref",
     "RefStore",
     "RefUpdate",
     "ReflogEntry",
     "ReflogStamp",
+    "RefsReaching",
     "ScaleReads",
+    "SearchMode",
+    "SearchQuery",
     "SessionMeta",
     "StoreFormat",
     "StoredNode",
+    "TextIndex",
     "WatchMark",
     "decode_session_meta",
     "decode_watch_mark",
@@ -458,6 +465,106 @@ class ScaleReads(Protocol):
         self, dry_run: bool, keep: NodeId | None, progress: Progress | None
     ) -> tuple[list[NodeId], int, int]:
         """:meth:`ObjectStore.collect_garbage`, calling ``progress`` as it goes."""
+
+
+SearchMode = Literal["words", "phrase", "substring"]
+
+
+class SearchQuery(msgspec.Struct, frozen=True):
+    """What a search asks an engine's text index (see :mod:`sesstree.store.textmatch` for
+    what each mode matches): the pattern, how it matches, and filters on the node.
+
+    ``roles``/``types``: only nodes of one of these roles (``node_role``) or event types
+    (empty: any); ``since``/``until``: only nodes first recorded in that span (Unix seconds,
+    both ends included); a node with no recorded time (written before format 6) is outside
+    every span."""
+
+    pattern: str
+    mode: SearchMode = "words"
+    ignore_case: bool = False
+    roles: tuple[str, ...] = ()
+    types: tuple[str, ...] = ()
+    since: float | None = None
+    until: float | None = None
+
+
+class IndexHit(msgspec.Struct, frozen=True):
+    """One stored node a search found: its id, event type, role, depth, when it was first
+    recorded (None: before format 6) and its key (the engine's integer for it, in write
+    order: results come newest first, by key, and the next page starts below the last key)."""
+
+    id: NodeId
+    type: str
+    role: str
+    depth: int
+    time: float | None
+    key: int
+
+
+class IndexCounts(msgspec.Struct, frozen=True):
+    """What the text index holds: its entries (one per distinct node), the text they index
+    (UTF-8 bytes of every node's search text), the bytes the index itself takes (0 where
+    not measured), and how many nodes are still to be indexed (a catch-up pending)."""
+
+    entries: int
+    text_bytes: int
+    index_bytes: int
+    pending: int = 0
+
+
+class TextIndex(Protocol):
+    """A full-text index over every stored node, one entry per distinct node (never per
+    session: a node shared by 200 forks is indexed once), kept by the engine (optional: a
+    backend without one is searched by a scan above the seam).
+
+    In step with writes: an entry is written in the transaction that stores its node, or
+    caught up by :meth:`search_nodes` before it answers (nodes written by another process,
+    by a pull or an import included), so a search never misses a committed node; removing a
+    node (gc) removes its entry in the same step. The index holds exactly the tokens of
+    :func:`~sesstree.store.textmatch.node_text` (see :mod:`sesstree.store.textmatch`), and
+    what :meth:`search_nodes` returns equals a scan of every node with
+    :func:`~sesstree.store.textmatch.matches` and the query's filters, in the same order.
+    """
+
+    def search_nodes(self, query: SearchQuery, limit: int, before: int | None = None) -> list[IndexHit]:
+        """The nodes that match ``query``, newest first (by key), at most ``limit``, only
+        those whose key is below ``before`` (the last key of the previous page). Fewer than
+        ``limit``: there are no more.
+
+        Raises:
+            SearchQueryError: a pattern :func:`~sesstree.store.textmatch.check_query` refuses.
+        """
+
+    def index_faults(self, progress: Progress | None = None) -> list[str]:
+        """One line per fault of the index (fsck): a stored node with no entry or with an
+        entry that is not its text's, an entry for no stored node. Finishes a pending
+        catch-up first (a node not yet indexed is not a fault)."""
+
+    def rebuild_index(self, progress: Progress | None = None) -> IndexCounts:
+        """Build the index again from the nodes (it is derived): what a damaged index is
+        restored with. Resumable where the engine builds it in steps."""
+
+    def index_counts(self) -> IndexCounts:
+        """The index's :class:`IndexCounts`, without reading every node."""
+
+
+class RefsReaching(msgspec.Struct, frozen=True):
+    """The refs that reach one node (their target is it or below it), each with its target's
+    depth, the most recently moved first (ties by name); ``complete`` is False when the walk
+    stopped at its bound, and more refs may reach it."""
+
+    refs: list[tuple[Ref, int]]
+    complete: bool = True
+
+
+class Reaching(Protocol):
+    """Which refs reach a few nodes, walked down from each node (optional: a backend without
+    it gets the generic walk up from every ref in :mod:`sesstree.repo.search`, which reads
+    the whole store)."""
+
+    def refs_reaching(self, ids: Sequence[NodeId], prefix: str, bound: int) -> dict[NodeId, RefsReaching]:
+        """For each stored node among ``ids``, the refs under ``prefix`` that reach it,
+        reading at most ``bound`` nodes below it (its descendants)."""
 
 
 class Backend(ObjectStore, RefStore, Protocol):

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from functools import partial
+from typing import NamedTuple
 
 import msgspec
 
@@ -14,10 +15,14 @@ from ..errors import ConflictError, MissingNodeError
 from ..node import ID_VERSION, NodeId, parse_symbolic
 from .base import (
     Chain,
+    IndexCounts,
+    IndexHit,
+    Progress,
     RawNode,
     Ref,
     ReflogEntry,
     RefUpdate,
+    SearchQuery,
     SessionMeta,
     StoredNode,
     StoreFormat,
@@ -25,10 +30,19 @@ from .base import (
     describe,
 )
 from .storable import check_commit, check_head, check_session_meta, check_text
+from .textmatch import check_query, matches, node_role, node_text
 
 __all__ = ["MemoryBackend"]
 
 _decode = msgspec.msgpack.Decoder().decode
+
+
+class _Entry(NamedTuple):
+    """A node's entry in the memory engine's text index."""
+
+    key: int
+    role: str
+    text: str
 
 
 class MemoryBackend:
@@ -38,6 +52,10 @@ class MemoryBackend:
         self._nodes: dict[NodeId, StoredNode] = {}
         # When each node was first recorded (see ObjectStore.recorded).
         self._times: dict[NodeId, float] = {}
+        # The text index: each stored node's key (write order), role and search text, written
+        # with the node in the same step (so it is never behind, and a search is a scan).
+        self._index: dict[NodeId, _Entry] = {}
+        self._next_key = 1
         self._refs: dict[str, Ref] = {}
         self._reflog: list[ReflogEntry] = []
         # Where each ref's newest reflog entry is in the list (what a fold rewrites).
@@ -80,6 +98,7 @@ class MemoryBackend:
                     raise MissingNodeError(f"{u.name}: target {u.new[:12]} is not stored")
             now = time.time()
             self._nodes.update(staged)
+            self._index_nodes(staged.values())
             # (A batch lands at once: its nodes are dated alike, when it began.)
             self._times.update(dict.fromkeys(staged, self._batch_time or now))
             if self._undo is not None and staged:
@@ -91,6 +110,60 @@ class MemoryBackend:
                 else:
                     self._refs[u.name] = Ref(u.name, u.new, now)
                 self._log(u, now)
+
+    def _index_nodes(self, nodes: Iterable[StoredNode]) -> None:
+        for n in nodes:
+            data = _decode(n.encoded)
+            self._index[n.id] = _Entry(self._next_key, node_role(n.type, data), node_text(n.type, data))
+            self._next_key += 1
+
+    def search_nodes(self, query: SearchQuery, limit: int, before: int | None = None) -> list[IndexHit]:
+        check_query(query)
+        roles, types = set(query.roles), set(query.types)
+        hits: list[IndexHit] = []
+        with self._lock:
+            entries = sorted(self._index.items(), key=lambda item: -item[1].key)
+            for id, entry in entries:
+                if len(hits) >= limit:
+                    break
+                if before is not None and entry.key >= before:
+                    continue
+                node = self._nodes[id]
+                when = self._times.get(id)
+                if (roles and entry.role not in roles) or (types and node.type not in types):
+                    continue
+                if (query.since is not None or query.until is not None) and (
+                        when is None or (query.since is not None and when < query.since)
+                        or (query.until is not None and when > query.until)):
+                    continue
+                if matches(query, entry.text):
+                    hits.append(IndexHit(id, node.type, entry.role, node.depth, when, entry.key))
+        return hits
+
+    def index_faults(self, progress: Progress | None = None) -> list[str]:
+        faults: list[str] = []
+        with self._lock:
+            for id, node in self._nodes.items():
+                entry = self._index.get(id)
+                data = _decode(node.encoded)
+                if entry is None:
+                    faults.append(f"text index: node {id[:12]} has no entry")
+                elif (entry.role, entry.text) != (node_role(node.type, data), node_text(node.type, data)):
+                    faults.append(f"text index: the entry of node {id[:12]} is not its text")
+            faults += [f"text index: an entry for node {id[:12]}, which is not stored"
+                       for id in self._index if id not in self._nodes]
+        return faults
+
+    def rebuild_index(self, progress: Progress | None = None) -> IndexCounts:
+        with self._lock:
+            self._index.clear()
+            self._index_nodes(self._nodes.values())
+            return self.index_counts()
+
+    def index_counts(self) -> IndexCounts:
+        with self._lock:
+            size = sum(len(e.text.encode()) for e in self._index.values())
+            return IndexCounts(len(self._index), size, 0)
 
     def _log(self, u: RefUpdate, now: float) -> None:
         """Add the move's reflog entry, or fold it into the ref's newest one."""
@@ -330,17 +403,20 @@ class MemoryBackend:
         with self._lock:
             gone = {i: n for i in ids if (n := self._nodes.pop(i, None)) is not None}
             times = {i: self._times.pop(i) for i in gone if i in self._times}
+            entries = {i: self._index.pop(i) for i in gone if i in self._index}
             if self._undo is not None and gone:
                 # Parents first, as iter_nodes promises: by depth.
                 self._undo.append(lambda: self._nodes.update(
                     sorted(gone.items(), key=lambda item: item[1].depth)))
                 self._undo.append(lambda: self._times.update(times))
+                self._undo.append(lambda: self._index.update(entries))
             return len(gone)
 
     def _drop_nodes(self, ids: dict[NodeId, StoredNode]) -> None:
         for i in ids:
             self._nodes.pop(i, None)
             self._times.pop(i, None)
+            self._index.pop(i, None)
 
     def collect_garbage(
         self, dry_run: bool, keep: NodeId | None = None

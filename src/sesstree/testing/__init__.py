@@ -39,6 +39,11 @@ class Engine:
     #: media would, so that the pack contract can check that every read and fsck name the
     #: pack. Only for an engine that keeps packs; without it, that one test is skipped.
     damage_pack: Callable[[Store], None] | None = None
+    #: Drops (``True``) or alters (``False``) the text index entry of one node, as a bug or
+    #: bad media would, so that the search contract can check that fsck finds it and a
+    #: rebuild restores it. Only for an engine with a text index; without it, that one test
+    #: is skipped.
+    damage_index: Callable[[Store, NodeId, bool], None] | None = None
     #: False for an engine with no size on disk (``physical_bytes`` is 0).
     measures_size: bool = True
 

@@ -193,7 +193,7 @@ def test_a_format_3_store_reads_as_it_is_and_is_upgraded_on_write(tmp_path: Path
         db = store.backend._db  # type: ignore[attr-defined]
         # Upgraded to format 5 when opened; the history it had is packed afterwards.
         meta = dict(db.execute("SELECT key, value FROM meta").fetchall())
-        assert meta["format"] == "6" and meta[PENDING] == "1"
+        assert meta["format"] == "7" and meta[PENDING] == "1"
         s = store.session("q")
         with store.batch():
             for m in more:
@@ -215,7 +215,7 @@ def test_a_format_3_store_reads_as_it_is_and_is_upgraded_on_write(tmp_path: Path
             s.add_message(m)
         assert store.messages("q") == old + more + last
     db = db_at(folder)
-    assert db.execute("SELECT value FROM meta WHERE key = 'format'").fetchone() == ("6",)
+    assert db.execute("SELECT value FROM meta WHERE key = 'format'").fetchone() == ("7",)
     # Of the two zlib blobs, the huge payload is still stored apart as format 3 stored it; the
     # other went into its pack.
     assert db.execute("SELECT count(*) FROM blobs WHERE codec IS NULL").fetchone() == (1,)
@@ -244,7 +244,7 @@ def test_an_older_sesstree_refuses_a_format_5_store(
     assert len(packs(folder)) == 1
     before = (folder / "store.db").read_bytes()
     monkeypatch.setattr(sqlite_open, "FORMAT_VERSION", 4)  # what the release before reads
-    with pytest.raises(StoreFormatError, match="has store format 6; this sesstree reads up to 4"):
+    with pytest.raises(StoreFormatError, match="has store format 7; this sesstree reads up to 4"):
         open_store(folder)
     assert (folder / "store.db").read_bytes() == before
 

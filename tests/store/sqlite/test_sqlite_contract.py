@@ -11,6 +11,8 @@ import pytest
 
 from sesstree import Store, StoreError, make_node, open_store
 from sesstree.node import NodeId
+from sesstree.store.base import SearchQuery
+from sesstree.store.textmatch import node_text, tokens
 from sesstree.testing import Engine, grow, user
 from sesstree.testing.contract import *  # noqa: F403 - the contract's tests and fixtures
 
@@ -25,6 +27,20 @@ def damage(store: Store, id: NodeId) -> None:
         assert done.rowcount == 1, f"node {id[:12]} is not loose"
 
 
+def damage_index(store: Store, id: NodeId, missing: bool) -> None:
+    """The text index entry of ``id`` removed, or given one token more than its text has."""
+    store.backend.search_nodes(SearchQuery("x"), 1)  # type: ignore[attr-defined] - caught up
+    node = store.backend.get(id)
+    assert node is not None
+    words = " ".join(tokens(node_text(node.type, msgspec.msgpack.decode(node.encoded))))
+    with closing(sqlite3.connect(store.backend.path)) as db, db:  # type: ignore[attr-defined]
+        seq = db.execute("SELECT seq FROM nodes WHERE id = ?", (bytes.fromhex(id),)).fetchone()[0]
+        db.execute("INSERT INTO search_words(search_words, rowid, t) VALUES ('delete', ?, ?)",
+                   (seq, words))
+        if not missing:
+            db.execute("INSERT INTO search_words(rowid, t) VALUES (?, ?)", (seq, words + " damage"))
+
+
 def damage_pack(store: Store) -> None:
     """One byte of the oldest pack's stored bytes flipped (its checksum left as it was)."""
     with closing(sqlite3.connect(store.backend.path)) as db, db:  # type: ignore[attr-defined]
@@ -37,7 +53,7 @@ def damage_pack(store: Store) -> None:
 @pytest.fixture
 def engine(tmp_path: Path) -> Engine:
     return Engine("sqlite", open=lambda: open_store(tmp_path / "s"), damage_node=damage,
-                  damage_pack=damage_pack)
+                  damage_pack=damage_pack, damage_index=damage_index)
 
 
 def test_fsck_finds_wrong_depth_index(store: Store) -> None:

@@ -42,7 +42,7 @@ def test_a_format_5_store_upgrades_in_place_and_dates_old_nodes_by_the_reflog(
         before = {name: store.messages(name) for name in ("q", "w")}
     as_format_5(folder)
     with open_store(folder, create=False) as store:
-        assert store.backend.store_format().version == 6
+        assert store.backend.store_format().version == 7  # (then 7: the text index)
         assert {name: store.messages(name) for name in ("q", "w")} == before
         assert store.fsck() == []
         assert store.backend.recorded(old) == {}  # written before the store kept times
@@ -52,7 +52,7 @@ def test_a_format_5_store_upgrades_in_place_and_dates_old_nodes_by_the_reflog(
         times = node_times(store, "q", chain)
         assert set(times) == {n.id for n in chain}  # the old ones from the reflog
         assert times[new] == store.backend.recorded([new])[new]
-    assert format_of(folder) == "6"
+    assert format_of(folder) == "7"
 
 
 def test_a_format_5_store_reads_as_it_is_on_read_only_media(tmp_path: Path) -> None:
@@ -77,6 +77,6 @@ def test_a_sesstree_reading_up_to_format_5_refuses_a_format_6_store(
         grow(store, "q", 3)
     before = (folder / "store.db").read_bytes()
     monkeypatch.setattr(opening, "FORMAT_VERSION", 5)
-    with pytest.raises(StoreFormatError, match="has store format 6; this sesstree reads up to 5"):
+    with pytest.raises(StoreFormatError, match="has store format 7; this sesstree reads up to 5"):
         open_store(folder, create=False)
     assert (folder / "store.db").read_bytes() == before

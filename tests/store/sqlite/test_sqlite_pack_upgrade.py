@@ -79,13 +79,13 @@ def reads_back(folder: Path) -> None:
 def test_a_format_4_store_opens_as_format_5_with_its_packing_pending(long4: Path) -> None:
     assert meta(long4)["format"] == "4"
     with open_store(long4, create=False) as store:
-        assert store.backend.store_format().version == 6  # (through 5: packs, then 6)
+        assert store.backend.store_format().version == 7  # (through 5: packs, then 6, then 7)
         assert summary(store) == GOLDEN
         assert store.fsck() == []
         counts = store.backend.pack_counts()
         assert counts.packs == 0 and counts.loose_nodes == GOLDEN["nodes"][0]
     after = meta(long4)
-    assert after["format"] == "6" and after["pack_pending"] == "1"  # (a reader packs nothing)
+    assert after["format"] == "7" and after["pack_pending"] == "1"  # (a reader packs nothing)
     reads_back(long4)
 
 
@@ -238,7 +238,7 @@ def test_the_sesstree_of_format_4_refuses_a_format_5_store_in_one_line(
         assert "Traceback" not in done.stderr
         lines = done.stderr.strip().splitlines()
         assert len(lines) == 1, done.stderr
-        assert "has store format 6; this sesstree reads up to 4" in lines[0], lines[0]
+        assert "has store format 7; this sesstree reads up to 4" in lines[0], lines[0]
     assert (long4 / "store.db").read_bytes() == before
 
 
@@ -250,6 +250,6 @@ def test_a_sesstree_reading_up_to_format_4_refuses_a_format_5_store(
         pass
     before = (long4 / "store.db").read_bytes()
     monkeypatch.setattr(opening, "FORMAT_VERSION", 4)
-    with pytest.raises(StoreFormatError, match="has store format 6; this sesstree reads up to 4"):
+    with pytest.raises(StoreFormatError, match="has store format 7; this sesstree reads up to 4"):
         open_store(long4, create=False)
     assert (long4 / "store.db").read_bytes() == before

@@ -117,7 +117,7 @@ def test_the_upgrade_to_format_5_deletes_the_digests(tmp_path: Path) -> None:
     with open_store(folder) as store:
         db = store.backend._db  # type: ignore[attr-defined]
         meta = dict(db.execute("SELECT key, value FROM meta").fetchall())
-        assert meta["format"] == "6" and meta[PENDING] == "1"
+        assert meta["format"] == "7" and meta[PENDING] == "1"
         assert his(folder) == []  # (in the migration's transaction: the old rows are as they were)
         assert store.messages("q") == MESSAGES
         counts = store.repack()

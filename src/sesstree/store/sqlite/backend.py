@@ -44,11 +44,15 @@ from ...errors import SesstreeError, StoreReadOnlyError
 from ...node import NodeId
 from ..base import (
     Counts,
+    IndexCounts,
+    IndexHit,
     PackCounts,
     Progress,
     Ref,
     ReflogEntry,
     ReflogStamp,
+    RefsReaching,
+    SearchQuery,
     SessionMeta,
     StoredNode,
     StoreFormat,
@@ -64,11 +68,14 @@ from .opening import DURABLE_WAL_PAGES, PAGE_SIZE, WAL_PAGES
 from .packcheck import check_packs
 from .packing import Packer
 from .plainpacks import compress_plain_packs
+from .reaching import SqliteReaching
 from .refs import RefReads, RefWrites
 from .release import Hold
 from .scans import SqliteScans
 from .schema import FORMAT_VERSION
 from .state import ConnState
+from .textindex import SqliteTextIndex
+from .textquery import SqliteSearch
 from .txn import Transactions
 
 __all__ = [
@@ -127,6 +134,9 @@ class SqliteBackend:
         self._refs = refs = RefReads(state, txn)
         self._ref_writes = RefWrites(state, txn)
         self._scans = SqliteScans(state, txn, refs)
+        self._text = text = SqliteTextIndex(state, txn)
+        self._search = SqliteSearch(state, txn, text)
+        self._reaching = SqliteReaching(state, txn)
         # The hot paths (an append, a load, a node), bound from the collaborators that
         # implement them: a call costs no extra layer. The rest delegate below.
         self.commit = writer.commit
@@ -172,6 +182,23 @@ class SqliteBackend:
 
     def delete_nodes(self, ids: Sequence[NodeId]) -> int:
         return self._nodes.delete_nodes(ids)
+
+    # -- the text index (textindex.py, textquery.py) -------------------------------------------
+
+    def search_nodes(self, query: SearchQuery, limit: int, before: int | None = None) -> list[IndexHit]:
+        return self._search.search_nodes(query, limit, before)
+
+    def index_faults(self, progress: Progress | None = None) -> list[str]:
+        return self._text.faults(progress)
+
+    def rebuild_index(self, progress: Progress | None = None) -> IndexCounts:
+        return self._text.rebuild(progress)
+
+    def index_counts(self) -> IndexCounts:
+        return self._text.counts()
+
+    def refs_reaching(self, ids: Sequence[NodeId], prefix: str, bound: int) -> dict[NodeId, RefsReaching]:
+        return self._reaching.refs_reaching(ids, prefix, bound)
 
     # -- refs and settings (refs.py) -----------------------------------------------------------
 

@@ -27,6 +27,7 @@ from ..base import Progress
 from ..meta_rows import HEAD
 from .sql import by_id
 from .state import ConnState
+from .textindex import lower_mark, unindex
 from .txn import Transactions
 
 __all__ = ["CHUNK", "collect_garbage"]
@@ -173,6 +174,7 @@ def collect_garbage(
                 bids.update(r[0] for r in db.execute(
                     f"SELECT bid FROM nodes WHERE seq IN ({marks}) AND bid IS NOT NULL", chunk))
                 gone += _ids(db, chunk)
+                unindex(state, chunk)  # (read from the rows, and their packs, before they go)
                 if rows_in:
                     _drop_emptied_packs(db, rows_in, chunk)
                 db.execute(f"DELETE FROM nodes WHERE seq IN ({marks})", chunk)
@@ -183,6 +185,7 @@ def collect_garbage(
                     plan.state[s] = _ABSENT
                 row = db.execute("SELECT coalesce(max(seq), 0) FROM nodes").fetchone()
                 plan.mark = min(plan.mark, int(row[0]))
+                lower_mark(state)
                 state.known.clear()
         if progress is not None:
             progress(len(gone), total)

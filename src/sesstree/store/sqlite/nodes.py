@@ -17,6 +17,7 @@ from .paths import verify_node
 from .scans import SLICE
 from .sql import KEY_BYTES, LOOSE_JOIN, NODE_COLS, by_id, ids_in, in_params
 from .state import ConnState
+from .textindex import lower_mark, unindex
 from .txn import Transactions
 
 __all__ = ["SqliteNodes"]
@@ -184,9 +185,12 @@ class SqliteNodes:
         state = self._state
         with self._txn.write():
             db = state.db
+            seqs = [found[0] for i in ids if (found := state.seq_of(i)) is not None]
+            unindex(state, seqs)  # (read from the rows before they go)
             cur = db.executemany(
                 f"DELETE FROM nodes WHERE {by_id('id', '?1')}", [(bytes.fromhex(i),) for i in ids]
             )
+            lower_mark(state)
             # One seek in nodes_bid per payload (format 2), not a scan of nodes per payload.
             db.execute(
                 "DELETE FROM blobs WHERE NOT EXISTS (SELECT 1 FROM nodes WHERE nodes.bid = blobs.bid)"

@@ -22,7 +22,8 @@ from .sql import KEY_BYTES
 from .sums import SUMS_TABLE
 
 __all__ = [
-    "FORMAT_VERSION", "LOOSE_TABLE", "MIGRATIONS", "PACKS_TABLE", "TABLES", "build", "has_codec", "has_packs",
+    "FORMAT_VERSION", "INDEX_TABLES", "LOOSE_TABLE", "MIGRATIONS", "PACKS_TABLE", "TABLES", "build",
+    "has_codec", "has_index", "has_packs",
     "has_times", "reflog_has_started", "upgrade",
 ]
 
@@ -174,6 +175,33 @@ def m006_recorded(db: sqlite3.Connection) -> None:
         db.execute(f"CREATE INDEX nodes_key ON nodes(substr(id, 1, {KEY_BYTES}))")
 
 
+#: Format 7's text index (see sesstree.store.sqlite.textindex for what each table holds).
+INDEX_TABLES = [
+    "CREATE VIRTUAL TABLE IF NOT EXISTS search_words USING fts5(t, content='', detail=none, "
+    "tokenize=\"ascii tokenchars '_'\")",
+    "CREATE TABLE IF NOT EXISTS search_terms(id INTEGER PRIMARY KEY, term TEXT NOT NULL UNIQUE)",
+    "CREATE VIRTUAL TABLE IF NOT EXISTS search_grams USING fts5(term, content='search_terms', "
+    "content_rowid='id', detail=none, tokenize='trigram case_sensitive 1')",
+]
+
+
+@migration
+def m007_text_index(db: sqlite3.Connection) -> None:
+    """Format 7: the text index, a document per node in ``search_words`` and the vocabulary
+    in ``search_terms`` with its trigram index ``search_grams``, none holding a copy of the
+    text. The migration only makes the tables: the nodes already stored are indexed
+    afterwards, online, a slice per short transaction, up to ``meta('index_mark')`` (the first
+    search, fsck or ``sess fsck --rebuild-index`` does it; a kill loses only the slice it
+    was in). ``nodes_parent`` finds a node's children: which sessions reach a hit is walked
+    down from it (sqlite/reaching.py). A sesstree of format 6 would not index what it
+    writes, and would remove nodes without their documents: it must refuse the store."""
+    for statement in INDEX_TABLES:
+        db.execute(statement)
+    db.execute("INSERT OR IGNORE INTO meta VALUES ('index_mark', '0')")
+    # Which sessions reach a search's hit is walked down from the hit, to its children.
+    db.execute("CREATE INDEX IF NOT EXISTS nodes_parent ON nodes(parent)")
+
+
 #: The format this sesstree writes, and the newest it reads.
 FORMAT_VERSION = 1 + len(MIGRATIONS)
 
@@ -232,6 +260,11 @@ def has_times(db: sqlite3.Connection) -> bool:
     """Whether the store keeps each node's recorded time (format 6; an older store opened
     read-only has not)."""
     return any(row[1] == "t" for row in db.execute("PRAGMA table_info(nodes)"))
+
+
+def has_index(db: sqlite3.Connection) -> bool:
+    """Whether the store has format 7's text index (an older store opened read-only has not)."""
+    return db.execute("SELECT 1 FROM sqlite_master WHERE name = 'search_words'").fetchone() is not None
 
 
 def has_codec(db: sqlite3.Connection) -> bool:

@@ -19,7 +19,7 @@ from ...errors import StoreCorruptError
 from ...node import NodeId
 from .media import translate, translating
 from .paths import PathReader
-from .schema import has_codec, has_packs, has_times, reflog_has_started
+from .schema import has_codec, has_index, has_packs, has_times, reflog_has_started
 from .sql import (
     FOLD,
     FOLD_NEWEST,
@@ -77,6 +77,7 @@ class ConnState:
         self.codec_columns = False
         self.packs = False
         self.times = False
+        self.text_index = False
         self.paths: PathReader
         self.fold_sql = self.fold_newest_sql = self.reflog_sql = ""
 
@@ -88,6 +89,8 @@ class ConnState:
         self.packs = has_packs(self.db)
         # Format 6's recorded times (an older store opened read-only has none).
         self.times = has_times(self.db)
+        # Format 7's text index (an older store opened read-only has none, and is scanned).
+        self.text_index = has_index(self.db)
         self.paths = PathReader(self.db, self.path, self.codec_columns, self.packs)
         # The statements that write and read a folded entry's `started`, or (a store made
         # before it was kept) their forms without it.

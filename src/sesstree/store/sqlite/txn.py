@@ -65,8 +65,11 @@ class Transactions:
         self.unwritten.clear()
 
     @contextmanager
-    def write(self) -> Iterator[None]:
-        """One transaction, or the one already open (a batch, or an outer write)."""
+    def write(self, quiet: bool = False) -> Iterator[None]:
+        """One transaction, or the one already open (a batch, or an outer write). ``quiet``:
+        a write of a derived index only (the text index's catch-up), which does not make this
+        connection a writer whose pauses pack and train: a reader that searched packs nothing
+        (SQLite's own autocheckpoint still bounds the WAL)."""
         state = self._state
         with state.lock, state.errors():
             if state.batch_depth or state.db.in_transaction:
@@ -74,7 +77,7 @@ class Transactions:
                 yield
                 return
             self._refuse_if_full()
-            with self.queued():
+            with self.queued(quiet):
                 state.db.execute("BEGIN IMMEDIATE")
                 try:
                     state.sync_cache()
@@ -86,7 +89,7 @@ class Transactions:
                     raise
 
     @contextmanager
-    def queued(self) -> Iterator[None]:
+    def queued(self, quiet: bool = False) -> Iterator[None]:
         """Hold this store's place in the writers' queue (see lock.py) for the block."""
         state = self._state
         if state.queue_depth:
@@ -104,7 +107,8 @@ class Transactions:
         finally:
             state.queue_depth = 0
             self.queue.release()
-            self.idle.wrote()
+            if not quiet:
+                self.idle.wrote()
 
     def starved(self) -> StoreLockedError:
         """The error for a writer that waited its whole timeout in the queue."""

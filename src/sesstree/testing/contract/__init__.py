@@ -22,6 +22,9 @@ does, and what it checks is still what the engine kept. By topic:
 - :mod:`.runs`: a handle's run of plain appends as one entry, each append committed;
 - :mod:`.space`: gc of what nothing reaches, reflog expiry, sizes, large payloads;
 - :mod:`.text`: text no engine can hold (:mod:`sesstree.store.storable`);
+- :mod:`.search`: the text index, one entry per distinct node, in step with writes and gc,
+  equal to a brute-force scan, safe against any pattern (an engine without one skips it;
+  the damage test needs ``Engine.damage_index``);
 - :mod:`.packs`: packs read back exactly, forks in them, repack, gc, damage named (an
   engine without packs skips them; the damage test needs ``Engine.damage_pack``).
 
@@ -33,12 +36,13 @@ that imports the suite (``tests/store/sqlite/test_sqlite_contract.py::test_cas_o
 from __future__ import annotations
 
 from ..fixtures import store
-from . import batches, objects, packs, refs, runs, space, text
+from . import batches, objects, packs, refs, runs, search, space, text
 from .batches import *  # noqa: F403 - the contract's tests, by topic
 from .objects import *  # noqa: F403
 from .packs import *  # noqa: F403
 from .refs import *  # noqa: F403
 from .runs import *  # noqa: F403
+from .search import *  # noqa: F403
 from .space import *  # noqa: F403
 from .text import *  # noqa: F403
 
@@ -50,3 +54,4 @@ __all__ += runs.__all__
 __all__ += space.__all__
 __all__ += text.__all__
 __all__ += packs.__all__
+__all__ += search.__all__

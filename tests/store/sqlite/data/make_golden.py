@@ -10,7 +10,9 @@ The "upgraded" part is ``test_sqlite_golden.dump`` of that store once the sesstr
 sesstree before numbered migrations, 8e3a8aa, format 4; their dumps changed with format 5 only
 by its migration: the ``pack`` column, the ``packs`` table, the format and ``pack_pending`` in
 ``meta`` as ffea8c2, the first with packs, left them, then the empty ``loose`` table; format 6
-added the ``t`` column of ``nodes``, NULL in every old row, and its format in ``meta``.)
+added the ``t`` column of ``nodes``, NULL in every old row, and its format in ``meta``; format 7
+the text index's tables, ``nodes_parent``, and ``index_mark`` and ``index_text_bytes`` in ``meta``, as the
+reader's fsck caught the index up: no other row changed.)
 
 To make it again (the "read" part must not change; check that the "upgraded" one changed only
 by what the new code's migration adds)::

@@ -1,0 +1,157 @@
+"""What the text index costs and gives: query times, the index's size, the append overhead.
+
+    python bench/bench_search.py                        # 1,000 and 100,000 nodes
+    python bench/bench_search.py --nodes 1000,1000000   # the issue's sizes (the 1M store takes a while)
+
+The stores are bench_scale.py's (its traffic and forks), built once and kept under
+``--cache`` (default /tmp/sesstree-bench-search) between runs. Measured on each, in this
+process: the first search after the build (it indexes every node: the catch-up), then the
+median of repeated searches of a common word, a rare word, a substring and a rare substring
+(``Store.search``, a page of 20 hits with their sessions and snippets); the whole
+``sess grep -n 20`` process against ``sess log -n 20`` (median of three runs each); the
+index's bytes (dbstat) against the unique text it indexes. And, on two fresh stores side by
+side in the same run, appends with the index's one write-time cost (``nodes_parent``) against
+a store without it, and the catch-up that indexes those appends, against the appends.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import sqlite3
+import statistics
+import sys
+import tempfile
+import time
+from contextlib import closing
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from bench_scale import Traffic, build, median_run
+
+from sesstree import Store, open_store
+
+SESS = [str(Path(sys.executable).parent / "sess")]
+
+
+def _store_for(cache: Path, nodes: int) -> tuple[Path, float]:
+    """The cached store of about ``nodes`` nodes (built if missing), and its build time."""
+    folder = cache / f"n{nodes}"
+    if (folder / "done").exists():
+        return folder, float((folder / "done").read_text())
+    shutil.rmtree(folder, ignore_errors=True)
+    start = time.perf_counter()
+    with open_store(folder) as store:
+        build(store, nodes, Traffic())
+    took = time.perf_counter() - start
+    (folder / "done").write_text(str(took))
+    return folder, took
+
+
+def _median(fn: Any, repeat: int = 7) -> float:
+    times = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def measure(folder: Path) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    with open_store(folder) as store:
+        out["nodes"] = store.count_nodes()
+        start = time.perf_counter()
+        store.search("config", limit=1)  # the catch-up: indexes whatever is not yet
+        out["catch_up_s"] = time.perf_counter() - start
+        counts = store.backend.index_counts()  # type: ignore[attr-defined]
+        out["index_bytes"], out["text_bytes"] = counts.index_bytes, counts.text_bytes
+        rare = str(out["nodes"] // 3)  # the "#N" each text starts with: one node or few
+        queries = {
+            "word": lambda: store.search("config", limit=20),
+            "rare word": lambda: store.search(rare, limit=20),
+            "substring": lambda: store.search("onfi", mode="substring", limit=20),
+            "rare substring": lambda: store.search(f"#{rare} ", mode="substring", limit=20),
+            "phrase -i": lambda: store.search("the file", mode="phrase", ignore_case=True, limit=20),
+        }
+        for name, fn in queries.items():
+            fn()
+            out[name + " ms"] = _median(fn) * 1000
+            out[name + " hits"] = len(fn().hits)
+        session = store.sessions()[-1].name
+    grep, _ = median_run([*SESS, "--store", str(folder), "grep", "-n", "20", "config"])
+    log, _ = median_run([*SESS, "--store", str(folder), "log", "-n", "20", session])
+    out["grep process s"], out["log process s"] = grep, log
+    return out
+
+
+def append_overhead(count: int, rounds: int = 5) -> dict[str, float]:
+    """Appends to a store with ``nodes_parent`` against one without, alternating, and the
+    catch-up that indexes the appends."""
+    with tempfile.TemporaryDirectory() as tmp:
+        stores: dict[str, Store] = {}
+        for kind in ("with", "without"):
+            open_store(Path(tmp) / kind).close()
+            if kind == "without":
+                with closing(sqlite3.connect(Path(tmp) / kind / "store.db")) as db:
+                    db.execute("DROP INDEX nodes_parent")
+                    db.commit()
+            stores[kind] = open_store(Path(tmp) / kind)
+        spent = {"with": 0.0, "without": 0.0, "catch_up": 0.0}
+        traffic = Traffic(11)
+        try:
+            for r in range(rounds):
+                messages = traffic.messages(count // rounds)
+                for kind in (("with", "without") if r % 2 == 0 else ("without", "with")):
+                    s = stores[kind].session(f"r{r}")
+                    start = time.perf_counter()
+                    for m in messages:
+                        s.add_message(m)
+                    spent[kind] += time.perf_counter() - start
+                start = time.perf_counter()
+                stores["with"].search("config", limit=1)
+                spent["catch_up"] += time.perf_counter() - start
+        finally:
+            for s in stores.values():
+                s.close()
+    return spent
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--nodes", default="1000,100000")
+    parser.add_argument("--cache", default="/tmp/sesstree-bench-search")
+    parser.add_argument("--appends", type=int, default=3000)
+    args = parser.parse_args()
+    cache = Path(args.cache)
+    cache.mkdir(parents=True, exist_ok=True)
+    results = {}
+    for n in [int(x) for x in args.nodes.split(",")]:
+        folder, took = _store_for(cache, n)
+        results[n] = r = measure(folder)
+        print(f"\n{r['nodes']:,} nodes (built in {took:.0f} s; first search indexed them in "
+              f"{r['catch_up_s']:.1f} s)")
+        for name in ("word", "rare word", "substring", "rare substring", "phrase -i"):
+            print(f"  {name:<15} {r[name + ' ms']:7.1f} ms  ({r[name + ' hits']} hits)")
+        print(f"  sess grep -n 20  {r['grep process s']:.3f} s   sess log -n 20  {r['log process s']:.3f} s"
+              f"   ratio {r['grep process s'] / r['log process s']:.2f}x")
+        print(f"  index {r['index_bytes']:,} bytes / unique text {r['text_bytes']:,} bytes = "
+              f"{r['index_bytes'] / max(1, r['text_bytes']):.3f}x")
+    sizes = sorted(results)
+    if len(sizes) > 1:
+        small, large = results[sizes[0]], results[sizes[-1]]
+        for name in ("word", "substring"):
+            print(f"{name}: {large[name + ' ms']:.1f} ms at {sizes[-1]:,} nodes = "
+                  f"{large[name + ' ms'] / small[name + ' ms']:.2f}x the {sizes[0]:,}-node time")
+    spent = append_overhead(args.appends)
+    ratio = spent["with"] / spent["without"]
+    print(f"\nappends ({args.appends:,} messages, same run): with the index "
+          f"{spent['with']:.3f} s, without {spent['without']:.3f} s = {ratio:.3f}x;"
+          f" the catch-up that indexed them {spent['catch_up']:.3f} s "
+          f"(appends and catch-up {(spent['with'] + spent['catch_up']) / spent['without']:.2f}x)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,127 @@
+"""Store.search on the memory and SQLite engines: one hit per distinct node with the sessions
+that reach it, rewound-away nodes only with everything=True, gc, REV scopes, paging, hostile
+patterns, and results equal to a brute-force scan of a generated corpus (hypothesis)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from sesstree import SearchQueryError, Store, open_store
+from sesstree.store.base import SearchQuery
+from sesstree.store.memory import MemoryBackend
+from sesstree.testing import assistant, user
+from sesstree.testing.contract.search import HOSTILE, scan
+
+
+@pytest.fixture(params=["memory", "sqlite"])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
+    s = Store(MemoryBackend()) if request.param == "memory" else open_store(tmp_path / "s")
+    try:
+        yield s
+    finally:
+        s.close()
+
+
+def test_a_message_shared_by_many_forks_is_one_hit_with_its_sessions(store: Store) -> None:
+    q = store.session("q")
+    shared = q.add_message(user("where did the agent decide to drop the cache")).id
+    q.add_message(assistant("here"))
+    for i in range(200 - 1):
+        store.fork(f"f{i:03}", "q").add_message(user(f"fork {i}"))
+    page = store.search("cache", shown=5)
+    assert [h.id for h in page.hits] == [shared]
+    hit = page.hits[0]
+    assert hit.session_count == 200 and hit.complete
+    assert len(hit.sessions) == 5
+    # The most recently moved first; each place counts back from that session's head.
+    assert hit.sessions[0].name == "f198" and hit.sessions[0].back == 2
+    assert (hit.before, hit.match, hit.after) == ("where did the agent decide to drop the ", "cache", "")
+    assert (hit.role, hit.type) == ("user", "user/message")
+
+
+def test_rewound_away_nodes_are_found_only_with_everything(store: Store) -> None:
+    q = store.session("q")
+    q.add_message(user("kept needle"))
+    gone = q.add_message(user("rewound needle")).id
+    q.rewind(1)
+    assert [h.match for h in store.search("needle").hits] == ["needle"]
+    hits = store.search("needle", everything=True).hits
+    assert hits[0].id == gone and hits[0].sessions == [] and hits[0].session_count == 0
+    # A gc removes it (once the reflog lets it go): no hit even with everything.
+    store.expire_reflog("q")
+    store.gc()
+    assert gone not in {h.id for h in store.search("needle", everything=True).hits}
+    assert store.fsck() == []
+
+
+def test_revisions_scope_the_search_to_their_paths(store: Store) -> None:
+    q = store.session("q")
+    q.add_message(user("alpha in q"))
+    store.fork("w", "q").add_message(user("alpha in w"))
+    q.add_message(user("alpha again in q"))
+    hits = store.search("alpha", revs=["w"]).hits
+    assert [h.match for h in hits] == ["alpha", "alpha"]
+    assert [(p.name, p.back) for h in hits for p in h.sessions] == [("w", 0), ("w", 1)]
+    both = store.search("alpha", revs=["q", "w"]).hits
+    assert len(both) == 3
+    assert [p.name for p in both[-1].sessions] == ["q", "w"]  # shared: both places
+
+
+def test_pages_go_on_where_the_last_stopped(store: Store) -> None:
+    q = store.session("q")
+    for i in range(25):
+        q.add_message(user(f"page {i}"))
+    seen = []
+    cursor = None
+    while True:
+        page = store.search("page", limit=10, cursor=cursor)
+        seen += [h.after for h in page.hits]
+        cursor = page.cursor
+        if cursor is None:
+            break
+    assert seen == [f" {i}" for i in reversed(range(25))]
+    with pytest.raises(SearchQueryError):
+        store.search("page", cursor="bogus")
+
+
+def test_hostile_patterns_are_one_clear_error_or_a_literal_match(store: Store) -> None:
+    q = store.session("q")
+    for pattern in HOSTILE:
+        q.add_message(user(f"x {pattern} y"))
+    for pattern in [*HOSTILE, "", "z" * 5000]:
+        for mode in ("words", "phrase", "substring"):
+            try:
+                store.search(pattern, mode=mode)  # type: ignore[arg-type]
+            except SearchQueryError as e:
+                assert str(e) and "\n" not in str(e)
+
+
+_ALPHABET = st.sampled_from([*"abcAB_é ß-.,'\"*()東京🔥\n", "cache", "Cache", "drop", " the "])
+_TEXT = st.lists(_ALPHABET, min_size=0, max_size=12).map("".join)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(texts=st.lists(_TEXT, min_size=1, max_size=12), pattern=_TEXT,
+       mode=st.sampled_from(["words", "phrase", "substring"]), ignore_case=st.booleans())
+def test_search_equals_a_brute_force_scan(tmp_path_factory: pytest.TempPathFactory, texts: list[str],
+                                          pattern: str, mode: str, ignore_case: bool) -> None:
+    query = SearchQuery(pattern, mode, ignore_case)  # type: ignore[arg-type]
+    for engine in ("memory", "sqlite"):
+        s = (Store(MemoryBackend()) if engine == "memory"
+             else open_store(tmp_path_factory.mktemp("s") / "s"))
+        try:
+            for i, text in enumerate(texts):
+                s.session(f"s{i % 3}").add_message(user(text) if i % 2 else assistant(text))
+            try:
+                page = s.search(pattern, mode=mode, ignore_case=ignore_case,  # type: ignore[arg-type]
+                                everything=True, limit=1000)
+            except SearchQueryError:
+                continue
+            assert {h.id for h in page.hits} == scan(s, query), (engine, texts, pattern)
+        finally:
+            s.close()
