@@ -259,7 +259,7 @@ def test_init_on_a_full_disk_makes_a_whole_store_or_none(
     for the schema's log but not for folding it into the file once failed that way.)"""
     monkeypatch.delenv("SESS_STORE", raising=False)
     outcomes = set()
-    for kb in range(0, 136, 8):
+    for kb in range(0, 392, 16):
         make_room(disk)
         folder = disk / f"init-{kb}"
         folder.mkdir()
