@@ -3,8 +3,6 @@ filters, REVs; exit 1 when nothing matched; hostile patterns one clear line."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 from cli_kit import Sess, msg
 
@@ -12,11 +10,9 @@ from sesstree.testing.contract.search import HOSTILE
 
 
 @pytest.fixture
-def sess(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Sess:
-    monkeypatch.delenv("SESS_STORE", raising=False)
-    monkeypatch.chdir(tmp_path)
-    s = Sess(tmp_path)
-    s.ok("init")
+def sess(sess: Sess) -> Sess:
+    """The CLI tests' fresh store, holding a session q forked three times (w1 goes on)."""
+    s = sess
     s.ok("append", "q", "user/message", msg("user", "Where do we drop the cache_control header?"))
     s.ok("append", "q", "assistant/message", msg("assistant", "In the proxy. ECONNRESET meanwhile."))
     for name in ("w1", "w2", "w3"):

@@ -34,7 +34,7 @@ from .maintenance import text_index
 if TYPE_CHECKING:
     from .store import Store
 
-__all__ = ["BOUND", "SearchHit", "SearchPage", "SessionPlace", "search"]
+__all__ = ["BOUND", "SearchHit", "SearchPage", "SessionPlace", "clip_beside_match", "search"]
 
 #: Nodes read below a hit to find the sessions that reach it; past it, the count is "at least".
 BOUND = 50_000
@@ -195,15 +195,17 @@ def snippet(query: SearchQuery, text: str) -> tuple[str, str, str]:
     """The first match of ``query`` in ``text`` and the text around it, on one line."""
     span = first_match(query, text)
     if span is None:
-        return _clip(text[:AFTER], cut=len(text) > AFTER), "", ""
+        return clip_beside_match(text[:AFTER], cut=len(text) > AFTER), "", ""
     at, end = span
-    return (_clip(text[max(0, at - BEFORE):at], cut=at > BEFORE, left=True), " ".join(text[at:end].split()),
-            _clip(text[end:end + AFTER], cut=end + AFTER < len(text)))
+    return (clip_beside_match(text[max(0, at - BEFORE):at], cut=at > BEFORE, left=True),
+            " ".join(text[at:end].split()),
+            clip_beside_match(text[end:end + AFTER], cut=end + AFTER < len(text)))
 
 
-def _clip(text: str, *, cut: bool, left: bool = False) -> str:
-    """Text beside a match on one line: runs of white space made one space (the one next to
-    the match kept), "…" where it was cut short."""
+def clip_beside_match(text: str, *, cut: bool, left: bool = False) -> str:
+    """Text beside a match on one line: runs of white space made one space, and the space
+    next to the match kept (``the <key> doesn't``, not ``the<key>doesn't``); "…" only where
+    the text was ``cut`` short (a message shown whole gets none)."""
     squeezed = " ".join(text.split())
     if squeezed:
         if text[:1].isspace():
@@ -211,7 +213,7 @@ def _clip(text: str, *, cut: bool, left: bool = False) -> str:
         if text[-1:].isspace():
             squeezed += " "
     elif text:
-        squeezed = " "
+        squeezed = " "  # only white space between the match and the rest
     if not cut:
         return squeezed
     return "…" + squeezed if left else squeezed + "…"

@@ -16,6 +16,7 @@ from dataclasses import replace
 import msgspec
 
 from ..node import NodeId
+from ..repo.search import clip_beside_match
 from ..repo.store import Store
 from ..text import event_text
 from .catalog import all_sessions
@@ -109,8 +110,9 @@ def search(store: Store, query: str, *, cursor: str = "", limit: int = 50,
                     continue
                 at, end = found
                 hits.append(Hit(entry.name, nid, chain.types[i],
-                                _clip(text[max(0, at - 80):at], cut=at > 80, left=True),
-                                text[at:end], _clip(text[end:end + 120], cut=end + 120 < len(text))))
+                                clip_beside_match(text[max(0, at - 80):at], cut=at > 80, left=True),
+                                text[at:end],
+                                clip_beside_match(text[end:end + 120], cut=end + 120 < len(text))))
         events += len(ids)
         if not finished:  # the budget ran out inside this session: go on from its base
             partial = chain.base
@@ -140,20 +142,3 @@ def _find(text: str, needle: str) -> tuple[int, int] | None:
     while end < len(text) and unicodedata.combining(text[end]):
         end += 1
     return start, end
-
-
-def _clip(text: str, *, cut: bool, left: bool = False) -> str:
-    """Text beside a match on one line: runs of white space made one space, and the space
-    next to the match kept (``the <key> doesn't``, not ``the<key>doesn't``); "…" only where
-    the text was ``cut`` short (a message shown whole gets none)."""
-    squeezed = " ".join(text.split())
-    if squeezed:
-        if text[:1].isspace():
-            squeezed = " " + squeezed
-        if text[-1:].isspace():
-            squeezed += " "
-    elif text:
-        squeezed = " "  # only white space between the match and the rest
-    if not cut:
-        return squeezed
-    return "…" + squeezed if left else squeezed + "…"
