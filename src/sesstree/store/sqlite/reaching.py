@@ -9,8 +9,8 @@ reaches another node asked about stops there and takes that one's refs. The walk
 ``bound`` rows, and says so. The refs at the rows it found are read through ``reflog_new``,
 each kept only while the entry is its ref's newest (its value).
 
-A search (:meth:`SqliteReaching.search_reaching`) asks first which of its candidates any
-ref reaches at all, walking up from the refs instead, and reads only those.
+A search (:meth:`SqliteReaching.search_reaching`) starts below the newest ref's target
+(nothing newer is reached) and walks its matches down as it finds them.
 """
 
 from __future__ import annotations
@@ -51,25 +51,11 @@ LEFT JOIN nodes d ON d.seq = l.new
 WHERE l.ref IS NOT NULL OR (b.seq <> b.origin AND b.seq IN stops)
 UNION ALL SELECT NULL, count(*), NULL, NULL, NULL, NULL FROM below
 """
-# The rows at or above ?1 that a ref under the prefix reaches: walked up from the refs'
-# targets there, at most ?4 rows.
-_UP = """
-WITH RECURSIVE up(seq) AS (
-  SELECT l.new FROM reflog l WHERE l.new >= ?1 AND substr(l.ref, 1, ?2) = ?3
-    AND l.n = (SELECT max(n) FROM reflog WHERE ref = l.ref)
-  UNION
-  SELECT n.parent FROM up JOIN nodes n ON n.seq = up.seq WHERE n.parent >= ?1
-  LIMIT ?4
-)
-SELECT seq FROM up
-"""
 # The newest row a ref under the prefix points at (the reflog_new index read from its end).
 _NEWEST = (
     "SELECT l.new FROM reflog l WHERE l.new IS NOT NULL AND substr(l.ref, 1, ?1) = ?2 "
     "AND l.n = (SELECT max(n) FROM reflog WHERE ref = l.ref) ORDER BY l.new DESC LIMIT 1"
 )
-#: The rows the walk up reads for a slice at most (or four times the slice).
-_UP_CAP = 4096
 #: A node's refs by name (each with its target's depth), and whether its walk was whole.
 Found = tuple[dict[str, tuple[Ref, int]], bool]
 
@@ -92,53 +78,48 @@ class SqliteReaching:
             start: dict[int, NodeId] = {}
             wanted = list(dict.fromkeys(ids))
             for k in range(0, len(wanted), _MARKS):
-                part = [bytes.fromhex(i) for i in wanted[k:k + _MARKS]]
-                for key, seq in db.execute(f"SELECT id, seq FROM nodes WHERE {ids_in('id', len(part))}",
-                                           in_params(part)):
+                part = [bytes.fromhex(i) for i in wanted[k : k + _MARKS]]
+                for key, seq in db.execute(
+                    f"SELECT id, seq FROM nodes WHERE {ids_in('id', len(part))}", in_params(part)
+                ):
                     start[int(seq)] = state.hex(key)
             known: dict[int, Found] = {}
             self.reach(list(start), prefix, bound, known)
         return {id: reaching(known[seq]) for seq, id in start.items()}
 
-    def search_reaching(self, search: SqliteSearch, query: SearchQuery, limit: int,
-                        before: int | None, prefix: str,
-                        bound: int) -> list[tuple[IndexHit, RefsReaching]]:
-        """See :meth:`sesstree.store.base.ReachingSearch.search_reaching`: which of each
-        slice of the index's candidates a ref reaches is known before any is read, and only
-        those are read and tried, so hits no session reaches (an aborted import, a
-        rewound-away branch) cost next to nothing, not a payload each.
+    def search_reaching(
+        self,
+        search: SqliteSearch,
+        query: SearchQuery,
+        limit: int,
+        before: int | None,
+        prefix: str,
+        bound: int,
+    ) -> list[tuple[IndexHit, RefsReaching]]:
+        """See :meth:`sesstree.store.base.ReachingSearch.search_reaching`.
 
-        A parent is always stored before its child, so its row number is smaller: a node at
-        or above row ``lo`` is reached only from a ref whose target is at or above ``lo``.
-        The slice is therefore answered by walking up from those refs' targets, through the
-        rows at or above the slice's lowest (``_UP``): a few rows near the newest end of the
-        store, and none at all where what is newest is an import nothing names. Where that
-        walk would be long (a slice deep in an old store), each candidate is walked down
-        instead (:meth:`reach`). The refs of the candidates kept are walked down, sharing
-        what they found (``known``).
-
-        For the same reason nothing above the newest ref's target is reached: the search
-        starts below it, so an import nothing names that is newer than every session is
-        not even read from the index."""
+        A parent is always stored before its child, so its row number is smaller: nothing
+        above the newest ref's target is reached by any ref. The search therefore starts
+        below it, and an import nothing names that is newer than every session (or a branch
+        rewound away at the newest end of the store) is not even read from the index. Below
+        it, the matches are walked down a few at a time (as many as the page still wants),
+        inside the search's snapshot, sharing what the walks found (``known``): a match no
+        ref reaches is left out there, and the search goes on to the next."""
         known: dict[int, Found] = {}
-        folds = [self._txn.write_folds]  # (once, inside the search's snapshot)
         state = self._state
-        db = state.db
         with state.lock, state.errors(), self._txn.snapshot():
             self._txn.write_folds()
-            top = db.execute(_NEWEST, (len(prefix), prefix)).fetchone()
+            top = state.db.execute(_NEWEST, (len(prefix), prefix)).fetchone()
         if top is None:
             return []  # no ref: nothing is reached
         before = int(top[0]) + 1 if before is None else min(before, int(top[0]) + 1)
+        folds = [self._txn.write_folds]  # (once more, inside the search's snapshot)
 
         def keep(seqs: list[int]) -> set[int]:
             while folds:
                 folds.pop()()
-            cap = max(_UP_CAP, 4 * len(seqs))
-            up = {int(s) for (s,) in db.execute(_UP, (min(seqs), len(prefix), prefix, cap))}
-            kept = [s for s in seqs if s in up] if len(up) < cap else seqs
-            self.reach(kept, prefix, bound, known)
-            return {s for s in kept if known[s][0]}
+            self.reach(seqs, prefix, bound, known)
+            return {s for s in seqs if known[s][0]}
 
         hits = search.search_nodes(query, limit, before, keep)
         return [(h, reaching(known[h.key])) for h in hits]
@@ -157,7 +138,8 @@ class SqliteReaching:
         limit = bound + len(new)  # (the walk's limit counts the starts themselves too)
         state = self._state
         for origin, seq, name, key, moved, depth in state.db.execute(
-                _WALK, (json.dumps(new), limit, len(prefix), prefix, json.dumps([*new, *known]))):
+            _WALK, (json.dumps(new), limit, len(prefix), prefix, json.dumps([*new, *known]))
+        ):
             if origin is None:
                 complete = int(seq) < limit
             elif name is None:
@@ -168,8 +150,13 @@ class SqliteReaching:
             _closure(s, direct, nested, complete, known)
 
 
-def _closure(seq: int, direct: dict[int, list[tuple[Ref, int]]], nested: dict[int, list[int]],
-             complete: bool, done: dict[int, Found]) -> None:
+def _closure(
+    seq: int,
+    direct: dict[int, list[tuple[Ref, int]]],
+    nested: dict[int, list[int]],
+    complete: bool,
+    done: dict[int, Found],
+) -> None:
     """The refs of ``seq`` and of the rows below it that were asked about or known, each
     row's worked out once (``done``), deepest first, so a chain of hits costs its length,
     not its square."""
