@@ -18,20 +18,27 @@ from __future__ import annotations
 
 import argparse
 import shutil
+import socket
 import sqlite3
 import statistics
 import sys
 import tempfile
+import threading
 import time
-from contextlib import closing
+from collections.abc import Iterator
+from contextlib import closing, contextmanager
 from pathlib import Path
 from typing import Any
+
+import httpx
+import uvicorn
 
 sys.path.insert(0, str(Path(__file__).parent))
 
 from bench_scale import Traffic, build, median_run
 
 from sesstree import Store, open_store
+from sesstree.web import create_web_app
 
 SESS = [str(Path(sys.executable).parent / "sess")]
 
@@ -59,6 +66,25 @@ def _median(fn: Any, repeat: int = 7) -> float:
     return statistics.median(times)
 
 
+@contextmanager
+def serving(store: Store) -> Iterator[str]:
+    """The web view of ``store`` on a real uvicorn on 127.0.0.1; yields its base URL."""
+    sock = socket.socket()
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    sock.bind(("127.0.0.1", 0))
+    server = uvicorn.Server(uvicorn.Config(create_web_app(store, token=None),
+                                           log_level="warning", lifespan="off"))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    while not server.started:
+        time.sleep(0.01)
+    try:
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
+    finally:
+        server.should_exit = True
+        thread.join()
+
+
 def measure(folder: Path) -> dict[str, Any]:
     out: dict[str, Any] = {}
     with open_store(folder) as store:
@@ -81,6 +107,15 @@ def measure(folder: Path) -> dict[str, Any]:
             out[name + " ms"] = _median(fn) * 1000
             out[name + " hits"] = len(fn().hits)
         session = store.sessions()[-1].name
+        # The web view's first page of hits (HTML, 50 hits), over HTTP on loopback.
+        with serving(store) as url, httpx.Client(base_url=url, timeout=60) as client:
+            pages = {"web page": {"q": "config"},
+                     "web page substring": {"q": "onfi", "mode": "substring"}}
+            for name, params in pages.items():
+                def get(params: dict[str, str] = params) -> None:
+                    client.get("/search", params=params).raise_for_status()
+                get()
+                out[name + " ms"] = _median(get) * 1000
     grep, _ = median_run([*SESS, "--store", str(folder), "grep", "-n", "20", "config"])
     log, _ = median_run([*SESS, "--store", str(folder), "log", "-n", "20", session])
     out["grep process s"], out["log process s"] = grep, log
@@ -135,6 +170,8 @@ def main() -> None:
               f"{r['catch_up_s']:.1f} s)")
         for name in ("word", "rare word", "substring", "rare substring", "phrase -i"):
             print(f"  {name:<15} {r[name + ' ms']:7.1f} ms  ({r[name + ' hits']} hits)")
+        for name in ("web page", "web page substring"):
+            print(f"  {name:<19} {r[name + ' ms']:7.1f} ms  (GET /search, 50 hits, HTML)")
         print(f"  sess grep -n 20  {r['grep process s']:.3f} s   sess log -n 20  {r['log process s']:.3f} s"
               f"   ratio {r['grep process s'] / r['log process s']:.2f}x")
         print(f"  index {r['index_bytes']:,} bytes / unique text {r['text_bytes']:,} bytes = "
@@ -142,7 +179,7 @@ def main() -> None:
     sizes = sorted(results)
     if len(sizes) > 1:
         small, large = results[sizes[0]], results[sizes[-1]]
-        for name in ("word", "substring"):
+        for name in ("word", "substring", "web page", "web page substring"):
             print(f"{name}: {large[name + ' ms']:.1f} ms at {sizes[-1]:,} nodes = "
                   f"{large[name + ' ms'] / small[name + ' ms']:.2f}x the {sizes[0]:,}-node time")
     spent = append_overhead(args.appends)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import httpx
+import pytest
 
 from sesstree import Store
 from sesstree.store.base import ImportOrigin
@@ -136,18 +137,52 @@ def test_diff_reflog_and_errors(client: httpx.Client, forest_store: Store) -> No
     assert client.get("/api/v1/web/reflog/nobody").status_code == 404
 
 
-def test_search_finds_text_once_per_node_and_says_what_it_searched(client: httpx.Client,
+def test_search_finds_each_node_once_with_the_sessions_that_hold_it(client: httpx.Client,
                                                                     forest_store: Store) -> None:
     page = client.get("/api/v1/web/search", params={"q": "FROBNICATE"}).json()
-    # The tool result is shared by quest-1, quest-2 and notes: found once.
     assert sorted(h["type"] for h in page["hits"]) == ["assistant/message", "tool/result"]
-    assert page["sessions_searched"] == page["sessions_total"] == 4 and page["cursor"] is None
     assert all(h["match"].lower() == "frobnicate" for h in page["hits"])
-    # A tiny budget answers after one session and says where to go on.
-    first = client.get("/api/v1/web/search", params={"q": "the", "budget": 1, "limit": 1}).json()
-    assert first["cursor"] is not None and first["sessions_searched"] >= 1
-    rest = client.get("/api/v1/web/search", params={"q": "the", "cursor": first["cursor"]}).json()
-    assert rest["sessions_searched"] + first["sessions_searched"] <= 4
+    assert page["cursor"] is None and page["mode"] == "words" and not page["case"]
+    # The tool result is one node, held by quest-1 and its fork quest-2: one hit naming both.
+    shared = next(h for h in page["hits"] if h["type"] == "tool/result")
+    holders = {i.name for i in forest_store.sessions()
+               if shared["id"] in forest_store.chain(i.head).ids}
+    assert shared["session_count"] == len(holders) == 2 and shared["complete"]
+    assert {p["name"] for p in shared["sessions"]} == holders
+    assert shared["session"] == shared["sessions"][0]["name"]
+    # Match case: the text says "frobnicate", so the capitals find nothing.
+    exact = client.get("/api/v1/web/search", params={"q": "FROBNICATE", "case": "1"}).json()
+    assert exact["hits"] == [] and exact["case"]
+    # Pages of one go on from their cursor and together are the whole answer, once each.
+    whole = [h["id"] for h in client.get("/api/v1/web/search", params={"q": "the"}).json()["hits"]]
+    paged: list[str] = []
+    cursor = ""
+    while True:
+        one = client.get("/api/v1/web/search",
+                         params={"q": "the", "limit": 1, "cursor": cursor}).json()
+        paged += [h["id"] for h in one["hits"]]
+        if one["cursor"] is None:
+            break
+        cursor = one["cursor"]
+    assert len(whole) > 2 and paged == whole
+    # What has no word in it is searched as text, and the answer says so.
+    marks = client.get("/api/v1/web/search", params={"q": "FROBNICATE!"}).json()
+    assert marks["mode"] == "words" and len(marks["hits"]) == 2
+    bare = client.get("/api/v1/web/search", params={"q": "**"}).json()
+    assert bare["mode"] == "substring" and [h["match"] for h in bare["hits"]] == ["**"]
+
+
+@pytest.mark.parametrize(("params", "says"), [
+    ({"q": "x" * 1001}, "1,000"), ({"q": "a", "mode": "regex"}, "unknown search mode 'regex'"),
+    ({"q": "a", "cursor": "zz"}, "cursor 'zz'")])
+def test_a_search_that_cannot_be_made_is_one_400_saying_why(client: httpx.Client,
+                                                            params: dict[str, str],
+                                                            says: str) -> None:
+    r = client.get("/api/v1/web/search", params=params)
+    assert r.status_code == 400 and says in r.json()["error"], r.text
+    page = client.get("/search", params=params)
+    assert page.status_code == 400 and 'id="search-error"' in page.text
+    assert 'name="q"' in page.text  # the form again, to mend the query
 
 
 def test_a_proxy_recording_is_told_apart_and_its_cut_call_marked(client: httpx.Client,
@@ -182,3 +217,18 @@ def test_names_with_slashes_reach_every_view(client: httpx.Client, forest_store:
     assert client.get("/api/v1/web/reflog/team/alice").json()["name"] == "team/alice"
     assert client.get("/session/team/alice").status_code == 200
     assert 'href="/session/team/alice"' in client.get("/").text
+
+
+def test_a_rewound_away_message_is_found_outside_sessions_only(client: httpx.Client,
+                                                               forest_store: Store) -> None:
+    s = forest_store.session("scratch")
+    s.add_message({"role": "user", "content": "keep this"})
+    gone = s.add_message({"role": "user", "content": "the zyzzyva plan"})
+    forest_store.reset("scratch", "scratch~1")
+    assert client.get("/api/v1/web/search", params={"q": "zyzzyva"}).json()["hits"] == []
+    found = client.get("/api/v1/web/search", params={"q": "zyzzyva", "all": "1"}).json()
+    assert [(h["id"], h["session"], h["session_count"]) for h in found["hits"]] == [
+        (gone.id, None, 0)]
+    assert found["everything"]
+    page = client.get("/search", params={"q": "zyzzyva", "all": "1"}).text
+    assert "in no session" in page and "<mark>zyzzyva</mark>" in page

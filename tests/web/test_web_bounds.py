@@ -1,5 +1,5 @@
-"""The web view reads a bounded amount of the store per request: search stops at its budget
-inside a long session and goes on from there, the reflog and the diff come in bounded pages."""
+"""The web view reads a bounded amount of the store per request: search answers a page of the
+index's hits and goes on from its cursor, the reflog and the diff come in bounded pages."""
 
 from __future__ import annotations
 
@@ -34,31 +34,34 @@ def long_client(long_store: Store) -> Iterator[httpx.Client]:
         yield c
 
 
-def test_search_stops_at_its_budget_inside_a_session_and_goes_on(long_client: httpx.Client) -> None:
+def test_search_pages_go_on_from_their_cursor_newest_first(long_client: httpx.Client) -> None:
     found: list[str] = []
     cursor = ""
     pages = 0
     while True:
         r = long_client.get("/api/v1/web/search",
-                            params={"q": "needle", "budget": 700, "cursor": cursor})
+                            params={"q": "needle", "limit": 7, "cursor": cursor})
         assert r.status_code == 200, r.text
         page = r.json()
-        assert page["events_searched"] <= 700
+        assert len(page["hits"]) <= 7
         found += [(h["match"] + h["after"]).rstrip("…") for h in page["hits"]]
         pages += 1
         if page["cursor"] is None:
             break
         cursor = page["cursor"]
         assert pages < 20
-    assert pages == 5  # 3,001 events at 700 a page
-    assert sorted(found) == sorted([f"needle-{i}" for i in range(0, 3000, 100)] + ["needle-short"])
-    # Newest first: the first page holds the newest of the long session.
-    first = long_client.get("/api/v1/web/search", params={"q": "needle", "budget": 700}).json()
-    assert [(h["match"] + h["after"]).rstrip("…") for h in first["hits"]][:2] == [
+    assert pages == 5  # 31 hits at 7 a page
+    # Every hit once, newest first: the short session's, then the long one's from its head.
+    assert found == ["needle-short"] + [f"needle-{i}" for i in range(2900, -1, -100)]
+    first = long_client.get("/api/v1/web/search", params={"q": "needle", "limit": 2}).json()
+    assert [(h["match"] + h["after"]).rstrip("…") for h in first["hits"]] == [
         "needle-short", "needle-2900"]
+    assert [h["sessions"] for h in first["hits"]] == [[{"name": "short", "back": 0}],
+                                                      [{"name": "long", "back": 99}]]
     # The page follows the cursor too.
     html = long_client.get("/search", params={"q": "needle", "cursor": first["cursor"]})
-    assert html.status_code == 200 and "<mark>needle</mark>-2200" in html.text
+    assert html.status_code == 200 and "<mark>needle</mark>-2800" in html.text
+    assert "<mark>needle</mark>-2900" not in html.text
     bad = long_client.get("/api/v1/web/search", params={"q": "needle", "cursor": "1.zz"})
     assert bad.status_code == 400 and "cursor '1.zz'" in bad.json()["error"]
     assert long_client.get("/search", params={"q": "x", "cursor": "nope"}).status_code == 400

@@ -71,7 +71,7 @@ def test_pages_show_the_forest_session_node_diff_search_and_reflog(client: httpx
     diff = client.get("/diff?a=quest-1&b=quest-2").text
     assert "Common ancestor" in diff and forest_store.resolve("before-answer")[:12] in diff
     search = client.get("/search?q=frobnicate").text
-    assert "Searched 4 of 4 sessions" in search and "<mark>frobnicate</mark>" in search
+    assert "2 hits, newest first" in search and "<mark>frobnicate</mark>" in search
     reflog = client.get("/reflog/quest-2").text
     head2 = forest_store.session_head("quest-2")
     assert "quest-2@{0}" in reflog and f"/session/quest-2?end={head2}" in reflog

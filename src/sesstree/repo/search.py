@@ -12,7 +12,7 @@ instead, and tries each node on them (the scope is what they hold).
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import msgspec
 
@@ -22,6 +22,7 @@ from ..store.base import (
     Backend,
     IndexHit,
     Reaching,
+    ReachingSearch,
     Ref,
     RefsReaching,
     SearchMode,
@@ -106,24 +107,30 @@ def search(store: Store, pattern: str, *, mode: SearchMode = "words", ignore_cas
     found: list[SearchHit] = []
     more = False
     size = max(limit, 16)
+    reached = backend if not everything and index is not None and callable(
+        getattr(backend, "search_reaching", None)) else None
     while len(found) < limit:
         want = size
         # (Pages of hits no session reaches, an aborted import say, are left behind faster
         # and faster: each next page asked for is twice the last, up to 512.)
         size = min(512, size * 2)
-        page = (index.search_nodes(query, want, before) if index is not None
-                else _scan_page(backend, query, want, before))
-        reach = _reaching(backend, [h.id for h in page])
-        for i, hit in enumerate(page):
-            where = reach.get(hit.id, RefsReaching([]))
+        if reached is not None:  # the engine leaves out what no session reaches itself
+            pairs = cast(ReachingSearch, reached).search_reaching(query, want, before,
+                                                                  SESSIONS, BOUND)
+        else:
+            page = (index.search_nodes(query, want, before) if index is not None
+                    else _scan_page(backend, query, want, before))
+            reach = _reaching(backend, [h.id for h in page])
+            pairs = [(h, reach.get(h.id, RefsReaching([]))) for h in page]
+        for i, (hit, where) in enumerate(pairs):
             if where.refs or everything:
                 found.append(_hit(backend, query, hit, where, hit.depth, shown))
             before = hit.key
             if len(found) >= limit:
-                more = i + 1 < len(page) or len(page) == want
+                more = i + 1 < len(pairs) or len(pairs) == want
                 break
         else:
-            if len(page) < want:
+            if len(pairs) < want:
                 break
             more = True
     return SearchPage(found, f"k{before}" if more and before is not None else None)
@@ -164,8 +171,9 @@ def _scan_page(backend: Backend, query: SearchQuery, limit: int, before: int | N
         n = nodes[key]
         data = _decode(n.encoded)
         role = node_role(n.type, data)
-        if _passes(query, n.type, role, times.get(n.id)) and matches(query, node_text(n.type, data)):
-            hits.append(IndexHit(n.id, n.type, role, n.depth, times.get(n.id), key))
+        text = node_text(n.type, data)
+        if _passes(query, n.type, role, times.get(n.id)) and matches(query, text):
+            hits.append(IndexHit(n.id, n.type, role, n.depth, times.get(n.id), key, text))
             if len(hits) >= limit:
                 break
     return hits
@@ -182,8 +190,10 @@ def _passes(query: SearchQuery, type: str, role: str, when: float | None) -> boo
 
 def _hit(backend: Backend, query: SearchQuery, hit: IndexHit, where: RefsReaching, depth: int,
          shown: int) -> SearchHit:
-    node = backend.get(hit.id)
-    text = node_text(hit.type, _decode(node.encoded)) if node is not None else ""
+    text = hit.text
+    if text is None:
+        node = backend.get(hit.id)
+        text = node_text(hit.type, _decode(node.encoded)) if node is not None else ""
     before, match, after = snippet(query, text)
     places = [SessionPlace(session_name(ref.name) or ref.name, max(0, top - depth))
               for ref, top in where.refs]

@@ -35,6 +35,7 @@ __all__ = [
     "Progress",
     "RawNode",
     "Reaching",
+    "ReachingSearch",
     "Ref",
     "RefStore",
     "RefUpdate",
@@ -491,7 +492,9 @@ class SearchQuery(msgspec.Struct, frozen=True):
 class IndexHit(msgspec.Struct, frozen=True):
     """One stored node a search found: its id, event type, role, depth, when it was first
     recorded (None: before format 6) and its key (the engine's integer for it, in write
-    order: results come newest first, by key, and the next page starts below the last key)."""
+    order: results come newest first, by key, and the next page starts below the last key);
+    ``text``, its :func:`~sesstree.store.textmatch.node_text` where the engine has it at
+    hand (it tried the match on it), so a page of hits is shown without reading each again."""
 
     id: NodeId
     type: str
@@ -499,6 +502,7 @@ class IndexHit(msgspec.Struct, frozen=True):
     depth: int
     time: float | None
     key: int
+    text: str | None = None
 
 
 class IndexCounts(msgspec.Struct, frozen=True):
@@ -565,6 +569,18 @@ class Reaching(Protocol):
     def refs_reaching(self, ids: Sequence[NodeId], prefix: str, bound: int) -> dict[NodeId, RefsReaching]:
         """For each stored node among ``ids``, the refs under ``prefix`` that reach it,
         reading at most ``bound`` nodes below it (its descendants)."""
+
+
+class ReachingSearch(Protocol):
+    """A search that keeps only the hits some ref reaches (optional: a backend without it
+    gets :meth:`TextIndex.search_nodes` and :meth:`Reaching.refs_reaching` page by page,
+    which read and try every hit no ref reaches before leaving it out)."""
+
+    def search_reaching(self, query: SearchQuery, limit: int, before: int | None, prefix: str,
+                        bound: int) -> list[tuple[IndexHit, RefsReaching]]:
+        """What :meth:`TextIndex.search_nodes` answers, leaving out every hit no ref under
+        ``prefix`` reaches (``refs_reaching`` with ``bound`` finds none), each with its refs;
+        the hits kept are the same, in the same order, with the same keys."""
 
 
 class Backend(ObjectStore, RefStore, Protocol):

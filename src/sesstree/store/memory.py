@@ -137,7 +137,8 @@ class MemoryBackend:
                         or (query.until is not None and when > query.until)):
                     continue
                 if matches(query, entry.text):
-                    hits.append(IndexHit(id, node.type, entry.role, node.depth, when, entry.key))
+                    hits.append(IndexHit(id, node.type, entry.role, node.depth, when, entry.key,
+                                         entry.text))
         return hits
 
     def index_faults(self, progress: Progress | None = None) -> list[str]:

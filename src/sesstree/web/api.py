@@ -22,8 +22,6 @@ __all__ = ["ALL_EVENTS", "BadRequest", "all_events", "api_routes", "int_param", 
            "reflog_page", "searching"]
 
 PREFIX = "/api/v1/web"
-#: Events one search request reads at most (a client may ask for up to ten times this).
-SEARCH_BUDGET = 200_000
 # A write's body: names and plain values, so nothing in it nests (however deep a client
 # nests a value, the decoder stops at its first bracket).
 _fields = msgspec.json.Decoder(dict[str, str | int | float | bool | None])
@@ -52,7 +50,7 @@ ALL_EVENTS = "all-events"
 def all_events(request: Request) -> bool:
     """Whether the request asks for every event (``?all-events=1``) rather than the folded
     conversation."""
-    return request.query_params.get(ALL_EVENTS, "").strip().lower() in ("1", "true", "yes", "on")
+    return _flag(request.query_params.get(ALL_EVENTS, ""))
 
 
 def reflog_page(request: Request) -> tuple[int, int]:
@@ -113,19 +111,25 @@ def _tail(web: Web, request: Request) -> Any:
     return data
 
 
-def searching(web: Web, request: Request, **options: int) -> SearchPage:
-    """The search a request asks for (``q``, ``cursor``); a malformed cursor is a 400."""
+def searching(web: Web, request: Request, limit: int = 50) -> SearchPage:
+    """The search a request asks for: ``q``, ``mode`` (words, phrase, substring), ``case=1``
+    (match case), ``all=1`` (nodes no session reaches too) and ``cursor``; a query that
+    cannot be searched or a malformed cursor is a 400 that says which."""
+    q = request.query_params
     try:
-        return search(web.store, request.query_params.get("q", ""),
-                      cursor=request.query_params.get("cursor", ""), **options)
+        return search(web.store, q.get("q", ""), mode=q.get("mode", "") or "words",
+                      case=_flag(q.get("case", "")), everything=_flag(q.get("all", "")),
+                      cursor=q.get("cursor", ""), limit=limit)
     except ValueError as exc:
         raise BadRequest(str(exc)) from None
 
 
+def _flag(value: str) -> bool:
+    return value.strip().lower() in ("1", "true", "yes", "on")
+
+
 def _search(web: Web, request: Request) -> Any:
-    page = searching(web, request, limit=int_param(request, "limit", 50, 1, 500),
-                     budget=int_param(request, "budget", SEARCH_BUDGET, 1, 10 * SEARCH_BUDGET))
-    return msgspec.to_builtins(page)
+    return msgspec.to_builtins(searching(web, request, int_param(request, "limit", 50, 1, 500)))
 
 
 def _diff(web: Web, request: Request) -> Any:

@@ -19,6 +19,7 @@ from ..errors import SesstreeError
 from ..repo.folding import CONVERSATION_TYPES
 from .api import BadRequest, all_events, int_param, read_filter, reflog_page, searching
 from .app import Web, read_body, status_of
+from .search import MODES
 from .security import COOKIE, SECURITY_HEADERS, same_origin
 from .views import DEFAULT_EVENTS, MAX_EVENTS, MAX_PAGE
 from .writes import ACTIONS, perform
@@ -73,9 +74,19 @@ def _diff(web: Web, request: Request) -> Response:
 
 
 def _search(web: Web, request: Request) -> Response:
-    q = request.query_params.get("q", "")
-    page = searching(web, request) if q.strip() else None
-    return web.page(request, "search.html", q=q, page=page, shown_types=CONVERSATION_TYPES)
+    q = request.query_params
+    context: dict[str, Any] = {"q": q.get("q", ""), "mode": q.get("mode", "words"),
+                               "case": q.get("case", ""), "all": q.get("all", ""),
+                               "modes": MODES, "page": None, "error": None,
+                               "shown_types": CONVERSATION_TYPES}
+    if not context["q"].strip():
+        return web.page(request, "search.html", **context)
+    try:
+        context["page"] = searching(web, request)
+    except BadRequest as exc:  # the form again, saying what to change
+        context["error"] = str(exc)
+        return web.page(request, "search.html", status=400, **context)
+    return web.page(request, "search.html", **context)
 
 
 def _login_form(web: Web, request: Request) -> Response:

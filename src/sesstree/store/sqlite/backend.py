@@ -200,6 +200,10 @@ class SqliteBackend:
     def refs_reaching(self, ids: Sequence[NodeId], prefix: str, bound: int) -> dict[NodeId, RefsReaching]:
         return self._reaching.refs_reaching(ids, prefix, bound)
 
+    def search_reaching(self, query: SearchQuery, limit: int, before: int | None, prefix: str,
+                        bound: int) -> list[tuple[IndexHit, RefsReaching]]:
+        return self._reaching.search_reaching(self._search, query, limit, before, prefix, bound)
+
     # -- refs and settings (refs.py) -----------------------------------------------------------
 
     def get_ref(self, name: str) -> Ref | None:

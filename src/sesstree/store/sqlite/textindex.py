@@ -85,14 +85,20 @@ def _chunks(values: Sequence[int]) -> Iterator[Sequence[int]]:
 def _add_terms(db: sqlite3.Connection, terms: Iterable[str]) -> None:
     """Put the tokens not in the vocabulary yet into it and its trigram index."""
     wanted = sorted(set(terms))
+    new: list[tuple[str]] = []
     for k in range(0, len(wanted), _MARKS):
         part = wanted[k:k + _MARKS]
         known = {r[0] for r in db.execute(
             f"SELECT term FROM search_terms WHERE term IN ({','.join('?' * len(part))})", part)}
-        for term in part:
-            if term not in known:
-                cur = db.execute("INSERT INTO search_terms(term) VALUES (?)", (term,))
-                db.execute("INSERT INTO search_grams(rowid, term) VALUES (?, ?)", (cur.lastrowid, term))
+        new += [(term,) for term in part if term not in known]
+    if not new:
+        return
+    # (A row added without an id gets one above every id there: the new terms are the
+    # ones above the largest before, and go into the trigram index in one statement.)
+    top = int(db.execute("SELECT coalesce(max(id), 0) FROM search_terms").fetchone()[0])
+    db.executemany("INSERT INTO search_terms(term) VALUES (?)", new)
+    db.execute("INSERT INTO search_grams(rowid, term) SELECT id, term FROM search_terms WHERE id > ?",
+               (top,))
 
 
 def unindex(state: ConnState, seqs: Sequence[int]) -> None:

@@ -22,7 +22,7 @@ exactly what a scan of every node finds: the index only narrows where to look.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from typing import Any
 
 from ..base import IndexHit, SearchQuery
@@ -36,11 +36,25 @@ __all__ = ["MAX_TERMS", "SqliteSearch"]
 #: The most vocabulary tokens one run of a substring is looked up as; a run in more is left
 #: out of the lookup (it narrows little), and checked on the text like everything else.
 MAX_TERMS = 128
-#: Candidates read per slice.
-_SLICE = 256
+#: Candidates read in the first slice at most, and in any slice at most: a slice is twice
+#: the page at first (a page of 20 reads 40 rows, not 256), and each next one twice the last,
+#: so a page among many rows that do not match (or that no session reaches) is read in a
+#: few slices.
+_SLICE, _MAX_SLICE = 256, 1024
+
+
+def _slices(limit: int) -> Iterator[int]:
+    size = max(16, min(_SLICE, 2 * limit))
+    while True:
+        yield size
+        size = min(_MAX_SLICE, 2 * size)
+
+
 _WORD = re.compile(r"\w+")
 #: No document can match (a run of the substring is in no token).
 _NOTHING = ""
+#: Which of a few matching rows are hits (None: all of them).
+Keep = Callable[[list[int]], Collection[int]] | None
 
 
 def _quoted(word: str) -> str:
@@ -55,8 +69,12 @@ class SqliteSearch:
         self._txn = txn
         self._index = index
 
-    def search_nodes(self, query: SearchQuery, limit: int, before: int | None = None) -> list[IndexHit]:
-        """See :meth:`sesstree.store.base.TextIndex.search_nodes`."""
+    def search_nodes(
+        self, query: SearchQuery, limit: int, before: int | None = None, keep: Keep = None
+    ) -> list[IndexHit]:
+        """See :meth:`sesstree.store.base.TextIndex.search_nodes`; ``keep`` (called inside
+        the search's snapshot, with the keys of a few matches at a time) picks which matches
+        are hits."""
         check_query(query)
         if limit <= 0:
             return []
@@ -64,15 +82,15 @@ class SqliteSearch:
         state = self._state
         with state.lock, state.errors(), self._txn.snapshot():
             mark = read_mark(state.db) if state.text_index else 0
-            hits = self._scan(query, limit, before, mark)
+            hits = self._scan(query, limit, before, mark, keep)
             if len(hits) >= limit or not state.text_index:
                 return hits[:limit]
             below = mark + 1 if before is None else min(before, mark + 1)
             expr = self._plan(query)
             if expr is None:
-                hits += self._scan(query, limit - len(hits), below, 0)
+                hits += self._scan(query, limit - len(hits), below, 0, keep)
             elif expr != _NOTHING:
-                hits += self._matched(expr, query, limit - len(hits), below)
+                hits += self._matched(expr, query, limit - len(hits), below, keep)
             return hits[:limit]
 
     def _time_filter(self, query: SearchQuery) -> tuple[str, list[float]]:
@@ -87,48 +105,73 @@ class SqliteSearch:
                 args.append(query.until * 1000)
         return where, args
 
-    def _scan(self, query: SearchQuery, limit: int, before: int | None, lower: int) -> list[IndexHit]:
+    def _scan(
+        self, query: SearchQuery, limit: int, before: int | None, lower: int, keep: Keep
+    ) -> list[IndexHit]:
         """Rows above ``lower`` and below ``before``, newest first, each tried."""
         state = self._state
         where, args = self._time_filter(query)
         hits: list[IndexHit] = []
         top = before
+        slices = _slices(limit)
         while len(hits) < limit:
             cond = "n.seq > ?" + ("" if top is None else " AND n.seq < ?")
             rows = state.db.execute(
                 node_rows_sql(state, cond + where + " ORDER BY n.seq DESC LIMIT ?"),
-                [lower, *([] if top is None else [top]), *args, _SLICE]).fetchall()
+                [lower, *([] if top is None else [top]), *args, next(slices)],
+            ).fetchall()
             if not rows:
                 break
-            hits += self._tried(query, rows, limit - len(hits))
             top = rows[-1][0]
+            hits += self._tried(query, rows, limit - len(hits), keep)
         return hits
 
-    def _matched(self, expr: str, query: SearchQuery, limit: int, before: int) -> list[IndexHit]:
+    def _matched(self, expr: str, query: SearchQuery, limit: int, before: int, keep: Keep) -> list[IndexHit]:
         """The index's candidates for ``expr`` below ``before``, newest first, each tried."""
         state = self._state
         db = state.db
         where, args = self._time_filter(query)
         hits: list[IndexHit] = []
         top = before
+        slices = _slices(limit)
         while len(hits) < limit:
-            seqs = [r[0] for r in db.execute(
-                "SELECT rowid FROM search_words WHERE search_words MATCH ? AND rowid < ? "
-                "ORDER BY rowid DESC LIMIT ?", (expr, top, _SLICE))]
+            seqs = [
+                r[0]
+                for r in db.execute(
+                    "SELECT rowid FROM search_words WHERE search_words MATCH ? AND rowid < ? "
+                    "ORDER BY rowid DESC LIMIT ?",
+                    (expr, top, next(slices)),
+                )
+            ]
             if not seqs:
                 break
+            top = seqs[-1]
             marks = ",".join("?" * len(seqs))
             rows = db.execute(node_rows_sql(state, f"n.seq IN ({marks}){where}"), [*seqs, *args]).fetchall()
             rows.sort(key=lambda r: -r[0])
-            hits += self._tried(query, rows, limit - len(hits))
-            top = seqs[-1]
+            hits += self._tried(query, rows, limit - len(hits), keep)
         return hits
 
-    def _tried(self, query: SearchQuery, rows: Sequence[Sequence[Any]], limit: int) -> list[IndexHit]:
-        """The rows (newest first) that match, at most ``limit``."""
+    def _tried(
+        self, query: SearchQuery, rows: Sequence[Sequence[Any]], limit: int, keep: Keep
+    ) -> list[IndexHit]:
+        """The rows (newest first) that match and that ``keep`` keeps, at most ``limit``;
+        ``keep`` is asked about the matches a few at a time (as many as are still wanted)."""
+        hits: list[IndexHit] = []
+        matched: list[IndexHit] = []
+        for hit in self._matches(query, rows):
+            matched.append(hit)
+            if len(matched) >= limit - len(hits):
+                hits += _kept(matched, keep)
+                matched = []
+                if len(hits) >= limit:
+                    return hits[:limit]
+        return (hits + _kept(matched, keep))[:limit]
+
+    def _matches(self, query: SearchQuery, rows: Sequence[Sequence[Any]]) -> Iterator[IndexHit]:
+        """The rows (newest first) that match, read and tried one by one."""
         state = self._state
         roles, types = query.roles, query.types
-        hits: list[IndexHit] = []
         for r in rows:
             try:
                 type, data = expand(state, r)
@@ -139,13 +182,18 @@ class SqliteSearch:
             role = node_role(type, data)
             if roles and role not in roles:
                 continue
-            if matches(query, node_text(type, data)):
+            text = node_text(type, data)
+            if matches(query, text):
                 t = r[9]
-                hits.append(IndexHit(state.hex(r[1]), type, role, int(r[8]),
-                                     t / 1000 if type_is_int(t) else None, int(r[0])))
-                if len(hits) >= limit:
-                    break
-        return hits
+                yield IndexHit(
+                    state.hex(r[1]),
+                    type,
+                    role,
+                    int(r[8]),
+                    t / 1000 if type_is_int(t) else None,
+                    int(r[0]),
+                    text,
+                )
 
     def _plan(self, query: SearchQuery) -> str | None:
         """The MATCH expression for ``query``'s candidates; None: no lookup narrows it (scan);
@@ -176,10 +224,12 @@ class SqliteSearch:
             # (The trigram index answers GLOB; a run of word characters holds none of its
             # wildcards.)
             rows: Iterator[Any] = db.execute(
-                "SELECT term FROM search_grams WHERE term GLOB ? LIMIT ?", (f"*{piece}*", MAX_TERMS + 1))
+                "SELECT term FROM search_grams WHERE term GLOB ? LIMIT ?", (f"*{piece}*", MAX_TERMS + 1)
+            )
         else:
-            rows = db.execute("SELECT term FROM search_terms WHERE instr(term, ?) > 0 LIMIT ?",
-                              (piece, MAX_TERMS + 1))
+            rows = db.execute(
+                "SELECT term FROM search_terms WHERE instr(term, ?) > 0 LIMIT ?", (piece, MAX_TERMS + 1)
+            )
         found = [t for (t,) in rows if isinstance(t, str) and piece in t]
         return found if len(found) <= MAX_TERMS else None
 
@@ -188,3 +238,9 @@ def type_is_int(value: object) -> bool:
     """Whether a recorded time read back is one (anything else is damage: no time)."""
     return type(value) is int
 
+
+def _kept(hits: list[IndexHit], keep: Keep) -> list[IndexHit]:
+    if keep is None or not hits:
+        return hits
+    kept = keep([h.key for h in hits])
+    return [h for h in hits if h.key in kept]
