@@ -112,8 +112,9 @@ def test_only_the_appended_bytes_are_read(tmp_path: Path, monkeypatch: pytest.Mo
         monkeypatch.setattr(Path, "open", counting_open)
         _write(path, lines[-1] + "\n")
         follower.look_all([path])
-    # The new line, and the few KB before it that show the file was only appended to.
-    assert 0 < sum(reads) <= len(lines[-1]) + 1 + 4096 < size
+    # The new line, and the few KB before it and at the start that show the file was only
+    # appended to.
+    assert 0 < sum(reads) <= len(lines[-1]) + 1 + 4096 + 512 < size
 
 
 def test_a_restarted_follower_reads_nothing_unchanged(tmp_path: Path) -> None:
@@ -266,7 +267,7 @@ def test_a_second_notice_of_a_write_keeps_the_file_followed(
         monkeypatch.setattr(Path, "open", sized_open)
         _write(path, lines[-1] + "\n")
         follower.look_all([path])
-    assert 0 < sum(sizes) <= len(lines[-1]) + 1 + 4096 < path.stat().st_size
+    assert 0 < sum(sizes) <= len(lines[-1]) + 1 + 4096 + 512 < path.stat().st_size
 
 
 def test_a_landing_the_store_refused_is_recorded_at_the_next_look(
@@ -293,3 +294,42 @@ def test_a_landing_the_store_refused_is_recorded_at_the_next_look(
         follower.look_all([])  # the next wake, with no change to the file
         watched = recorded(store)
     assert watched == imported(home, tmp_path / "i")
+
+
+@pytest.mark.parametrize("restart", [False, True])
+def test_a_same_length_rewrite_with_the_same_mtime_is_recorded(restart: bool,
+                                                              tmp_path: Path) -> None:
+    # Bytes of an early line changed in place, the size the same and the mtime put back (a
+    # write within the file system's timestamp resolution looks like this): the stat of the
+    # file is that of its mark, yet it is read again and recorded as its import is.
+    home = tmp_path / "home"
+    path = session_path(home, "codex", "x")
+    lines = session_lines("codex", "x", 40)
+    _write(path, "\n".join(lines) + "\n")
+    with open_store(tmp_path / "w") as store:
+        follower = Follower(store)
+        follower.look_all([path])
+        before = path.stat()
+        data = path.read_bytes()
+        edited = data.replace(b"prompt 1", b"prompt 9", 1)
+        assert edited != data and len(edited) == len(data)
+        fd = os.open(path, os.O_WRONLY)
+        try:
+            os.pwrite(fd, edited, 0)
+        finally:
+            os.close(fd)
+        os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
+        assert (path.stat().st_size, path.stat().st_mtime_ns) == (before.st_size,
+                                                                  before.st_mtime_ns)
+        if restart:
+            follower = Follower(store)
+            looks = follower.catch_up([home])
+        else:
+            looks = follower.look_all([path])
+        outcomes = [r.outcome for look in looks for r in look.results]
+        assert outcomes and "up to date" not in outcomes
+        heads, nodes = recorded(store)
+        again = [r.outcome for look in follower.look_all([path]) for r in look.results]
+    final_heads, final_nodes = imported(home, tmp_path / "i")
+    assert set(final_heads.values()) <= set(heads.values()) and final_nodes <= nodes
+    assert again == []  # recorded once, not again at the next notice

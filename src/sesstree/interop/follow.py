@@ -16,8 +16,11 @@ read so far instead of reading the file itself).
 - **Restart-safe.** After each landing, the file's :class:`~sesstree.store.base.WatchMark`
   (bytes and lines recorded, size, mtime, inode, blake3 of the bytes recorded) is moved in the
   same transaction, by compare-and-set. A restarted follower does not read a file whose
-  size, mtime and inode are those of its mark; a file that changed since is read whole once,
-  then followed incrementally. A second follower on the same store loses the compare-and-set
+  size, mtime and inode are those of its mark, unless the mark is *racy* (taken within the
+  timestamp resolution of the file's mtime: a write just after could have left the stat as
+  it was), when its bytes are hashed against the mark's digest; a file that changed since is
+  read whole once, then followed incrementally. A file that did not grow but was written to
+  (bytes rewritten in place, as long as before) is checked the same way, by its digest. A second follower on the same store loses the compare-and-set
   (nothing of its landing is written), reads the file again and finds it up to date.
 - **Bounded memory.** The records of a file are kept while it is written to; a file idle for
   ``LIVE_WINDOW`` seconds (when a Claude Code or Gemini CLI reply still pending is settled)
@@ -32,6 +35,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import BinaryIO
 
 import blake3
 import msgspec
@@ -54,8 +58,22 @@ __all__ = ["WATCHED_FORMATS", "Follower", "Look", "is_candidate"]
 WATCHED_FORMATS = ("claude", "codex", "pi", "gemini")
 _JSONL = {"claude": claude.import_claude, "codex": import_codex, "pi": import_pi,
           "gemini": import_gemini_jsonl}
-#: How many bytes before the end of what was read are read again, to see they are unchanged.
+#: How many bytes before the end of what was read, and at its start, are read again, to see
+#: that a file that grew was only appended to.
 _TAIL = 4096
+_HEAD = 512
+#: How close to a file's mtime a look must be for a write just after it to leave the stat as it
+#: was: a few timer ticks where timestamps have nanoseconds (their clock is coarse), 2 s where
+#: they have whole seconds only (FAT keeps even seconds).
+_RACY_NS = 100_000_000
+_RACY_COARSE_NS = 2_000_000_000
+
+
+def _racy(mark: WatchMark) -> bool:
+    """Whether ``mark`` was seen so soon after the file's mtime that the file may have been
+    written again since without its stat showing it (then its bytes are checked)."""
+    window = _RACY_COARSE_NS if mark.mtime_ns % 1_000_000_000 == 0 else _RACY_NS
+    return mark.seen_ns - mark.mtime_ns < window
 
 
 def is_candidate(path: Path) -> bool:
@@ -87,6 +105,7 @@ class _File:
         self.said: set[str] = set()
         self.hasher = blake3.blake3()
         self.tail = b""
+        self.head = b""
         self.offset = 0
         self.lines = 0
         #: When the file will have been quiet long enough to be settled and let go of.
@@ -228,7 +247,7 @@ class Follower:
         mark = state.mark
         settle = mark is not None and mark.pending and st.st_mtime + claude.LIVE_WINDOW < now
         if mark is not None and (mark.size, mark.mtime_ns, mark.inode) == (
-                st.st_size, st.st_mtime_ns, st.st_ino) and not settle:
+                st.st_size, st.st_mtime_ns, st.st_ino) and not settle and not _racy(mark):
             # Nothing new (a second notice of a write already recorded, or a restart).
             if state.quiet_at is not None and state.quiet_at <= now:
                 self._forget(state)  # quiet, and nothing pending: let go of its records
@@ -244,7 +263,7 @@ class Follower:
                 # Not a transcript (yet: an empty file, a first line half written). Marked,
                 # so that a restart does not sniff it again until it changes.
                 self._write_mark(state, source, WatchMark("", 0, 0, st.st_size, st.st_mtime_ns,
-                                                          st.st_ino, ""))
+                                                          st.st_ino, "", seen_ns=self._now_ns()))
                 return
         assert fmt is not None
         if fmt == "gemini" and path.name.endswith(".json"):
@@ -261,7 +280,7 @@ class Follower:
         raw = path.read_bytes()
         digest = blake3.blake3(raw).hexdigest()
         mark = WatchMark("gemini", len(raw), raw.count(b"\n"), len(raw), st.st_mtime_ns,
-                         st.st_ino, digest)
+                         st.st_ino, digest, seen_ns=self._now_ns())
         if state.mark is not None and state.mark.digest == digest:
             self._write_mark(state, source, mark)  # touched, not changed
             return
@@ -288,22 +307,31 @@ class Follower:
             # nothing to land.
             state.records = None
             self._write_mark(state, source, msgspec.structs.replace(
-                state.mark, size=end, mtime_ns=st.st_mtime_ns, inode=st.st_ino))
+                state.mark, size=end, mtime_ns=st.st_mtime_ns, inode=st.st_ino,
+                seen_ns=self._now_ns()))
             return
         if not chunk and not whole and not settle:
-            return  # only half a line more: it waits for its end
+            if state.mark is not None and end == state.mark.size and _racy(state.mark):
+                # Checked byte for byte: seen now, the stat can be trusted once it is not racy.
+                seen = msgspec.structs.replace(state.mark, mtime_ns=st.st_mtime_ns,
+                                               seen_ns=self._now_ns())
+                if not _racy(seen) or seen.mtime_ns != state.mark.mtime_ns:
+                    self._write_mark(state, source, seen)
+            return  # nothing new, or only half a line more: it waits for its end
         before = len(state.problems)
         if chunk:
             records.extend(parse_records(chunk, path, state.problems,
                                          first_line=state.lines + 1))
             state.hasher.update(chunk)
             state.tail = (state.tail + chunk)[-_TAIL:]
+            if len(state.head) < _HEAD:
+                state.head = (state.head + chunk)[:_HEAD]
             state.offset += len(chunk)
             state.lines += chunk.count(b"\n")
         look.problems.extend(state.problems[before:])
         pending = self._pending(fmt, st)
         mark = WatchMark(fmt, state.offset, state.lines, end, st.st_mtime_ns, st.st_ino,
-                         state.hasher.hexdigest(), pending)
+                         state.hasher.hexdigest(), pending, self._now_ns())
         with self._landing(state, source, mark):
             look.results = _JSONL[fmt](self.store, path, owners=self._provenance(),
                                        records=list(records), problems=list(state.problems))
@@ -315,24 +343,38 @@ class Follower:
     def _read_new(self, path: Path, state: _File, st: os.stat_result) -> tuple[bytes, int, bool]:
         """The whole lines appended since the last look, the size read up to, and whether the
         file was read whole (it was not followed, or was not simply appended to: then the
-        records kept are dropped, to be read again)."""
+        records kept are dropped, to be read again).
+
+        A file that grew is taken as appended to when the bytes at the start and just before
+        the end of what was read are still there; one that did not grow (its bytes rewritten
+        in place, as long as before) is read whole, its digest telling whether it changed."""
         with path.open("rb") as f:
             followed = state.records is not None and state.mark is not None
             if followed and state.mark is not None and st.st_ino == state.mark.inode \
-                    and st.st_size >= state.offset:
+                    and st.st_size > state.mark.size:
+                head = f.read(len(state.head))
                 start = state.offset - len(state.tail)
                 f.seek(start)
                 data = f.read()
-                if data[:len(state.tail)] == state.tail:
+                if head == state.head and data[:len(state.tail)] == state.tail:
                     return _whole_lines(data[len(state.tail):]), start + len(data), False
+                f.seek(0)
+            elif followed and state.mark is not None and st.st_ino == state.mark.inode \
+                    and st.st_size == state.mark.size:
+                if _digest(f, state.offset) == state.hasher.hexdigest():
+                    return b"", st.st_size, False  # the same bytes: nothing new
                 f.seek(0)
             # Not followed yet (a restart), or rewritten, truncated, replaced: read it whole.
             data = f.read()
         state.records, state.problems = [], []
         state.hasher, state.tail, state.offset, state.lines = blake3.blake3(), b"", 0, 0
+        state.head = b""
         return _whole_lines(data), len(data), True
 
     # -- bookkeeping -------------------------------------------------------------------------
+
+    def _now_ns(self) -> int:
+        return int(self._clock() * 1e9)
 
     def _provenance(self) -> Provenance:
         return self._owners if self._owners is not None else Provenance(self.store)
@@ -367,6 +409,16 @@ class Follower:
         state.records = None
         state.problems = []
         state.quiet_at = None
+
+
+def _digest(f: BinaryIO, size: int) -> str:
+    """The blake3 (hex) of the first ``size`` bytes of ``f``, read a block at a time."""
+    f.seek(0)
+    hasher = blake3.blake3()
+    while size > 0 and (block := f.read(min(size, 1 << 20))):
+        hasher.update(block)
+        size -= len(block)
+    return str(hasher.hexdigest())
 
 
 def _whole_lines(data: bytes) -> bytes:
