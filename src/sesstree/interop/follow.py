@@ -20,8 +20,9 @@ read so far instead of reading the file itself).
   timestamp resolution of the file's mtime: a write just after could have left the stat as
   it was), when its bytes are hashed against the mark's digest; a file that changed since is
   read whole once, then followed incrementally. A file that did not grow but was written to
-  (bytes rewritten in place, as long as before) is checked the same way, by its digest. A second follower on the same store loses the compare-and-set
-  (nothing of its landing is written), reads the file again and finds it up to date.
+  (bytes rewritten in place, as long as before) is checked the same way, by its digest.
+  A second follower on the same store loses the compare-and-set (nothing of its landing is
+  written), reads the file again and finds it up to date.
 - **Bounded memory.** The records of a file are kept while it is written to; a file idle for
   ``LIVE_WINDOW`` seconds (when a Claude Code or Gemini CLI reply still pending is settled)
   is forgotten, to be read whole again if it ever grows.
