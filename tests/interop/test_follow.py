@@ -333,3 +333,81 @@ def test_a_same_length_rewrite_with_the_same_mtime_is_recorded(restart: bool,
     final_heads, final_nodes = imported(home, tmp_path / "i")
     assert set(final_heads.values()) <= set(heads.values()) and final_nodes <= nodes
     assert again == []  # recorded once, not again at the next notice
+
+
+def _counting_reads(monkeypatch: pytest.MonkeyPatch, path: Path) -> list[int]:
+    """The size of every read of ``path`` from now on (through Path.open), but those of the
+    sniff of its format (a fixed head of the file, once)."""
+    from sesstree import interop
+    from sesstree.interop import follow
+
+    reads: list[int] = []
+    real_open = Path.open
+    sniffing = []
+    real_detect = follow.detect_format
+
+    def detect(p: Path) -> str | None:
+        sniffing.append(p)
+        try:
+            return real_detect(p)
+        finally:
+            sniffing.pop()
+
+    monkeypatch.setattr(follow, "detect_format", detect)
+    assert interop.detect_format is real_detect
+
+    def counting_open(self: Path, *args: object, **kwargs: object):  # type: ignore[no-untyped-def]
+        f = real_open(self, *args, **kwargs)  # type: ignore[call-overload]
+        if self == path and not sniffing:
+            read = f.read
+            f.read = lambda n=-1: (data := read(n), reads.append(len(data)))[0]
+        return f
+
+    monkeypatch.setattr(Path, "open", counting_open)
+    return reads
+
+
+def test_a_file_is_read_a_budget_at_a_time(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from sesstree.interop import follow
+
+    monkeypatch.setattr(follow, "_BUDGET", 4096, raising=False)
+    home = tmp_path / "home"
+    path = session_path(home, "codex", "m")
+    lines = session_lines("codex", "m", 30)
+    _write(path, "\n".join(lines[:-10]) + "\n")
+    reads = _counting_reads(monkeypatch, path)
+    with open_store(tmp_path / "w") as store:
+        follower = Follower(store)
+        follower.look_all([path])
+        _write(path, "\n".join(lines[-10:]) + "\n")  # a large append
+        follower.look_all([path])
+        watched = recorded(store)
+    assert reads and max(reads) <= 4096
+    assert watched == imported(home, tmp_path / "i")
+
+
+def test_a_line_longer_than_the_budget_is_one_line_and_the_rest_is_recorded(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from sesstree.interop import follow
+
+    monkeypatch.setattr(follow, "_BUDGET", 4096, raising=False)
+    home = tmp_path / "home"
+    path = session_path(home, "pi", "l")
+    lines = session_lines("pi", "l", 3)
+    huge = '{"type": "custom", "id": "big", "data": "' + "x" * 20000 + '"}'
+    reads = _counting_reads(monkeypatch, path)
+    with open_store(tmp_path / "w") as store:
+        follower = Follower(store)
+        _write(path, "\n".join(lines[:3]) + "\n" + huge[:10000])  # the long line half written
+        said = [p for look in follower.look_all([path]) for p in look.problems]
+        _write(path, huge[10000:] + "\n" + "\n".join(lines[3:]) + "\n")
+        said += [p for look in follower.look_all([path]) for p in look.problems]
+        said += [p for look in Follower(store).catch_up([home]) for p in look.problems]
+        mark = store.watch_marks()[str(path)]
+        heads, nodes = recorded(store)
+    assert max(reads) <= 4096
+    assert len(said) == 1 and ":4: a line longer than" in said[0] and "skipped" in said[0]
+    assert mark.offset == path.stat().st_size  # read to the end, the long line passed over
+    path.write_text("\n".join(lines) + "\n")  # the same file without it
+    assert (heads, nodes) == imported(home, tmp_path / "i")

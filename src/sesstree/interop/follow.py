@@ -23,7 +23,10 @@ read so far instead of reading the file itself).
   (bytes rewritten in place, as long as before) is checked the same way, by its digest.
   A second follower on the same store loses the compare-and-set (nothing of its landing is
   written), reads the file again and finds it up to date.
-- **Bounded memory.** The records of a file are kept while it is written to; a file idle for
+- **Bounded memory.** A file is read ``_BUDGET`` (64 MB) at a time, however large it or an
+  append to it is; a line longer than that is passed over (said once: its record is not
+  landed), the file read on after it. The records of a file are kept while it is written to
+  (they are what its importer lands, as an import holds them); a file idle for
   ``LIVE_WINDOW`` seconds (when a Claude Code or Gemini CLI reply still pending is settled)
   is forgotten, to be read whole again if it ever grows.
 """
@@ -36,7 +39,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 import blake3
 import msgspec
@@ -63,6 +66,8 @@ _JSONL = {"claude": claude.import_claude, "codex": import_codex, "pi": import_pi
 #: that a file that grew was only appended to.
 _TAIL = 4096
 _HEAD = 512
+#: The most bytes read at a time: memory stays bounded on a huge file or a huge append.
+_BUDGET = 64 << 20
 #: How close to a file's mtime a look must be for a write just after it to leave the stat as it
 #: was: a few timer ticks where timestamps have nanoseconds (their clock is coarse), 2 s where
 #: they have whole seconds only (FAT keeps even seconds).
@@ -298,20 +303,21 @@ class Follower:
 
     def _look_lines(self, path: Path, source: str, state: _File, look: Look,
                     st: os.stat_result, fmt: str, settle: bool) -> None:
-        chunk, end, whole = self._read_new(path, state, st)
+        before = len(state.problems) if state.records is not None else 0
+        taken, end, whole = self._read_new(path, state, st)
         records = state.records
         assert records is not None  # _read_new leaves the file's records read
         if whole and state.mark is not None and state.mark.format and not settle and (
-                len(chunk) == state.mark.offset
-                and blake3.blake3(chunk).hexdigest() == state.mark.digest):
+                state.offset == state.mark.offset
+                and state.hasher.hexdigest() == state.mark.digest):
             # The very bytes recorded (a file touched, or one last line still half written):
             # nothing to land.
-            state.records = None
+            self._forget(state)
             self._write_mark(state, source, msgspec.structs.replace(
                 state.mark, size=end, mtime_ns=st.st_mtime_ns, inode=st.st_ino,
                 seen_ns=self._now_ns()))
             return
-        if not chunk and not whole and not settle:
+        if not taken and not whole and not settle:
             if state.mark is not None and end == state.mark.size and _racy(state.mark):
                 # Checked byte for byte: seen now, the stat can be trusted once it is not racy.
                 seen = msgspec.structs.replace(state.mark, mtime_ns=st.st_mtime_ns,
@@ -319,16 +325,6 @@ class Follower:
                 if not _racy(seen) or seen.mtime_ns != state.mark.mtime_ns:
                     self._write_mark(state, source, seen)
             return  # nothing new, or only half a line more: it waits for its end
-        before = len(state.problems)
-        if chunk:
-            records.extend(parse_records(chunk, path, state.problems,
-                                         first_line=state.lines + 1))
-            state.hasher.update(chunk)
-            state.tail = (state.tail + chunk)[-_TAIL:]
-            if len(state.head) < _HEAD:
-                state.head = (state.head + chunk)[:_HEAD]
-            state.offset += len(chunk)
-            state.lines += chunk.count(b"\n")
         look.problems.extend(state.problems[before:])
         pending = self._pending(fmt, st)
         mark = WatchMark(fmt, state.offset, state.lines, end, st.st_mtime_ns, st.st_ino,
@@ -341,36 +337,69 @@ class Follower:
         if state.quiet_at <= self._clock():
             self._forget(state)
 
-    def _read_new(self, path: Path, state: _File, st: os.stat_result) -> tuple[bytes, int, bool]:
-        """The whole lines appended since the last look, the size read up to, and whether the
-        file was read whole (it was not followed, or was not simply appended to: then the
-        records kept are dropped, to be read again).
+    def _read_new(self, path: Path, state: _File, st: os.stat_result) -> tuple[int, int, bool]:
+        """Take in the whole lines appended since the last look (into ``state``): how many
+        bytes were taken, the size read up to, and whether the file was read whole (it was
+        not followed, or was not simply appended to: then the records kept are dropped, to
+        be read again).
 
         A file that grew is taken as appended to when the bytes at the start and just before
         the end of what was read are still there; one that did not grow (its bytes rewritten
-        in place, as long as before) is read whole, its digest telling whether it changed."""
+        in place, as long as before) is hashed, its digest telling whether it changed."""
         with path.open("rb") as f:
             followed = state.records is not None and state.mark is not None
             if followed and state.mark is not None and st.st_ino == state.mark.inode \
                     and st.st_size > state.mark.size:
                 head = f.read(len(state.head))
-                start = state.offset - len(state.tail)
-                f.seek(start)
-                data = f.read()
-                if head == state.head and data[:len(state.tail)] == state.tail:
-                    return _whole_lines(data[len(state.tail):]), start + len(data), False
-                f.seek(0)
+                f.seek(state.offset - len(state.tail))
+                if head == state.head and f.read(len(state.tail)) == state.tail:
+                    return self._take_lines(f, path, state), f.tell(), False
             elif followed and state.mark is not None and st.st_ino == state.mark.inode \
                     and st.st_size == state.mark.size:
                 if _digest(f, state.offset) == state.hasher.hexdigest():
-                    return b"", st.st_size, False  # the same bytes: nothing new
-                f.seek(0)
+                    return 0, st.st_size, False  # the same bytes: nothing new
             # Not followed yet (a restart), or rewritten, truncated, replaced: read it whole.
-            data = f.read()
-        state.records, state.problems = [], []
-        state.hasher, state.tail, state.offset, state.lines = blake3.blake3(), b"", 0, 0
-        state.head = b""
-        return _whole_lines(data), len(data), True
+            f.seek(0)
+            state.records, state.problems = [], []
+            state.hasher, state.tail, state.offset, state.lines = blake3.blake3(), b"", 0, 0
+            state.head = b""
+            self._take_lines(f, path, state)
+            return state.offset, f.tell(), True
+
+    @staticmethod
+    def _take_lines(f: BinaryIO, path: Path, state: _File) -> int:
+        """Read ``f`` from where it is to its end, ``_BUDGET`` bytes at a time, and take in its
+        whole lines (a last one without its end when it is one whole JSON object); how many
+        bytes were taken. A line longer than the budget is passed over, said once, so that
+        memory stays bounded whatever the file holds; one the file ends inside of waits."""
+        offset = state.offset
+        carry = b""
+        long_line: tuple[Any, int, int, bytes, bytes] | None = None  # the state before it
+        while block := f.read(_BUDGET):
+            if long_line is not None:
+                nl = block.find(b"\n") + 1
+                _take(state, block[:nl] if nl else block, None)
+                if not nl:
+                    continue
+                long_line, block = None, block[nl:]
+            data = carry + block
+            end = data.rfind(b"\n") + 1
+            if end:
+                _take(state, data[:end], path)
+            carry = data[end:]
+            if len(carry) > _BUDGET:
+                long_line = (state.hasher.copy(), state.offset, state.lines, state.tail,
+                             state.head)
+                state.problems.append(f"{path}:{state.lines + 1}: a line longer than "
+                                      f"{_BUDGET:,} bytes; skipped (not recorded)")
+                _take(state, carry, None)
+                carry = b""
+        if long_line is not None:  # the file ends inside it: taken once its end is there
+            state.hasher, state.offset, state.lines, state.tail, state.head = long_line
+            state.problems.pop()
+        elif carry.strip() and _whole_object(carry):
+            _take(state, carry, path)
+        return state.offset - offset
 
     # -- bookkeeping -------------------------------------------------------------------------
 
@@ -416,21 +445,31 @@ def _digest(f: BinaryIO, size: int) -> str:
     """The blake3 (hex) of the first ``size`` bytes of ``f``, read a block at a time."""
     f.seek(0)
     hasher = blake3.blake3()
-    while size > 0 and (block := f.read(min(size, 1 << 20))):
+    while size > 0 and (block := f.read(min(size, _BUDGET))):
         hasher.update(block)
         size -= len(block)
     return str(hasher.hexdigest())
 
 
-def _whole_lines(data: bytes) -> bytes:
-    """``data`` up to the end of its last whole line; a last line without its newline counts
-    when it already is one whole JSON object (a tool that ends its file without one)."""
-    end = data.rfind(b"\n") + 1
-    rest = data[end:]
-    if rest.strip():
-        try:
-            if isinstance(decode_line(rest), dict):
-                return data
-        except InputError:
-            pass
-    return data[:end]
+def _take(state: _File, data: bytes, path: Path | None) -> None:
+    """Take ``data`` (whole lines, read next) into ``state``: its records (none when ``path``
+    is None: a line passed over), its digest, its place."""
+    if path is not None:
+        assert state.records is not None
+        state.records.extend(parse_records(data, path, state.problems,
+                                           first_line=state.lines + 1))
+    state.hasher.update(data)
+    state.tail = (state.tail + data[-_TAIL:])[-_TAIL:]
+    if len(state.head) < _HEAD:
+        state.head = (state.head + data[:_HEAD])[:_HEAD]
+    state.offset += len(data)
+    state.lines += data.count(b"\n")
+
+
+def _whole_object(rest: bytes) -> bool:
+    """Whether a last line without its newline already is one whole JSON object (a tool that
+    ends its file without one): then it counts."""
+    try:
+        return isinstance(decode_line(rest), dict)
+    except InputError:
+        return False
