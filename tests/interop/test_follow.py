@@ -270,7 +270,7 @@ def test_a_second_notice_of_a_write_keeps_the_file_followed(
     assert 0 < sum(sizes) <= len(lines[-1]) + 1 + 4096 + 512 < path.stat().st_size
 
 
-def test_a_landing_the_store_refused_is_recorded_at_the_next_look(
+def test_a_landing_the_store_refused_is_recorded_once_it_takes_writes(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from sesstree.errors import StoreFullError
@@ -284,16 +284,68 @@ def test_a_landing_the_store_refused_is_recorded_at_the_next_look(
     def full(*args: object, **kwargs: object) -> object:
         raise StoreFullError("the disk is full")
 
+    now = [1_000.0]
     with open_store(tmp_path / "w") as store:
-        follower = Follower(store)
+        follower = Follower(store, clock=lambda: now[0])
         monkeypatch.setitem(follow._JSONL, "codex", full)
         [look] = follower.look_all([path])
         assert look.failed and "disk is full" in look.problems[0]
         assert store.watch_marks() == {} and store.sessions() == []
         monkeypatch.setitem(follow._JSONL, "codex", real)
-        follower.look_all([])  # the next wake, with no change to the file
+        due = follower.next_due()
+        assert due is not None and due > now[0]
+        now[0] = due
+        follower.look_all([])  # the wake it was due at, with no change to the file
         watched = recorded(store)
     assert watched == imported(home, tmp_path / "i")
+
+
+def test_a_store_that_refuses_writes_is_tried_less_and_less_often(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A read-only, full or locked store: the watch does not read and try again at every
+    # notice (a busy loop at full CPU while an agent writes); it says so once, waits longer
+    # after each refusal, and goes on as soon as the store takes writes.
+    from sesstree.errors import StoreReadOnlyError
+    from sesstree.interop import follow
+
+    home = tmp_path / "home"
+    paths = [session_path(home, "codex", name) for name in ("a", "b")]
+    for p in paths:
+        _write(p, "\n".join(session_lines("codex", p.stem, 1)) + "\n")
+    real = follow._JSONL["codex"]
+    tries: list[float] = []
+    now = [1_000.0]
+
+    def refused(*args: object, **kwargs: object) -> object:
+        tries.append(now[0])
+        raise StoreReadOnlyError("the store is on read-only media")
+
+    with open_store(tmp_path / "w") as store:
+        follower = Follower(store, clock=lambda: now[0])
+        monkeypatch.setitem(follow._JSONL, "codex", refused)
+        said = [p for look in follower.catch_up([home]) for p in look.problems]
+        waits = []
+        for _ in range(8):
+            for _ in range(20):  # notices of the agent's writes, as fast as they come
+                said += [p for look in follower.look_all(paths) for p in look.problems]
+                now[0] += 0.01
+            due = follower.next_due()
+            assert due is not None
+            waits.append(due - now[0])
+            now[0] = max(now[0], due)
+            said += [p for look in follower.look_all([]) for p in look.problems]
+        assert len(tries) <= 1 + 8 + 1
+        assert waits == sorted(waits) and waits[-1] > 10 * max(waits[0], 0.1)
+        assert len(said) == 1 and "read-only" in said[0]
+        monkeypatch.setitem(follow._JSONL, "codex", real)
+        due = follower.next_due()
+        assert due is not None
+        now[0] = max(now[0], due)
+        said = [p for look in follower.look_all([]) for p in look.problems]
+        watched = recorded(store)
+    assert watched == imported(home, tmp_path / "i")
+    assert len(said) == 1 and "takes writes again" in said[0]
 
 
 @pytest.mark.parametrize("restart", [False, True])

@@ -44,7 +44,7 @@ from typing import Any, BinaryIO
 import blake3
 import msgspec
 
-from ..errors import ConflictError, InputError, SesstreeError
+from ..errors import ConflictError, InputError, SesstreeError, StoreError
 from ..repo.store import Store
 from ..store.base import Progress, WatchMark
 from . import claude, detect_format
@@ -66,6 +66,10 @@ _JSONL = {"claude": claude.import_claude, "codex": import_codex, "pi": import_pi
 #: that a file that grew was only appended to.
 _TAIL = 4096
 _HEAD = 512
+#: How long the watch waits after the store first refuses a write (read-only, full, locked),
+#: doubled at each refusal after, up to the most: never a loop trying again at full speed.
+_BACKOFF_FIRST = 1.0
+_BACKOFF_MOST = 60.0
 #: The most bytes read at a time: memory stays bounded on a huge file or a huge append.
 _BUDGET = 64 << 20
 #: How close to a file's mtime a look must be for a write just after it to leave the stat as it
@@ -128,6 +132,11 @@ class Follower:
         self._marks = store.watch_marks()
         self._files: dict[str, _File] = {}
         self._owners: Provenance | None = None
+        #: While the store refuses writes: the files that wait for it, until when, how long
+        #: the last wait was.
+        self._waiting: set[str] = set()
+        self._refused_until = 0.0
+        self._backoff = 0.0
 
     def catch_up(self, paths: Iterable[Path], progress: Progress | None = None) -> list[Look]:
         """Look at every file of ``paths`` (files, or folders walked whole), in one pass."""
@@ -178,6 +187,8 @@ class Follower:
         now = self._clock()
         due = {Path(src) for src, f in self._files.items()
                if f.quiet_at is not None and f.quiet_at <= now}
+        if self._refused_until <= now:
+            due.update(Path(src) for src in self._waiting)
         todo = sorted({p for p in paths if is_candidate(p)} | due)
         if not todo:
             return []
@@ -188,8 +199,11 @@ class Follower:
             self._owners = None
 
     def next_due(self) -> float | None:
-        """When the next file will have been quiet long enough to be settled, or None."""
+        """When the next file will have been quiet long enough to be settled, or the store
+        is to be tried again, or None."""
         times = [f.quiet_at for f in self._files.values() if f.quiet_at is not None]
+        if self._waiting:
+            times.append(self._refused_until)
         return min(times) if times else None
 
     def look(self, path: Path) -> Look:
@@ -197,6 +211,12 @@ class Follower:
         be read or recorded is a :class:`Look` with ``failed`` and one problem saying why."""
         source = os.path.abspath(path)
         look = Look(source)
+        if self._refused_until > self._clock():
+            # The store refused the last write: the file waits for it, unread.
+            self._waiting.add(source)
+            look.failed = True
+            return look
+        refused: str | None = None  # what is said of the store (not of this file): said anew
         for attempt in (1, 2):
             state = self._files.get(source)
             if state is None:
@@ -220,14 +240,39 @@ class Follower:
                 look.problems.append(str(exc) if isinstance(exc, InputError)
                                      else f"{source}: cannot read: {exc.strerror or exc}")
                 break
-            except SesstreeError as exc:
-                # The store could not take it (locked too long, full): tried again at the
-                # next wake, the file read whole, since what was read is not recorded.
+            except StoreError as exc:
+                # The store cannot take it (read-only, full, locked too long): every file
+                # waits, longer at each refusal, then is read whole, since what was read is
+                # not recorded. Said once, until the store takes a write again.
                 look.failed = True
-                look.problems.append(f"{source}: cannot record: {exc}")
                 self._forget(state)
-                state.quiet_at = self._clock()
+                self._waiting.add(source)
+                first = not self._backoff
+                self._backoff = (min(2 * self._backoff, _BACKOFF_MOST) if self._backoff
+                                 else _BACKOFF_FIRST)
+                self._refused_until = self._clock() + self._backoff
+                if first:
+                    refused = (f"{source}: cannot record: {exc}; the watch goes on, trying "
+                               f"again in {_BACKOFF_FIRST:g} s, then less and less often "
+                               f"(every {_BACKOFF_MOST:g} s at most)")
                 break
+            except SesstreeError as exc:
+                # What this file holds cannot be recorded: tried again when it changes.
+                look.failed = True
+                look.problems.append(f"{source}: cannot record: {exc}; tried again when the "
+                                     "file changes")
+                self._forget(state)
+                try:
+                    st = os.stat(source)
+                    self._files[source].unreadable = (st.st_size, st.st_mtime_ns)
+                except OSError:
+                    pass
+                break
+        if not look.failed and source in self._waiting:
+            self._waiting.discard(source)
+            if self._backoff:
+                refused = f"{source}: recorded; the store takes writes again"
+                self._backoff = 0.0
         said = self._files[source].said
         for r in look.results:  # what the importer met, said here once, not at every look
             # (A reply or tool call still being written is what a watch waits for: not said.)
@@ -236,6 +281,8 @@ class Follower:
             r.problems = []
         look.problems = [p for p in dict.fromkeys(look.problems) if p not in said]
         said.update(look.problems)
+        if refused is not None:
+            look.problems.insert(0, refused)
         return look
 
     # -- one look ----------------------------------------------------------------------------
