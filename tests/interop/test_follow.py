@@ -463,3 +463,72 @@ def test_a_line_longer_than_the_budget_is_one_line_and_the_rest_is_recorded(
     assert mark.offset == path.stat().st_size  # read to the end, the long line passed over
     path.write_text("\n".join(lines) + "\n")  # the same file without it
     assert (heads, nodes) == imported(home, tmp_path / "i")
+
+
+@pytest.mark.parametrize("when", ["before the look", "between stat and read"])
+def test_a_file_deleted_while_being_read_is_one_line(
+    when: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    home = tmp_path / "home"
+    path = session_path(home, "codex", "d")
+    lines = session_lines("codex", "d", 2)
+    _write(path, "\n".join(lines[:3]) + "\n")
+    with open_store(tmp_path / "w") as store:
+        follower = Follower(store)
+        follower.look_all([path])
+        sessions = recorded(store)
+        _write(path, "\n".join(lines[3:]) + "\n")  # notified, then gone before it is read
+        if when == "before the look":
+            path.unlink()
+        else:
+            real_open = Path.open
+
+            def deleting_open(self: Path, *args: object, **kwargs: object):  # type: ignore[no-untyped-def]
+                if self == path:
+                    path.unlink()
+                return real_open(self, *args, **kwargs)  # type: ignore[call-overload]
+
+            monkeypatch.setattr(Path, "open", deleting_open)
+        looks = follower.look_all([path])
+        again = follower.look_all([path])
+        assert recorded(store) == sessions
+    said = [p for look in looks for p in look.problems]
+    assert len(said) == 1 and "deleted" in said[0] and str(path) in said[0]
+    assert not any(look.failed for look in looks)
+    assert [p for look in again for p in look.problems] == []
+
+
+@pytest.mark.parametrize("how", ["chmod", "refused"])
+def test_a_folder_it_cannot_read_is_one_line_and_the_others_are_recorded(
+    how: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    home = tmp_path / "home"
+    good = session_path(home, "codex", "g")
+    _write(good, "\n".join(session_lines("codex", "g", 1)) + "\n")
+    locked = good.parent / "locked"
+    _write(locked / "x.jsonl", "\n".join(session_lines("codex", "x", 1)) + "\n")
+    if how == "chmod":
+        if os.geteuid() == 0:
+            pytest.skip("root reads any folder")
+        locked.chmod(0)
+    else:  # what the system says to a user that may not read it, whoever runs the tests
+        real_scandir = os.scandir
+
+        def scandir(p: object = ".") -> object:
+            if os.fspath(p) == str(locked):  # type: ignore[call-overload]
+                raise PermissionError(13, "Permission denied", str(locked))
+            return real_scandir(p)  # type: ignore[call-overload]
+
+        monkeypatch.setattr(os, "scandir", scandir)
+    try:
+        with open_store(tmp_path / "w") as store:
+            follower = Follower(store)
+            looks = follower.catch_up([home])
+            again = follower.catch_up([home])
+            names = [info.name for info in store.sessions()]
+    finally:
+        locked.chmod(0o755)
+    said = [p for look in looks for p in look.problems]
+    assert len(said) == 1 and str(locked) in said[0] and "cannot read the folder" in said[0]
+    assert [p for look in again for p in look.problems] == []
+    assert len(names) == 1

@@ -135,6 +135,9 @@ class Follower:
         #: While the store refuses writes: the files that wait for it, until when, how long
         #: the last wait was.
         self._waiting: set[str] = set()
+        #: Folders that could not be read, said once each (a Look of their own).
+        self._folders_said: set[str] = set()
+        self._folder_looks: list[Look] = []
         self._refused_until = 0.0
         self._backoff = 0.0
 
@@ -142,7 +145,7 @@ class Follower:
         """Look at every file of ``paths`` (files, or folders walked whole), in one pass."""
         paths = list(paths)
         files = sorted(self.candidates(paths))
-        looks: list[Look] = []
+        looks = self._folder_problems()
         if progress is not None:
             progress(0, len(files))
         self._owners = Provenance(self.store)  # one read for the whole pass, as an import
@@ -169,17 +172,31 @@ class Follower:
                 self._marks.pop(source, None)
                 self._files.pop(source, None)
 
-    @staticmethod
-    def candidates(paths: Iterable[Path]) -> set[Path]:
-        """The files of ``paths`` a transcript may be (folders walked whole)."""
+    def candidates(self, paths: Iterable[Path]) -> set[Path]:
+        """The files of ``paths`` a transcript may be (folders walked whole). A folder that
+        cannot be read is passed over, and said once (by the next look)."""
+
+        def unreadable(exc: OSError) -> None:
+            folder = str(exc.filename) if exc.filename is not None else "?"
+            if folder not in self._folders_said:
+                self._folders_said.add(folder)
+                self._folder_looks.append(Look(folder, problems=[
+                    f"{folder}: cannot read the folder: {exc.strerror or exc}; its files are "
+                    "not recorded"], failed=True))
+
         out: set[Path] = set()
         for p in paths:
             if p.is_dir():
-                for folder, _, names in os.walk(p):
+                for folder, _, names in os.walk(p, onerror=unreadable):
                     out.update(q for n in names if is_candidate(q := Path(folder, n)))
             elif is_candidate(p):
                 out.add(p)
         return out
+
+    def _folder_problems(self) -> list[Look]:
+        """The looks saying which folders could not be read, since last asked."""
+        looks, self._folder_looks = self._folder_looks, []
+        return looks
 
     def look_all(self, paths: Iterable[Path]) -> list[Look]:
         """Look at ``paths`` (that may have changed) and at the files that have now been quiet
@@ -190,11 +207,12 @@ class Follower:
         if self._refused_until <= now:
             due.update(Path(src) for src in self._waiting)
         todo = sorted({p for p in paths if is_candidate(p)} | due)
+        looks = self._folder_problems()
         if not todo:
-            return []
+            return looks
         self._owners = Provenance(self.store)
         try:
-            return [self.look(p) for p in todo]
+            return looks + [self.look(p) for p in todo]
         finally:
             self._owners = None
 
@@ -235,6 +253,9 @@ class Follower:
                 if attempt == 2:
                     look.problems.append(f"{source}: another watcher keeps recording it; "
                                          "left to it")
+            except FileNotFoundError:
+                self._gone(source, state, look)
+                break
             except (InputError, OSError) as exc:
                 look.failed = True
                 look.problems.append(str(exc) if isinstance(exc, InputError)
@@ -291,7 +312,7 @@ class Follower:
         try:
             st = path.stat()
         except FileNotFoundError:
-            self._forget(state)
+            self._gone(source, state, look)
             return
         if not stat.S_ISREG(st.st_mode):
             # A pipe or a device named like a transcript: reading it could wait for ever.
@@ -479,6 +500,13 @@ class Follower:
             self.store.set_watch_mark(source, state.mark, mark)
             state.mark = mark
             self._marks[source] = mark
+
+    def _gone(self, source: str, state: _File, look: Look) -> None:
+        """A file deleted (or moved away) after it was listed or notified, before or while it
+        was read: said, and what was recorded of it stays."""
+        self._forget(state)
+        look.problems.append(f"{source}: deleted before it could be read; passed over (what "
+                             "was recorded of it stays)")
 
     @staticmethod
     def _forget(state: _File) -> None:
