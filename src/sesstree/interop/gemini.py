@@ -50,7 +50,8 @@ import msgspec
 
 from ..events import is_registered, register_event_type
 
-__all__ = ["RAW_TYPE", "gemini_contents_events", "gemini_system_events", "gemini_turns"]
+__all__ = ["RAW_TYPE", "gemini_contents_events", "gemini_system_events", "gemini_turns",
+           "media_part"]
 
 #: The raw form of a Gemini ``Content`` (or ``{"systemInstruction": ...}``), never sent.
 RAW_TYPE = "gemini/content"
@@ -106,9 +107,12 @@ def _camel(value: Any) -> Any:
     return value
 
 
-def _media(part: dict[str, Any]) -> dict[str, Any] | None:
-    """A media part as a message part, with the part's other fields (a clip of a video, a
-    resolution: they change what the model reads), less its signature."""
+def media_part(part: dict[str, Any]) -> dict[str, Any] | None:
+    """A Gemini ``inlineData`` or ``fileData`` part (either spelling of its fields) as a
+    message part, with the part's other fields (a clip of a video, a resolution: they change
+    what the model reads), less its signature; None for a part that holds no medium. The one
+    mapping of media the proxy and the Gemini CLI importer share, so that one part is one
+    node through either."""
     found = _media_only(part)
     if found is None:
         return None
@@ -245,7 +249,7 @@ def _turn(role: str, contents: Sequence[Any], position: int, calls: _Calls) -> l
             flush()  # what came before the response, in its place
             name = str(response.get("name", ""))
             result: Any = _json(response.get("response") or {})
-            extra = [m for m in (_media(p) for p in _parts([response])) if m is not None]
+            extra = [m for m in (media_part(p) for p in _parts([response])) if m is not None]
             if extra:
                 result = [{"type": "text", "text": result}, *extra]
             events.append(("tool/result", {"role": "tool",
@@ -254,7 +258,7 @@ def _turn(role: str, contents: Sequence[Any], position: int, calls: _Calls) -> l
             continue
         if tool_calls:
             flush()
-        media = _media(part)
+        media = media_part(part)
         if media is not None:
             parts.append(media)
         else:
@@ -320,7 +324,7 @@ def gemini_system_events(instruction: Any) -> list[Event]:
                 elif text:
                     pieces.append([text])
                 continue
-            media = _media(part)
+            media = media_part(part)
             kept = media if media is not None else \
                 {k: v for k, v in part.items() if k not in _SKIPPED_KEYS}
             if kept:

@@ -2,8 +2,9 @@
 Gemini CLI's message records as the ``Content`` it sends for them.
 
 ``parts`` hold ``text`` (with ``thought: true`` for a model's reasoning, which is not kept as
-chat: the other importers keep reasoning in the raw record only), ``inlineData`` (an image:
-an ``image_url`` part with a data URL), ``fileData`` (a URL), ``functionCall``
+chat: the other importers keep reasoning in the raw record only), ``inlineData`` and
+``fileData`` (media, mapped by :func:`~sesstree.interop.gemini.media_part` as the proxy maps
+them: one part, one node, recorded or imported), ``functionCall``
 (``{"id"?, "name", "args"}``: a tool call, its arguments as JSON) and ``functionResponse``
 (``{"id"?, "name", "response"}``: a tool result). Calls without an id (older Gemini CLI
 versions and checkpoints) are paired with their responses by name, in order, as Gemini CLI
@@ -18,6 +19,8 @@ from __future__ import annotations
 from typing import Any
 
 import msgspec
+
+from .gemini import media_part
 
 __all__ = ["CallIds", "content_events", "record_contents"]
 
@@ -152,14 +155,8 @@ def content_events(content: Any, ids: CallIds) -> list[tuple[str, Any]]:
         if isinstance(part.get("text"), str):
             if not part.get("thought"):
                 parts.append({"type": "text", "text": part["text"]})
-        elif isinstance(part.get("inlineData"), dict):
-            data = part["inlineData"]
-            url = f"data:{data.get('mimeType', 'application/octet-stream')};base64," \
-                  f"{data.get('data', '')}"
-            parts.append({"type": "image_url", "image_url": {"url": url}})
-        elif isinstance(part.get("fileData"), dict):
-            url = str(part["fileData"].get("fileUri", ""))
-            parts.append({"type": "image_url", "image_url": {"url": url}})
+        elif (media := media_part(part)) is not None:
+            parts.append(media)
         elif isinstance(part.get("functionCall"), dict):
             call = part["functionCall"]
             calls.append({"id": ids.call(call), "type": "function", "function": {
