@@ -209,3 +209,26 @@ def test_a_media_part_is_one_node_through_the_proxy_and_the_importer() -> None:
                 assert recorded == []  # Gemini CLI does not re-send a prompt without text
             ids = {make_node(None, t, d).id for t, d in (*proxied, *imported, *recorded)}
             assert len(proxied) == 1 and len(ids) == 1, (proxied, imported, recorded)
+
+
+def test_a_users_text_parts_keep_their_boundaries_and_a_models_are_one_text() -> None:
+    # A user's parts are re-sent as they were made (Gemini CLI puts a file it was pointed at
+    # in a part of its own): cut elsewhere, they are another input. A model's text parts are
+    # where its stream happened to be cut, and Gemini CLI joins them before it re-sends them.
+    from sesstree.interop.gemini_content import CallIds, content_events
+
+    def both(role: str, texts: list[str]) -> list[Any]:
+        content = {"role": role, "parts": [{"text": t} for t in texts]}
+        proxied = [d for t, d in gemini_contents_events([content]) if t != RAW_TYPE]
+        assert proxied == [d for _, d in content_events(content, CallIds())]
+        return proxied
+
+    assert both("user", ["ab", "c"]) != both("user", ["a", "bc"])
+    assert both("user", ["ab", "c"]) == [{"role": "user", "content": [
+        {"type": "text", "text": "ab"}, {"type": "text", "text": "c"}]}]
+    assert both("user", ["abc"]) == [{"role": "user", "content": "abc"}]
+    assert both("user", ["ab", "", "c"]) == both("user", ["ab", "c"])  # empty parts vanish
+    assert both("model", ["ab", "c"]) == both("model", ["a", "bc"]) == both("model", ["abc"])
+    # A user turn sent as one content per part is the same turn.
+    split = [{"role": "user", "parts": [{"text": "ab"}]}, {"role": "user", "parts": [{"text": "c"}]}]
+    assert messages(split) == both("user", ["ab", "c"])

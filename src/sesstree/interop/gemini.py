@@ -11,9 +11,13 @@ its last content:
   then a ``user/message`` with its text and media; a ``model`` turn: an ``assistant/message``
   with its text and each ``functionCall`` as a ``tool_calls`` entry; another role: a
   ``message`` of that role;
-- text parts are concatenated as they are (no separator: Gemini reads a turn's text parts as
-  one text, and the Gemini CLI and the SDK merge a streamed reply's parts that way), empty
-  ones vanish; text-only content is one string;
+- a ``model`` turn's text parts are concatenated as they are (no separator): where a streamed
+  reply's text was cut into parts is the stream's, not the model's, and Gemini CLI joins
+  them so (``geminiChat.ts``: "consolidate text parts") before it re-sends them, while the
+  SDK's chats re-send one content per chunk; a ``user`` (or other) turn's text parts are
+  kept apart, as a client made them (Gemini CLI puts a file's text in a part of its own), so
+  ``["ab", "c"]`` and ``["a", "bc"]`` are two inputs. Empty parts vanish; a message of one
+  text part is one string;
 - ``thought`` parts and every ``thoughtSignature`` are left out (kept in the raw form only):
   clients drop thoughts from the history they re-send, and add, keep or replace signatures;
 - ``inlineData`` images become ``image_url`` parts with a ``data:`` URL, other media a
@@ -230,7 +234,9 @@ def _turn(role: str, contents: Sequence[Any], position: int, calls: _Calls) -> l
             if text:
                 if tool_calls:
                     flush()  # text after a call: the model's next message
-                if parts and isinstance(parts[-1], list):
+                # A model's text parts are one text (where its stream was cut is no part of
+                # it); a user's are kept apart, as they were made.
+                if role == "model" and parts and isinstance(parts[-1], list):
                     parts[-1].append(text)
                 else:
                     parts.append([text])

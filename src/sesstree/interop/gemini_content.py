@@ -132,11 +132,21 @@ def _response_text(response: Any) -> str:
     return _json.encode(response).decode()
 
 
-def _flatten(parts: list[dict[str, Any]]) -> Any:
+def _flatten(parts: list[dict[str, Any]], *, join: bool) -> Any:
+    """A message's content: one string for one text part; a model's text parts joined (see
+    :mod:`sesstree.interop.gemini`: as the proxy maps them), a user's kept apart."""
+    if join:
+        merged: list[dict[str, Any]] = []
+        for p in parts:
+            if p["type"] == "text" and merged and merged[-1]["type"] == "text":
+                merged[-1] = {"type": "text", "text": merged[-1]["text"] + p["text"]}
+            else:
+                merged.append(p)
+        parts = merged
     if not parts:
         return None
-    if all(p["type"] == "text" for p in parts):
-        return "".join(p["text"] for p in parts)
+    if len(parts) == 1 and parts[0]["type"] == "text":
+        return parts[0]["text"]
     return parts
 
 
@@ -153,7 +163,7 @@ def content_events(content: Any, ids: CallIds) -> list[tuple[str, Any]]:
         if not isinstance(part, dict):
             continue
         if isinstance(part.get("text"), str):
-            if not part.get("thought"):
+            if not part.get("thought") and part["text"]:
                 parts.append({"type": "text", "text": part["text"]})
         elif (media := media_part(part)) is not None:
             parts.append(media)
@@ -170,12 +180,12 @@ def content_events(content: Any, ids: CallIds) -> list[tuple[str, Any]]:
     events: list[tuple[str, Any]] = []
     if role == "model":
         if parts or calls:
-            msg: dict[str, Any] = {"role": "assistant", "content": _flatten(parts)}
+            msg: dict[str, Any] = {"role": "assistant", "content": _flatten(parts, join=True)}
             if calls:
                 msg["tool_calls"] = calls
             events.append(("assistant/message", msg))
         return events
     events.extend(results)
     if parts:
-        events.append(("user/message", {"role": "user", "content": _flatten(parts)}))
+        events.append(("user/message", {"role": "user", "content": _flatten(parts, join=False)}))
     return events
