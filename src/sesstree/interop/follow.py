@@ -23,7 +23,7 @@ read so far instead of reading the file itself).
   (bytes rewritten in place, as long as before) is checked the same way, by its digest.
   A second follower on the same store loses the compare-and-set (nothing of its landing is
   written), reads the file again and finds it up to date.
-- **Bounded memory.** A file is read ``_BUDGET`` (64 MB) at a time, however large it or an
+- **Bounded memory.** A file is read ``follow_read.BUDGET`` (64 MB) at a time, however large it or an
   append to it is; a line longer than that is passed over (said once: its record is not
   landed), the file read on after it. The records of a file are kept while it is written to
   (they are what its importer lands, as an import holds them); a file idle for
@@ -39,7 +39,6 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, BinaryIO
 
 import blake3
 import msgspec
@@ -50,8 +49,9 @@ from ..store.base import Progress, WatchMark
 from . import claude, detect_format
 from .codex import import_codex
 from .common import ImportResult
+from .follow_read import FileState, digest, racy, take_lines
 from .gemini_cli import import_gemini, import_gemini_jsonl
-from .jsonl import Record, decode_line, parse_records
+from .jsonl import decode_line
 from .pi import import_pi
 from .provenance import Provenance
 from .tree import STILL_WRITTEN
@@ -62,30 +62,10 @@ __all__ = ["WATCHED_FORMATS", "Follower", "Look", "is_candidate"]
 WATCHED_FORMATS = ("claude", "codex", "pi", "gemini")
 _JSONL = {"claude": claude.import_claude, "codex": import_codex, "pi": import_pi,
           "gemini": import_gemini_jsonl}
-#: How many bytes before the end of what was read, and at its start, are read again, to see
-#: that a file that grew was only appended to.
-_TAIL = 4096
-_HEAD = 512
 #: How long the watch waits after the store first refuses a write (read-only, full, locked),
 #: doubled at each refusal after, up to the most: never a loop trying again at full speed.
 _BACKOFF_FIRST = 1.0
 _BACKOFF_MOST = 60.0
-#: The most bytes read at a time: memory stays bounded on a huge file or a huge append.
-_BUDGET = 64 << 20
-#: How close to a file's mtime a look must be for a write just after it to leave the stat as it
-#: was: a few timer ticks where timestamps have nanoseconds (their clock is coarse), 2 s where
-#: they have whole seconds only (FAT keeps even seconds).
-_RACY_NS = 100_000_000
-_RACY_COARSE_NS = 2_000_000_000
-
-
-def _racy(mark: WatchMark) -> bool:
-    """Whether ``mark`` was seen so soon after the file's mtime that the file may have been
-    written again since without its stat showing it (then its bytes are checked)."""
-    window = _RACY_COARSE_NS if mark.mtime_ns % 1_000_000_000 == 0 else _RACY_NS
-    return mark.seen_ns - mark.mtime_ns < window
-
-
 def is_candidate(path: Path) -> bool:
     """True for a file name a transcript may have (``*.jsonl``, ``*.json``, not a seed
     ``.meta.json`` sidecar): others (temporary files, backups) are never looked at."""
@@ -104,25 +84,6 @@ class Look(msgspec.Struct):
     failed: bool = False
 
 
-class _File:
-    """What a follower holds of one file between looks."""
-
-    def __init__(self, mark: WatchMark | None) -> None:
-        self.mark = mark
-        #: The records of the bytes read, while the file is followed (None: not read).
-        self.records: list[Record] | None = None
-        self.problems: list[str] = []
-        self.said: set[str] = set()
-        self.hasher = blake3.blake3()
-        self.tail = b""
-        self.head = b""
-        self.offset = 0
-        self.lines = 0
-        #: When the file will have been quiet long enough to be settled and let go of.
-        self.quiet_at: float | None = None
-        self.unreadable: tuple[int, int] | None = None  # (size, mtime) of a failed read
-
-
 class Follower:
     """Records files into ``store`` as they grow (see the module docstring)."""
 
@@ -130,7 +91,7 @@ class Follower:
         self.store = store
         self._clock = clock
         self._marks = store.watch_marks()
-        self._files: dict[str, _File] = {}
+        self._files: dict[str, FileState] = {}
         self._owners: Provenance | None = None
         #: While the store refuses writes: the files that wait for it, until when, how long
         #: the last wait was.
@@ -238,7 +199,7 @@ class Follower:
         for attempt in (1, 2):
             state = self._files.get(source)
             if state is None:
-                state = self._files[source] = _File(self._marks.get(source))
+                state = self._files[source] = FileState(self._marks.get(source))
             try:
                 self._look(path, source, state, look)
                 break
@@ -248,7 +209,7 @@ class Follower:
                 self._marks = self.store.watch_marks()
                 if self._owners is not None:
                     self._owners = Provenance(self.store)
-                self._files[source] = _File(self._marks.get(source))
+                self._files[source] = FileState(self._marks.get(source))
                 self._files[source].said = state.said
                 if attempt == 2:
                     look.problems.append(f"{source}: another watcher keeps recording it; "
@@ -308,7 +269,7 @@ class Follower:
 
     # -- one look ----------------------------------------------------------------------------
 
-    def _look(self, path: Path, source: str, state: _File, look: Look) -> None:
+    def _look(self, path: Path, source: str, state: FileState, look: Look) -> None:
         try:
             st = path.stat()
         except FileNotFoundError:
@@ -321,7 +282,7 @@ class Follower:
         mark = state.mark
         settle = mark is not None and mark.pending and st.st_mtime + claude.LIVE_WINDOW < now
         if mark is not None and (mark.size, mark.mtime_ns, mark.inode) == (
-                st.st_size, st.st_mtime_ns, st.st_ino) and not settle and not _racy(mark):
+                st.st_size, st.st_mtime_ns, st.st_ino) and not settle and not racy(mark):
             # Nothing new (a second notice of a write already recorded, or a restart).
             if state.quiet_at is not None and state.quiet_at <= now:
                 self._forget(state)  # quiet, and nothing pending: let go of its records
@@ -349,7 +310,7 @@ class Follower:
         """Whether a landing now takes the file as still being written (see claude.py)."""
         return fmt in ("claude", "gemini") and st.st_mtime + claude.LIVE_WINDOW >= self._clock()
 
-    def _look_document(self, path: Path, source: str, state: _File, look: Look,
+    def _look_document(self, path: Path, source: str, state: FileState, look: Look,
                        st: os.stat_result, settle: bool) -> None:
         raw = path.read_bytes()
         digest = blake3.blake3(raw).hexdigest()
@@ -369,7 +330,7 @@ class Follower:
         with self._landing(state, source, mark):
             look.results = import_gemini(self.store, path, owners=self._provenance())
 
-    def _look_lines(self, path: Path, source: str, state: _File, look: Look,
+    def _look_lines(self, path: Path, source: str, state: FileState, look: Look,
                     st: os.stat_result, fmt: str, settle: bool) -> None:
         before = len(state.problems) if state.records is not None else 0
         taken, end, whole = self._read_new(path, state, st)
@@ -386,11 +347,11 @@ class Follower:
                 seen_ns=self._now_ns()))
             return
         if not taken and not whole and not settle:
-            if state.mark is not None and end == state.mark.size and _racy(state.mark):
+            if state.mark is not None and end == state.mark.size and racy(state.mark):
                 # Checked byte for byte: seen now, the stat can be trusted once it is not racy.
                 seen = msgspec.structs.replace(state.mark, mtime_ns=st.st_mtime_ns,
                                                seen_ns=self._now_ns())
-                if not _racy(seen) or seen.mtime_ns != state.mark.mtime_ns:
+                if not racy(seen) or seen.mtime_ns != state.mark.mtime_ns:
                     self._write_mark(state, source, seen)
             return  # nothing new, or only half a line more: it waits for its end
         look.problems.extend(state.problems[before:])
@@ -405,7 +366,7 @@ class Follower:
         if state.quiet_at <= self._clock():
             self._forget(state)
 
-    def _read_new(self, path: Path, state: _File, st: os.stat_result) -> tuple[int, int, bool]:
+    def _read_new(self, path: Path, state: FileState, st: os.stat_result) -> tuple[int, int, bool]:
         """Take in the whole lines appended since the last look (into ``state``): how many
         bytes were taken, the size read up to, and whether the file was read whole (it was
         not followed, or was not simply appended to: then the records kept are dropped, to
@@ -421,53 +382,18 @@ class Follower:
                 head = f.read(len(state.head))
                 f.seek(state.offset - len(state.tail))
                 if head == state.head and f.read(len(state.tail)) == state.tail:
-                    return self._take_lines(f, path, state), f.tell(), False
+                    return take_lines(f, path, state), f.tell(), False
             elif followed and state.mark is not None and st.st_ino == state.mark.inode \
                     and st.st_size == state.mark.size:
-                if _digest(f, state.offset) == state.hasher.hexdigest():
+                if digest(f, state.offset) == state.hasher.hexdigest():
                     return 0, st.st_size, False  # the same bytes: nothing new
             # Not followed yet (a restart), or rewritten, truncated, replaced: read it whole.
             f.seek(0)
             state.records, state.problems = [], []
             state.hasher, state.tail, state.offset, state.lines = blake3.blake3(), b"", 0, 0
             state.head = b""
-            self._take_lines(f, path, state)
+            take_lines(f, path, state)
             return state.offset, f.tell(), True
-
-    @staticmethod
-    def _take_lines(f: BinaryIO, path: Path, state: _File) -> int:
-        """Read ``f`` from where it is to its end, ``_BUDGET`` bytes at a time, and take in its
-        whole lines (a last one without its end when it is one whole JSON object); how many
-        bytes were taken. A line longer than the budget is passed over, said once, so that
-        memory stays bounded whatever the file holds; one the file ends inside of waits."""
-        offset = state.offset
-        carry = b""
-        long_line: tuple[Any, int, int, bytes, bytes] | None = None  # the state before it
-        while block := f.read(_BUDGET):
-            if long_line is not None:
-                nl = block.find(b"\n") + 1
-                _take(state, block[:nl] if nl else block, None)
-                if not nl:
-                    continue
-                long_line, block = None, block[nl:]
-            data = carry + block
-            end = data.rfind(b"\n") + 1
-            if end:
-                _take(state, data[:end], path)
-            carry = data[end:]
-            if len(carry) > _BUDGET:
-                long_line = (state.hasher.copy(), state.offset, state.lines, state.tail,
-                             state.head)
-                state.problems.append(f"{path}:{state.lines + 1}: a line longer than "
-                                      f"{_BUDGET:,} bytes; skipped (not recorded)")
-                _take(state, carry, None)
-                carry = b""
-        if long_line is not None:  # the file ends inside it: taken once its end is there
-            state.hasher, state.offset, state.lines, state.tail, state.head = long_line
-            state.problems.pop()
-        elif carry.strip() and _whole_object(carry):
-            _take(state, carry, path)
-        return state.offset - offset
 
     # -- bookkeeping -------------------------------------------------------------------------
 
@@ -478,7 +404,7 @@ class Follower:
         return self._owners if self._owners is not None else Provenance(self.store)
 
     @contextmanager
-    def _landing(self, state: _File, source: str, mark: WatchMark) -> Iterator[None]:
+    def _landing(self, state: FileState, source: str, mark: WatchMark) -> Iterator[None]:
         """One transaction: the mark moved (first, so that a second watcher of the file waits
         for it or loses), then what the block lands. If it fails, the file's mark is the one
         still stored, so that the next look records it."""
@@ -495,13 +421,13 @@ class Follower:
                 self._marks[source] = before
             raise
 
-    def _write_mark(self, state: _File, source: str, mark: WatchMark) -> None:
+    def _write_mark(self, state: FileState, source: str, mark: WatchMark) -> None:
         if mark != state.mark:
             self.store.set_watch_mark(source, state.mark, mark)
             state.mark = mark
             self._marks[source] = mark
 
-    def _gone(self, source: str, state: _File, look: Look) -> None:
+    def _gone(self, source: str, state: FileState, look: Look) -> None:
         """A file deleted (or moved away) after it was listed or notified, before or while it
         was read: said, and what was recorded of it stays."""
         self._forget(state)
@@ -509,42 +435,8 @@ class Follower:
                              "was recorded of it stays)")
 
     @staticmethod
-    def _forget(state: _File) -> None:
+    def _forget(state: FileState) -> None:
         """Let go of a file's records (it is read whole again if it changes)."""
         state.records = None
         state.problems = []
         state.quiet_at = None
-
-
-def _digest(f: BinaryIO, size: int) -> str:
-    """The blake3 (hex) of the first ``size`` bytes of ``f``, read a block at a time."""
-    f.seek(0)
-    hasher = blake3.blake3()
-    while size > 0 and (block := f.read(min(size, _BUDGET))):
-        hasher.update(block)
-        size -= len(block)
-    return str(hasher.hexdigest())
-
-
-def _take(state: _File, data: bytes, path: Path | None) -> None:
-    """Take ``data`` (whole lines, read next) into ``state``: its records (none when ``path``
-    is None: a line passed over), its digest, its place."""
-    if path is not None:
-        assert state.records is not None
-        state.records.extend(parse_records(data, path, state.problems,
-                                           first_line=state.lines + 1))
-    state.hasher.update(data)
-    state.tail = (state.tail + data[-_TAIL:])[-_TAIL:]
-    if len(state.head) < _HEAD:
-        state.head = (state.head + data[:_HEAD])[:_HEAD]
-    state.offset += len(data)
-    state.lines += data.count(b"\n")
-
-
-def _whole_object(rest: bytes) -> bool:
-    """Whether a last line without its newline already is one whole JSON object (a tool that
-    ends its file without one): then it counts."""
-    try:
-        return isinstance(decode_line(rest), dict)
-    except InputError:
-        return False
