@@ -289,3 +289,27 @@ def test_poll_records_what_is_appended(home: Path, tmp_path: Path) -> None:
     _stop(proc)
     with open_store(store) as s:
         assert recorded(s) == imported(home, tmp_path / "i")
+
+
+def test_an_agent_folder_made_after_the_watch_started_is_watched(tmp_path: Path) -> None:
+    # Codex installed (its ~/.codex/sessions made) while a watch of the agents' folders runs:
+    # the watch takes the folder in without a restart.
+    home = tmp_path / "home"
+    (home / ".claude" / "projects").mkdir(parents=True)
+    store = tmp_path / "s"
+    open_store(store).close()
+    proc = _watch(home, store)
+    assert proc.stderr is not None
+    assert proc.stderr.readline().startswith("watching ")
+    path = session_path(home, "codex", "late")
+    path.parent.mkdir(parents=True)
+    lines = session_lines("codex", "late", 3)
+    path.write_text("".join(line + "\n" for line in lines[:5]))
+    _recorded_up_to(store, {path: path.read_text()})
+    with path.open("a") as f:  # and followed from then on
+        f.write("".join(line + "\n" for line in lines[5:]))
+    _recorded_up_to(store, {path: path.read_text()})
+    _, err = _stop(proc)
+    assert f"watching {home / '.codex' / 'sessions'} too" in err
+    with open_store(store) as s:
+        assert recorded(s) == imported(home, tmp_path / "i")

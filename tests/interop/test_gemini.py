@@ -178,3 +178,57 @@ def test_the_messages_keep_the_order_of_the_parts() -> None:
     assert called_then_spoke == [
         {"role": "assistant", "content": None, "tool_calls": spoke_then_called[0]["tool_calls"]},
         {"role": "assistant", "content": "look"}]
+
+
+_MEDIA_PARTS: list[dict[str, Any]] = [
+    {"inlineData": {"mimeType": "image/png", "data": "iVBORw0KGgo-_w"}},  # URL-safe, unpadded
+    {"inline_data": {"mime_type": "image/jpeg", "data": "/9j/4AAQ"}},
+    {"inlineData": {"mimeType": "application/pdf", "data": "JVBERi0x"}},
+    {"inlineData": {"data": "AAAA"}},
+    {"fileData": {"mimeType": "image/webp", "fileUri": "gs://bucket/a.webp"}},
+    {"fileData": {"mimeType": "video/mp4", "fileUri": "https://example.com/v.mp4"},
+     "videoMetadata": {"startOffset": "1s", "endOffset": "5s"}},
+    {"file_data": {"file_uri": "https://example.com/doc.txt"}, "thoughtSignature": "c2ln"},
+]
+
+
+def test_a_media_part_is_one_node_through_the_proxy_and_the_importer() -> None:
+    # The proxy maps a request's contents with gemini_contents_events, the Gemini CLI importer
+    # a session's records with record_contents and content_events: one content, one node.
+    from sesstree.interop.gemini_content import CallIds, content_events, record_contents
+    from sesstree.node import make_node
+
+    for part in _MEDIA_PARTS:
+        for parts in ([part], [{"text": "look at this"}, part]):
+            content = {"role": "user", "parts": parts}
+            proxied = [e for e in gemini_contents_events([content]) if e[0] != RAW_TYPE]
+            imported = content_events(content, CallIds())
+            recorded = [e for c in record_contents({"type": "user", "content": parts})
+                        for e in content_events(c, CallIds())]
+            if len(parts) == 1:
+                assert recorded == []  # Gemini CLI does not re-send a prompt without text
+            ids = {make_node(None, t, d).id for t, d in (*proxied, *imported, *recorded)}
+            assert len(proxied) == 1 and len(ids) == 1, (proxied, imported, recorded)
+
+
+def test_a_users_text_parts_keep_their_boundaries_and_a_models_are_one_text() -> None:
+    # A user's parts are re-sent as they were made (Gemini CLI puts a file it was pointed at
+    # in a part of its own): cut elsewhere, they are another input. A model's text parts are
+    # where its stream happened to be cut, and Gemini CLI joins them before it re-sends them.
+    from sesstree.interop.gemini_content import CallIds, content_events
+
+    def both(role: str, texts: list[str]) -> list[Any]:
+        content = {"role": role, "parts": [{"text": t} for t in texts]}
+        proxied = [d for t, d in gemini_contents_events([content]) if t != RAW_TYPE]
+        assert proxied == [d for _, d in content_events(content, CallIds())]
+        return proxied
+
+    assert both("user", ["ab", "c"]) != both("user", ["a", "bc"])
+    assert both("user", ["ab", "c"]) == [{"role": "user", "content": [
+        {"type": "text", "text": "ab"}, {"type": "text", "text": "c"}]}]
+    assert both("user", ["abc"]) == [{"role": "user", "content": "abc"}]
+    assert both("user", ["ab", "", "c"]) == both("user", ["ab", "c"])  # empty parts vanish
+    assert both("model", ["ab", "c"]) == both("model", ["a", "bc"]) == both("model", ["abc"])
+    # A user turn sent as one content per part is the same turn.
+    split = [{"role": "user", "parts": [{"text": "ab"}]}, {"role": "user", "parts": [{"text": "c"}]}]
+    assert messages(split) == both("user", ["ab", "c"])

@@ -70,7 +70,8 @@ class Shapes:
 
     #: Whether a tool call's id is part of the input (Gemini's is not: its clients replace it).
     ids_count = True
-    #: Whether adjacent text parts are read as one text (Gemini's are: a split is no change).
+    #: Whether a reply's adjacent text parts are one text (Gemini's are: where its stream cut
+    #: the text is no part of it, so a split is no change; a user's parts are the user's).
     joins_text = False
     #: Whether each message is one unit of the history key (Gemini keys its turns).
     one_unit_each = True
@@ -341,8 +342,9 @@ class Gemini(Shapes):
         for b in m.blocks:
             if b[0] == "text":
                 text, cut = b[1], rnd.randrange(len(b[1]) + 1)
+                # a reply's text cut elsewhere, as a stream cuts it (a user's is as it was made)
                 pieces = [text[:cut], text[cut:]] if 0 < cut < len(text) and \
-                    rnd.random() < 0.4 else [text]
+                    m.role == "assistant" and rnd.random() < 0.4 else [text]
                 out += [{"text": piece} for piece in pieces]
             elif b[0] == "image":
                 out.append({"fileData": {"mimeType": "image/png", "fileUri": b[1]}})
@@ -452,10 +454,11 @@ def mutations(history: list[Msg], at: int, shapes: Shapes) -> Iterator[tuple[str
     if len(m.blocks) > 1:
         yield "a dropped block", changed(m.blocks[1:])
         if m.blocks[0] != m.blocks[1] and not apart \
-                and not (shapes.joins_text and m.blocks[0][0] == m.blocks[1][0] == "text"):
+                and not (shapes.joins_text and m.role == "assistant"
+                         and m.blocks[0][0] == m.blocks[1][0] == "text"):
             yield "a reordered block", changed([m.blocks[1], m.blocks[0], *m.blocks[2:]])
     if m.blocks and m.blocks[0][0] == "text" and len(m.blocks[0][1]) > 1 and not apart \
-            and not shapes.joins_text:
+            and not (shapes.joins_text and m.role == "assistant"):
         text = m.blocks[0][1]
         yield "a text split in two", changed([("text", text[:1]), ("text", text[1:]),
                                               *m.blocks[1:]])

@@ -142,3 +142,35 @@ def test_wire_forms_vectors() -> None:
     thinking = {"type": "thinking", "thinking": "hm", "signature": "sig"}
     assert anthropic_form({"role": "assistant", "content": [thinking, text]}) != \
         anthropic_form({"role": "assistant", "content": [text]})
+
+
+def _item(item: dict[str, Any]) -> Any:
+    from sesstree.proxy.canonical import canonical_unit
+
+    return canonical_unit("openai/response-item", item)
+
+
+def test_a_responses_item_keeps_every_field_the_model_reads() -> None:
+    said = {"type": "message", "role": "assistant",
+            "content": [{"type": "output_text", "text": "Looking.", "annotations": []}]}
+    # What the server says of its item (its id, its status) is no part of the input...
+    assert _item({**said, "id": "msg_1", "status": "completed"}) == _item(said)
+    assert _item({"role": "assistant", "content": "Looking."}) == _item(said)
+    # ...a field the model reads is (Codex's phase of an assistant message, a field to come).
+    assert _item({**said, "phase": "commentary"}) != _item(said)
+    assert _item({**said, "phase": "commentary"}) != _item({**said, "phase": "final_answer"})
+    assert _item({"role": "user", "content": "hi", "x_hint": 1}) != _item(
+        {"role": "user", "content": "hi"})
+
+
+def test_a_reasoning_items_id_counts_only_when_it_is_all_that_names_its_content() -> None:
+    summary = [{"type": "summary_text", "text": "Thinking."}]
+    carried = {"type": "reasoning", "summary": summary, "encrypted_content": "gAAAA"}
+    # Its content carried (encrypted): the id the client re-sends, or not, changes nothing.
+    assert _item({**carried, "id": "rs_1"}) == _item(carried)
+    assert _item({**carried, "id": "rs_1"}) == _item({**carried, "id": "rs_2", "status": None})
+    # Stored by the server (no encrypted content): the id is what names the reasoning read.
+    stored = {"type": "reasoning", "summary": []}
+    assert _item({**stored, "id": "rs_1"}) != _item({**stored, "id": "rs_2"})
+    assert _item({**stored, "id": "rs_1"}) == _item({**stored, "id": "rs_1",
+                                                     "status": "completed"})

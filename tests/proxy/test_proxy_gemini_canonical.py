@@ -55,6 +55,10 @@ def key(contents: list[Content], system: Any = SYSTEM) -> bytes:
 # -- re-encodings of one content: each returns the contents that replace it ----------------
 
 def split_text(c: Content) -> list[Content]:
+    """A model's text cut into parts elsewhere, as a stream cuts it (a user's parts are the
+    user's: cut elsewhere they are another input, see DIFFERENT)."""
+    if c["role"] != "model":
+        return [c]
     parts: list[Any] = []
     for p in c["parts"]:
         if isinstance(p.get("text"), str) and len(p["text"]) > 1:
@@ -219,6 +223,9 @@ DIFFERENT: dict[str, Callable[[Content], list[Content]]] = {
                                           lambda d: d.update(mimeType="image/jpeg")),
     "a thought made text": lambda c: [{**c, "parts": [
         {k: v for k, v in p.items() if k != "thought"} for p in c["parts"]]}],
+    "a user's text cut into two parts": lambda c: [{**c, "parts": [
+        q for p in c["parts"] for q in ([{"text": p["text"][:3]}, {"text": p["text"][3:]}]
+                                       if c["role"] == "user" and "text" in p else [p])]}],
     "the other role": lambda c: [{**c, "role": "model" if c["role"] == "user" else "user"}],
 }
 

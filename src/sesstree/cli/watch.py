@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import signal
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Any
@@ -54,7 +54,8 @@ def watch(locator: StoreLocator, folders: tuple[Path, ...], once: bool, poll: bo
     """Record the sessions of Claude Code, Codex, pi and Gemini CLI as they are written.
 
     FOLDERS default to those of the agents that exist: ~/.claude/projects, ~/.codex/sessions,
-    ~/.pi/agent/sessions, ~/.gemini/tmp. Each file lands where `sess import` of it would;
+    ~/.pi/agent/sessions, ~/.gemini/tmp (one made while it runs is watched from then on).
+    Each file lands where `sess import` of it would;
     only what was appended since the last look is read, and where each file was read up to
     is kept in the store, so a restarted watch goes on where it stopped. Ctrl-C stops it.
     """
@@ -75,7 +76,10 @@ def watch(locator: StoreLocator, folders: tuple[Path, ...], once: bool, poll: bo
     try:
         follower = Follower(store)
         # Armed first, then caught up: what is written while catching up is seen after it.
-        changes = None if once else _changes(paths, poll, follower)
+        # With no folder named, the agents' folders made later (an agent installed while it
+        # runs) are taken in as they appear.
+        later = None if named else (lambda: [p for p in default_folders() if p.is_dir()])
+        changes = None if once else _changes(paths, poll, follower, later)
         first = next(changes) if changes is not None else set()
         with progress_line("catching up") as progress:
             looks = follower.catch_up(paths, progress)
@@ -96,10 +100,14 @@ def watch(locator: StoreLocator, folders: tuple[Path, ...], once: bool, poll: bo
         signal.signal(signal.SIGTERM, stop)
 
 
-def _changes(paths: list[Path], poll: bool, follower: Follower) -> Iterator[set[Path]]:
+def _changes(paths: list[Path], poll: bool, follower: Follower,
+             later: Callable[[], list[Path]] | None = None) -> Iterator[set[Path]]:
     """The files that may have changed, a set at a time. The first set comes once the watch
     is armed (changes from then on are kept for the next set), so that a catch-up made after
     it misses nothing.
+
+    ``later`` names the folders to watch once they exist: asked at every wake (once a second
+    when nothing happens), a folder that appeared is watched too (armed again) and walked.
 
     A folder made while watching (a new project, Codex's folder of the day) makes the watch
     be armed again to cover it, and is walked for files once it is: inotify watches a new
@@ -115,6 +123,7 @@ def _changes(paths: list[Path], poll: bool, follower: Follower) -> Iterator[set[
             return True
         return change != watchfiles.Change.deleted and is_candidate(Path(path))
 
+    paths = list(paths)
     walk: set[Path] = set()
     while True:
         armed = False
@@ -133,6 +142,11 @@ def _changes(paths: list[Path], poll: bool, follower: Follower) -> Iterator[set[
                 due = follower.next_due()
                 if files or (due is not None and due <= time.time()):
                     yield files
+            new = [p for p in later() if p not in paths] if later is not None else []
+            for p in new:
+                click.echo(one_line(f"watching {p} too"), err=True)
+            paths.extend(new)
+            folders.update(new)
             if folders:
                 walk = folders
                 break  # armed again, covering them

@@ -11,9 +11,13 @@ its last content:
   then a ``user/message`` with its text and media; a ``model`` turn: an ``assistant/message``
   with its text and each ``functionCall`` as a ``tool_calls`` entry; another role: a
   ``message`` of that role;
-- text parts are concatenated as they are (no separator: Gemini reads a turn's text parts as
-  one text, and the Gemini CLI and the SDK merge a streamed reply's parts that way), empty
-  ones vanish; text-only content is one string;
+- a ``model`` turn's text parts are concatenated as they are (no separator): where a streamed
+  reply's text was cut into parts is the stream's, not the model's, and Gemini CLI joins
+  them so (``geminiChat.ts``: "consolidate text parts") before it re-sends them, while the
+  SDK's chats re-send one content per chunk; a ``user`` (or other) turn's text parts are
+  kept apart, as a client made them (Gemini CLI puts a file's text in a part of its own), so
+  ``["ab", "c"]`` and ``["a", "bc"]`` are two inputs. Empty parts vanish; a message of one
+  text part is one string;
 - ``thought`` parts and every ``thoughtSignature`` are left out (kept in the raw form only):
   clients drop thoughts from the history they re-send, and add, keep or replace signatures;
 - ``inlineData`` images become ``image_url`` parts with a ``data:`` URL, other media a
@@ -50,7 +54,8 @@ import msgspec
 
 from ..events import is_registered, register_event_type
 
-__all__ = ["RAW_TYPE", "gemini_contents_events", "gemini_system_events", "gemini_turns"]
+__all__ = ["RAW_TYPE", "gemini_contents_events", "gemini_system_events", "gemini_turns",
+           "media_part"]
 
 #: The raw form of a Gemini ``Content`` (or ``{"systemInstruction": ...}``), never sent.
 RAW_TYPE = "gemini/content"
@@ -106,9 +111,12 @@ def _camel(value: Any) -> Any:
     return value
 
 
-def _media(part: dict[str, Any]) -> dict[str, Any] | None:
-    """A media part as a message part, with the part's other fields (a clip of a video, a
-    resolution: they change what the model reads), less its signature."""
+def media_part(part: dict[str, Any]) -> dict[str, Any] | None:
+    """A Gemini ``inlineData`` or ``fileData`` part (either spelling of its fields) as a
+    message part, with the part's other fields (a clip of a video, a resolution: they change
+    what the model reads), less its signature; None for a part that holds no medium. The one
+    mapping of media the proxy and the Gemini CLI importer share, so that one part is one
+    node through either."""
     found = _media_only(part)
     if found is None:
         return None
@@ -226,7 +234,9 @@ def _turn(role: str, contents: Sequence[Any], position: int, calls: _Calls) -> l
             if text:
                 if tool_calls:
                     flush()  # text after a call: the model's next message
-                if parts and isinstance(parts[-1], list):
+                # A model's text parts are one text (where its stream was cut is no part of
+                # it); a user's are kept apart, as they were made.
+                if role == "model" and parts and isinstance(parts[-1], list):
                     parts[-1].append(text)
                 else:
                     parts.append([text])
@@ -245,7 +255,7 @@ def _turn(role: str, contents: Sequence[Any], position: int, calls: _Calls) -> l
             flush()  # what came before the response, in its place
             name = str(response.get("name", ""))
             result: Any = _json(response.get("response") or {})
-            extra = [m for m in (_media(p) for p in _parts([response])) if m is not None]
+            extra = [m for m in (media_part(p) for p in _parts([response])) if m is not None]
             if extra:
                 result = [{"type": "text", "text": result}, *extra]
             events.append(("tool/result", {"role": "tool",
@@ -254,7 +264,7 @@ def _turn(role: str, contents: Sequence[Any], position: int, calls: _Calls) -> l
             continue
         if tool_calls:
             flush()
-        media = _media(part)
+        media = media_part(part)
         if media is not None:
             parts.append(media)
         else:
@@ -320,7 +330,7 @@ def gemini_system_events(instruction: Any) -> list[Event]:
                 elif text:
                     pieces.append([text])
                 continue
-            media = _media(part)
+            media = media_part(part)
             kept = media if media is not None else \
                 {k: v for k, v in part.items() if k not in _SKIPPED_KEYS}
             if kept:

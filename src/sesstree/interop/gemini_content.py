@@ -2,8 +2,9 @@
 Gemini CLI's message records as the ``Content`` it sends for them.
 
 ``parts`` hold ``text`` (with ``thought: true`` for a model's reasoning, which is not kept as
-chat: the other importers keep reasoning in the raw record only), ``inlineData`` (an image:
-an ``image_url`` part with a data URL), ``fileData`` (a URL), ``functionCall``
+chat: the other importers keep reasoning in the raw record only), ``inlineData`` and
+``fileData`` (media, mapped by :func:`~sesstree.interop.gemini.media_part` as the proxy maps
+them: one part, one node, recorded or imported), ``functionCall``
 (``{"id"?, "name", "args"}``: a tool call, its arguments as JSON) and ``functionResponse``
 (``{"id"?, "name", "response"}``: a tool result). Calls without an id (older Gemini CLI
 versions and checkpoints) are paired with their responses by name, in order, as Gemini CLI
@@ -18,6 +19,8 @@ from __future__ import annotations
 from typing import Any
 
 import msgspec
+
+from .gemini import media_part
 
 __all__ = ["CallIds", "content_events", "record_contents"]
 
@@ -129,11 +132,21 @@ def _response_text(response: Any) -> str:
     return _json.encode(response).decode()
 
 
-def _flatten(parts: list[dict[str, Any]]) -> Any:
+def _flatten(parts: list[dict[str, Any]], *, join: bool) -> Any:
+    """A message's content: one string for one text part; a model's text parts joined (see
+    :mod:`sesstree.interop.gemini`: as the proxy maps them), a user's kept apart."""
+    if join:
+        merged: list[dict[str, Any]] = []
+        for p in parts:
+            if p["type"] == "text" and merged and merged[-1]["type"] == "text":
+                merged[-1] = {"type": "text", "text": merged[-1]["text"] + p["text"]}
+            else:
+                merged.append(p)
+        parts = merged
     if not parts:
         return None
-    if all(p["type"] == "text" for p in parts):
-        return "".join(p["text"] for p in parts)
+    if len(parts) == 1 and parts[0]["type"] == "text":
+        return parts[0]["text"]
     return parts
 
 
@@ -150,16 +163,10 @@ def content_events(content: Any, ids: CallIds) -> list[tuple[str, Any]]:
         if not isinstance(part, dict):
             continue
         if isinstance(part.get("text"), str):
-            if not part.get("thought"):
+            if not part.get("thought") and part["text"]:
                 parts.append({"type": "text", "text": part["text"]})
-        elif isinstance(part.get("inlineData"), dict):
-            data = part["inlineData"]
-            url = f"data:{data.get('mimeType', 'application/octet-stream')};base64," \
-                  f"{data.get('data', '')}"
-            parts.append({"type": "image_url", "image_url": {"url": url}})
-        elif isinstance(part.get("fileData"), dict):
-            url = str(part["fileData"].get("fileUri", ""))
-            parts.append({"type": "image_url", "image_url": {"url": url}})
+        elif (media := media_part(part)) is not None:
+            parts.append(media)
         elif isinstance(part.get("functionCall"), dict):
             call = part["functionCall"]
             calls.append({"id": ids.call(call), "type": "function", "function": {
@@ -173,12 +180,12 @@ def content_events(content: Any, ids: CallIds) -> list[tuple[str, Any]]:
     events: list[tuple[str, Any]] = []
     if role == "model":
         if parts or calls:
-            msg: dict[str, Any] = {"role": "assistant", "content": _flatten(parts)}
+            msg: dict[str, Any] = {"role": "assistant", "content": _flatten(parts, join=True)}
             if calls:
                 msg["tool_calls"] = calls
             events.append(("assistant/message", msg))
         return events
     events.extend(results)
     if parts:
-        events.append(("user/message", {"role": "user", "content": _flatten(parts)}))
+        events.append(("user/message", {"role": "user", "content": _flatten(parts, join=False)}))
     return events

@@ -17,9 +17,12 @@ cache marker.
 OpenAI Responses (``openai/response-item``): a message item (``type`` ``message``, or no type
 and a ``role``) is ``[role, parts, [], None, None]``, its ``id``, ``status`` and its parts'
 ``annotations`` and ``logprobs`` (what the server says of its reply) not counted, so the
-reply re-sent as ``{"role": "assistant", "content": "..."}`` is the item the server sent.
-Any other item is ``["#item", type, fields]``: every field but ``status`` and the item's own
-``id`` (kept for an ``item_reference``, whose id is all it says), with a function call's
+reply re-sent as ``{"role": "assistant", "content": "..."}`` is the item the server sent; any
+other field it has (Codex's ``phase``) is a sixth element, so that an item is never the one
+without it. Any other item is ``["#item", type, fields]``: every field but ``status`` and the
+item's own ``id`` (kept for an ``item_reference``, whose id is all it says, and for a
+``reasoning`` item without ``encrypted_content``, which the server reads back by its id),
+with a function call's
 arguments re-encoded and an output's content under the parts rules. Its three elements never
 equal a message's five.
 """
@@ -94,14 +97,33 @@ def response_item_form(item: Any) -> Any:
         return ["#item", None, item]
     kind = item.get("type", "message" if "role" in item else None)
     if kind == "message":
-        return [item.get("role"), parts(item.get("content"), _responses_trim), [], None, None]
+        form: list[Any] = [item.get("role"), parts(item.get("content"), _responses_trim), [],
+                           None, None]
+        # Any other field (Codex's ``phase`` of an assistant message, one to come) is read
+        # by the model: a sixth element, so the item is not one it lacks.
+        rest = {k: v for k, v in item.items()
+                if v is not None and k not in ("type", "role", "content", "id", "status")}
+        if rest:
+            form.append(rest)
+        return form
     fields = {k: v for k, v in item.items() if v is not None and k not in ("type", "status")
-              and (k != "id" or kind == "item_reference")}
+              and (k != "id" or _id_is_input(kind, item))}
     if "arguments" in fields:
         fields["arguments"] = arguments(fields["arguments"])
     if "output" in fields and isinstance(kind, str) and kind.endswith("_output"):
         fields["output"] = parts(fields["output"], _responses_trim)
     return ["#item", kind, fields]
+
+
+def _id_is_input(kind: Any, item: dict[str, Any]) -> bool:
+    """Whether an item's ``id`` is part of what the model reads: for an ``item_reference``
+    (its id is all it says), and for a ``reasoning`` item that does not carry its content
+    (no ``encrypted_content``: the server reads the reasoning it stored under that id). Any
+    other id is the server's name for an item whose content is all there, which clients
+    re-send or not."""
+    if kind == "item_reference":
+        return True
+    return kind == "reasoning" and not item.get("encrypted_content")
 
 
 def anthropic_derived(message: Any) -> int:

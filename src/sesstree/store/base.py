@@ -205,7 +205,11 @@ class WatchMark(msgspec.Struct, frozen=True):
     ``size``, ``mtime_ns``, ``inode``: the file as it was then; ``digest``: the blake3 (hex)
     of the bytes recorded, which tells a file that grew from one rewritten; ``pending``: it
     was recorded while it was still being written (a reply may still be streaming), so it is
-    to be recorded again once it has been quiet long enough for its last reply to be settled.
+    to be recorded again once it has been quiet long enough for its last reply to be settled;
+    ``seen_ns``: when (ns since the epoch) the file was looked at for this mark. A mark seen
+    within the file system's timestamp resolution of ``mtime_ns`` is *racy* (as git calls an
+    index entry of a file written in the same tick it was read): a write made right after it
+    could leave size, mtime and inode as they were, so its bytes are checked, not its stat.
     """
 
     format: str
@@ -216,6 +220,7 @@ class WatchMark(msgspec.Struct, frozen=True):
     inode: int
     digest: str
     pending: bool = False
+    seen_ns: int = 0
 
 
 def encode_watch_mark(mark: WatchMark) -> str:
