@@ -133,7 +133,7 @@ class SesstreeSaver(BaseCheckpointSaver[int]):
 
     def _writer_tip(self, tip: NodeId) -> str | None:
         kind, _, data = node_data(self.store, tip)
-        held = data.get("id") if kind == CHECKPOINT else data.get("at")
+        held = data.get("id") if kind == CHECKPOINT else data.get("on", data.get("at"))
         return held if isinstance(held, str) else None
 
     def _tuple(self, thread: str, ns: str, ck: Ckpt, history: History,
@@ -159,10 +159,13 @@ class SesstreeSaver(BaseCheckpointSaver[int]):
     def _pending(self, history: History, ckpt: str) -> builtins.list[tuple[str, str, Any]]:
         kept: dict[tuple[str, int], tuple[str, str, Any]] = {}
         for data in history.writes.get(ckpt, ()):
-            for idx, channel, stored in data["w"]:
+            for entry in data["w"]:
+                idx, channel, stored = entry[0], entry[1], entry[2]
                 key = (data["task"], idx)
                 if idx < 0 or key not in kept:  # a special write replaces, a plain one stays
-                    kept[key] = (data["task"], channel, untyped(self.serde, stored))
+                    value = (untyped(self.serde, stored) if stored is not None
+                             else [untyped(self.serde, e) for e in entry[3]])
+                    kept[key] = (data["task"], channel, value)
         return list(kept.values())
 
     def list(self, config: RunnableConfig | None, *, filter: dict[str, Any] | None = None,

@@ -4,7 +4,8 @@ A thread's namespace (``checkpoint_ns``) is a session, ``langgraph/THREAD`` for 
 namespace and ``langgraph/THREAD/ns/NS`` for a subgraph's (each part percent-encoded, so any
 thread id or namespace makes a valid name). Its history is one path of nodes, oldest first:
 
-- ``langgraph/item``: one element of a list channel (``{"c": channel, "v": typed}``); a
+- ``langgraph/item``: one element of a list channel (``{"c": channel, "v": typed}``, or
+  ``"r": [writes node, write, element]`` for an element a pending write on the path holds); a
   ``messages`` channel that grows by appending adds only its new elements, so each message
   is one node however many checkpoints (and forks, which share the path) hold it;
 - ``langgraph/value``: a whole channel value, written only at the versions that changed it;
@@ -12,7 +13,9 @@ thread id or namespace makes a valid name). Its history is one path of nodes, ol
   (``md``), its id and its parent's id, and which channels it holds: a list channel as the
   last ``n`` items of that channel on the path (``lists``), any other as the newest value
   node of the channel on the path (``values``);
-- ``langgraph/writes``: the pending writes of one task on the checkpoint ``at``.
+- ``langgraph/writes``: the pending writes of one task on the checkpoint ``at``, each
+  ``[index, channel, typed]`` or, for a list value, ``[index, channel, None, [typed, ...]]``
+  (``on``: the checkpoint the path is at, when the writes came after the next one).
 
 A checkpoint's parent node is the last node written before it, so the path from the root to
 it passes through its parent checkpoint and everything that checkpoint held. ``typed`` is
@@ -165,9 +168,15 @@ class History:
         items: dict[str, list[list[str]]] = {}
         values: dict[str, list[str]] = {}
         line: list[str] = []
+        written: dict[str, Any] = {}
         for id, kind, data in zip(ids, types, datas, strict=True):
             if kind == ITEM:
-                items.setdefault(data["c"], []).append(data["v"])
+                if "v" in data:
+                    elem = data["v"]
+                else:  # an element a pending write on the path holds
+                    node, entry, at = data["r"]
+                    elem = written[node]["w"][entry][3][at]
+                items.setdefault(data["c"], []).append(elem)
             elif kind == VALUE:
                 values[data["c"]] = data["v"]
             elif kind == CHECKPOINT:
@@ -177,9 +186,11 @@ class History:
                              for c, n in data["lists"].items()}
                     self.ckpts[data["id"]] = Ckpt(id, data, lists,
                                                   {c: values[c] for c in data["values"]})
-            elif kind == WRITES and id not in self._seen:
-                self._seen.add(id)
-                self.writes.setdefault(data["at"], []).append(data)
+            elif kind == WRITES:
+                written[id] = data
+                if id not in self._seen:
+                    self._seen.add(id)
+                    self.writes.setdefault(data["at"], []).append(data)
         self.lines[ref] = line
 
 

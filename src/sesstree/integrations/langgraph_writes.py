@@ -62,6 +62,14 @@ class State:
     valued: set[str]
 
 
+def _write(serde: Any, key: int, channel: str, value: Any) -> list[Any]:
+    """One pending write as a writes node keeps it: a list value element by element (so that
+    the checkpoint that takes its elements in can name them instead of storing them again)."""
+    if type(value) is list:
+        return [key, channel, None, [typed(serde, e) for e in value]]
+    return [key, channel, typed(serde, value)]
+
+
 class Writer:
     """The writes of one saver on one store (callers hold the saver's lock)."""
 
@@ -72,6 +80,9 @@ class Writer:
         self._states: OrderedDict[NodeId, State] = OrderedDict()
         self._handles: dict[str, Session] = {}
         self._groups: dict[str, tuple[Any, LogGroup]] = {}
+        # Writes that came before their checkpoint (LangGraph saves in background threads,
+        # which need not run in order): they go in with it, by (session, checkpoint id).
+        self._early: dict[tuple[str, str], list[dict[str, Any]]] = {}
 
     def _retry(self, fn: Callable[[], _T]) -> _T:
         for _ in range(ATTEMPTS):
@@ -94,7 +105,9 @@ class Writer:
         if state is not None:
             return state.ckpt
         kind, _, data = node_data(self.store, tip)
-        return data["id"] if kind == CHECKPOINT else data["at"] if kind == WRITES else None
+        if kind == CHECKPOINT:
+            return str(data["id"])
+        return str(data.get("on", data["at"])) if kind == WRITES else None
 
     def _state_at(self, tip: NodeId) -> State:
         state = self._states.get(tip)
@@ -164,6 +177,7 @@ class Writer:
         nodes: list[Node] = []
         lists: dict[str, list[list[str]]] = {}
         valued: list[str] = []
+        written = self._written_elems(at) if old is not None else {}
         for channel, value in checkpoint["channel_values"].items():
             kept = state is not None and channel not in new_versions
             if type(value) is list:
@@ -176,7 +190,10 @@ class Writer:
                 start = (len(before) if before is not None and len(before) <= len(elems)
                          and elems[:len(before)] == before else 0)
                 for elem in elems[start:]:
-                    node = make_node(at, ITEM, {"c": channel, "v": elem})
+                    # An element a pending write just behind holds is named, not stored again.
+                    where = written.get((elem[0], elem[1]))
+                    item = {"c": channel, "r": where} if where else {"c": channel, "v": elem}
+                    node = make_node(at, ITEM, item)
                     nodes.append(node)
                     at = node.id
                 lists[channel] = elems
@@ -199,8 +216,26 @@ class Writer:
                 data[field] = metadata[key]
         node = make_node(at, CHECKPOINT, data)
         nodes.append(node)
+        for early in self._early.get((name, checkpoint["id"]), []):
+            nodes.append(make_node(nodes[-1].id, WRITES, early))
         self._move(ref, old, nodes, metadata.get("run_id"))
-        self._remember(node.id, State(checkpoint["id"], lists, set(valued)))
+        self._early.pop((name, checkpoint["id"]), None)
+        self._remember(nodes[-1].id, State(checkpoint["id"], lists, set(valued)))
+
+    def _written_elems(self, tip: NodeId | None) -> dict[tuple[str, str], list[Any]]:
+        """The list elements of the pending writes just behind ``tip``, each with where it is
+        (the writes node, the write, the element)."""
+        found: dict[tuple[str, str], list[Any]] = {}
+        at = tip
+        while at is not None:
+            node_id = at
+            kind, at, data = node_data(self.store, at)
+            if kind != WRITES:
+                break
+            for i, entry in enumerate(data["w"]):
+                for j, elem in enumerate(entry[3] if len(entry) > 3 else ()):
+                    found.setdefault((elem[0], elem[1]), [node_id, i, j])
+        return found
 
     # -- put_writes ---------------------------------------------------------------------------
 
@@ -215,36 +250,61 @@ class Writer:
     def _put_writes_once(self, thread: str, ns: str, ckpt_id: str,
                          writes: Sequence[tuple[str, Any]], task_id: str, task_path: str) -> None:
         name = base_name(thread, ns)
-        ref, old, at, state = self._place(name, ckpt_id)
-        if state is None or at is None:
-            return  # no such checkpoint: nothing to hold the writes
-        stored = self._stored_writes(name, ckpt_id, at if old is not None else None)
+        tips = leaves(self.store, name)
+        # LangGraph saves in the background: a task's writes can come after the next
+        # checkpoint. They go on the tip of the session whose path holds their checkpoint,
+        # saying which checkpoint that tip is at ("on"), so no branch is made for them.
+        place = next(((ref, tip) for ref, tip in tips if self._tip_ckpt(tip) == ckpt_id), None)
+        if place is not None:
+            ref, tip = place
+            on, stored = ckpt_id, self._writes_behind(tip, ckpt_id)
+        else:
+            history = read_history(self.store, tips)
+            holder = next((r for r, line in history.lines.items() if ckpt_id in line), None)
+            if holder is None:
+                self._hold_early(name, ckpt_id, writes, task_id, task_path)
+                return
+            ref, tip = holder, dict(tips)[holder]
+            on = str(self._tip_ckpt(tip))
+            stored = {(d["task"], w[0]) for d in history.writes.get(ckpt_id, []) for w in d["w"]}
         items = []
         for idx, (channel, value) in enumerate(writes):
             key = WRITES_IDX_MAP.get(channel, idx)
             if key >= 0 and (task_id, key) in stored:
                 continue
-            items.append([key, channel, typed(self.serde, value)])
+            items.append(_write(self.serde, key, channel, value))
         if not items:
             return
-        node = make_node(at, WRITES, {"at": ckpt_id, "task": task_id, "path": task_path,
-                                      "w": items})
-        self._move(ref, old, [node], None)
-        self._remember(node.id, state)
+        data: dict[str, Any] = {"at": ckpt_id, "task": task_id, "path": task_path, "w": items}
+        if on != ckpt_id:
+            data["on"] = on
+        node = make_node(tip, WRITES, data)
+        self._move(ref, tip, [node], None)
+        state = self._states.get(tip)
+        if state is not None:
+            self._remember(node.id, state)
 
-    def _stored_writes(self, name: str, ckpt_id: str, tip: NodeId | None) -> set[tuple[str, int]]:
-        """The (task, index) of the writes stored on ``ckpt_id``: those just behind ``tip``
-        (a tip holds its checkpoint's writes after it), or anywhere on the namespace's paths."""
-        if tip is None:
-            found = read_history(self.store, leaves(self.store, name)).writes.get(ckpt_id, [])
-            return {(d["task"], w[0]) for d in found for w in d["w"]}
+    def _hold_early(self, name: str, ckpt_id: str, writes: Sequence[tuple[str, Any]],
+                    task_id: str, task_path: str) -> None:
+        held = self._early.setdefault((name, ckpt_id), [])
+        stored = {(d["task"], w[0]) for d in held for w in d["w"]}
+        items = [_write(self.serde, key, channel, value)
+                 for idx, (channel, value) in enumerate(writes)
+                 if (key := WRITES_IDX_MAP.get(channel, idx)) < 0 or (task_id, key) not in stored]
+        if items:
+            held.append({"at": ckpt_id, "task": task_id, "path": task_path, "w": items})
+
+    def _writes_behind(self, tip: NodeId, ckpt_id: str) -> set[tuple[str, int]]:
+        """The (task, index) of the writes on ``ckpt_id`` just behind ``tip`` (a tip at a
+        checkpoint holds that checkpoint's writes after it)."""
         keys: set[tuple[str, int]] = set()
         at: NodeId | None = tip
         while at is not None:
             kind, at, data = node_data(self.store, at)
             if kind != WRITES:
                 break
-            keys.update((data["task"], w[0]) for w in data["w"])
+            if data["at"] == ckpt_id:
+                keys.update((data["task"], w[0]) for w in data["w"])
         return keys
 
     # -- threads ------------------------------------------------------------------------------
