@@ -11,8 +11,9 @@ thread id or namespace makes a valid name). Its history is one path of nodes, ol
 - ``langgraph/value``: a whole channel value, written only at the versions that changed it;
 - ``langgraph/checkpoint``: the checkpoint without its values (``cp``), its metadata
   (``md``), its id and its parent's id, and which channels it holds: a list channel as the
-  last ``n`` items of that channel on the path (``lists``), any other as the newest value
-  node of the channel on the path (``values``);
+  last ``n`` items of that channel on the path (``lists``; a list whose end was edited or
+  removed as runs ``[end, count]`` of them: what it kept of its parent's, then its new ones),
+  any other as the newest value node of the channel on the path (``values``);
 - ``langgraph/writes``: the pending writes of one task on the checkpoint ``at``, each
   ``[index, channel, typed]`` or, for a list value, ``[index, channel, None, [typed, ...]]``
   (``on``: the checkpoint the path is at, when the writes came after the next one).
@@ -49,6 +50,7 @@ __all__ = [
     "branch_prefix",
     "leaves",
     "read_history",
+    "runs",
     "split_name",
     "thread_refs",
     "typed",
@@ -150,6 +152,10 @@ class Ckpt:
     data: dict[str, Any]
     lists: dict[str, list[list[str]]]
     values: dict[str, list[str]]
+    #: Where each list is on the path: runs ``[end, count]`` of the channel's items (by their
+    #: place among the channel's items on the path), and how many items the path had then.
+    segs: dict[str, list[list[int]]] = field(default_factory=dict)
+    totals: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass
@@ -182,16 +188,27 @@ class History:
             elif kind == CHECKPOINT:
                 line.append(data["id"])
                 if data["id"] not in self.ckpts:
-                    lists = {c: items.get(c, [])[len(items.get(c, [])) - n:] if n else []
-                             for c, n in data["lists"].items()}
+                    totals = {c: len(items.get(c, ())) for c in data["lists"]}
+                    segs = {c: runs(spec, totals[c]) for c, spec in data["lists"].items()}
+                    lists = {c: [e for end, n in segs[c] for e in items[c][end - n:end]]
+                             for c in segs}
                     self.ckpts[data["id"]] = Ckpt(id, data, lists,
-                                                  {c: values[c] for c in data["values"]})
+                                                  {c: values[c] for c in data["values"]},
+                                                  segs, totals)
             elif kind == WRITES:
                 written[id] = data
                 if id not in self._seen:
                     self._seen.add(id)
                     self.writes.setdefault(data["at"], []).append(data)
         self.lines[ref] = line
+
+
+def runs(spec: int | list[list[int]], total: int) -> list[list[int]]:
+    """A checkpoint's list as runs ``[end, count]``: ``spec`` is the runs, or ``n`` for the
+    last ``n`` items on the path (``total`` of them then), as a list that grew is kept."""
+    if isinstance(spec, int):
+        return [[total, spec]] if spec else []
+    return spec
 
 
 def read_history(store: Store, tips: Iterable[tuple[str, NodeId]]) -> History:

@@ -32,6 +32,7 @@ from ..store.base import RefUpdate
 from .langgraph_history import (
     CHECKPOINT,
     ITEM,
+    Ckpt,
     VALUE,
     WRITES,
     base_name,
@@ -60,6 +61,13 @@ class State:
     ckpt: str
     lists: dict[str, list[list[str]]]
     valued: set[str]
+    segs: dict[str, list[list[int]]]
+    totals: dict[str, int]
+
+    @classmethod
+    def of(cls, ck: Ckpt) -> State:
+        """What checkpoint ``ck`` holds."""
+        return cls(ck.data["id"], ck.lists, set(ck.values), ck.segs, ck.totals)
 
 
 def _write(serde: Any, key: int, channel: str, value: Any) -> list[Any]:
@@ -68,6 +76,37 @@ def _write(serde: Any, key: int, channel: str, value: Any) -> list[Any]:
     if type(value) is list:
         return [key, channel, None, [typed(serde, e) for e in value]]
     return [key, channel, typed(serde, value)]
+
+
+def _cut(segs: list[list[int]], keep: int) -> list[list[int]]:
+    """The runs of a list's first ``keep`` elements."""
+    out = []
+    for end, n in segs:
+        if keep <= 0:
+            break
+        take = min(n, keep)
+        out.append([end - n + take, take])
+        keep -= take
+    return out
+
+
+def _joined(segs: list[list[int]]) -> list[list[int]]:
+    out: list[list[int]] = []
+    for end, n in segs:
+        if out and out[-1][0] == end - n:
+            out[-1] = [end, out[-1][1] + n]
+        else:
+            out.append([end, n])
+    return out
+
+
+def _spec(segs: list[list[int]], total: int) -> int | list[list[int]]:
+    """How a checkpoint names its list: ``n`` for the last ``n`` items (a list that grew)."""
+    if not segs:
+        return 0
+    if len(segs) == 1 and segs[0][0] == total:
+        return segs[0][1]
+    return segs
 
 
 class Writer:
@@ -114,7 +153,7 @@ class Writer:
         if state is None:
             history = read_history(self.store, [("", tip)])
             ck = history.ckpts[history.lines[""][-1]]
-            state = State(ck.data["id"], ck.lists, set(ck.values))
+            state = State.of(ck)
             self._remember(tip, state)
         return state
 
@@ -129,7 +168,7 @@ class Writer:
                     return ref, tip, tip, self._state_at(tip)
             ck = read_history(self.store, tips).ckpts.get(ckpt_id)
             if ck is not None:
-                state = State(ckpt_id, ck.lists, set(ck.values))
+                state = State.of(ck)
                 return self._new_branch(name, tips), None, ck.node, state
         if not tips:
             return session_ref(name), None, None, None
@@ -176,27 +215,39 @@ class Writer:
         ref, old, at, state = self._place(name, parent_id)
         nodes: list[Node] = []
         lists: dict[str, list[list[str]]] = {}
+        segs: dict[str, list[list[int]]] = {}
+        totals: dict[str, int] = {}
+        specs: dict[str, Any] = {}
         valued: list[str] = []
         written = self._written_elems(at) if old is not None else {}
         for channel, value in checkpoint["channel_values"].items():
             kept = state is not None and channel not in new_versions
             if type(value) is list:
                 before = state.lists.get(channel) if state is not None else None
-                if kept and before is not None:
-                    lists[channel] = before
+                total = state.totals.get(channel, 0) if state is not None else 0
+                if kept and state is not None and before is not None:
+                    lists[channel], segs[channel] = before, state.segs[channel]
+                    totals[channel], specs[channel] = total, _spec(segs[channel], total)
                     continue
                 elems = [typed(self.serde, e) for e in value]
-                # Only what the parent's list does not begin with is new.
-                start = (len(before) if before is not None and len(before) <= len(elems)
-                         and elems[:len(before)] == before else 0)
-                for elem in elems[start:]:
+                # What the list keeps of its parent's is named; only the rest is new.
+                keep = 0
+                for old_elem, new_elem in zip(before or (), elems, strict=False):
+                    if old_elem != new_elem:
+                        break
+                    keep += 1
+                for elem in elems[keep:]:
                     # An element a pending write just behind holds is named, not stored again.
                     where = written.get((elem[0], elem[1]))
                     item = {"c": channel, "r": where} if where else {"c": channel, "v": elem}
                     node = make_node(at, ITEM, item)
                     nodes.append(node)
                     at = node.id
-                lists[channel] = elems
+                added = len(elems) - keep
+                kept_runs = _cut(state.segs.get(channel, []) if state is not None else [], keep)
+                lists[channel], totals[channel] = elems, total + added
+                segs[channel] = _joined(kept_runs + ([[total + added, added]] if added else []))
+                specs[channel] = _spec(segs[channel], totals[channel])
             else:
                 valued.append(channel)
                 if kept and state is not None and channel in state.valued:
@@ -207,7 +258,7 @@ class Writer:
         rest = {k: v for k, v in checkpoint.items() if k != "channel_values"}
         data: dict[str, Any] = {
             "id": checkpoint["id"], "parent": parent_id, "cp": typed(self.serde, rest),
-            "md": typed(self.serde, metadata), "lists": {c: len(v) for c, v in lists.items()},
+            "md": typed(self.serde, metadata), "lists": specs,
             "values": sorted(valued),
         }
         # Plain copies of what a reader of ``sess log`` (and delete_for_runs) looks for.
@@ -220,7 +271,7 @@ class Writer:
             nodes.append(make_node(nodes[-1].id, WRITES, early))
         self._move(ref, old, nodes, metadata.get("run_id"))
         self._early.pop((name, checkpoint["id"]), None)
-        self._remember(nodes[-1].id, State(checkpoint["id"], lists, set(valued)))
+        self._remember(nodes[-1].id, State(checkpoint["id"], lists, set(valued), segs, totals))
 
     def _written_elems(self, tip: NodeId | None) -> dict[tuple[str, str], list[Any]]:
         """The list elements of the pending writes just behind ``tip``, each with where it is
