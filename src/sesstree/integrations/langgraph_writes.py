@@ -32,9 +32,9 @@ from ..store.base import RefUpdate
 from .langgraph_history import (
     CHECKPOINT,
     ITEM,
-    Ckpt,
     VALUE,
     WRITES,
+    Ckpt,
     base_name,
     branch_prefix,
     leaves,
