@@ -20,7 +20,6 @@ from langgraph_graph import build, texts
 from sesstree import open_store
 from sesstree.integrations.langgraph import AsyncSesstreeSaver, SesstreeSaver
 from sesstree.integrations.langgraph_history import CHECKPOINT, ITEM
-from sesstree.node import decode_data
 
 HERE = Path(__file__).parent
 SRC = str(Path(__file__).parents[2] / "src")
