@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from langgraph.checkpoint.base import WRITES_IDX_MAP
@@ -63,6 +63,8 @@ class State:
     valued: set[str]
     segs: dict[str, list[list[int]]]
     totals: dict[str, int]
+    #: The list elements as this saver was given them (empty when read from the store).
+    objs: dict[str, list[Any]] = field(default_factory=dict)
 
     @classmethod
     def of(cls, ck: Ckpt) -> State:
@@ -218,6 +220,7 @@ class Writer:
         segs: dict[str, list[list[int]]] = {}
         totals: dict[str, int] = {}
         specs: dict[str, Any] = {}
+        objs: dict[str, list[Any]] = {}
         valued: list[str] = []
         written = self._written_elems(at) if old is not None else {}
         for channel, value in checkpoint["channel_values"].items():
@@ -227,9 +230,17 @@ class Writer:
                 total = state.totals.get(channel, 0) if state is not None else 0
                 if kept and state is not None and before is not None:
                     lists[channel], segs[channel] = before, state.segs[channel]
+                    if channel in state.objs:
+                        objs[channel] = state.objs[channel]
                     totals[channel], specs[channel] = total, _spec(segs[channel], total)
                     continue
-                elems = [typed(self.serde, e) for e in value]
+                # An element that is the very object the parent was given is not encoded
+                # again: LangGraph's channels replace their values, they do not edit them.
+                given = state.objs.get(channel, []) if state is not None else []
+                elems = [before[i] if before is not None and i < len(given) and i < len(before)
+                         and given[i] is e else typed(self.serde, e)
+                         for i, e in enumerate(value)]
+                objs[channel] = list(value)
                 # What the list keeps of its parent's is named; only the rest is new.
                 keep = 0
                 for old_elem, new_elem in zip(before or (), elems, strict=False):
@@ -271,7 +282,8 @@ class Writer:
             nodes.append(make_node(nodes[-1].id, WRITES, early))
         self._move(ref, old, nodes, metadata.get("run_id"))
         self._early.pop((name, checkpoint["id"]), None)
-        self._remember(nodes[-1].id, State(checkpoint["id"], lists, set(valued), segs, totals))
+        self._remember(nodes[-1].id, State(checkpoint["id"], lists, set(valued), segs, totals,
+                                                  objs))
 
     def _written_elems(self, tip: NodeId | None) -> dict[tuple[str, str], list[Any]]:
         """The list elements of the pending writes just behind ``tip``, each with where it is
