@@ -31,9 +31,9 @@ from langgraph.checkpoint.base import BaseCheckpointSaver, empty_checkpoint
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
 sys.path.insert(0, str(Path(__file__).parent))
-from bench_postgres import fresh_schema, server  # noqa: E402
+from bench_postgres import fresh_schema, server
 
-from sesstree.integrations.langgraph import SesstreeSaver  # noqa: E402
+from sesstree.integrations.langgraph import SesstreeSaver
 
 Saver = BaseCheckpointSaver[Any]
 
