@@ -273,9 +273,9 @@ class Writer:
             "values": sorted(valued),
         }
         # Plain copies of what a reader of ``sess log`` (and delete_for_runs) looks for.
-        for key, field in (("step", "step"), ("source", "source"), ("run_id", "run")):
+        for key, name_in_node in (("step", "step"), ("source", "source"), ("run_id", "run")):
             if key in metadata and isinstance(metadata[key], _SCALARS):
-                data[field] = metadata[key]
+                data[name_in_node] = metadata[key]
         node = make_node(at, CHECKPOINT, data)
         nodes.append(node)
         for early in self._early.get((name, checkpoint["id"]), []):
