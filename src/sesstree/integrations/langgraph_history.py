@@ -48,9 +48,12 @@ __all__ = [
     "History",
     "base_name",
     "branch_prefix",
+    "cut_runs",
+    "joined_runs",
     "leaves",
     "read_history",
     "runs",
+    "spec_of",
     "split_name",
     "thread_refs",
     "typed",
@@ -209,6 +212,38 @@ def runs(spec: int | list[list[int]], total: int) -> list[list[int]]:
     if isinstance(spec, int):
         return [[total, spec]] if spec else []
     return spec
+
+
+def cut_runs(segs: list[list[int]], keep: int) -> list[list[int]]:
+    """The runs of a list's first ``keep`` elements."""
+    out = []
+    for end, n in segs:
+        if keep <= 0:
+            break
+        take = min(n, keep)
+        out.append([end - n + take, take])
+        keep -= take
+    return out
+
+
+def joined_runs(segs: list[list[int]]) -> list[list[int]]:
+    """Runs with each that ends where the next begins made one."""
+    out: list[list[int]] = []
+    for end, n in segs:
+        if out and out[-1][0] == end - n:
+            out[-1] = [end, out[-1][1] + n]
+        else:
+            out.append([end, n])
+    return out
+
+
+def spec_of(segs: list[list[int]], total: int) -> int | list[list[int]]:
+    """How a checkpoint names its list: ``n`` for the last ``n`` items (a list that grew)."""
+    if not segs:
+        return 0
+    if len(segs) == 1 and segs[0][0] == total:
+        return segs[0][1]
+    return segs
 
 
 def read_history(store: Store, tips: Iterable[tuple[str, NodeId]]) -> History:

@@ -37,9 +37,12 @@ from .langgraph_history import (
     Ckpt,
     base_name,
     branch_prefix,
+    cut_runs,
+    joined_runs,
     leaves,
     node_data,
     read_history,
+    spec_of,
     split_name,
     thread_refs,
     typed,
@@ -78,37 +81,6 @@ def _write(serde: Any, key: int, channel: str, value: Any) -> list[Any]:
     if type(value) is list:
         return [key, channel, None, [typed(serde, e) for e in value]]
     return [key, channel, typed(serde, value)]
-
-
-def _cut(segs: list[list[int]], keep: int) -> list[list[int]]:
-    """The runs of a list's first ``keep`` elements."""
-    out = []
-    for end, n in segs:
-        if keep <= 0:
-            break
-        take = min(n, keep)
-        out.append([end - n + take, take])
-        keep -= take
-    return out
-
-
-def _joined(segs: list[list[int]]) -> list[list[int]]:
-    out: list[list[int]] = []
-    for end, n in segs:
-        if out and out[-1][0] == end - n:
-            out[-1] = [end, out[-1][1] + n]
-        else:
-            out.append([end, n])
-    return out
-
-
-def _spec(segs: list[list[int]], total: int) -> int | list[list[int]]:
-    """How a checkpoint names its list: ``n`` for the last ``n`` items (a list that grew)."""
-    if not segs:
-        return 0
-    if len(segs) == 1 and segs[0][0] == total:
-        return segs[0][1]
-    return segs
 
 
 class Writer:
@@ -232,7 +204,7 @@ class Writer:
                     lists[channel], segs[channel] = before, state.segs[channel]
                     if channel in state.objs:
                         objs[channel] = state.objs[channel]
-                    totals[channel], specs[channel] = total, _spec(segs[channel], total)
+                    totals[channel], specs[channel] = total, spec_of(segs[channel], total)
                     continue
                 # An element that is the very object the parent was given is not encoded
                 # again: LangGraph's channels replace their values, they do not edit them.
@@ -255,10 +227,10 @@ class Writer:
                     nodes.append(node)
                     at = node.id
                 added = len(elems) - keep
-                kept_runs = _cut(state.segs.get(channel, []) if state is not None else [], keep)
+                kept_runs = cut_runs(state.segs.get(channel, []) if state is not None else [], keep)
                 lists[channel], totals[channel] = elems, total + added
-                segs[channel] = _joined(kept_runs + ([[total + added, added]] if added else []))
-                specs[channel] = _spec(segs[channel], totals[channel])
+                segs[channel] = joined_runs(kept_runs + ([[total + added, added]] if added else []))
+                specs[channel] = spec_of(segs[channel], totals[channel])
             else:
                 valued.append(channel)
                 if kept and state is not None and channel in state.valued:
