@@ -58,6 +58,7 @@ __all__ = [
     "thread_refs",
     "typed",
     "untyped",
+    "write_entry",
 ]
 
 CHECKPOINT = "langgraph/checkpoint"
@@ -144,6 +145,14 @@ def typed(serde: Any, value: Any) -> list[str]:
 def untyped(serde: Any, stored: list[str]) -> Any:
     """Inverse of :func:`typed`."""
     return serde.loads_typed((stored[0], base64.b64decode(stored[1])))
+
+
+def write_entry(serde: Any, key: int, channel: str, value: Any) -> list[Any]:
+    """One pending write as a writes node keeps it: a list value element by element (so that
+    the checkpoint that takes its elements in can name them instead of storing them again)."""
+    if type(value) is list:
+        return [key, channel, None, [typed(serde, e) for e in value]]
+    return [key, channel, typed(serde, value)]
 
 
 @dataclass

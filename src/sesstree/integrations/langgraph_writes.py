@@ -46,6 +46,7 @@ from .langgraph_history import (
     split_name,
     thread_refs,
     typed,
+    write_entry,
 )
 
 __all__ = ["ATTEMPTS", "State", "Writer"]
@@ -75,14 +76,6 @@ class State:
         return cls(ck.data["id"], ck.lists, set(ck.values), ck.segs, ck.totals)
 
 
-def _write(serde: Any, key: int, channel: str, value: Any) -> list[Any]:
-    """One pending write as a writes node keeps it: a list value element by element (so that
-    the checkpoint that takes its elements in can name them instead of storing them again)."""
-    if type(value) is list:
-        return [key, channel, None, [typed(serde, e) for e in value]]
-    return [key, channel, typed(serde, value)]
-
-
 class Writer:
     """The writes of one saver on one store (callers hold the saver's lock)."""
 
@@ -96,6 +89,10 @@ class Writer:
         # Writes that came before their checkpoint (LangGraph saves in background threads,
         # which need not run in order): they go in with it, by (session, checkpoint id).
         self._early: dict[tuple[str, str], list[dict[str, Any]]] = {}
+        # (session, checkpoint id) -> the ref and tip a write on it last left, and the node
+        # it is: the next put finds its place with one ref read, a fork with none.
+        self._tips: dict[tuple[str, str], tuple[str, NodeId]] = {}
+        self._where: dict[tuple[str, str], NodeId] = {}
 
     def _retry(self, fn: Callable[[], _T]) -> _T:
         for _ in range(ATTEMPTS):
@@ -135,11 +132,20 @@ class Writer:
                ) -> tuple[str, NodeId | None, NodeId | None, State | None]:
         """Where a write on checkpoint ``ckpt_id`` goes: the ref to move, where it is, the node
         to chain from and what that checkpoint holds (None for a new root)."""
+        if ckpt_id is not None:
+            hint = self._tips.get((name, ckpt_id))
+            if hint is not None:
+                found = self.store.ref(hint[0])
+                if found is not None and found.target == hint[1]:
+                    return hint[0], hint[1], hint[1], self._state_at(hint[1])
         tips = leaves(self.store, name)
         if ckpt_id is not None:
             for ref, tip in tips:
                 if self._tip_ckpt(tip) == ckpt_id:
                     return ref, tip, tip, self._state_at(tip)
+            node = self._where.get((name, ckpt_id))
+            if node is not None and node in self._states:
+                return self._new_branch(name, tips), None, node, self._states[node]
             ck = read_history(self.store, tips).ckpts.get(ckpt_id)
             if ck is not None:
                 state = State.of(ck)
@@ -254,8 +260,22 @@ class Writer:
             nodes.append(make_node(nodes[-1].id, WRITES, early))
         self._move(ref, old, nodes, metadata.get("run_id"))
         self._early.pop((name, checkpoint["id"]), None)
-        self._remember(nodes[-1].id, State(checkpoint["id"], lists, set(valued), segs, totals,
-                                                  objs))
+        state = State(checkpoint["id"], lists, set(valued), segs, totals, objs)
+        self._remember(node.id, state)
+        self._remember(nodes[-1].id, state)
+        self._placed(name, checkpoint["id"], ref, nodes[-1].id)
+        self._where[(name, checkpoint["id"])] = node.id
+
+    def _placed(self, name: str, ckpt_id: str, ref: str, tip: NodeId) -> None:
+        if len(self._tips) > 8192:
+            self._tips.clear()
+            self._where.clear()
+        self._tips[(name, ckpt_id)] = (ref, tip)
+
+    def _forget(self) -> None:
+        """After a delete or a copy: where checkpoints were is read from the store again."""
+        self._tips.clear()
+        self._where.clear()
 
     def _written_elems(self, tip: NodeId | None) -> dict[tuple[str, str], list[Any]]:
         """The list elements of the pending writes just behind ``tip``, each with where it is
@@ -307,7 +327,7 @@ class Writer:
             key = WRITES_IDX_MAP.get(channel, idx)
             if key >= 0 and (task_id, key) in stored:
                 continue
-            items.append(_write(self.serde, key, channel, value))
+            items.append(write_entry(self.serde, key, channel, value))
         if not items:
             return
         data: dict[str, Any] = {"at": ckpt_id, "task": task_id, "path": task_path, "w": items}
@@ -318,12 +338,13 @@ class Writer:
         state = self._states.get(tip)
         if state is not None:
             self._remember(node.id, state)
+        self._placed(name, on, ref, node.id)
 
     def _hold_early(self, name: str, ckpt_id: str, writes: Sequence[tuple[str, Any]],
                     task_id: str, task_path: str) -> None:
         held = self._early.setdefault((name, ckpt_id), [])
         stored = {(d["task"], w[0]) for d in held for w in d["w"]}
-        items = [_write(self.serde, key, channel, value)
+        items = [write_entry(self.serde, key, channel, value)
                  for idx, (channel, value) in enumerate(writes)
                  if (key := WRITES_IDX_MAP.get(channel, idx)) < 0 or (task_id, key) not in stored]
         if items:
@@ -347,6 +368,7 @@ class Writer:
     def copy_thread(self, source: str, target: str) -> None:
         """Make ``target`` a copy of ``source``: a ref per session at the same node, O(1) in
         the history's length (the target's sessions before are replaced)."""
+        self._forget()
         def once() -> None:
             src = base_name(source, "")
             dst = base_name(target, "")
@@ -364,6 +386,7 @@ class Writer:
 
     def delete_thread(self, thread: str) -> None:
         """Delete every session of a thread."""
+        self._forget()
         def once() -> None:
             updates = [RefUpdate(r, t, None, "langgraph: delete thread")
                        for r, t in thread_refs(self.store, thread)]
@@ -375,6 +398,7 @@ class Writer:
              ) -> None:
         """Remove from each namespace of ``thread`` (of every thread: None) the checkpoints
         ``which`` picks (given the namespace's checkpoints' data by id), with their writes."""
+        self._forget()
         def once() -> None:
             groups: dict[tuple[str, str], list[tuple[str, NodeId]]] = {}
             for ref, tip in thread_refs(self.store, thread):
