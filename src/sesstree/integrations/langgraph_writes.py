@@ -107,7 +107,7 @@ class Writer:
     def _remember(self, tip: NodeId, state: State) -> None:
         self._states[tip] = state
         self._states.move_to_end(tip)
-        while len(self._states) > 256:
+        while len(self._states) > 1024:
             self._states.popitem(last=False)
 
     def _tip_ckpt(self, tip: NodeId) -> str | None:
@@ -144,8 +144,8 @@ class Writer:
                 if self._tip_ckpt(tip) == ckpt_id:
                     return ref, tip, tip, self._state_at(tip)
             node = self._where.get((name, ckpt_id))
-            if node is not None and node in self._states:
-                return self._new_branch(name, tips), None, node, self._states[node]
+            if node is not None:
+                return self._new_branch(name, tips), None, node, self._state_at(node)
             ck = read_history(self.store, tips).ckpts.get(ckpt_id)
             if ck is not None:
                 state = State.of(ck)
