@@ -44,14 +44,16 @@ def message(i: int, tag: str) -> Any:
     return cls(text, id=f"{tag}-{i}")
 
 
-def put(saver: Saver, config: Any, messages: list[Any], step: int) -> Any:
-    """One graph step's checkpoint: the messages channel's new value under a new version."""
+def put(saver: Saver, config: Any, messages: list[Any], step: int, before: Any) -> Any:
+    """One graph step's checkpoint: the messages channel's new value under the version the
+    saver gives after ``before`` (PostgresSaver's differ between forks, as LangGraph's do)."""
     checkpoint = empty_checkpoint()
-    version = step + 1
+    version = saver.get_next_version(before, None)
     checkpoint["channel_values"] = {"messages": messages}
     checkpoint["channel_versions"] = {"messages": version}
-    return saver.put(config, checkpoint, {"source": "loop", "step": step, "parents": {}},
-                     {"messages": version})
+    config = saver.put(config, checkpoint, {"source": "loop", "step": step, "parents": {}},
+                       {"messages": version})
+    return config, version
 
 
 def forest(saver: Saver, base: int, forks: int, extra: int) -> tuple[float, int]:
@@ -60,19 +62,20 @@ def forest(saver: Saver, base: int, forks: int, extra: int) -> tuple[float, int]
     config: Any = {"configurable": {"thread_id": "forest", "checkpoint_ns": ""}}
     messages: list[Any] = []
     unique = 0
+    version = None
     t = time.perf_counter()
     for i in range(base):
         messages = [*messages, message(i, "base")]
         unique += len(serde.dumps_typed(messages[-1])[1])
-        config = put(saver, config, messages, i)
+        config, version = put(saver, config, messages, i, version)
     per_put = (time.perf_counter() - t) / base
-    tip, trunk = config, messages
+    tip, trunk, trunk_version = config, messages, version
     for f in range(forks):
-        config, messages = tip, trunk
+        config, messages, version = tip, trunk, trunk_version
         for j in range(extra):
             messages = [*messages, message(j, f"fork{f}")]
             unique += len(serde.dumps_typed(messages[-1])[1])
-            config = put(saver, config, messages, base + j)
+            config, version = put(saver, config, messages, base + j, version)
     return per_put, unique
 
 
@@ -101,9 +104,10 @@ def copy_ratio(folder: Path, steps: int, rounds: int) -> tuple[float, float]:
         for thread, n in (("long", steps), ("short", 10)):
             config: Any = {"configurable": {"thread_id": thread, "checkpoint_ns": ""}}
             messages: list[Any] = []
+            version = None
             for i in range(n):
                 messages = [*messages, message(i, thread)]
-                config = put(saver, config, messages, i)
+                config, version = put(saver, config, messages, i, version)
         counter = iter(range(10**6))
 
         def timed(thread: str) -> float:
