@@ -65,7 +65,10 @@ def test_turns_time_travel_fork_and_resume_in_a_new_process(tmp_path: Path) -> N
         old = next(h for h in graph.get_state_history(CFG) if len(h.values["messages"]) == 8
                    and texts(h)[-1] == "ai:the answer is 14")
         last = old.values["messages"][-1]
+        items_before = sum(n.type == ITEM for n in saver.store.backend.iter_nodes())
         edited = graph.update_state(old.config, {"messages": [AIMessage("fourteen", id=last.id)]})
+        # The edited list keeps its first seven messages where they are: one item is new.
+        assert sum(n.type == ITEM for n in saver.store.backend.iter_nodes()) == items_before + 1
         assert texts(graph.get_state(edited))[-2:] == ["tool:14", "ai:fourteen"]
         assert graph.get_state(edited).parent_config["configurable"]["checkpoint_id"] == \
             old.config["configurable"]["checkpoint_id"]
