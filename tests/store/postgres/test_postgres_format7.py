@@ -151,3 +151,25 @@ def test_quotes_and_operators_reach_the_server_as_lexemes(postgres_url: str, pat
                 continue
             texts = [store.show(h.id).data["content"] for h in hits]
             assert texts == [f"hold {pattern} here"], (mode, texts)
+
+
+def test_refs_reaching_walks_down_and_equals_the_walk_up_from_every_session(postgres_url: str) -> None:
+    from sesstree.repo import search as repo_search
+
+    class Up:  # the backend without refs_reaching: the generic walk up from every session
+        def __init__(self, backend: object) -> None:
+            self.list_refs = backend.list_refs  # type: ignore[attr-defined]
+            self.chain = backend.chain  # type: ignore[attr-defined]
+
+    with open_store(postgres_url) as store:
+        ids = grow(store, "q", 12)
+        store.fork("f", "q~6")
+        ids += grow(store, "f", 4)
+        store.fork("g", "f~1")
+        ids += grow(store, "g", 2)
+        down = store.backend.refs_reaching(ids, "sessions/", 10_000)  # type: ignore[attr-defined]
+        up = repo_search._reaching(Up(store.backend), ids)  # type: ignore[arg-type]
+        assert {i: [(r.name, d) for r, d in v.refs] for i, v in down.items()} == \
+            {i: [(r.name, d) for r, d in v.refs] for i, v in up.items()}
+        assert all(v.complete for v in down.values())
+        assert not store.backend.refs_reaching(ids[:1], "sessions/", 3)[ids[0]].complete  # type: ignore[attr-defined]

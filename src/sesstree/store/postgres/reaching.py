@@ -5,8 +5,9 @@ statement walks from the nodes asked about down through their children (``nodes_
 format 7), all of them together, each row it reaches carrying the node it started from;
 the walk stops after ``bound`` rows below them (PostgreSQL evaluates a recursive query only
 as far as its reader asks), and the refs whose current target is a row reached come back in
-the same round trip. A node asked about below another is walked from both (the walk is a
-tree: each row has one parent, so nothing is reached twice from one start).
+the same round trip. A walk that reaches another node asked about stops there and takes
+that one's refs (so a page of hits along one path reads what hangs below them once, not once
+per hit).
 """
 
 from __future__ import annotations
@@ -20,22 +21,30 @@ from .channel import Channel
 __all__ = ["REACHING", "PgReaching"]
 
 #: (%(ids)s: the nodes asked about; %(bound)s: the most rows read below them; %(p)s: the
-#: ref prefix, %(np)s its length.) The first row counts what was walked; the others are
-#: (start, ref, target id, moved, target depth).
+#: ref prefix, %(np)s its length.) Rows (kind, start id, ...): 0, the rows walked; 1, a ref
+#: at a row walked from the start (name, target id, moved, target depth); 2, another start
+#: right below a row walked from this one (its id).
 REACHING = """
-WITH RECURSIVE down(seq, origin) AS (
-    SELECT seq, seq FROM nodes WHERE id = ANY(%(ids)s)
+WITH RECURSIVE
+starts AS MATERIALIZED (SELECT seq, id FROM nodes WHERE id = ANY(%(ids)s)),
+down(seq, origin) AS (
+    SELECT seq, seq FROM starts
     UNION ALL
     SELECT n.seq, d.origin FROM down d JOIN nodes n ON n.parent = d.seq
+    WHERE NOT EXISTS (SELECT 1 FROM starts s WHERE s.seq = n.seq)
 ),
-walked AS MATERIALIZED (SELECT seq, origin FROM down LIMIT %(bound)s),
-starts AS (SELECT seq, id FROM nodes WHERE id = ANY(%(ids)s))
-SELECT NULL::bytea, NULL::text, NULL::bytea, NULL::float8, (SELECT count(*) FROM walked)::int
+walked AS MATERIALIZED (SELECT seq, origin FROM down LIMIT %(bound)s)
+SELECT 0, NULL::bytea, NULL::text, NULL::bytea, NULL::float8, (SELECT count(*) FROM walked)::int
 UNION ALL
-SELECT s.id, r.name, n.id, r.moved, n.depth FROM walked w
+SELECT 1, s.id, r.name, n.id, r.moved, n.depth FROM walked w
 JOIN starts s ON s.seq = w.origin
 JOIN refs r ON r.target = w.seq AND left(r.name, %(np)s) = %(p)s
 JOIN nodes n ON n.seq = w.seq
+UNION ALL
+SELECT 2, s.id, NULL, b.id, NULL, NULL FROM walked w
+JOIN starts s ON s.seq = w.origin
+JOIN nodes c ON c.parent = w.seq
+JOIN starts b ON b.seq = c.seq
 """
 
 
@@ -54,19 +63,35 @@ class PgReaching:
         params = {"ids": [bytes.fromhex(i) for i in wanted], "bound": bound + len(wanted) + 1,
                   "p": prefix, "np": len(prefix)}
         rows = self._channel.read(REACHING, params)
-        walked = int(rows[0][4]) if rows else 0
+        walked = next((int(r[5]) for r in rows if r[0] == 0), 0)
         complete = walked < bound + len(wanted) + 1
-        found: dict[NodeId, dict[str, tuple[Ref, int]]] = {}
-        present = {NodeId(bytes(r[0]).hex()) for r in rows[1:]}
-        for start, name, target, moved, depth in rows[1:]:
-            refs = found.setdefault(NodeId(bytes(start).hex()), {})
-            refs[str(name)] = (Ref(str(name), NodeId(bytes(target).hex()), float(moved)), int(depth))
+        direct: dict[NodeId, dict[str, tuple[Ref, int]]] = {}
+        nested: dict[NodeId, set[NodeId]] = {}
+        present: set[NodeId] = set()
+        for kind, start, name, target, moved, depth in rows:
+            if kind == 0:
+                continue
+            origin = NodeId(bytes(start).hex())
+            present.add(origin)
+            if kind == 2:  # another node asked about, below this one: its refs reach this one
+                nested.setdefault(origin, set()).add(NodeId(bytes(target).hex()))
+                continue
+            direct.setdefault(origin, {})[str(name)] = (
+                Ref(str(name), NodeId(bytes(target).hex()), float(moved)), int(depth))
         out: dict[NodeId, RefsReaching] = {}
         stored = present | self._stored(wanted, present)
         for id in wanted:
             if id not in stored:
                 continue
-            listed = sorted(found.get(id, {}).values(), key=lambda r: (-r[0].moved, r[0].name))
+            refs: dict[str, tuple[Ref, int]] = {}
+            todo, seen = [id], {id}
+            while todo:  # its own refs and those of the nodes asked about below it
+                at = todo.pop()
+                refs.update(direct.get(at, {}))
+                below = nested.get(at, set()) - seen
+                todo += below
+                seen |= below
+            listed = sorted(refs.values(), key=lambda r: (-r[0].moved, r[0].name))
             out[id] = RefsReaching(listed, complete)
         return out
 
