@@ -80,18 +80,11 @@ class PgReaching:
                 Ref(str(name), NodeId(bytes(target).hex()), float(moved)), int(depth))
         out: dict[NodeId, RefsReaching] = {}
         stored = present | self._stored(wanted, present)
+        total = _closed(direct, nested)
         for id in wanted:
             if id not in stored:
                 continue
-            refs: dict[str, tuple[Ref, int]] = {}
-            todo, seen = [id], {id}
-            while todo:  # its own refs and those of the nodes asked about below it
-                at = todo.pop()
-                refs.update(direct.get(at, {}))
-                below = nested.get(at, set()) - seen
-                todo += below
-                seen |= below
-            listed = sorted(refs.values(), key=lambda r: (-r[0].moved, r[0].name))
+            listed = sorted(total.get(id, {}).values(), key=lambda r: (-r[0].moved, r[0].name))
             out[id] = RefsReaching(listed, complete)
         return out
 
@@ -102,3 +95,25 @@ class PgReaching:
             return set()
         return {NodeId(bytes(r[0]).hex()) for r in self._channel.read(
             "SELECT id FROM nodes WHERE id = ANY(%s)", (rest,))}
+
+
+def _closed(direct: dict[NodeId, dict[str, tuple[Ref, int]]],
+            nested: dict[NodeId, set[NodeId]]) -> dict[NodeId, dict[str, tuple[Ref, int]]]:
+    """Each start's refs: its own and those of the starts below it, each start's computed
+    once, children first (the starts below others form a forest: each row has one parent)."""
+    total: dict[NodeId, dict[str, tuple[Ref, int]]] = {}
+    for root in [*direct, *nested]:
+        stack: list[tuple[NodeId, bool]] = [(root, False)]
+        while stack:
+            at, done = stack.pop()
+            if at in total:
+                continue
+            if not done:
+                stack.append((at, True))
+                stack += [(b, False) for b in nested.get(at, ()) if b not in total]
+                continue
+            refs = dict(direct.get(at, {}))
+            for b in nested.get(at, ()):
+                refs.update(total.get(b, {}))
+            total[at] = refs
+    return total
