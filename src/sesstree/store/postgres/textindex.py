@@ -40,6 +40,8 @@ LONG = 250
 #: candidate of every query instead (a tsvector holds at most 1 MB).
 WIDE = 900_000
 _decode = msgspec.msgpack.Decoder().decode
+#: A catch-up that indexed this many rows refreshes the index's statistics.
+_ANALYZE_AFTER = 5_000
 #: What the catch-up stops at without failing: the store cannot be written now (a standby,
 #: a read-only role, a full disk, a lock held too long). A search then reads the rows not
 #: indexed itself.
@@ -119,6 +121,11 @@ class PgTextIndex:
                         progress(done, max(total, done))
                     if not more:
                         break
+                if done >= _ANALYZE_AFTER:
+                    # Fresh statistics, so that a common word's candidates are read along the
+                    # primary key and a rare one's through the GIN index (autovacuum would
+                    # get there, later).
+                    channel.read("ANALYZE search_docs, search_terms", fetch=False)
                 return done
             except _CANNOT_WRITE:
                 return 0
