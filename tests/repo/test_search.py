@@ -18,9 +18,12 @@ from sesstree.testing import assistant, user
 from sesstree.testing.contract.search import HOSTILE, scan
 
 
-@pytest.fixture(params=["memory", "sqlite"])
+@pytest.fixture(params=["memory", "sqlite", "postgres"])
 def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
-    s = Store(MemoryBackend()) if request.param == "memory" else open_store(tmp_path / "s")
+    if request.param == "postgres":
+        s = open_store(request.getfixturevalue("postgres_url"))
+    else:
+        s = Store(MemoryBackend()) if request.param == "memory" else open_store(tmp_path / "s")
     try:
         yield s
     finally:

@@ -82,7 +82,7 @@ def test_format_1_is_upgraded_with_its_history_kept(postgres_url: str) -> None:
         conn.execute("CREATE FUNCTION sesstree_append_run(text, bytea, bytea[], bytea[], bytea[], "
                      "bytea[], bigint[]) RETURNS text LANGUAGE sql AS $$ SELECT 'old' $$")
     with open_store(postgres_url) as store:
-        assert store.backend.store_format().version == FORMAT_VERSION == 6
+        assert store.backend.store_format().version == FORMAT_VERSION == 7
         q = store.session("q")
         assert [m["content"] for m in q.messages()] == ["kept"]
         with store.batch():

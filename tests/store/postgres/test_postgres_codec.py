@@ -71,7 +71,7 @@ def test_a_format_3_store_is_read_and_upgraded(postgres_url: str) -> None:
     more = traffic(TRAIN_AFTER + 50, seed=4)
     fill(postgres_url, more, [])
     with open_store(postgres_url) as store:
-        assert store.backend.store_format().version == 6  # type: ignore[attr-defined]
+        assert store.backend.store_format().version == 7  # type: ignore[attr-defined]
         assert store.messages("odd") == old and store.messages("q") == more
         assert store.fsck() == []
     assert rows(postgres_url, "SELECT count(*) FROM dicts")[0][0] == 1
@@ -82,7 +82,7 @@ def test_an_older_sesstree_refuses_format_5(
 ) -> None:
     fill(postgres_url, [], traffic(3))
     monkeypatch.setattr(postgres_schema, "FORMAT_VERSION", 4)
-    with pytest.raises(StoreFormatError, match="has store format 6; this sesstree reads up to 4"):
+    with pytest.raises(StoreFormatError, match="has store format 7; this sesstree reads up to 4"):
         open_store(postgres_url)
 
 

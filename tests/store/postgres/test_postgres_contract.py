@@ -26,7 +26,18 @@ def damage_pack(store: Store) -> None:  # one byte of the oldest pack's data fli
         "WHERE pid = (SELECT min(pid) FROM packs)")
 
 
+def damage_index(store: Store, id: NodeId, missing: bool) -> None:
+    """Drop node ``id``'s entry, or make it hold other words."""
+    db = store.backend._db  # type: ignore[attr-defined]
+    seq = "(SELECT seq FROM nodes WHERE id = %s)"
+    if missing:
+        db.execute(f"DELETE FROM search_docs WHERE seq = {seq}", (bytes.fromhex(id),))
+    else:
+        db.execute(f"UPDATE search_docs SET words = array_to_tsvector(ARRAY['unrelated']) "
+                   f"WHERE seq = {seq}", (bytes.fromhex(id),))
+
+
 @pytest.fixture
 def engine(postgres_url: str) -> Engine:
     return Engine("postgres", open=lambda: open_store(postgres_url), damage_node=damage,
-                  damage_pack=damage_pack)
+                  damage_pack=damage_pack, damage_index=damage_index)

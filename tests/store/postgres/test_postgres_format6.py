@@ -21,7 +21,7 @@ def test_a_format_5_store_upgrades_in_place(postgres_url: str) -> None:
         conn.execute("ALTER TABLE nodes DROP COLUMN t")
         conn.execute("UPDATE meta SET value = '5' WHERE key = 'format'")
     with open_store(postgres_url) as store:
-        assert store.backend.store_format().version == 6
+        assert store.backend.store_format().version == 7
         assert store.messages("q") == before
         assert store.fsck() == []
         assert store.backend.recorded(old) == {}
@@ -35,5 +35,5 @@ def test_a_sesstree_reading_up_to_format_5_refuses_format_6(
     with open_store(postgres_url) as store:
         grow(store, "q", 2)
     monkeypatch.setattr(postgres_schema, "FORMAT_VERSION", 5)
-    with pytest.raises(StoreFormatError, match="has store format 6; this sesstree reads up to 5"):
+    with pytest.raises(StoreFormatError, match="has store format 7; this sesstree reads up to 5"):
         open_store(postgres_url)

@@ -85,7 +85,7 @@ def test_a_format_4_store_upgrades_in_place_and_repack_packs_it(
     assert golden["format"] == 4 and golden["read"]["fsck"] == []
     load(postgres_url, golden)
     with open_store(postgres_url) as store:
-        assert store.backend.store_format().version == 6
+        assert store.backend.store_format().version == 7
         exact(store, golden)  # loose rows of format 4, read as they were
         before = store.backend.pack_counts()  # type: ignore[attr-defined]
         assert before.packs == 0 and before.loose_nodes == golden["read"]["nodes"]

@@ -11,6 +11,8 @@ and the parts that use it, each kept to one side of the seam:
   cost follows what they touch, and gc in short slices;
 - :mod:`.packer`: loose tails made into packs (format 5), :mod:`.unpack`: packs read back
   and checked, :mod:`.packfsck`: fsck of every pack;
+- :mod:`.textindex` and :mod:`.textquery`: the text index (format 7), kept and searched;
+  :mod:`.reaching`: which sessions reach a node;
 - :mod:`.objects`, :mod:`.pathsql`, :mod:`.packsql` and :mod:`.refs`: the SQL of nodes and
   payloads, of paths, of packs, and of refs and the reflog.
 
@@ -33,9 +35,12 @@ from .channel import Channel
 from .codec import PgPayloads
 from .conn import Conn, Connector, StoreUnavailableError
 from .packer import PgPacker
+from .reaching import PgReaching
 from .reads import PgReads
 from .scans import PgScans
 from .schema import ensure_schema
+from .textindex import PgTextIndex
+from .textquery import PgSearch
 from .writes import PgWrites
 
 __all__ = ["PostgresBackend", "StoreUnavailableError"]
@@ -86,6 +91,12 @@ class PostgresBackend:
         self.gc_walk, self.gc_remove = scans.gc_walk, scans.gc_remove
         # Packs (base.Packing).
         self.pack_counts, self.repack = packer.pack_counts, packer.repack
+        # The text index (base.TextIndex, format 7) and which sessions reach a hit.
+        self._text = text = PgTextIndex(channel, reads)
+        self.search_nodes = PgSearch(channel, reads, text).search_nodes
+        self.index_faults, self.rebuild_index = text.faults, text.rebuild
+        self.index_counts = text.counts
+        self.refs_reaching = PgReaching(channel).refs_reaching
 
     def _setup(self, conn: Conn) -> None:
         """Per-connection settings, applied on every (re)connection."""

@@ -34,6 +34,7 @@ __all__ = [
     "HAS",
     "ITER",
     "LENGTH",
+    "NODE_COLS",
     "OBJECT_FUNCTIONS",
     "OBJECT_TABLES",
     "PHYSICAL_BYTES",
@@ -134,6 +135,7 @@ _NODE_COLS = (
     "CASE WHEN n.pack IS NOT NULL AND n.blob IS NOT NULL "
     "THEN (SELECT b.data FROM blobs b WHERE b.hash = n.blob) END"
 )
+NODE_COLS = _NODE_COLS
 # (A packed node comes with its pack: one statement.)
 GET = (
     f"SELECT {_NODE_COLS}, p.pid, p.depth, p.count, p.codec, p.sum, p.data FROM nodes n "

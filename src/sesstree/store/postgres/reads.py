@@ -295,25 +295,42 @@ class PgReads:
                fetch: Callable[[int], list[Any]]) -> Iterator[StoredNode]:
         """Nodes from rows of :data:`.objects.ITER`; a packed one's pack read with ``fetch``
         (once while its rows come: a few packs are kept open)."""
+        for _, node in self.nodes_of_rows(rows, fetch):
+            assert node is not None
+            yield node
+
+    def nodes_of_rows(self, rows: Iterable[Any], fetch: Callable[[int], list[Any]],
+                      tolerant: bool = False) -> Iterator[tuple[Any, StoredNode | None]]:
+        """Each row (its first columns :data:`.objects.NODE_COLS`) with its node; a packed
+        one's pack read with ``fetch`` (once while its rows come: a few packs are kept open).
+        ``tolerant``: a node that cannot be read comes as None instead of raising (the text
+        index indexes it empty; fsck names the damage)."""
         opened: dict[int, tuple[RawPack, int, int]] = {}
         for row in rows:
             if row[5] is None:
-                yield self._stored(row)
+                yield row, self._stored(row)
                 continue
-            found = opened.pop(row[5], None)  # (put back last: the least recent goes first)
-            if found is None:
-                got = fetch(row[5])
-                if not got:
-                    raise StoreCorruptError(f"the store at {self._url} is damaged: node "
-                                            f"{bytes(row[0]).hex()[:12]} is in pack {row[5]}, "
-                                            "which is missing")
-                pid, depth, count, codec, sum, data = got[0][:6]
-                found = (self.packs.raw(pid, depth, count, codec, bytes(sum), bytes(data),
-                                        bytes(row[0])), depth, count)
-                if len(opened) >= _ITER_PACKS:
-                    del opened[next(iter(opened))]
-            opened[row[5]] = found
-            yield self._packed(row, *found)
+            try:
+                found = opened.pop(row[5], None)  # (put back last: the least recent goes first)
+                if found is None:
+                    got = fetch(row[5])
+                    if not got:
+                        raise StoreCorruptError(f"the store at {self._url} is damaged: node "
+                                                f"{bytes(row[0]).hex()[:12]} is in pack {row[5]}, "
+                                                "which is missing")
+                    pid, depth, count, codec, sum, data = got[0][:6]
+                    found = (self.packs.raw(pid, depth, count, codec, bytes(sum), bytes(data),
+                                            bytes(row[0])), depth, count)
+                    if len(opened) >= _ITER_PACKS:
+                        del opened[next(iter(opened))]
+                opened[row[5]] = found
+                node = self._packed(row, *found)
+            except StoreCorruptError:
+                if not tolerant:
+                    raise
+                yield row, None
+                continue
+            yield row, node
 
     def count_nodes(self) -> int:
         """How many nodes are stored (counted on the server)."""

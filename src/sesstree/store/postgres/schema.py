@@ -29,7 +29,9 @@ format.
 
 from __future__ import annotations
 
+import psycopg
 from blake3 import blake3
+from psycopg import sql
 
 from ...errors import StoreCorruptError, StoreFormatError, StoreNotFoundError
 from ...node import ID_VERSION
@@ -39,10 +41,11 @@ from .objects import OBJECT_FUNCTIONS, OBJECT_TABLES, TO_FORMAT_6
 from .packsql import PACK_FUNCTIONS, PACK_TABLES
 from .pathsql import PATH_FUNCTIONS
 from .refs import REF_FUNCTIONS, REF_TABLES, TO_FORMAT_2
+from .textsql import TO_FORMAT_7, TRGM_INDEX, TRGM_SCHEMA
 
 __all__ = ["FORMAT_VERSION", "FUNCTIONS", "MIGRATIONS", "ensure_schema"]
 
-FORMAT_VERSION = 6
+FORMAT_VERSION = 7
 
 #: Step k takes format k to format k + 1.
 MIGRATIONS: list[list[str]] = [
@@ -78,6 +81,13 @@ MIGRATIONS: list[list[str]] = [
     # written before keep none (the reflog dates them). A sesstree of format 5 would log one
     # run as one entry without keeping the times that date its events: it must refuse it.
     TO_FORMAT_6,
+    # 7: the text index (.textsql): its tables at once, a trigger that queues every node
+    # inserted from then on, and a back-fill mark at the newest row: the rows stored before
+    # are indexed afterwards, online, a slice per short transaction, by the catch-up every
+    # search runs first. `nodes_parent` is built here (it reads the nodes once). A sesstree
+    # of format 6 would neither keep the index nor know a search must catch it up: it must
+    # refuse the store.
+    TO_FORMAT_7,
 ]
 assert len(MIGRATIONS) == FORMAT_VERSION
 
@@ -108,6 +118,20 @@ def _version(conn: Conn) -> tuple[int, bool]:
     if found is None or not str(found[0]).isdigit():
         return 0, False
     return int(str(found[0])), has_nodes
+
+
+def _trigram_index(conn: Conn) -> None:
+    """The vocabulary's trigram index, where the server has pg_trgm and the role may create
+    it (a trusted extension since PostgreSQL 13); without it a substring scans the
+    vocabulary (its size, not the text's)."""
+    try:
+        with conn.transaction():  # a savepoint: a refusal leaves the upgrade going
+            conn.execute("CREATE EXTENSION IF NOT EXISTS pg_trgm")
+            row = conn.execute(TRGM_SCHEMA).fetchone()
+            if row is not None:
+                conn.execute(sql.SQL(TRGM_INDEX).format(schema=sql.Identifier(str(row[0]))))
+    except psycopg.Error:
+        pass  # (no extension: the substring lookup scans the vocabulary)
 
 
 def ensure_schema(conn: Conn, *, create: bool, shown: str) -> int:
@@ -146,6 +170,8 @@ def ensure_schema(conn: Conn, *, create: bool, shown: str) -> int:
             for step in MIGRATIONS[version:]:
                 for statement in step:
                     conn.execute(statement)  # constant DDL
+            if version < 7:
+                _trigram_index(conn)
             # The functions are replaced whenever this sesstree's differ from the store's
             # (an upgrade that changes no table changes only them).
             found = conn.execute("SELECT value FROM meta WHERE key = 'functions'").fetchone()
