@@ -4,12 +4,15 @@ patterns, and results equal to a brute-force scan of a generated corpus (hypothe
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import uuid
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import psycopg
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from pg_server import with_schema
 
 from sesstree import SearchQueryError, Store, open_store
 from sesstree.store.base import SearchQuery
@@ -137,53 +140,75 @@ _STEP = st.tuples(st.sampled_from(["add", "add", "add", "fork", "rewind", "delet
                                                                          "the drop", "other"]))
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@pytest.fixture(params=["memory", "sqlite", "postgres"])
+def new_store(request: pytest.FixtureRequest,
+              tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[[], Store]]:
+    """A maker of empty stores of one engine, one per hypothesis example."""
+    if request.param == "memory":
+        yield lambda: Store(MemoryBackend())
+        return
+    if request.param == "sqlite":
+        yield lambda: open_store(tmp_path_factory.mktemp("s") / "s")
+        return
+    server = request.getfixturevalue("postgres_server")
+    schemas: list[str] = []
+
+    def fresh() -> Store:
+        schemas.append("t_" + uuid.uuid4().hex[:16])
+        with psycopg.connect(server, autocommit=True) as conn:
+            conn.execute(f"CREATE SCHEMA {schemas[-1]}")  # type: ignore[arg-type]
+        return open_store(with_schema(server, schemas[-1]))
+    yield fresh
+    with psycopg.connect(server, autocommit=True) as conn:
+        for schema in schemas:
+            conn.execute(f"DROP SCHEMA {schema} CASCADE")  # type: ignore[arg-type]
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(steps=st.lists(_STEP, min_size=1, max_size=40), page=st.integers(1, 4),
        mode=st.sampled_from(["words", "substring"]))
 def test_pages_hold_every_hit_a_session_reaches_once_with_its_sessions(
-        tmp_path_factory: pytest.TempPathFactory, steps: list[tuple[str, int, int, str]],
+        new_store: Callable[[], Store], steps: list[tuple[str, int, int, str]],
         page: int, mode: str) -> None:
     # Hits above every session's head, below it, in what was rewound away or deleted, or in
     # a chain nothing names: every page together is exactly the hits some session reaches.
     from sesstree.node import make_node
-    for engine in ("memory", "sqlite"):
-        s = (Store(MemoryBackend()) if engine == "memory"
-             else open_store(tmp_path_factory.mktemp("s") / "s"))
-        try:
-            loose_parent = None
-            for i, (op, a, b, text) in enumerate(steps):
-                name, other = f"s{a}", f"s{(a + b) % 5}"
-                if op == "add":
-                    s.session(name).add_message(user(f"{text} {i}"))
-                elif op == "fork" and s.has_session(other) and not s.has_session(name):
-                    s.fork(name, f"{other}~{b % max(1, len(s.session(other)))}")
-                elif op == "rewind" and s.has_session(name) and len(s.session(name)) > b:
-                    s.session(name).rewind(b)
-                elif op == "delete" and s.has_session(name):
-                    s.delete_session(name)
-                elif op == "loose":
-                    node = make_node(loose_parent, "user/message",
-                                     {"role": "user", "content": f"{text} {i}"})
-                    s.write([node])
-                    loose_parent = node.id
-            query = SearchQuery("cache", mode)  # type: ignore[arg-type]
-            holders: dict[str, set[str]] = {}
-            for info in s.sessions():
-                for nid in s.chain(info.head).ids:
-                    holders.setdefault(nid, set()).add(info.name)
-            want = {nid for nid in scan(s, query) if nid in holders}
-            got: list[str] = []
-            cursor = None
-            for _ in range(100):
-                result = s.search("cache", mode=mode, limit=page, cursor=cursor,  # type: ignore[arg-type]
-                                  shown=10)
-                for h in result.hits:
-                    got.append(h.id)
-                    assert h.session_count == len(holders[h.id]) and h.complete, engine
-                    assert {p.name for p in h.sessions} == holders[h.id], engine
-                cursor = result.cursor
-                if cursor is None:
-                    break
-            assert len(got) == len(set(got)) and set(got) == want, (engine, steps)
-        finally:
-            s.close()
+    s = new_store()
+    try:
+        loose_parent = None
+        for i, (op, a, b, text) in enumerate(steps):
+            name, other = f"s{a}", f"s{(a + b) % 5}"
+            if op == "add":
+                s.session(name).add_message(user(f"{text} {i}"))
+            elif op == "fork" and s.has_session(other) and not s.has_session(name):
+                s.fork(name, f"{other}~{b % max(1, len(s.session(other)))}")
+            elif op == "rewind" and s.has_session(name) and len(s.session(name)) > b:
+                s.session(name).rewind(b)
+            elif op == "delete" and s.has_session(name):
+                s.delete_session(name)
+            elif op == "loose":
+                node = make_node(loose_parent, "user/message",
+                                 {"role": "user", "content": f"{text} {i}"})
+                s.write([node])
+                loose_parent = node.id
+        query = SearchQuery("cache", mode)  # type: ignore[arg-type]
+        holders: dict[str, set[str]] = {}
+        for info in s.sessions():
+            for nid in s.chain(info.head).ids:
+                holders.setdefault(nid, set()).add(info.name)
+        want = {nid for nid in scan(s, query) if nid in holders}
+        got: list[str] = []
+        cursor = None
+        for _ in range(100):
+            result = s.search("cache", mode=mode, limit=page, cursor=cursor,  # type: ignore[arg-type]
+                              shown=10)
+            for h in result.hits:
+                got.append(h.id)
+                assert h.session_count == len(holders[h.id]) and h.complete
+                assert {p.name for p in h.sessions} == holders[h.id]
+            cursor = result.cursor
+            if cursor is None:
+                break
+        assert len(got) == len(set(got)) and set(got) == want, steps
+    finally:
+        s.close()

@@ -23,6 +23,7 @@ methods of the class.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from contextlib import AbstractContextManager
 
@@ -93,10 +94,12 @@ class PostgresBackend:
         self.pack_counts, self.repack = packer.pack_counts, packer.repack
         # The text index (base.TextIndex, format 7) and which sessions reach a hit.
         self._text = text = PgTextIndex(channel, reads)
-        self.search_nodes = PgSearch(channel, reads, text).search_nodes
+        self.search_nodes = search = PgSearch(channel, reads, text).search_nodes
         self.index_faults, self.rebuild_index = text.faults, text.rebuild
         self.index_counts = text.counts
-        self.refs_reaching = PgReaching(channel).refs_reaching
+        reaching = PgReaching(channel)
+        self.refs_reaching = reaching.refs_reaching
+        self.search_reaching = functools.partial(reaching.search_reaching, search)
 
     def _setup(self, conn: Conn) -> None:
         """Per-connection settings, applied on every (re)connection."""

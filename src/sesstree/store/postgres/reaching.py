@@ -12,10 +12,10 @@ per hit).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from ...node import NodeId
-from ..base import Ref, RefsReaching
+from ..base import IndexHit, Ref, RefsReaching, SearchQuery
 from .channel import Channel
 
 __all__ = ["REACHING", "PgReaching"]
@@ -52,11 +52,40 @@ JOIN starts b ON b.seq = c.seq
 # every step, as it did without (8 s for a page of hits at 100,000 nodes; see objects.GC_DEAD).)
 
 
+# The newest row a ref under the prefix points at (a range of the refs' primary key).
+_NEWEST = "SELECT max(target) FROM refs WHERE name >= %(p)s AND substr(name, 1, %(np)s) = %(p)s"
+Searching = Callable[[SearchQuery, int, int | None], list[IndexHit]]
+
+
 class PgReaching:
-    """``refs_reaching`` through the backend's channel."""
+    """``refs_reaching`` and ``search_reaching`` through the backend's channel."""
 
     def __init__(self, channel: Channel) -> None:
         self._channel = channel
+
+    def search_reaching(self, search: Searching, query: SearchQuery, limit: int,
+                        before: int | None, prefix: str,
+                        bound: int) -> list[tuple[IndexHit, RefsReaching]]:
+        """See :meth:`sesstree.store.base.ReachingSearch.search_reaching`. A parent is always
+        stored before its child (its ``seq`` is smaller), so nothing above the newest ref's
+        target is reached: the search starts below it, and an import nothing names that is
+        newer than every session is not read at all. Below it, each page of hits is walked
+        down to its sessions and what no ref reaches is left out, page after page."""
+        rows = self._channel.read(_NEWEST, {"p": prefix, "np": len(prefix)})
+        if not rows or rows[0][0] is None:
+            return []  # no ref: nothing is reached
+        ceiling = int(rows[0][0]) + 1
+        before = ceiling if before is None else min(before, ceiling)
+        out: list[tuple[IndexHit, RefsReaching]] = []
+        while len(out) < limit:
+            want = limit - len(out)
+            page = search(query, want, before)
+            reach = self.refs_reaching([h.id for h in page], prefix, bound)
+            out += [(h, reach[h.id]) for h in page if h.id in reach and reach[h.id].refs]
+            if len(page) < want:
+                break
+            before = page[-1].key
+        return out
 
     def refs_reaching(self, ids: Sequence[NodeId], prefix: str, bound: int) -> dict[NodeId, RefsReaching]:
         """See :meth:`sesstree.store.base.Reaching.refs_reaching`."""

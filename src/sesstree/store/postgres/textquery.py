@@ -110,10 +110,11 @@ class PgSearch:
         """Every row below ``top``, newest first, each tried."""
         where, args = self._time_filter(query)
         hits: list[IndexHit] = []
+        slices = _slices(limit)
         while len(hits) < limit:
             rows = conn.execute(textsql.NODE_ROWS.format(
                 where="n.seq < %s" + where + " ORDER BY n.seq DESC LIMIT %s"),
-                [top, *args, _SLICE], binary=True).fetchall()
+                [top, *args, next(slices)], binary=True).fetchall()
             if not rows:
                 break
             hits += self._tried(conn, query, rows, limit - len(hits))
@@ -123,9 +124,10 @@ class PgSearch:
     def _unindexed(self, conn: Conn, query: SearchQuery, limit: int, top: int, mark: int) -> list[IndexHit]:
         """The rows not indexed yet below ``top``, newest first, each tried."""
         hits: list[IndexHit] = []
+        slices = _slices(limit)
         while len(hits) < limit:
             seqs = [int(r[0]) for r in conn.execute(
-                textsql.UNINDEXED, {"top": top, "n": _SLICE, "mark": mark})]
+                textsql.UNINDEXED, {"top": top, "n": next(slices), "mark": mark})]
             if not seqs:
                 break
             hits += self._tried(conn, query, self._rows(conn, query, seqs), limit - len(hits))
@@ -135,9 +137,10 @@ class PgSearch:
     def _matched(self, conn: Conn, expr: str, query: SearchQuery, limit: int, top: int) -> list[IndexHit]:
         """The index's candidates for ``expr`` below ``top``, newest first, each tried."""
         hits: list[IndexHit] = []
+        slices = _slices(limit)
         while len(hits) < limit:
             seqs = [int(r[0]) for r in conn.execute(
-                textsql.CANDIDATES, {"q": expr, "top": top, "n": _SLICE})]
+                textsql.CANDIDATES, {"q": expr, "top": top, "n": next(slices)})]
             if not seqs:
                 break
             hits += self._tried(conn, query, self._rows(conn, query, seqs), limit - len(hits))
@@ -154,10 +157,11 @@ class PgSearch:
             role = node_role(type, data)
             if roles and role not in roles:
                 continue
-            if matches(query, node_text(type, data)):
+            text = node_text(type, data)
+            if matches(query, text):
                 t = row[8]
                 hits.append(IndexHit(bytes(row[0]).hex(), type, role, int(row[2]),  # type: ignore[arg-type]
-                                     t / 1000 if type_is_int(t) else None, int(row[7])))
+                                     t / 1000 if type_is_int(t) else None, int(row[7]), text))
                 if len(hits) >= limit:
                     break
         return hits
@@ -193,6 +197,15 @@ class PgSearch:
             rows = iter(conn.execute(textsql.TERMS_WITH, (piece, MAX_TERMS + 1)))
         found = [t for (t,) in rows if isinstance(t, str) and piece in t]
         return found if len(found) <= MAX_TERMS else None
+
+
+def _slices(limit: int) -> Iterator[int]:
+    """Candidates read per slice: twice the page at first (a page of 20 reads 40 rows, not
+    256), each next slice twice the last, up to four times ``_SLICE``."""
+    size = max(16, min(_SLICE, 2 * limit))
+    while True:
+        yield size
+        size = min(4 * _SLICE, 2 * size)
 
 
 def type_is_int(value: object) -> bool:
