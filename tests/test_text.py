@@ -18,7 +18,6 @@ from sesstree.fmt import LINE, summary
 from sesstree.node import Node, NodeId
 from sesstree.text import FULL, TextStyle, content_text, event_text, json_text
 from sesstree.web.render import MAX_SHOWN, PAGE, snippet
-from sesstree.web.search import SEARCH
 
 EXPECTED = json.loads((Path(__file__).parent / "data" / "text_expected.json").read_text())
 CONTENT_STYLES = {"line": LINE, "full": FULL, "page": PAGE}
@@ -41,7 +40,7 @@ def test_content_renders_as_each_reader_rendered_it(style: str) -> None:
     assert got == [row[style] for row in EXPECTED["contents"]]
 
 
-def test_grep_and_search_read_events_as_they_did() -> None:
+def test_grep_reads_events_as_it_did() -> None:
     for (type, data), row in zip(datas(), EXPECTED["events"], strict=True):
         node = Node(NodeId("0" * 64), None, type, data)
         grep = node_text(node)
@@ -53,7 +52,6 @@ def test_grep_and_search_read_events_as_they_did() -> None:
             assert grep == (json_text(data) if text == json_text(without) else text)
         else:
             assert _squeezed(grep) == row["grep"], (type, data)
-        assert _squeezed(event_text(type, data, SEARCH)) == row["search"], (type, data)
 
 
 def test_summaries_and_snippets_built_on_it_are_unchanged() -> None:
