@@ -8,6 +8,8 @@ moves refs through a session handle, it is to check what the engine did undernea
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from ...errors import ConflictError, MissingNodeError
@@ -26,6 +28,7 @@ __all__ = [
     "test_reflog_records_every_move",
     "test_reopen_sees_everything",
     "test_session_metadata",
+    "test_the_whole_reflog_is_in_time_order",
     "test_watch_marks_compare_and_set",
 ]
 
@@ -188,3 +191,18 @@ def test_watch_marks_compare_and_set(engine: Engine) -> None:
     store.set_watch_mark(path, later, None)
     assert list(store.watch_marks()) == ["/odd path/ünï.json"]
     store.close()
+
+
+def test_the_whole_reflog_is_in_time_order(store: Store) -> None:
+    """Every ref's moves together come back by time, oldest first (ties in the order they were
+    made), as ``sess reflog`` and the web view show them: an entry a later append folded into
+    carries that later time, so it comes after the moves other refs made in between."""
+    a, b = store.session("a"), store.session("b")
+    a.add_message(user("1"))
+    time.sleep(0.01)
+    b.add_message(user("2"))
+    time.sleep(0.01)
+    a.add_message(user("3"))  # folded into a's first entry (the handle's run of appends)
+    log = store.reflog()
+    assert [e.ref for e in log] == [session_ref("b"), session_ref("a")]
+    assert [e.time for e in log] == sorted(e.time for e in log)
