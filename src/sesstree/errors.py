@@ -10,6 +10,7 @@
     │   ├── StoreLockedError        another process holds the write lock too long
     │   ├── StoreFormatError        written by a newer sesstree
     │   ├── StoreReadOnlyError      a write to a store on read-only media (reads still work)
+    │   ├── ReadViewWriteError      a write inside a read view (``store.snapshot()``)
     │   └── StoreFullError          the disk holding the store is full (nothing was lost)
     ├── RevisionError
     │   ├── UnknownRevisionError    no ref, tag or node matches
@@ -45,6 +46,7 @@ __all__ = [
     "MissingNodeError",
     "ProviderError",
     "PushRejectedError",
+    "ReadViewWriteError",
     "RefExistsError",
     "RemoteError",
     "RevisionError",
@@ -94,6 +96,12 @@ class StoreFormatError(StoreError):
 
 class StoreReadOnlyError(StoreError):
     """A write to a store that cannot be written (read-only media or files). Reads work."""
+
+
+class ReadViewWriteError(StoreError):
+    """A write (an append, a ref or HEAD moved, a tag, metadata, gc) inside a read view,
+    ``with store.snapshot():``. The view only reads: nothing was changed; write after the
+    block."""
 
 
 class StoreFullError(StoreError):

@@ -56,6 +56,27 @@ def test_a_durable_store_gives_its_wal_its_size_up_front(tmp_path: Path) -> None
         assert [m["content"] for m in store.messages("q")] == [f"m{i}" for i in range(DURABLE_WAL_PAGES)]
 
 
+def test_a_durable_writer_packs_inline_so_nothing_holds_its_wal(tmp_path: Path) -> None:
+    """A durable writer has no background packing thread: that thread's reads held a place
+    in the WAL while the writer's checkpoint wanted to start the log over, so on a busy
+    machine the log grew past the size it was given (the flaky run of the test above). Its
+    tail is packed in the append that makes it due."""
+    from sesstree.store.packs import PACK_AT
+
+    with open_store(tmp_path / "s", durability="durable") as store:
+        backend = store.backend
+        assert isinstance(backend, SqliteBackend)
+        q = store.session("q")
+        for i in range(PACK_AT):
+            q.add_message({"role": "user", "content": f"m{i}"})
+        # No wait for any thread: the pack is there when the append returns.
+        packed = backend._db.execute(
+            "SELECT count(*) FROM nodes WHERE pack IS NOT NULL").fetchone()[0]
+        assert packed == PACK_AT
+        assert backend._background is None
+        assert [m["content"] for m in q.messages()] == [f"m{i}" for i in range(PACK_AT)]
+
+
 def test_opening_durable_while_another_process_writes_loses_nothing(tmp_path: Path) -> None:
     """The WAL is extended under the write lock: a writer in another process never has a
     frame overwritten by the zeros."""

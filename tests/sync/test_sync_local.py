@@ -282,3 +282,30 @@ def test_sync_decides_by_the_graph_not_by_what_the_views_call_shared(tmp_path: P
     finally:
         here.close()
         there.close()
+
+
+def test_nodes_pulled_or_pushed_are_dated_when_they_arrived(origin: Store, mine: Store) -> None:
+    """A node's recorded time is when *this* store recorded it (docs/sync.md, docs/web.md):
+    nodes a pull or a push brings are dated by their arrival, not by the sender's clock, on
+    both sides, and a node the receiver already had keeps its own older time."""
+    import time
+
+    head = grow(origin, "main", 2)
+    new = [n.id for n in origin.log("main", limit=2)]
+    sent = origin.recorded(new)
+    time.sleep(0.05)
+    before_pull = time.time()
+    sync.pull(mine, "origin", ["main"])
+    got = mine.recorded(new)
+    assert set(got) == set(new)
+    assert all(got[i] >= before_pull - 0.001 > sent[i] for i in new)
+    shared = mine.log("main", limit=3)[-1].id  # cloned before: its time is the clone's
+    cloned_at = mine.recorded([shared])[shared]
+    assert cloned_at < before_pull
+    # And a push: the remote dates what it receives by its own clock.
+    ours = grow(mine, "main", 1, text="ours")
+    time.sleep(0.05)
+    before_push = time.time()
+    sync.push(mine, "origin", ["main"])
+    assert origin.session_head("main") == ours != head
+    assert origin.recorded([ours])[ours] >= before_push - 0.001 > mine.recorded([ours])[ours]

@@ -9,10 +9,12 @@ user's) may simply not be stored, and the ``get_node``/``chain_if_stored`` reads
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from contextlib import AbstractContextManager
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
+from ..errors import ReadViewWriteError
 from ..node import NodeId
 from ..store.base import Backend, Chain, RawNode, Ref, ReflogStamp, SessionMeta, StoredNode
 from . import scan
@@ -29,11 +31,33 @@ class StoredReads:
         #: The storage seam below. Only repo/ (and the engine contract suite) reads it: every
         #: other caller goes through the methods of the store.
         self.backend = backend
+        # How deep this thread is in read views (a view is the thread's: other threads write).
+        self._views = threading.local()
 
-    def snapshot(self) -> AbstractContextManager[None]:
+    @contextmanager
+    def snapshot(self) -> Iterator[None]:
         """One consistent read view: the reads inside ``with store.snapshot():`` all see the
-        store as it was when the block began, whatever other writers commit meanwhile."""
-        return self.backend.snapshot()
+        store as it was when the block began, whatever other writers commit meanwhile. It
+        only reads: a write inside it raises :class:`ReadViewWriteError` and changes nothing."""
+        with self.backend.snapshot():
+            views = self._views
+            views.depth = getattr(views, "depth", 0) + 1
+            try:
+                yield
+            finally:
+                views.depth -= 1
+
+    def refuse_in_read_view(self, what: str) -> None:
+        """Raise :class:`ReadViewWriteError` if this thread is inside :meth:`snapshot`
+        (checked before anything is written, so the refused write changes nothing).
+
+        Raises:
+            ReadViewWriteError: inside a read view.
+        """
+        if getattr(self._views, "depth", 0):
+            raise ReadViewWriteError(
+                f"cannot {what} inside a read view (store.snapshot()), which only reads; "
+                "nothing was changed: write after the block")
 
     @property
     def location(self) -> Path | str | None:
@@ -111,6 +135,7 @@ class StoredReads:
         Raises:
             MissingNodeError: a parent is neither stored nor among ``nodes``.
         """
+        self.refuse_in_read_view("store nodes")
         self.backend.commit(list(nodes), [])
 
     # -- bounded reads for the layers above (pages, labels, reachability) ------------------

@@ -124,6 +124,7 @@ class Store(StoredReads):
         Appends inside the block are acknowledged (and durable) when the block exits; each ref
         moved gets one reflog entry for the whole batch.
         """
+        self.refuse_in_read_view("start a batch of writes")
         with self._policy.batch() as state:
             try:
                 with self.backend.batch():
@@ -197,6 +198,7 @@ class Store(StoredReads):
         The ref, HEAD (detached at the last node if it named the session) and the session's
         metadata change in one transaction: a crash leaves all of it or none.
         """
+        self.refuse_in_read_view("delete a session")
         target = self._require_session(name)
         with self._checkout.moving(name, session_ref(name), "branch: deleted"), self.batch():
             target = self._require_session(name)
@@ -209,6 +211,7 @@ class Store(StoredReads):
         """Rename a session, carrying its reflog, metadata and HEAD along, in one transaction:
         a crash leaves the old name or the new one, never HEAD on a name that is gone (a
         shared store's HEAD, outside the transaction, see :mod:`sesstree.repo.head`)."""
+        self.refuse_in_read_view("rename a session")
         check_ref_name(new)
         reason = f"branch: renamed {old} to {new}"
         with self._checkout.moving(old, session_ref(new), reason), self.batch():
@@ -235,6 +238,7 @@ class Store(StoredReads):
             UnknownRevisionError: ``rev`` names no node, or (no ``handle``) no such session.
             ConflictError: the session is no longer where ``handle`` saw it.
         """
+        self.refuse_in_read_view("reset a session")
         target = self.resolve(rev)
         old = self._require_session(name) if handle is None else handle.head
         if old != target:
@@ -266,6 +270,7 @@ class Store(StoredReads):
             ConflictError: ``ref`` is not at ``old`` (nothing was written).
             MissingNodeError: a parent, or ``new``, is not stored.
         """
+        self.refuse_in_read_view("move a ref")
         update = self._policy.update(ref, old, new, reason, handle, append)
         self.backend.commit(nodes, [update])
         self._policy.moved(update, handle, append)
@@ -283,6 +288,7 @@ class Store(StoredReads):
         Raises:
             InvalidEventError: ``meta`` is not a JSON object.
         """
+        self.refuse_in_read_view("set a session's metadata")
         fields = checked_meta(name, meta)
         with self.batch():
             write_fields(self.backend, name, fields)
@@ -295,6 +301,7 @@ class Store(StoredReads):
     def set_session_origin(self, name: str, origin: ImportOrigin | None) -> None:
         """Record (or with None forget) where session ``name`` was imported from; its other
         metadata is kept as it is."""
+        self.refuse_in_read_view("set a session's origin")
         with self.batch():
             write_origin(self.backend, name, origin)
 
@@ -309,6 +316,7 @@ class Store(StoredReads):
         Raises:
             ConflictError: the stored mark is not ``old`` (another watcher read the file).
         """
+        self.refuse_in_read_view("move a watch mark")
         with self.batch():
             self.backend.set_watch_mark(path, old, new)
 
@@ -336,6 +344,7 @@ class Store(StoredReads):
         can remove what only that history kept: all of a deleted session's log, all but the
         newest entry of a live one. This is the one step that gives up undo; returns how many
         entries went."""
+        self.refuse_in_read_view("expire a reflog")
         ref = name if name.startswith((SESSIONS, TAGS)) else session_ref(name)
         if not self.backend.reflog(ref):
             raise UnknownRevisionError(f"no session named {name!r} and no reflog for it")
@@ -352,6 +361,7 @@ class Store(StoredReads):
 
     def checkout(self, rev: str) -> tuple[str | None, NodeId]:
         """Point HEAD at a session (by name) or, detached, at any other revision's node."""
+        self.refuse_in_read_view("move HEAD")
         name = short_name(rev)
         if not steps_suffix(rev) and self.has_session(name):
             self._checkout.set(symbolic(session_ref(name)))
@@ -362,6 +372,7 @@ class Store(StoredReads):
 
     def set_head_session(self, name: str) -> None:
         """Point HEAD at session ``name``, which may not exist yet (its first append creates it)."""
+        self.refuse_in_read_view("move HEAD")
         self._checkout.set(symbolic(session_ref(check_ref_name(name))))
 
     # -- revisions ---------------------------------------------------------------------------
@@ -468,10 +479,13 @@ class Store(StoredReads):
 
     def gc(self, *, dry_run: bool = False) -> GcResult:
         """Remove what nothing reaches. See :func:`sesstree.repo.maintenance.gc`."""
+        if not dry_run:  # (a dry run only reads)
+            self.refuse_in_read_view("collect garbage")
         return gc(self, dry_run=dry_run)
 
     def repack(self, *, progress: Callable[[int, int], None] | None = None) -> PackCounts | None:
         """Pack every loose tail. See :func:`sesstree.repo.maintenance.repack`."""
+        self.refuse_in_read_view("repack")
         return repack(self, progress=progress)
 
     def stats(self, *, progress: Callable[[int, int], None] | None = None) -> Stats:
@@ -488,6 +502,7 @@ class Store(StoredReads):
         The low-level write that importers use for whole trees. Session handles use
         :meth:`Session.append`.
         """
+        self.refuse_in_read_view("write nodes")
         planned = [self._policy.update(u.name, u.old, u.new, u.reason, None) for u in updates]
         self.backend.commit([raw_node(n) for n in nodes], planned)
         for u in planned:

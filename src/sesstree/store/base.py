@@ -333,7 +333,8 @@ class RefStore(Protocol):
         """Every ref whose name starts with ``prefix``, sorted by name."""
 
     def reflog(self, name: str | None = None) -> list[ReflogEntry]:
-        """Moves of one ref (or of all), oldest first."""
+        """Moves of one ref (or of all), oldest first: one ref's in the order they were made,
+        every ref's by time (ties in the order they were made)."""
 
     def rename_ref(self, old: str, new: str, target: NodeId, reason: str) -> None:
         """Atomically move ref ``old`` (at ``target``) to ``new`` (absent), carrying its reflog."""

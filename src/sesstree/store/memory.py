@@ -299,7 +299,11 @@ class MemoryBackend:
 
     def reflog(self, name: str | None = None) -> list[ReflogEntry]:
         with self._lock:
-            return [e for e in self._reflog if name is None or e.ref == name]
+            if name is not None:
+                return [e for e in self._reflog if e.ref == name]
+            # By time, as the disk engines give it: a fold gives an older entry a later time.
+            # (sorted is stable: ties stay in the order the entries were made.)
+            return sorted(self._reflog, key=lambda e: e.time)
 
     def rename_ref(self, old: str, new: str, target: NodeId, reason: str) -> None:
         check_commit((), [RefUpdate(old, target, None, reason), RefUpdate(new, None, target,

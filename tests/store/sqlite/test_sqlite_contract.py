@@ -107,10 +107,11 @@ def test_a_connection_that_only_reads_prepares_no_writes(tmp_path: Path) -> None
 def test_appends_work_after_a_rollback_took_their_statements(tmp_path: Path) -> None:
     """A first write inside a snapshot makes the append statements in its transaction; a
     failed write there rolls that transaction back, and the statements with it: the next
-    append makes them again instead of failing on a missing view."""
+    append makes them again instead of failing on a missing view. (The backend's snapshot:
+    the store's own refuses writes before they reach the engine.)"""
     with open_store(tmp_path / "s") as store:
         q = store.session("q")
-        with store.snapshot():
+        with store.backend.snapshot():
             q.add_message(user("in a snapshot"))
             a = make_node(None, "user/message", user("a"))
             with pytest.raises(StoreError):  # (no transaction can start inside one)

@@ -274,7 +274,8 @@ _REFLOG = (
 REFLOG = _REFLOG + " WHERE l.ref = %s ORDER BY l.n"
 # A page of one ref's entries through its (ref, n) key, newest first.
 REFLOG_PAGE = _REFLOG + " WHERE l.ref = %s ORDER BY l.n DESC LIMIT %s OFFSET %s"
-REFLOG_ALL = _REFLOG + " ORDER BY l.n"
+# Every ref's entries by time (a fold gives an older entry a later time), ties by entry.
+REFLOG_ALL = _REFLOG + " ORDER BY l.time, l.n"
 # Forget a ref's history: all of a deleted ref's, all but the newest entry of a live one
 # (which then forgets where the ref was before it). One statement, so one transaction.
 EXPIRE = """

@@ -120,16 +120,19 @@ class SqliteBackend:
             if state.packs and not state.read_only else None
         )
         # What a writer's appends make due (a tail to pack, a checkpoint) runs in a thread of
-        # its own, with a connection of its own (background.py).
+        # its own, with a connection of its own (background.py). Not a durable writer's: the
+        # thread's reads hold a place in the WAL, which keeps SQLite from starting the log over
+        # after a checkpoint, so the log grew past the size it was given (wal.py) and durable
+        # commits paid for the file's growth again. A durable writer packs inline.
         self._background = background = (
-            Background(state, packer) if packer is not None else None)
+            Background(state, packer) if packer is not None and not durable else None)
         if packer is not None:
             packer.background = background
         # A batch that took the store past TRAIN_AFTER rows trains the dictionary at its end,
         # and the tails it made PACK_AT long are packed.
         txn.after_batch = self._after_batch
         self._writer = writer = Writer(state, txn, dicts, hold.refuse_if_full, packer,
-                                       background if not durable else None)
+                                       background)
         self._nodes = nodes = SqliteNodes(state, txn)
         self._refs = refs = RefReads(state, txn)
         self._ref_writes = RefWrites(state, txn)

@@ -17,8 +17,11 @@ that crossed its threshold). On a second core they run beside the appends.
   PASSIVE checkpoint on the thread's connection copies the WAL's new pages into the main file
   (it waits for no one, and no one waits for it). SQLite's own checkpoint at
   ``wal_autocheckpoint`` pages still runs in the commit that crosses it, and is what starts
-  the WAL over, but finds little left to copy. (A durable writer keeps its checkpoints as
-  they are: its WAL is sized for them, see wal.py.)
+  the WAL over, but finds little left to copy.
+
+A durable writer has no such thread (it packs inline, right after the commit): its WAL is
+given its size up front (wal.py), and this thread's reads, each holding a place in the log,
+kept SQLite from starting the log over after a checkpoint, so the file grew again.
 
 Closing the backend waits for the pack under way and ends the thread, which closes its
 connection; what was still queued is left to the closing pause, which packs every tail the

@@ -8,9 +8,12 @@ moves refs through a session handle, it is to check what the engine did undernea
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
+
 import pytest
 
-from ...errors import ConflictError, MissingNodeError
+from ...errors import ConflictError, MissingNodeError, ReadViewWriteError
 from ...node import make_node, session_ref
 from ...repo.store import Store
 from ...store.base import RefUpdate, WatchMark
@@ -18,6 +21,7 @@ from .. import Engine, grow, user
 from .objects import raw
 
 __all__ = [
+    "test_a_read_view_refuses_every_write",
     "test_a_stale_handle_on_a_removed_head_conflicts_then_rebases",
     "test_cas_conflict_leaves_nothing_written",
     "test_cas_on_creation",
@@ -26,6 +30,7 @@ __all__ = [
     "test_reflog_records_every_move",
     "test_reopen_sees_everything",
     "test_session_metadata",
+    "test_the_whole_reflog_is_in_time_order",
     "test_watch_marks_compare_and_set",
 ]
 
@@ -188,3 +193,55 @@ def test_watch_marks_compare_and_set(engine: Engine) -> None:
     store.set_watch_mark(path, later, None)
     assert list(store.watch_marks()) == ["/odd path/ünï.json"]
     store.close()
+
+
+def test_the_whole_reflog_is_in_time_order(store: Store) -> None:
+    """Every ref's moves together come back by time, oldest first (ties in the order they were
+    made), as ``sess reflog`` and the web view show them: an entry a later append folded into
+    carries that later time, so it comes after the moves other refs made in between."""
+    a, b = store.session("a"), store.session("b")
+    a.add_message(user("1"))
+    time.sleep(0.01)
+    b.add_message(user("2"))
+    time.sleep(0.01)
+    a.add_message(user("3"))  # folded into a's first entry (the handle's run of appends)
+    log = store.reflog()
+    assert [e.ref for e in log] == [session_ref("b"), session_ref("a")]
+    assert [e.time for e in log] == sorted(e.time for e in log)
+
+
+def test_a_read_view_refuses_every_write(store: Store) -> None:
+    """Inside ``store.snapshot()`` every write is refused with ReadViewWriteError, on every
+    engine, and nothing changes: appends, ref moves, tags, HEAD, metadata, gc."""
+    q = store.session("q")
+    q.add_message(user("a"))
+    store.tag("t", "q")
+    store.set_session_meta("q", {"title": "before"})
+    before = (store.backend.list_refs(""), store.reflog(), store.head(),
+              store.get_session_meta("q"), store.backend.count_nodes())
+    writes: dict[str, Callable[[], object]] = {
+        "append": lambda: store.session("q").add_message(user("b")),
+        "new session": lambda: store.session("n").add_message(user("c")),
+        "fork": lambda: store.fork("f", "q"),
+        "reset": lambda: store.reset("q", "t"),
+        "tag": lambda: store.tag("u", "q"),
+        "delete tag": lambda: store.delete_tag("t"),
+        "rename": lambda: store.rename_session("q", "r"),
+        "delete": lambda: store.delete_session("q"),
+        "metadata": lambda: store.set_session_meta("q", {"title": "after"}),
+        "HEAD": lambda: store.set_head_session("other"),
+        "checkout": lambda: store.checkout("t"),
+        "expire": lambda: store.expire_reflog("q"),
+        "gc": lambda: store.gc(),
+        "batch": lambda: store.batch().__enter__(),
+    }
+    with store.snapshot():
+        for what, write in writes.items():
+            with pytest.raises(ReadViewWriteError, match="read view"):
+                write()
+            assert store.session_head("q") is not None, what
+    after = (store.backend.list_refs(""), store.reflog(), store.head(),
+             store.get_session_meta("q"), store.backend.count_nodes())
+    assert after == before
+    store.session("q").add_message(user("b"))  # after the block, writes work again
+    assert [m["content"] for m in store.messages("q")] == ["a", "b"]
