@@ -55,6 +55,12 @@ TO_FORMAT_7 = [
         bytes integer NOT NULL
     )""",
     "CREATE INDEX IF NOT EXISTS search_docs_words ON search_docs USING gin(words)",
+    # The planner guesses how many documents hold a word from the words it sampled; with the
+    # default 1,000 of them, a word it did not sample is guessed in 0.13% of a million
+    # documents, so it reads the newest documents one by one for it (420 ms for a word in
+    # one) instead of asking the GIN index (1.8 ms). Ten times the words sampled fixes the
+    # guess; ANALYZE at a million documents takes about a second.
+    "ALTER TABLE search_docs ALTER COLUMN words SET STATISTICS 1000",
     "CREATE INDEX IF NOT EXISTS search_docs_wide ON search_docs(seq) WHERE words IS NULL",
     "CREATE TABLE IF NOT EXISTS search_terms(term text NOT NULL)",
     "CREATE UNIQUE INDEX IF NOT EXISTS search_terms_key ON search_terms(md5(term))",
