@@ -19,23 +19,20 @@ from __future__ import annotations
 
 import argparse
 import shutil
-import socket
 import sqlite3
 import statistics
 import sys
 import tempfile
-import threading
 import time
-from collections.abc import Iterator
-from contextlib import closing, contextmanager
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
 import httpx
-import uvicorn
 
 sys.path.insert(0, str(Path(__file__).parent))
 
+import loopback
 from bench_scale import Traffic, build, median_run
 
 from sesstree import Store, open_store
@@ -67,25 +64,6 @@ def _median(fn: Any, repeat: int = 7) -> float:
     return statistics.median(times)
 
 
-@contextmanager
-def serving(store: Store) -> Iterator[str]:
-    """The web view of ``store`` on a real uvicorn on 127.0.0.1; yields its base URL."""
-    sock = socket.socket()
-    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    sock.bind(("127.0.0.1", 0))
-    server = uvicorn.Server(uvicorn.Config(create_web_app(store, token=None),
-                                           log_level="warning", lifespan="off"))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    while not server.started:
-        time.sleep(0.01)
-    try:
-        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
-    finally:
-        server.should_exit = True
-        thread.join()
-
-
 def measure(folder: Path | str) -> dict[str, Any]:
     out: dict[str, Any] = {}
     with open_store(folder) as store:
@@ -109,7 +87,8 @@ def measure(folder: Path | str) -> dict[str, Any]:
             out[name + " hits"] = len(fn().hits)
         session = store.sessions()[-1].name
         # The web view's first page of hits (HTML, 50 hits), over HTTP on loopback.
-        with serving(store) as url, httpx.Client(base_url=url, timeout=60) as client:
+        app = create_web_app(store, token=None)
+        with loopback.serving(app) as url, httpx.Client(base_url=url, timeout=60) as client:
             pages = {"web page": {"q": "config"},
                      "web page substring": {"q": "onfi", "mode": "substring"}}
             for name, params in pages.items():
