@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import re
 import unicodedata
+from collections.abc import Iterator
 from functools import lru_cache
 from typing import Any
 
@@ -40,6 +41,7 @@ from .base import SearchQuery
 
 __all__ = [
     "MAX_PATTERN",
+    "candidate_slices",
     "check_query",
     "first_match",
     "fold",
@@ -205,3 +207,14 @@ def first_match(query: SearchQuery, text: str) -> tuple[int, int] | None:
     while end < len(text) and unicodedata.combining(text[end]):
         end += 1  # an accent is not cut off its letter
     return start, end
+
+
+def candidate_slices(limit: int) -> Iterator[int]:
+    """How many candidates an engine's index reads at a time for a page of ``limit`` hits:
+    twice the page at first (a page of 20 reads 40 rows, not 256), each next slice twice the
+    last, up to 1,024, so a page among many rows that do not match (or that no session
+    reaches) is read in a few slices."""
+    size = max(16, min(256, 2 * limit))
+    while True:
+        yield size
+        size = min(1024, 2 * size)

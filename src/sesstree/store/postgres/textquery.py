@@ -28,7 +28,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from ..base import IndexHit, SearchQuery
-from ..textmatch import check_query, fold, matches, node_role, node_text
+from ..textmatch import candidate_slices, check_query, fold, matches, node_role, node_text
 from . import textsql
 from .channel import Channel
 from .conn import Conn
@@ -39,8 +39,6 @@ __all__ = ["MAX_TERMS", "PgSearch"]
 
 #: The most vocabulary tokens one run of a substring is looked up as (see the module).
 MAX_TERMS = 128
-#: Candidates read per slice.
-_SLICE = 256
 _WORD = re.compile(r"\w+")
 #: No document can match (a run of the substring is in no token).
 _NOTHING = ""
@@ -115,7 +113,7 @@ class PgSearch:
         """Every row below ``top``, newest first, each tried."""
         where, args = self._time_filter(query)
         hits: list[IndexHit] = []
-        slices = _slices(limit)
+        slices = candidate_slices(limit)
         while len(hits) < limit:
             rows = conn.execute(textsql.NODE_ROWS.format(
                 where="n.seq < %s" + where + " ORDER BY n.seq DESC LIMIT %s"),
@@ -129,7 +127,7 @@ class PgSearch:
     def _unindexed(self, conn: Conn, query: SearchQuery, limit: int, top: int, mark: int) -> list[IndexHit]:
         """The rows not indexed yet below ``top``, newest first, each tried."""
         hits: list[IndexHit] = []
-        slices = _slices(limit)
+        slices = candidate_slices(limit)
         while len(hits) < limit:
             seqs = [int(r[0]) for r in conn.execute(
                 textsql.UNINDEXED, {"top": top, "n": next(slices), "mark": mark})]
@@ -142,7 +140,7 @@ class PgSearch:
     def _matched(self, conn: Conn, expr: str, query: SearchQuery, limit: int, top: int) -> list[IndexHit]:
         """The index's candidates for ``expr`` below ``top``, newest first, each tried."""
         hits: list[IndexHit] = []
-        slices = _slices(limit)
+        slices = candidate_slices(limit)
         while len(hits) < limit:
             seqs = [int(r[0]) for r in conn.execute(
                 textsql.CANDIDATES, {"q": expr, "top": top, "n": next(slices)})]
@@ -202,15 +200,6 @@ class PgSearch:
             rows = iter(conn.execute(textsql.TERMS_WITH, (piece, MAX_TERMS + 1)))
         found = [t for (t,) in rows if isinstance(t, str) and piece in t]
         return found if len(found) <= MAX_TERMS else None
-
-
-def _slices(limit: int) -> Iterator[int]:
-    """Candidates read per slice: twice the page at first (a page of 20 reads 40 rows, not
-    256), each next slice twice the last, up to four times ``_SLICE``."""
-    size = max(16, min(_SLICE, 2 * limit))
-    while True:
-        yield size
-        size = min(4 * _SLICE, 2 * size)
 
 
 def type_is_int(value: object) -> bool:

@@ -26,7 +26,7 @@ from collections.abc import Callable, Collection, Iterator, Sequence
 from typing import Any
 
 from ..base import IndexHit, SearchQuery
-from ..textmatch import check_query, fold, matches, node_role, node_text
+from ..textmatch import candidate_slices, check_query, fold, matches, node_role, node_text
 from .state import ConnState
 from .textindex import DAMAGE, SqliteTextIndex, expand, node_rows_sql, read_mark
 from .txn import Transactions
@@ -36,20 +36,6 @@ __all__ = ["MAX_TERMS", "SqliteSearch"]
 #: The most vocabulary tokens one run of a substring is looked up as; a run in more is left
 #: out of the lookup (it narrows little), and checked on the text like everything else.
 MAX_TERMS = 128
-#: Candidates read in the first slice at most, and in any slice at most: a slice is twice
-#: the page at first (a page of 20 reads 40 rows, not 256), and each next one twice the last,
-#: so a page among many rows that do not match (or that no session reaches) is read in a
-#: few slices.
-_SLICE, _MAX_SLICE = 256, 1024
-
-
-def _slices(limit: int) -> Iterator[int]:
-    size = max(16, min(_SLICE, 2 * limit))
-    while True:
-        yield size
-        size = min(_MAX_SLICE, 2 * size)
-
-
 _WORD = re.compile(r"\w+")
 #: No document can match (a run of the substring is in no token).
 _NOTHING = ""
@@ -113,7 +99,7 @@ class SqliteSearch:
         where, args = self._time_filter(query)
         hits: list[IndexHit] = []
         top = before
-        slices = _slices(limit)
+        slices = candidate_slices(limit)
         while len(hits) < limit:
             cond = "n.seq > ?" + ("" if top is None else " AND n.seq < ?")
             rows = state.db.execute(
@@ -133,7 +119,7 @@ class SqliteSearch:
         where, args = self._time_filter(query)
         hits: list[IndexHit] = []
         top = before
-        slices = _slices(limit)
+        slices = candidate_slices(limit)
         while len(hits) < limit:
             seqs = [
                 r[0]
